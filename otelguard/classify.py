@@ -1,0 +1,154 @@
+"""Tool classes, cap keys and spawn counts by tool name; the fallback failure classifier."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from fnmatch import fnmatchcase
+from typing import Any, Final
+
+import orjson
+
+from otelguard.config import GuardConfig
+from otelguard.observers import ToolClass
+
+__all__ = ["NamePatterns", "ToolCatalog", "looks_failed"]
+
+_MAX_CACHED_NAMES: Final = 4096
+_GLOB_CHARS: Final = frozenset("*?[")
+
+
+class NamePatterns:
+    """Exact names and fnmatch globs (case-sensitive: ``Read`` and ``read`` are different tools)."""
+
+    __slots__ = ("_exact", "_globs")
+
+    def __init__(self, patterns: Iterable[str]) -> None:
+        patterns = tuple(patterns)
+        self._exact = frozenset(p for p in patterns if not _GLOB_CHARS.intersection(p))
+        self._globs = tuple(p for p in patterns if _GLOB_CHARS.intersection(p))
+
+    def matches(self, name: str) -> bool:
+        return name in self._exact or any(fnmatchcase(name, g) for g in self._globs)
+
+
+class _ToolFacts:
+    __slots__ = ("caps_session", "caps_turn", "failure_tolerant", "spawn_arg", "tool_class")
+
+    def __init__(
+        self,
+        tool_class: ToolClass,
+        failure_tolerant: bool,
+        caps_turn: tuple[tuple[str, int], ...],
+        caps_session: tuple[tuple[str, int], ...],
+        spawn_arg: str | bool | None,
+    ) -> None:
+        self.tool_class = tool_class
+        self.failure_tolerant = failure_tolerant
+        self.caps_turn = caps_turn
+        self.caps_session = caps_session
+        self.spawn_arg = spawn_arg  # False: not a spawn tool; None: always one; str: batch argument
+
+
+class ToolCatalog:
+    """What the config says about each tool name, computed once per name and cached (bounded)."""
+
+    def __init__(self, config: GuardConfig) -> None:
+        tools = config.tools
+        self._write = NamePatterns(tools.write)
+        self._poll = NamePatterns(tools.poll)
+        self._read = NamePatterns(tools.read)
+        self._tolerant = NamePatterns(tools.failure_tolerant)
+        self._cap_matchers = {
+            key: NamePatterns(config.tool_groups.get(key, (key,)))
+            for key in (*config.caps.turn, *config.caps.session)
+        }
+        self._turn_limits = tuple((k, v) for k, v in config.caps.turn.items() if v > 0)
+        self._session_limits = tuple((k, v) for k, v in config.caps.session.items() if v > 0)
+        self._spawn = dict(config.spawn_tools)
+        self._cache: dict[str, _ToolFacts] = {}
+        self._lock = threading.Lock()
+
+    def facts(self, name: str) -> _ToolFacts:
+        facts = self._cache.get(name)
+        if facts is None:
+            facts = self._compute(name)
+            with self._lock:
+                if len(self._cache) >= _MAX_CACHED_NAMES:
+                    self._cache.clear()
+                self._cache[name] = facts
+        return facts
+
+    def tool_class(self, name: str) -> ToolClass:
+        return self.facts(name).tool_class
+
+    def _compute(self, name: str) -> _ToolFacts:
+        tool_class: ToolClass
+        if self._write.matches(name):
+            tool_class = "write"
+        elif self._poll.matches(name):
+            tool_class = "poll"
+        elif self._read.matches(name):
+            tool_class = "read"
+        else:
+            tool_class = "unknown"
+        return _ToolFacts(
+            tool_class=tool_class,
+            failure_tolerant=self._tolerant.matches(name),
+            caps_turn=tuple((k, v) for k, v in self._turn_limits if self._cap_matchers[k].matches(name)),
+            caps_session=tuple(
+                (k, v) for k, v in self._session_limits if self._cap_matchers[k].matches(name)
+            ),
+            spawn_arg=self._spawn.get(name, False),
+        )
+
+    def spawn_count(self, facts: _ToolFacts, parsed_args: Any) -> int:
+        """Subagents a spawn tool starts: the batch list's length (list or JSON-string list), else 1."""
+        if facts.spawn_arg is False:
+            return 0
+        if facts.spawn_arg is None or not isinstance(parsed_args, Mapping):
+            return 1
+        batch = parsed_args.get(facts.spawn_arg)
+        if isinstance(batch, (str, bytes)):
+            try:
+                batch = orjson.loads(batch)
+            except orjson.JSONDecodeError:
+                return 1
+        if isinstance(batch, (list, tuple)) and batch:
+            return len(batch)
+        return 1
+
+
+_ERROR_PREFIX: Final = "Error"
+_JSON_HINTS: Final = ('"error"', '"success"', '"exit_code"')
+
+
+def looks_failed(result: Any) -> bool:
+    """The fallback classifier for ``failed=None``: an ``"error"``, ``"success": false``, a non-zero
+    ``"exit_code"``, or text starting with ``Error``. Parses JSON text only when a hint is present."""
+    if isinstance(result, Mapping):
+        return _mapping_failed(result)
+    if isinstance(result, (bytes, bytearray)):
+        result = bytes(result).decode("utf-8", "replace")
+    if not isinstance(result, str):
+        return False
+    text = result.lstrip()
+    if text.startswith(_ERROR_PREFIX):
+        return True
+    if text[:1] == "{" and any(hint in text for hint in _JSON_HINTS):
+        try:
+            parsed = orjson.loads(text)
+        except orjson.JSONDecodeError:
+            return False
+        return isinstance(parsed, Mapping) and _mapping_failed(parsed)
+    return False
+
+
+def _mapping_failed(result: Mapping[Any, Any]) -> bool:
+    error = result.get("error")
+    if error not in (None, False, "", {}, []):
+        return True
+    if result.get("success") is False:
+        return True
+    exit_code = result.get("exit_code")
+    return isinstance(exit_code, (int, float)) and not isinstance(exit_code, bool) and exit_code != 0

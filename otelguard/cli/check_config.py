@@ -1,0 +1,36 @@
+"""`otelguard check-config FILE`: validate a config, print the effective config."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from otelguard import ConfigError, GuardConfig
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument("file", help="YAML config file")
+    parser.add_argument("--json", action="store_true", help="print the effective config as JSON")
+
+
+def run(args: argparse.Namespace) -> int:
+    try:
+        config = GuardConfig.from_file(args.file)
+    except ConfigError as exc:
+        print(f"otelguard: invalid config {args.file}: {exc}", file=sys.stderr)
+        return 2
+    effective = config.to_mapping()
+    if args.json:
+        print(json.dumps(effective, indent=2, sort_keys=True))
+        return 0
+    table = Table(title=f"effective config: {args.file}", show_header=True)
+    table.add_column("key")
+    table.add_column("value")
+    for key, value in effective.items():
+        table.add_row(key, json.dumps(value))
+    Console().print(table)
+    return 0

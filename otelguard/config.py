@@ -1,0 +1,438 @@
+"""Guard configuration: defaults, merging, hermes-agent aliases, and validation (SPEC §4).
+
+Every error is a ``ConfigError`` naming the dotted key path, the bad value and what is allowed.
+"""
+
+from __future__ import annotations
+
+import difflib
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field, fields, replace
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Final
+
+import yaml
+
+from otelguard.errors import ConfigError
+
+__all__ = [
+    "DEFAULT_HARD_STOP_AFTER",
+    "DEFAULT_WARN_AFTER",
+    "SPAN_MODES",
+    "CapsConfig",
+    "GuardConfig",
+    "TelemetrySettings",
+    "ToolClasses",
+]
+
+MODES: Final = ("interactive", "unattended")
+SPAN_MODES: Final = ("auto", "own", "event", "decisions", "off")
+ON_HIT: Final = ("block", "reject")
+
+DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "exact_failure": 2,
+        "same_tool_failure": 3,
+        "refusal": 2,
+        "no_progress": 2,
+        "identical_call": 3,
+        "cycle": 2,
+        "read_only_streak": 40,
+        "write_streak": 30,
+    }
+)
+DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
+    {
+        "exact_failure": 5,
+        "same_tool_failure": 8,
+        "refusal": 6,
+        "no_progress": 5,
+        "identical_call": 5,
+        "cycle": 3,
+    }
+)
+
+DEFAULT_READ_TOOLS: Final = (
+    # hermes-agent, butler-style and generic agents
+    "read_file", "search_files", "grep", "glob", "list_directory", "list_files", "ls", "cat",
+    "find_files", "file_search", "web_search", "web_fetch", "web_extract", "web_crawl",
+    "browser_snapshot", "browser_get_images", "browser_vision", "vision_analyze",
+    "session_search", "skill_view", "skills_list",
+    "mcp_*_read_*", "mcp_*_list_*", "mcp_*_search*", "mcp_*_get_*",
+    # Claude Code
+    "Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "NotebookRead",
+)  # fmt: skip
+DEFAULT_WRITE_TOOLS: Final = (
+    "terminal", "execute_code", "write_file", "patch", "edit_file", "delete_file", "move_file",
+    "create_directory", "browser_click", "browser_type", "browser_navigate", "browser_press",
+    "browser_scroll", "delegate_task", "spawn_agent", "send_message", "memory", "cronjob",
+    "git_*", "mcp_*_write_*", "mcp_*_create_*", "mcp_*_update_*", "mcp_*_delete_*",
+    # Claude Code
+    "Bash", "Edit", "MultiEdit", "Write", "NotebookEdit", "Task", "Agent",
+)  # fmt: skip
+DEFAULT_POLL_TOOLS: Final = ("process", "*_poll", "*_get_result", "BashOutput", "TaskOutput")
+DEFAULT_FAILURE_TOLERANT: Final = ("terminal", "execute_code", "process")
+
+DEFAULT_TOOL_GROUPS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    {
+        "web_search": ("web_search", "WebSearch", "*web_search*"),
+        "subagents": ("delegate_task", "Task", "Agent", "spawn_agent"),
+    }
+)
+DEFAULT_SPAWN_TOOLS: Final[Mapping[str, str | None]] = MappingProxyType(
+    {"delegate_task": "tasks", "Task": None, "Agent": None, "spawn_agent": None}
+)
+DEFAULT_VOLATILE_RESULT_KEYS: Final = (
+    "duration_seconds",
+    "duration_ms",
+    "elapsed",
+    "timestamp",
+    "execution_count",
+)
+
+_TOP_KEYS: Final = (
+    "mode", "hard_stop", "warnings", "warn_after", "hard_stop_after", "caps", "tool_groups", "tools",
+    "spawn_tools", "volatile_result_keys", "max_tracked_signatures", "signature_key", "telemetry",
+)  # fmt: skip
+_HERMES_FLAT: Final = {
+    "exact_failure_warn_after": ("warn_after", "exact_failure"),
+    "exact_failure_block_after": ("hard_stop_after", "exact_failure"),
+    "same_tool_failure_warn_after": ("warn_after", "same_tool_failure"),
+    "same_tool_failure_halt_after": ("hard_stop_after", "same_tool_failure"),
+    "no_progress_warn_after": ("warn_after", "no_progress"),
+    "no_progress_block_after": ("hard_stop_after", "no_progress"),
+}
+_HERMES_KEYS: Final = (
+    "warnings_enabled", "hard_stop_enabled", "non_interactive_hard_stop_enabled", "loop_caps",
+    "idempotent_no_progress", *_HERMES_FLAT,
+)  # fmt: skip
+
+
+def _suggest(key: str, allowed: Iterable[str]) -> str:
+    allowed = list(allowed)
+    close = difflib.get_close_matches(key, allowed, n=1)
+    hint = f"did you mean {close[0]!r}? " if close else ""
+    return f"unknown key; {hint}allowed keys: {', '.join(sorted(allowed))}"
+
+
+def _check_keys(path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> None:
+    allowed = tuple(allowed)
+    for key in mapping:
+        if key not in allowed:
+            raise ConfigError(_join(path, str(key)), key, _suggest(str(key), allowed))
+
+
+def _join(path: str, key: str) -> str:
+    return f"{path}.{key}" if path else key
+
+
+def _mapping(path: str, value: Any) -> Mapping[str, Any]:
+    if not isinstance(value, Mapping):
+        raise ConfigError(path, value, "expected a mapping")
+    for key in value:
+        if not isinstance(key, str):
+            raise ConfigError(_join(path, str(key)), key, "keys must be strings")
+    return value
+
+
+def _bool(path: str, value: Any) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(path, value, "expected true or false")
+    return value
+
+
+def _int(path: str, value: Any, minimum: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
+        raise ConfigError(path, value, f"expected an integer >= {minimum}")
+    return value
+
+
+def _names(path: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
+        raise ConfigError(path, value, "expected a list of tool names or fnmatch globs")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise ConfigError(f"{path}[{i}]", item, "expected a non-empty string")
+    return tuple(value)
+
+
+def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if value not in allowed:
+        raise ConfigError(path, value, f"expected one of {', '.join(allowed)}")
+    return str(value)
+
+
+@dataclass(frozen=True, kw_only=True)
+class ToolClasses:
+    """Tool names and fnmatch globs per class. ``write`` wins over ``poll``, ``poll`` over ``read``."""
+
+    read: tuple[str, ...] = DEFAULT_READ_TOOLS
+    write: tuple[str, ...] = DEFAULT_WRITE_TOOLS
+    poll: tuple[str, ...] = DEFAULT_POLL_TOOLS
+    failure_tolerant: tuple[str, ...] = DEFAULT_FAILURE_TOLERANT
+
+    @classmethod
+    def parse(cls, value: Any, path: str = "tools") -> ToolClasses:
+        if isinstance(value, ToolClasses):
+            return value
+        section = _mapping(path, value)
+        _check_keys(path, section, ("read", "write", "poll", "failure_tolerant", "replace"))
+        replace_all = _bool(f"{path}.replace", section.get("replace", False))
+        defaults = cls() if not replace_all else cls(read=(), write=(), poll=(), failure_tolerant=())
+        lists = {}
+        for name in ("read", "write", "poll", "failure_tolerant"):
+            extra = _names(f"{path}.{name}", section.get(name, ()))
+            base: tuple[str, ...] = getattr(defaults, name)
+            lists[name] = base + tuple(n for n in extra if n not in base)
+        return cls(**lists)
+
+
+@dataclass(frozen=True, kw_only=True)
+class CapsConfig:
+    """Per-turn and per-session caps: cap key (group, tool name or glob) → limit (0 = unlimited)."""
+
+    on_hit: str = "block"
+    turn: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({"web_search": 50, "subagents": 50})
+    )
+    session: Mapping[str, int] = field(
+        default_factory=lambda: MappingProxyType({"web_search": 200, "subagents": 200})
+    )
+
+    def __post_init__(self) -> None:
+        _choice("caps.on_hit", self.on_hit, ON_HIT)
+        for scope in ("turn", "session"):
+            limits = _mapping(f"caps.{scope}", getattr(self, scope))
+            for key, limit in limits.items():
+                _int(f"caps.{scope}.{key}", limit, 0)
+            object.__setattr__(self, scope, MappingProxyType(dict(limits)))
+
+    @classmethod
+    def parse(cls, value: Any, path: str = "caps") -> CapsConfig:
+        if isinstance(value, CapsConfig):
+            return value
+        section = _mapping(path, value)
+        _check_keys(path, section, ("on_hit", "turn", "session"))
+        defaults = cls()
+        return cls(
+            on_hit=section.get("on_hit", defaults.on_hit),
+            turn={**defaults.turn, **_mapping(f"{path}.turn", section.get("turn", {}))},
+            session={**defaults.session, **_mapping(f"{path}.session", section.get("session", {}))},
+        )
+
+
+@dataclass(frozen=True, kw_only=True)
+class TelemetrySettings:
+    """The ``telemetry:`` section. ``Telemetry(...)`` keyword arguments override these."""
+
+    span_mode: str = "auto"
+    turn_spans: bool = False
+    max_tool_values: int = 100
+    max_signature_series: int = 200
+
+    def __post_init__(self) -> None:
+        _choice("telemetry.span_mode", self.span_mode, SPAN_MODES)
+        _bool("telemetry.turn_spans", self.turn_spans)
+        _int("telemetry.max_tool_values", self.max_tool_values, 1)
+        _int("telemetry.max_signature_series", self.max_signature_series, 1)
+
+    @classmethod
+    def parse(cls, value: Any, path: str = "telemetry") -> TelemetrySettings:
+        if isinstance(value, TelemetrySettings):
+            return value
+        section = _mapping(path, value)
+        _check_keys(path, section, [f.name for f in fields(cls)])
+        return cls(**section)
+
+
+@dataclass(frozen=True, kw_only=True)
+class GuardConfig:
+    """Everything a ``Guard`` needs to know. Frozen, keyword-only; partial mappings merge with defaults.
+
+    ``hard_stop=None`` follows ``mode`` (``interactive`` → off, ``unattended`` → on); read the
+    effective value from ``hard_stop_enabled``.
+    """
+
+    mode: str = "interactive"
+    hard_stop: bool | None = None
+    warnings: bool = True
+    warn_after: Mapping[str, int] = field(default_factory=lambda: DEFAULT_WARN_AFTER)
+    hard_stop_after: Mapping[str, int] = field(default_factory=lambda: DEFAULT_HARD_STOP_AFTER)
+    caps: CapsConfig = field(default_factory=CapsConfig)
+    tool_groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_TOOL_GROUPS)
+    tools: ToolClasses = field(default_factory=ToolClasses)
+    spawn_tools: Mapping[str, str | None] = field(default_factory=lambda: DEFAULT_SPAWN_TOOLS)
+    volatile_result_keys: tuple[str, ...] = DEFAULT_VOLATILE_RESULT_KEYS
+    max_tracked_signatures: int = 4096
+    signature_key: str | None = field(default=None, repr=False)
+    telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+
+    def __post_init__(self) -> None:
+        set_ = object.__setattr__
+        _choice("mode", self.mode, MODES)
+        if self.hard_stop is not None:
+            _bool("hard_stop", self.hard_stop)
+        _bool("warnings", self.warnings)
+        set_(self, "warn_after", self._thresholds("warn_after", self.warn_after, DEFAULT_WARN_AFTER))
+        set_(
+            self,
+            "hard_stop_after",
+            self._thresholds("hard_stop_after", self.hard_stop_after, DEFAULT_HARD_STOP_AFTER),
+        )
+        for name, stop_at in self.hard_stop_after.items():
+            if self.warn_after[name] > stop_at:
+                raise ConfigError(
+                    f"warn_after.{name}",
+                    self.warn_after[name],
+                    f"must be <= hard_stop_after.{name} ({stop_at})",
+                )
+        set_(self, "caps", CapsConfig.parse(self.caps))
+        groups = _mapping("tool_groups", self.tool_groups)
+        merged_groups = {
+            **DEFAULT_TOOL_GROUPS,
+            **{k: _names(f"tool_groups.{k}", v) for k, v in groups.items()},
+        }
+        set_(self, "tool_groups", MappingProxyType(merged_groups))
+        set_(self, "tools", ToolClasses.parse(self.tools))
+        spawn = _mapping("spawn_tools", self.spawn_tools)
+        for key, arg in spawn.items():
+            if arg is not None and (not isinstance(arg, str) or not arg):
+                raise ConfigError(
+                    f"spawn_tools.{key}", arg, "expected the name of the batch-list argument, or null"
+                )
+        set_(self, "spawn_tools", MappingProxyType({**DEFAULT_SPAWN_TOOLS, **spawn}))
+        keys = self.volatile_result_keys
+        if (
+            isinstance(keys, str)
+            or not isinstance(keys, (list, tuple))
+            or not all(isinstance(k, str) for k in keys)
+        ):
+            raise ConfigError("volatile_result_keys", keys, "expected a list of key names")
+        set_(self, "volatile_result_keys", tuple(keys))
+        _int("max_tracked_signatures", self.max_tracked_signatures, 1)
+        if self.signature_key is not None and (
+            not isinstance(self.signature_key, str) or not self.signature_key
+        ):
+            raise ConfigError("signature_key", "<hidden>", "expected a non-empty string or null")
+        set_(self, "telemetry", TelemetrySettings.parse(self.telemetry))
+
+    @staticmethod
+    def _thresholds(path: str, value: Any, defaults: Mapping[str, int]) -> Mapping[str, int]:
+        section = _mapping(path, value)
+        _check_keys(path, section, defaults)
+        merged = dict(defaults)
+        for key, threshold in section.items():
+            merged[key] = _int(f"{path}.{key}", threshold, 1)
+        return MappingProxyType(merged)
+
+    @property
+    def hard_stop_enabled(self) -> bool:
+        if self.hard_stop is not None:
+            return self.hard_stop
+        return self.mode == "unattended"
+
+    def with_changes(self, **changes: Any) -> GuardConfig:
+        return replace(self, **changes)
+
+    @classmethod
+    def from_mapping(cls, mapping: Mapping[str, Any] | None) -> GuardConfig:
+        """Build a config from a parsed YAML/JSON section (otelguard's keys or hermes' aliases)."""
+        if mapping is None:
+            return cls()
+        section = dict(_mapping("", mapping))
+        if set(section) == {"tool_loop_guardrails"}:
+            section = dict(_mapping("tool_loop_guardrails", section["tool_loop_guardrails"]))
+        section = _apply_hermes_aliases(section)
+        _check_keys("", section, _TOP_KEYS)
+        return cls(**section)
+
+    @classmethod
+    def from_file(cls, path: str | Path) -> GuardConfig:
+        """Read a YAML (or JSON) file. An empty file gives the defaults."""
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except OSError as exc:
+            raise ConfigError("<file>", str(path), f"must be a readable file ({exc.strerror})") from exc
+        try:
+            data = yaml.safe_load(text)
+        except yaml.YAMLError as exc:
+            raise ConfigError("<file>", str(path), f"must be valid YAML ({exc})") from exc
+        return cls.from_mapping(data)
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The effective configuration as plain data (the signature key is never included)."""
+        return {
+            "mode": self.mode,
+            "hard_stop": self.hard_stop,
+            "hard_stop_enabled": self.hard_stop_enabled,
+            "warnings": self.warnings,
+            "warn_after": dict(self.warn_after),
+            "hard_stop_after": dict(self.hard_stop_after),
+            "caps": {
+                "on_hit": self.caps.on_hit,
+                "turn": dict(self.caps.turn),
+                "session": dict(self.caps.session),
+            },
+            "tool_groups": {k: list(v) for k, v in self.tool_groups.items()},
+            "tools": {
+                "read": list(self.tools.read),
+                "write": list(self.tools.write),
+                "poll": list(self.tools.poll),
+                "failure_tolerant": list(self.tools.failure_tolerant),
+            },
+            "spawn_tools": dict(self.spawn_tools),
+            "volatile_result_keys": list(self.volatile_result_keys),
+            "max_tracked_signatures": self.max_tracked_signatures,
+            "signature_key": "<set>" if self.signature_key else None,
+            "telemetry": {f.name: getattr(self.telemetry, f.name) for f in fields(self.telemetry)},
+        }
+
+
+def _apply_hermes_aliases(section: dict[str, Any]) -> dict[str, Any]:
+    """Translate hermes-agent ``tool_loop_guardrails`` keys into otelguard's."""
+    if not any(key in section for key in _HERMES_KEYS):
+        return _rename_no_progress(section)
+    out = dict(section)
+    for hermes_key, key in (("warnings_enabled", "warnings"), ("hard_stop_enabled", "hard_stop")):
+        if hermes_key in out:
+            value = out.pop(hermes_key)
+            if key in out:
+                raise ConfigError(hermes_key, value, f"set either {hermes_key} or {key}, not both")
+            out[key] = value
+    if "non_interactive_hard_stop_enabled" in out:
+        value = _bool("non_interactive_hard_stop_enabled", out.pop("non_interactive_hard_stop_enabled"))
+        if value is False and out.get("hard_stop") is None:
+            out["hard_stop"] = False
+    if "loop_caps" in out:
+        loop_caps = _mapping("loop_caps", out.pop("loop_caps"))
+        _check_keys("loop_caps", loop_caps, ("max_web_searches", "max_subagents"))
+        caps = dict(_mapping("caps", out.get("caps", {})))
+        turn = dict(_mapping("caps.turn", caps.get("turn", {})))
+        for hermes_key, cap_key in (("max_web_searches", "web_search"), ("max_subagents", "subagents")):
+            if hermes_key in loop_caps:
+                turn[cap_key] = _int(f"loop_caps.{hermes_key}", loop_caps[hermes_key], 0)
+        caps["turn"] = turn
+        out["caps"] = caps
+    if "idempotent_no_progress" in out:
+        nested = _mapping("idempotent_no_progress", out.pop("idempotent_no_progress"))
+        _check_keys("idempotent_no_progress", nested, ("warn_after", "block_after", "hard_stop_after"))
+        for nested_key, target in (("warn_after", "warn_after"), ("block_after", "hard_stop_after"),
+                                   ("hard_stop_after", "hard_stop_after")):  # fmt: skip
+            if nested_key in nested:
+                out[target] = {**_mapping(target, out.get(target, {})), "no_progress": nested[nested_key]}
+    for flat, (target, detector) in _HERMES_FLAT.items():
+        if flat in out:
+            out[target] = {**_mapping(target, out.get(target, {})), detector: out.pop(flat)}
+    return _rename_no_progress(out)
+
+
+def _rename_no_progress(section: dict[str, Any]) -> dict[str, Any]:
+    """hermes names the no-progress detector ``idempotent_no_progress`` inside the threshold maps."""
+    for target in ("warn_after", "hard_stop_after"):
+        thresholds = section.get(target)
+        if isinstance(thresholds, Mapping) and "idempotent_no_progress" in thresholds:
+            renamed = {k: v for k, v in thresholds.items() if k != "idempotent_no_progress"}
+            renamed.setdefault("no_progress", thresholds["idempotent_no_progress"])
+            section = {**section, target: renamed}
+    return section

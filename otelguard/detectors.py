@@ -1,0 +1,339 @@
+"""The loop detectors of SPEC §4: per-turn state, ``before_call`` refusals and ``after_call`` verdicts.
+
+Pure and single-threaded: the guard serialises access under its lock. Memory is bounded: state per
+signature, per tool and per (tool, refusal category) lives in LRU maps of ``max_tracked_signatures``.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from collections.abc import Callable
+from typing import Final, Generic, TypeVar
+
+from otelguard import decisions as codes
+from otelguard.config import GuardConfig
+from otelguard.decisions import Decision, Signature
+from otelguard.observers import Outcome, ToolClass
+
+__all__ = ["SignatureState", "TurnDetectors"]
+
+K = TypeVar("K")
+V = TypeVar("V")
+
+_CYCLE_PERIODS: Final = (2, 3, 4)
+
+
+class _Lru(OrderedDict[K, V], Generic[K, V]):
+    """An OrderedDict that forgets its least recently used entries past ``capacity``."""
+
+    def __init__(self, capacity: int) -> None:
+        super().__init__()
+        self.capacity = capacity
+
+    def touch(self, key: K, factory: Callable[[], V]) -> V:
+        value = self.get(key)
+        if value is None:
+            value = factory()
+            self[key] = value
+            if len(self) > self.capacity:
+                self.popitem(last=False)
+        else:
+            self.move_to_end(key)
+        return value
+
+
+class SignatureState:
+    """What a turn remembers about one signature."""
+
+    __slots__ = ("exact_epoch", "exact_failures", "last_result", "no_progress")
+
+    def __init__(self) -> None:
+        self.exact_failures = 0
+        self.exact_epoch = 0
+        self.no_progress = 0
+        self.last_result: tuple[int, int] | None = None  # (raw digest, fingerprint)
+
+
+class _Cycle:
+    """Back-to-back repeats of a period of 2–4 signatures, tracked incrementally in O(1) per call."""
+
+    __slots__ = ("history", "runs")
+
+    def __init__(self) -> None:
+        self.history: list[Signature] = []  # the last four signatures, newest last
+        self.runs = dict.fromkeys(_CYCLE_PERIODS, 0)  # consecutive positions i with seq[i] == seq[i - p]
+
+    def push(self, sig: Signature) -> None:
+        history, runs = self.history, self.runs
+        n = len(history)
+        # Unrolled over the periods 2, 3, 4: this runs on every call.
+        runs[2] = runs[2] + 1 if n >= 2 and history[-2] == sig else 0
+        runs[3] = runs[3] + 1 if n >= 3 and history[-3] == sig else 0
+        runs[4] = runs[4] + 1 if n >= 4 and history[0] == sig else 0
+        history.append(sig)
+        if n >= 4:
+            del history[0]
+
+    def runs_any(self) -> bool:
+        runs = self.runs
+        return bool(runs[2] or runs[3] or runs[4])
+
+    def best(self) -> tuple[int, int]:
+        """``(count, period)`` of the strongest current cycle; count 0 when there is none."""
+        best_count, best_period = 0, 0
+        for period in _CYCLE_PERIODS:
+            run = self.runs[period]
+            if run == 0:
+                continue
+            count = (run + period) // period
+            if count > best_count and len(set(self.history[-period:])) >= 2:
+                best_count, best_period = count, period
+        return best_count, best_period
+
+    def would_continue(self, sig: Signature, threshold: int) -> tuple[int, int]:
+        """``(count, period)`` of a cycle of at least ``threshold`` repeats that ``sig`` would continue."""
+        for period in _CYCLE_PERIODS:
+            run = self.runs[period]
+            count = (run + period) // period
+            if (
+                run
+                and count >= threshold
+                and self.history[-period] == sig
+                and len(set(self.history[-period:])) >= 2
+            ):
+                return count, period
+        return 0, 0
+
+
+class TurnDetectors:
+    """All detector state of one turn. ``start_turn`` replaces the object."""
+
+    def __init__(self, config: GuardConfig) -> None:
+        self.config = config
+        self.hard_stop = config.hard_stop_enabled
+        self.warn_after = config.warn_after
+        self.stop_after = config.hard_stop_after
+        capacity = config.max_tracked_signatures
+        self.signatures: _Lru[Signature, SignatureState] = _Lru(capacity)
+        self.tool_failures: _Lru[str, int] = _Lru(capacity)
+        self.refusals: _Lru[tuple[str, str], int] = _Lru(capacity)
+        self.write_epoch = 0
+        self.identical_key: tuple[Signature, int] | None = None
+        self.identical_count = 0
+        self.cycle = _Cycle()
+        self.read_streak = 0
+        self.write_streak = 0
+
+    def state(self, sig: Signature) -> SignatureState:
+        return self.signatures.touch(sig, SignatureState)
+
+    def peek(self, sig: Signature) -> SignatureState | None:
+        return self.signatures.get(sig)
+
+    # before_call -----------------------------------------------------------------------------
+
+    def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
+        """The hard-stop refusals, in SPEC order: exact_failure, no_progress, cycle."""
+        if not self.hard_stop:
+            return None
+        state = self.signatures.get(sig)
+        if state is not None:
+            failures = self._exact_failures(state)
+            limit = self.stop_after["exact_failure"]
+            if failures >= limit:
+                return _decision("block", codes.EXACT_FAILURE_BLOCK, sig, failures, limit)
+            limit = self.stop_after["no_progress"]
+            if tool_class == "read" and state.no_progress >= limit:
+                return _decision("block", codes.NO_PROGRESS_BLOCK, sig, state.no_progress, limit)
+        if tool_class != "poll":
+            limit = self.stop_after["cycle"]
+            count, period = self.cycle.would_continue(sig, limit)
+            if count:
+                return _decision("block", codes.CYCLE_BLOCK, sig, count, limit, period=period)
+        return None
+
+    def _exact_failures(self, state: SignatureState) -> int:
+        return state.exact_failures if state.exact_epoch == self.write_epoch else 0
+
+    # after_call ------------------------------------------------------------------------------
+
+    def record_after(
+        self,
+        sig: Signature,
+        tool_class: ToolClass,
+        failure_tolerant: bool,
+        outcome: Outcome,
+        refusal: str | None,
+        result_key: tuple[int, int] | None,
+    ) -> Decision:
+        """Update every detector with the call's outcome; return the first decision that fires."""
+        tool = sig.tool_name
+        ok = outcome == "ok"
+        signatures = self.signatures
+        state = signatures.get(sig)
+        if state is None:
+            state = signatures[sig] = SignatureState()
+            if len(signatures) > signatures.capacity:
+                signatures.popitem(last=False)
+        else:
+            signatures.move_to_end(sig)
+        if result_key is not None:
+            previous = state.last_result
+            state.last_result = result_key
+        else:
+            previous = None
+
+        # exact_failure
+        if outcome == "failed":
+            state.exact_failures = self._exact_failures(state) + 1
+            state.exact_epoch = self.write_epoch
+        elif ok:
+            state.exact_failures = 0
+            if tool_class == "write":
+                self.write_epoch += 1
+
+        # same_tool_failure (content-blind) and refusal
+        if ok:
+            if self.tool_failures:
+                self.tool_failures.pop(tool, None)
+            if self.refusals:
+                for key in [k for k in self.refusals if k[0] == tool]:
+                    del self.refusals[key]
+            tool_failures = 0
+            refusals = 0
+        else:
+            tool_failures = self.tool_failures.touch(tool, int) + 1
+            self.tool_failures[tool] = tool_failures
+            refusals = 0
+            if outcome == "refused":
+                key = (tool, refusal or "refused")
+                refusals = self.refusals.touch(key, int) + 1
+                self.refusals[key] = refusals
+
+        # no_progress (read tools)
+        if tool_class == "read":
+            if not ok:
+                state.no_progress = 0
+            elif (
+                result_key is not None
+                and previous is not None
+                and previous[1] == result_key[1]
+                and state.no_progress
+            ):
+                state.no_progress += 1
+            else:
+                state.no_progress = 1
+
+        # identical_call (write/unknown), cycle and streaks ignore poll tools
+        identical = 0
+        if tool_class != "poll":
+            if ok and tool_class in ("write", "unknown") and result_key is not None:
+                key2 = (sig, result_key[1])
+                self.identical_count = self.identical_count + 1 if key2 == self.identical_key else 1
+                self.identical_key = key2
+                identical = self.identical_count
+            else:
+                self.identical_key, self.identical_count = None, 0
+            self.cycle.push(sig)
+        if tool_class == "read":
+            self.read_streak += 1
+            if ok:
+                self.write_streak = 0
+        elif tool_class == "write":
+            self.write_streak += 1
+            self.read_streak = 0
+
+        return self._verdict(sig, state, failure_tolerant, tool_failures, refusals, identical, tool_class)
+
+    def _verdict(
+        self,
+        sig: Signature,
+        state: SignatureState,
+        failure_tolerant: bool,
+        tool_failures: int,
+        refusals: int,
+        identical: int,
+        tool_class: ToolClass,
+    ) -> Decision:
+        warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
+        if hard and refusals >= stop["refusal"]:
+            return _decision("halt", codes.REFUSAL_HALT, sig, refusals, stop["refusal"])
+        if hard and not failure_tolerant and tool_failures >= stop["same_tool_failure"]:
+            return _decision(
+                "halt", codes.SAME_TOOL_FAILURE_HALT, sig, tool_failures, stop["same_tool_failure"]
+            )
+        if hard and identical >= stop["identical_call"]:
+            return _decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
+        if not self.config.warnings:
+            return codes.ALLOW_DECISION
+        failures = self._exact_failures(state)
+        if failures and failures >= warn["exact_failure"]:
+            return _decision("warn", codes.EXACT_FAILURE_WARN, sig, failures, warn["exact_failure"])
+        if refusals and refusals >= warn["refusal"]:
+            return _decision("warn", codes.REFUSAL_WARN, sig, refusals, warn["refusal"])
+        if tool_failures and tool_failures >= warn["same_tool_failure"]:
+            return _decision(
+                "warn", codes.SAME_TOOL_FAILURE_WARN, sig, tool_failures, warn["same_tool_failure"]
+            )
+        if tool_class == "read" and state.no_progress >= warn["no_progress"]:
+            return _decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
+        if identical and identical >= warn["identical_call"]:
+            return _decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
+        if tool_class != "poll" and self.cycle.runs_any():
+            count, period = self.cycle.best()
+            if count >= warn["cycle"]:
+                return _decision("warn", codes.CYCLE_WARN, sig, count, warn["cycle"], period=period)
+        if self.read_streak >= warn["read_only_streak"]:
+            return _decision(
+                "warn", codes.READ_ONLY_STREAK_WARN, sig, self.read_streak, warn["read_only_streak"]
+            )
+        if self.write_streak >= warn["write_streak"]:
+            return _decision("warn", codes.WRITE_STREAK_WARN, sig, self.write_streak, warn["write_streak"])
+        return codes.ALLOW_DECISION
+
+
+_MESSAGES: Final = {
+    codes.EXACT_FAILURE_WARN: "{tool} failed {count} times in a row with the same arguments. Do not retry it "
+    "unchanged: read the error, change the arguments or the approach, or report the problem.",
+    codes.EXACT_FAILURE_BLOCK: "Not run: {tool} already failed {count} times in a row with these same "
+    "arguments. Change the arguments or the approach, or stop and report the problem.",
+    codes.SAME_TOOL_FAILURE_WARN: "{tool} has failed {count} times this turn, with different arguments or "
+    "errors. Diagnose the cause before calling it again.",
+    codes.SAME_TOOL_FAILURE_HALT: "Stopping this turn: {tool} failed {count} times (limit {limit}). "
+    "Tell the user what went wrong instead of calling more tools.",
+    codes.REFUSAL_WARN: "{tool} was refused {count} times by a policy or permission gate. Retrying will not "
+    "help: ask the user for permission or take another approach.",
+    codes.REFUSAL_HALT: "Stopping this turn: {tool} was refused {count} times (limit {limit}). Ask the user "
+    "for permission instead of retrying.",
+    codes.NO_PROGRESS_WARN: "{tool} returned the same result {count} times for the same arguments. You "
+    "already have this result: use it instead of calling again.",
+    codes.NO_PROGRESS_BLOCK: "Not run: {tool} already returned the same result {count} times for these "
+    "arguments. Use the result you have.",
+    codes.IDENTICAL_CALL_WARN: "{tool} was called {count} times in a row with the same arguments and got the "
+    "same result. Stop repeating it.",
+    codes.IDENTICAL_CALL_HALT: "Stopping this turn: {tool} was repeated {count} times in a row with the same "
+    "result (limit {limit}).",
+    codes.CYCLE_WARN: "Your last calls repeat the same cycle of {period} calls ({count} times in a row, "
+    "ending with {tool}). Break the cycle: try something different or report back.",
+    codes.CYCLE_BLOCK: "Not run: this call to {tool} would continue a cycle of {period} calls already "
+    "repeated {count} times. Try something different or report back.",
+    codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row without changing anything. Act on what "
+    "you found or report back.",
+    codes.WRITE_STREAK_WARN: "{count} changing calls in a row without reading anything back. Check the "
+    "results of your changes.",
+}
+
+
+def _decision(
+    action: codes.Action, code: str, sig: Signature, count: int, limit: int, *, period: int = 0
+) -> Decision:
+    message = _MESSAGES[code].format(tool=sig.tool_name, count=count, limit=limit, period=period)
+    return Decision(
+        action=action,
+        code=code,
+        message=message,
+        tool_name=sig.tool_name,
+        count=count,
+        limit=limit,
+        signature=sig,
+    )

@@ -1,0 +1,13 @@
+"""Environment variables otelguard reads. Each is named here once, with what it does."""
+
+from __future__ import annotations
+
+OTELGUARD_SIGNATURE_KEY = "OTELGUARD_SIGNATURE_KEY"
+"""Key for the keyed hash of tool arguments (``args_hash``). Share one value across a fleet so the
+same loop has the same hash everywhere. ``signature_key`` in the config takes precedence."""
+
+OTELGUARD_REQUIRE_E2E = "OTELGUARD_REQUIRE_E2E"
+"""Test-suite switch: when ``1``, end-to-end tests whose binaries are missing fail instead of skipping."""
+
+PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
+"""prometheus_client's multi-process directory; when set, ``serve_metrics`` aggregates worker files."""

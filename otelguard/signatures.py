@@ -1,0 +1,295 @@
+"""Canonical arguments, keyed argument hashes, and result fingerprints (SPEC §2).
+
+The hot path is ``orjson.dumps(args, OPT_SORT_KEYS)`` plus one keyed BLAKE2b. Whatever orjson
+rejects (lone surrogates, non-string keys, huge ints, sets, bytes, nesting past its depth limit)
+goes through ``_canonical_slow``, an iterative encoder with the same rules: deterministic, any depth,
+never raises.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import logging
+import math
+import os
+import threading
+from collections.abc import Mapping, Set
+from typing import Any, Final
+
+import orjson
+import xxhash
+
+from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
+
+__all__ = ["ArgsHasher", "ResultFingerprinter", "canonical_args", "resolve_signature_key"]
+
+logger = logging.getLogger("otelguard")
+
+_SORT: Final = orjson.OPT_SORT_KEYS
+_EMPTY: Final = b"{}"
+_BLAKE2B_MAX_KEY: Final = 64
+
+_random_key: bytes | None = None
+_random_key_lock = threading.Lock()
+
+
+def resolve_signature_key(configured: str | None) -> bytes:
+    """The hash key: the config's, else ``OTELGUARD_SIGNATURE_KEY``, else one random key per process."""
+    global _random_key
+    secret = configured or os.environ.get(OTELGUARD_SIGNATURE_KEY)
+    if secret:
+        raw = secret.encode("utf-8", "surrogatepass")
+        return raw if len(raw) <= _BLAKE2B_MAX_KEY else hashlib.blake2b(raw).digest()
+    with _random_key_lock:
+        if _random_key is None:
+            _random_key = os.urandom(32)
+            logger.warning(
+                "otelguard: no signature_key and no %s set; using a random per-process key, "
+                "so args_hash values will not match across processes",
+                OTELGUARD_SIGNATURE_KEY,
+            )
+        return _random_key
+
+
+def _utf8(text: str) -> bytes:
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass")
+
+
+def canonical_args(args: Any) -> bytes:
+    """Canonical bytes of tool arguments: compact JSON, keys sorted at every level, UTF-8.
+
+    ``None`` is ``{}``; a string is parsed as JSON (OpenAI sends arguments as a string) and, when it
+    does not parse, used raw.
+    """
+    if args is None:
+        return _EMPTY
+    if isinstance(args, (str, bytes, bytearray, memoryview)):
+        try:
+            args = orjson.loads(args)
+        except (orjson.JSONDecodeError, TypeError):
+            return _utf8(args) if isinstance(args, str) else bytes(args)
+        if args is None:
+            return _EMPTY
+    try:
+        return orjson.dumps(args, option=_SORT)
+    except (TypeError, orjson.JSONEncodeError):
+        return _canonical_slow(args)
+
+
+def _canonical_slow(value: Any) -> bytes:
+    """Iterative canonical JSON for what orjson rejects. Never recurses, never raises."""
+    out: list[str] = []
+    # The stack holds values to encode, or literal strings (already-encoded separators).
+    stack: list[Any] = [value]
+    encode_str = _json_string
+    while stack:
+        item = stack.pop()
+        if isinstance(item, _Literal):
+            out.append(item.text)
+            continue
+        if item is None:
+            out.append("null")
+        elif item is True:
+            out.append("true")
+        elif item is False:
+            out.append("false")
+        elif isinstance(item, str):
+            out.append(encode_str(item))
+        elif isinstance(item, int):
+            out.append(
+                int.__repr__(item) if abs(item) < 10**4000 else encode_str(f"<int {item.bit_length()} bits>")
+            )
+        elif isinstance(item, float):
+            out.append(repr(item) if math.isfinite(item) else "null")
+        elif isinstance(item, Mapping):
+            pairs = sorted(((_key_text(k), v) for k, v in _safe_items(item)), key=lambda kv: kv[0])
+            pending: list[Any] = [_Literal("{")]
+            for i, (key, val) in enumerate(pairs):
+                if i:
+                    pending.append(_Literal(","))
+                pending.append(_Literal(encode_str(key) + ":"))
+                pending.append(val)
+            pending.append(_Literal("}"))
+            stack.extend(reversed(pending))
+        elif isinstance(item, (list, tuple)):
+            pending = [_Literal("[")]
+            for i, element in enumerate(item):
+                if i:
+                    pending.append(_Literal(","))
+                pending.append(element)
+            pending.append(_Literal("]"))
+            stack.extend(reversed(pending))
+        elif isinstance(item, (Set, frozenset)):
+            elements = sorted(_canonical_slow(e) for e in _safe_iter(item))
+            out.append("[" + ",".join(e.decode("utf-8", "surrogatepass") for e in elements) + "]")
+        elif isinstance(item, (bytes, bytearray, memoryview)):
+            out.append(encode_str(repr(bytes(item))))
+        else:
+            out.append(encode_str(_safe_str(item)))
+    return "".join(out).encode("utf-8", "surrogatepass")
+
+
+class _Literal:
+    __slots__ = ("text",)
+
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+
+_ESCAPES: Final = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
+
+
+def _json_string(text: str) -> str:
+    if text.isprintable() and '"' not in text and "\\" not in text:
+        return f'"{text}"'
+    chars = []
+    for ch in text:
+        if ch in _ESCAPES:
+            chars.append(_ESCAPES[ch])
+        elif ch < " ":
+            chars.append(f"\\u{ord(ch):04x}")
+        else:
+            chars.append(ch)
+    return '"' + "".join(chars) + '"'
+
+
+def _key_text(key: Any) -> str:
+    return key if isinstance(key, str) else _safe_str(key)
+
+
+def _safe_str(value: Any) -> str:
+    try:
+        return str(value)
+    except Exception:  # a hostile __str__ must not break the agent loop
+        return f"<{type(value).__name__}>"
+
+
+def _safe_items(mapping: Mapping[Any, Any]) -> list[tuple[Any, Any]]:
+    try:
+        return list(mapping.items())
+    except Exception:
+        return []
+
+
+def _safe_iter(values: Any) -> list[Any]:
+    try:
+        return list(values)
+    except Exception:
+        return []
+
+
+class ArgsHasher:
+    """Keyed hash of canonical arguments → the 16-hex ``args_hash``. Hashes of one key correlate."""
+
+    __slots__ = ("_keyed",)
+
+    def __init__(self, key: bytes) -> None:
+        # Copying a keyed state is cheaper than keying a new one per call.
+        self._keyed = hashlib.blake2b(digest_size=8, key=key)
+
+    def hash_canonical(self, canonical: bytes) -> str:
+        h = self._keyed.copy()
+        h.update(canonical)
+        return h.hexdigest()
+
+    def args_hash(self, args: Any) -> str:
+        if type(args) is dict:
+            try:
+                canonical = orjson.dumps(args, option=_SORT)
+            except (TypeError, orjson.JSONEncodeError):
+                canonical = _canonical_slow(args)
+        else:
+            canonical = canonical_args(args)
+        h = self._keyed.copy()
+        h.update(canonical)
+        return h.hexdigest()
+
+
+class ResultFingerprinter:
+    """Fingerprints of tool results. They never leave the process, so a fast unkeyed hash is fine.
+
+    JSON results compare by content with volatile keys dropped at any depth; other results as text.
+    ``fingerprint(result, previous)`` takes the last ``(raw_digest, fingerprint)`` seen for the same
+    signature and skips parsing when the raw bytes are unchanged.
+    """
+
+    __slots__ = ("_volatile",)
+
+    def __init__(self, volatile_keys: tuple[str, ...]) -> None:
+        self._volatile = frozenset(volatile_keys)
+
+    def fingerprint(self, result: Any, previous: tuple[int, int] | None = None) -> tuple[int, int]:
+        """Return ``(raw_digest, fingerprint)`` for ``result``."""
+        if isinstance(result, str):
+            try:
+                raw = result.encode()
+            except UnicodeEncodeError:
+                raw = result.encode("utf-8", "surrogatepass")
+        elif isinstance(result, (bytes, bytearray, memoryview)):
+            raw = bytes(result)
+        else:
+            return 0, self._structured(result)
+        raw_digest: int = xxhash.xxh3_128_intdigest(raw)
+        if previous is not None and previous[0] == raw_digest:
+            return previous
+        stripped = raw.lstrip()
+        if stripped[:1] in (b"{", b"["):
+            try:
+                parsed = orjson.loads(raw)
+            except orjson.JSONDecodeError:
+                return raw_digest, raw_digest
+            return raw_digest, self._structured(parsed, owned=True)
+        return raw_digest, raw_digest
+
+    def _structured(self, value: Any, owned: bool = False) -> int:
+        """Content fingerprint of a JSON-like value; ``owned`` values (freshly parsed) may be pruned in place."""
+        if self._volatile and isinstance(value, (dict, list)):
+            if not owned:
+                value = _without_keys(value, self._volatile)
+            else:
+                try:
+                    _prune(value, self._volatile)
+                except RecursionError:
+                    value = _without_keys(value, self._volatile)
+        digest: int = xxhash.xxh3_128_intdigest(canonical_args(value) if value is not None else b"null")
+        return digest
+
+
+def _prune(value: Any, drop: frozenset[str]) -> None:
+    """Delete the keys in ``drop`` from a parsed JSON value, in place, at any depth."""
+    if type(value) is dict:
+        for key in drop.intersection(value):
+            del value[key]
+        for child in value.values():
+            if type(child) is dict or type(child) is list:
+                _prune(child, drop)
+    else:
+        for child in value:
+            if type(child) is dict or type(child) is list:
+                _prune(child, drop)
+
+
+def _without_keys(value: Any, drop: frozenset[str]) -> Any:
+    """A copy of a parsed JSON value without the keys in ``drop``, at any depth. Iterative."""
+    root: list[Any] = [None]
+    stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    while stack:
+        node, parent, slot = stack.pop()
+        if isinstance(node, dict):
+            copy: dict[Any, Any] = {}
+            parent[slot] = copy
+            for key, child in node.items():
+                if key not in drop:
+                    copy[key] = None
+                    stack.append((child, copy, key))
+        elif isinstance(node, list):
+            items: list[Any] = [None] * len(node)
+            parent[slot] = items
+            for i, child in enumerate(node):
+                stack.append((child, items, i))
+        else:
+            parent[slot] = node
+    return root[0]
