@@ -1,0 +1,5 @@
+import sys
+
+from otelguard.cli import main
+
+sys.exit(main())
