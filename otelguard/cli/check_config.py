@@ -21,7 +21,8 @@ def run(args: argparse.Namespace) -> int:
     try:
         config = GuardConfig.from_file(args.file)
     except ConfigError as exc:
-        print(f"otelguard: invalid config {args.file}: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split())  # one line, whatever the YAML parser wrote
+        print(f"otelguard: invalid config {args.file}: {message}", file=sys.stderr)
         return 2
     effective = config.to_mapping()
     if args.json:
