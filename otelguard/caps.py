@@ -14,7 +14,10 @@ __all__ = ["CapLedger", "Charge"]
 Scope = Literal["turn", "session"]
 Charge = tuple[Scope, str, int]
 
-_NOUNS: Final = {"web_search": ("made", "web searches"), "subagents": ("started", "subagents")}
+_NOUNS: Final = {
+    "web_search": ("made", "web search", "web searches"),
+    "subagents": ("started", "subagent", "subagents"),
+}
 
 
 class CapLedger:
@@ -74,8 +77,10 @@ class CapLedger:
         return MappingProxyType({key: self.turn_peak_ratio.get(key, 0.0) for key, _ in turn_limits})
 
     def _hit(self, sig: Signature, scope: Scope, key: str, used: int, limit: int, requested: int) -> Decision:
-        verb, noun = _NOUNS.get(key, ("made", f"calls to {key}"))
-        message = f"Not run: this {scope} already {verb} {used} {noun}, the limit is {limit}."
+        verb, one, many = _NOUNS.get(key, ("made", f"call to {key}", f"calls to {key}"))
+        message = (
+            f"Not run: this {scope} already {verb} {used} {one if used == 1 else many}, the limit is {limit}."
+        )
         if requested > 1:
             message += f" This call would add {requested} more."
         message += " Work with what you have, or tell the user the limit was reached."

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
@@ -122,7 +123,10 @@ class Decision:
             "error": self.message or f"The call to {self.tool_name} was not run.",
             "otelguard": {"action": self.action, "code": self.code, "count": self.count, "limit": self.limit},
         }
-        return orjson.dumps(body).decode()
+        try:
+            return orjson.dumps(body).decode()
+        except orjson.JSONEncodeError:  # a tool name with a lone surrogate: escape it
+            return json.dumps(body)
 
     def annotate(self, result: Any) -> Any:
         """Append this decision's guidance to a tool result for ``warn``/``halt``; else return it unchanged.
@@ -141,7 +145,25 @@ class Decision:
         return result
 
 
-ALLOW_DECISION: Final = Decision(action="allow", code=ALLOW)
+_new = object.__new__
+_set_action, _set_code, _set_message, _set_tool, _set_count, _set_limit, _set_signature, _set_cap = (
+    Decision.__dict__[name].__set__ for name in Decision.__slots__
+)
+
+
+def allow_decision(tool_name: str, signature: Signature) -> Decision:
+    """An ``allow`` for one call. The allow path runs on every call: filling the slots directly costs a
+    third of the frozen dataclass ``__init__``, and the result is the same immutable ``Decision``."""
+    decision = _new(Decision)
+    _set_action(decision, "allow")
+    _set_code(decision, ALLOW)
+    _set_message(decision, "")
+    _set_tool(decision, tool_name)
+    _set_count(decision, 0)
+    _set_limit(decision, 0)
+    _set_signature(decision, signature)
+    _set_cap(decision, None)
+    return decision
 
 
 @dataclass(frozen=True, slots=True)

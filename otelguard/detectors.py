@@ -265,7 +265,7 @@ class TurnDetectors:
         if hard and identical >= stop["identical_call"]:
             return _decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
         if not self.config.warnings:
-            return codes.ALLOW_DECISION
+            return codes.allow_decision(sig.tool_name, sig)
         failures = self._exact_failures(state)
         if failures and failures >= warn["exact_failure"]:
             return _decision("warn", codes.EXACT_FAILURE_WARN, sig, failures, warn["exact_failure"])
@@ -283,13 +283,13 @@ class TurnDetectors:
             count, period = self.cycle.best()
             if count >= warn["cycle"]:
                 return _decision("warn", codes.CYCLE_WARN, sig, count, warn["cycle"], period=period)
-        if self.read_streak >= warn["read_only_streak"]:
+        if tool_class == "read" and self.read_streak >= warn["read_only_streak"]:
             return _decision(
                 "warn", codes.READ_ONLY_STREAK_WARN, sig, self.read_streak, warn["read_only_streak"]
             )
-        if self.write_streak >= warn["write_streak"]:
+        if tool_class == "write" and self.write_streak >= warn["write_streak"]:
             return _decision("warn", codes.WRITE_STREAK_WARN, sig, self.write_streak, warn["write_streak"])
-        return codes.ALLOW_DECISION
+        return codes.allow_decision(sig.tool_name, sig)
 
 
 _MESSAGES: Final = {
@@ -317,10 +317,10 @@ _MESSAGES: Final = {
     "ending with {tool}). Break the cycle: try something different or report back.",
     codes.CYCLE_BLOCK: "Not run: this call to {tool} would continue a cycle of {period} calls already "
     "repeated {count} times. Try something different or report back.",
-    codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row without changing anything. Act on what "
-    "you found or report back.",
-    codes.WRITE_STREAK_WARN: "{count} changing calls in a row without reading anything back. Check the "
-    "results of your changes.",
+    codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row (the last: {tool}) without changing "
+    "anything. Act on what you found or report back.",
+    codes.WRITE_STREAK_WARN: "{count} changing calls in a row (the last: {tool}) without reading anything "
+    "back. Check the results of your changes.",
 }
 
 

@@ -199,7 +199,7 @@ class Guard:
                 if decision is None and turn.detectors.hard_stop:
                     decision = turn.detectors.refuse_before(sig, facts.tool_class)
             if decision is None:
-                decision = codes.ALLOW_DECISION
+                decision = codes.allow_decision(name, sig)
                 charges: tuple[Charge, ...] = ()
                 if facts.caps_turn or facts.caps_session:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
@@ -269,7 +269,12 @@ class Guard:
         turn = self._turn or self._current_turn()
         with self._lock:
             pending = self._take(_pending_key(name, args, call_id), args)
-            sig = pending.sig if pending is not None else Signature(name, self._hasher.args_hash(args))
+            if pending is not None:
+                sig = pending.sig
+            else:
+                sig = Signature(name, self._hasher.args_hash(args))
+                if call_id is None:
+                    pending = self._take_by_signature(sig)
             result_key = None
             if outcome == "ok" and facts.tool_class != "poll":
                 state = turn.detectors.signatures.get(sig)
@@ -279,7 +284,7 @@ class Guard:
             decision = turn.detectors.record_after(
                 sig, facts.tool_class, facts.failure_tolerant, outcome, refusal, result_key
             )
-            if decision is not codes.ALLOW_DECISION:
+            if decision.action != "allow":
                 turn.decisions[decision.code] += 1
                 if decision.should_halt and turn.halt is None:
                     turn.halt = decision
@@ -292,7 +297,7 @@ class Guard:
                 agent=turn.agent,
                 turn_id=turn.turn_id,
                 decision=decision,
-                before=pending.before if pending is not None else codes.ALLOW_DECISION,
+                before=pending.before if pending is not None else codes.allow_decision(name, sig),
                 outcome=outcome,
                 refusal=refusal,
                 spawn_count=pending.spawn_count if pending is not None else 0,
@@ -338,6 +343,22 @@ class Guard:
                 if not queue:
                     del self._pending[key]
                 return pending
+        return None
+
+    def _take_by_signature(self, sig: Signature) -> _Pending | None:
+        """The host passed an equal but not identical ``args`` object: match on the signature."""
+        last = self._last_pending
+        if last is not None and last.sig == sig:
+            self._last_key, self._last_pending = None, None
+            return last
+        for key, queue in self._pending.items():
+            if isinstance(key, tuple):
+                for i, pending in enumerate(queue):
+                    if pending.sig == sig:
+                        del queue[i]
+                        if not queue:
+                            del self._pending[key]
+                        return pending
         return None
 
     # observers and internal errors -----------------------------------------------------------

@@ -79,17 +79,35 @@ def canonical_args(args: Any) -> bytes:
         return _canonical_slow(args)
 
 
-def _canonical_slow(value: Any) -> bytes:
-    """Iterative canonical JSON for what orjson rejects. Never recurses, never raises."""
+_MAX_CONTAINERS: Final = 100_000
+_TRUNCATED: Final = '"<truncated>"'
+_CYCLE: Final = '"<cycle>"'
+
+
+def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
+    """Iterative canonical JSON for what orjson rejects. Never recurses, never raises, always ends:
+    a container inside itself becomes ``"<cycle>"``; past ``_MAX_CONTAINERS`` containers the rest is
+    ``"<truncated>"``."""
+    if budget is None:
+        budget = [_MAX_CONTAINERS]
     out: list[str] = []
-    # The stack holds values to encode, or literal strings (already-encoded separators).
+    on_path: set[int] = set()  # containers being encoded: meeting one again is a cycle
+    # The stack holds values to encode, or literals (already-encoded separators).
     stack: list[Any] = [value]
     encode_str = _json_string
     while stack:
         item = stack.pop()
         if isinstance(item, _Literal):
             out.append(item.text)
+            if item.closes:
+                on_path.discard(item.closes)
             continue
+        if isinstance(item, (Mapping, list, tuple)):
+            if id(item) in on_path:
+                out.append(_CYCLE)
+                continue
+            if budget[0] > 0:
+                on_path.add(id(item))
         if item is None:
             out.append("null")
         elif item is True:
@@ -104,7 +122,10 @@ def _canonical_slow(value: Any) -> bytes:
             )
         elif isinstance(item, float):
             out.append(repr(item) if math.isfinite(item) else "null")
+        elif isinstance(item, (Mapping, list, tuple, Set, frozenset)) and budget[0] <= 0:
+            out.append(_TRUNCATED)
         elif isinstance(item, Mapping):
+            budget[0] -= 1
             pairs = sorted(((_key_text(k), v) for k, v in _safe_items(item)), key=lambda kv: kv[0])
             pending: list[Any] = [_Literal("{")]
             for i, (key, val) in enumerate(pairs):
@@ -112,18 +133,20 @@ def _canonical_slow(value: Any) -> bytes:
                     pending.append(_Literal(","))
                 pending.append(_Literal(encode_str(key) + ":"))
                 pending.append(val)
-            pending.append(_Literal("}"))
+            pending.append(_Literal("}", id(item)))
             stack.extend(reversed(pending))
         elif isinstance(item, (list, tuple)):
+            budget[0] -= 1
             pending = [_Literal("[")]
             for i, element in enumerate(item):
                 if i:
                     pending.append(_Literal(","))
                 pending.append(element)
-            pending.append(_Literal("]"))
+            pending.append(_Literal("]", id(item)))
             stack.extend(reversed(pending))
         elif isinstance(item, (Set, frozenset)):
-            elements = sorted(_canonical_slow(e) for e in _safe_iter(item))
+            budget[0] -= 1
+            elements = sorted(_canonical_slow(e, budget) for e in _safe_iter(item))
             out.append("[" + ",".join(e.decode("utf-8", "surrogatepass") for e in elements) + "]")
         elif isinstance(item, (bytes, bytearray, memoryview)):
             out.append(encode_str(repr(bytes(item))))
@@ -133,10 +156,11 @@ def _canonical_slow(value: Any) -> bytes:
 
 
 class _Literal:
-    __slots__ = ("text",)
+    __slots__ = ("closes", "text")
 
-    def __init__(self, text: str) -> None:
+    def __init__(self, text: str, closes: int = 0) -> None:
         self.text = text
+        self.closes = closes
 
 
 _ESCAPES: Final = {'"': '\\"', "\\": "\\\\", "\n": "\\n", "\r": "\\r", "\t": "\\t", "\b": "\\b", "\f": "\\f"}
@@ -276,8 +300,14 @@ def _without_keys(value: Any, drop: frozenset[str]) -> Any:
     """A copy of a parsed JSON value without the keys in ``drop``, at any depth. Iterative."""
     root: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
+    seen: set[int] = set()
     while stack:
         node, parent, slot = stack.pop()
+        if isinstance(node, (dict, list)):
+            if id(node) in seen:  # shared or self-referencing: a fixed marker keeps this finite
+                parent[slot] = "<seen>"
+                continue
+            seen.add(id(node))
         if isinstance(node, dict):
             copy: dict[Any, Any] = {}
             parent[slot] = copy

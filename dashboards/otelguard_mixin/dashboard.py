@@ -1,0 +1,566 @@
+"""The ``otelguard-overview`` Grafana dashboard (SPEC §6), built with grafana-foundation-sdk.
+
+Layout follows how an on-call engineer reads it: the top row answers "is anything halting or hitting
+caps right now?" in six numbers; the rows below drill down by agent, cap, loop code, signature and
+tool. Panels that share a number with an alert read the alert's recording rule, so the dashboard shows
+exactly what paged.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from grafana_foundation_sdk.builders import dashboard as dash
+from grafana_foundation_sdk.builders import heatmap, prometheus, stat, table, timeseries
+from grafana_foundation_sdk.builders.common import (
+    GraphThresholdsStyleConfig,
+    ReduceDataOptions,
+    StackingConfig,
+    TableSortByFieldState,
+    VizLegendOptions,
+)
+from grafana_foundation_sdk.cog.encoder import JSONEncoder
+from grafana_foundation_sdk.models import common
+from grafana_foundation_sdk.models import dashboard as model
+from grafana_foundation_sdk.models import heatmap as heatmap_model
+from grafana_foundation_sdk.models.prometheus import PromQueryFormat
+
+from . import rules
+from .queries import (
+    BUILD_INFO,
+    CAP_HITS,
+    CAP_USAGE_BUCKET,
+    DECISIONS,
+    INTERNAL_ERRORS,
+    LOOP_CODE_MATCHER,
+    SIGNATURE_HITS,
+    SUBAGENT_SPAWNS,
+    TOOL_CALLS,
+    TURN_TOOL_CALLS_BUCKET,
+    TURNS,
+    rate,
+    selector,
+)
+
+UID = "otelguard-overview"
+TITLE = "otelguard / Overview"
+DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
+
+Steps = list[tuple[float | None, str]]
+HALTED = 'outcome="halted"'
+# A ratio panel reads a recording rule: empty means "rules not loaded" (or no traffic), never 0.
+NO_RULES = "no data (rules loaded?)"
+# "Any at all" thresholds: the smallest rate a real event produces is far above 0.001 per minute.
+ANY = 0.001
+OK_THEN_BAD: Steps = [(None, "green"), (ANY, "red")]
+
+
+class _Ids:
+    """Stable panel ids in layout order, so the generated JSON never churns."""
+
+    def __init__(self) -> None:
+        self.last = 0
+
+    def next(self) -> int:
+        self.last += 1
+        return self.last
+
+
+def _query(
+    expr: str,
+    legend: str = "__auto",
+    *,
+    ref: str = "A",
+    exemplar: bool = False,
+    instant: bool = False,
+    fmt: PromQueryFormat = PromQueryFormat.TIME_SERIES,
+) -> prometheus.Dataquery:
+    query = (
+        prometheus.Dataquery()
+        .expr(expr)
+        .legend_format(legend)
+        .ref_id(ref)
+        .datasource(DATASOURCE)
+        .format(fmt)
+        .exemplar(exemplar)
+    )
+    return query.instant() if instant else query.range()
+
+
+def _thresholds(steps: Steps) -> dash.ThresholdsConfig:
+    return (
+        dash.ThresholdsConfig()
+        .mode(model.ThresholdsMode.ABSOLUTE)
+        .steps([model.Threshold(value=value, color=color) for value, color in steps])
+    )
+
+
+def _legend() -> VizLegendOptions:
+    # A table legend with mean and max answers "which series, how bad" without hovering.
+    return (
+        VizLegendOptions()
+        .display_mode(common.LegendDisplayMode.TABLE)
+        .placement(common.LegendPlacement.BOTTOM)
+        .show_legend(True)
+        .calcs(["mean", "max", "lastNotNull"])
+        .sort_by("Max")
+        .sort_desc(True)
+    )
+
+
+def _timeseries(
+    ids: _Ids,
+    title: str,
+    description: str,
+    unit: str,
+    queries: list[prometheus.Dataquery],
+    *,
+    width: int = 8,
+    stacked: bool = False,
+    steps: Steps | None = None,
+) -> timeseries.Panel:
+    panel = (
+        timeseries.Panel()
+        .id(ids.next())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .targets([*queries])
+        .unit(unit)
+        .min(0)
+        .height(8)
+        .span(width)
+        .legend(_legend())
+        .fill_opacity(10)
+        .show_points(common.VisibilityMode.NEVER)
+        .thresholds(_thresholds(steps or [(None, "green")]))
+    )
+    if stacked:
+        panel = panel.stacking(StackingConfig().mode(common.StackingMode.NORMAL))
+    if steps:
+        # Draw the threshold as a dashed line so the panel says where "bad" starts.
+        panel = panel.thresholds_style(
+            GraphThresholdsStyleConfig().mode(common.GraphThresholdsStyleMode.DASHED)
+        )
+    return panel
+
+
+def _stat(
+    ids: _Ids,
+    title: str,
+    description: str,
+    unit: str,
+    expr: str,
+    steps: Steps,
+    *,
+    decimals: int = 2,
+    no_value: str = "0",
+) -> stat.Panel:
+    return (
+        stat.Panel()
+        .id(ids.next())
+        .title(title)
+        .description(description)
+        .datasource(DATASOURCE)
+        .with_target(_query(expr, title))
+        .unit(unit)
+        .decimals(decimals)
+        .no_value(no_value)
+        .height(4)
+        .span(4)
+        .color_mode(common.BigValueColorMode.BACKGROUND)
+        .graph_mode(common.BigValueGraphMode.AREA)
+        .reduce_options(ReduceDataOptions().calcs(["lastNotNull"]).values(False))
+        .thresholds(_thresholds(steps))
+    )
+
+
+def _row(ids: _Ids, title: str) -> dash.Row:
+    return dash.Row(title).id(ids.next())
+
+
+def _ratio_of_sums(numerator: str, denominator: str) -> str:
+    # A ratio across agents must divide the sums, never average the per-agent ratios.
+    return f"sum({numerator}) / sum({denominator})"
+
+
+def _top_row(ids: _Ids) -> list[stat.Panel]:
+    per_min = "cpm"
+    return [
+        _stat(
+            ids,
+            "Halted turns / min",
+            "Turns otelguard stopped (a block or halt ended the turn), per minute, all selected agents.",
+            per_min,
+            f"sum({rate(selector(TURNS, HALTED))}) * 60",
+            [(None, "green"), (ANY, "orange"), (1, "red")],
+        ),
+        _stat(
+            ids,
+            "Halted-turn ratio",
+            "Share of turns halted over the last 5 minutes (recording rule shared with OtelguardHaltRateHigh).",
+            "percentunit",
+            _ratio_of_sums(selector(rules.HALTED_TURNS_RATE), selector(rules.TURNS_RATE)),
+            [(None, "green"), (0.05, "orange"), (0.25, "red")],
+            decimals=1,
+            no_value=NO_RULES,
+        ),
+        _stat(
+            ids,
+            "Cap hits / min",
+            "Calls refused because a turn or session cap (web_search, subagents, …) was reached, per minute.",
+            per_min,
+            f"sum({rate(selector(CAP_HITS))}) * 60",
+            [(None, "green"), (ANY, "orange"), (1, "red")],
+        ),
+        _stat(
+            ids,
+            "Loop rate",
+            "Loop-detector warnings, blocks and halts per tool call over the last 5 minutes "
+            "(recording rule shared with OtelguardLoopRateHigh).",
+            "percentunit",
+            _ratio_of_sums(selector(rules.LOOP_DECISIONS_RATE), selector(rules.TOOL_CALLS_RATE)),
+            [(None, "green"), (0.02, "orange"), (0.1, "red")],
+            decimals=1,
+            no_value=NO_RULES,
+        ),
+        _stat(
+            ids,
+            "Internal errors / min",
+            "Calls on which otelguard itself failed and allowed the call unchecked. Should be 0.",
+            per_min,
+            f"sum({rate(selector(INTERNAL_ERRORS, agent=False))}) * 60",
+            OK_THEN_BAD,
+        ),
+        _stat(
+            ids,
+            "Tool calls / s",
+            "Guarded tool calls per second, every outcome: the traffic the numbers on the left are out of.",
+            "cps",
+            f"sum({rate(selector(TOOL_CALLS, tool=True))})",
+            [(None, "blue")],
+        ),
+    ]
+
+
+def _halts_row(ids: _Ids) -> list[Any]:
+    halted = rate(selector(TURNS, HALTED))
+    stops = selector(DECISIONS, 'action=~"block|halt"', 'code!="turn_halted"', tool=True)
+    return [
+        _row(ids, "Halts: which agent, why"),
+        _timeseries(
+            ids,
+            "Halted turns per minute by agent",
+            "Turns ended by a block or halt decision, per agent.",
+            "cpm",
+            [_query(f"sum by (agent) ({halted}) * 60", "{{agent}}")],
+        ),
+        _timeseries(
+            ids,
+            "Halted-turn ratio by agent",
+            "Share of each agent's turns halted over the last 5 minutes. OtelguardHaltRateHigh fires "
+            "above 25% for 15 minutes.",
+            "percentunit",
+            [
+                _query(
+                    f"sum by (agent) ({selector(rules.HALTED_TURNS_RATE)})"
+                    f" / sum by (agent) ({selector(rules.TURNS_RATE)})",
+                    "{{agent}}",
+                )
+            ],
+            steps=[(None, "green"), (0.25, "red")],
+        ),
+        _timeseries(
+            ids,
+            "Blocks and halts per minute by code",
+            "The decisions that stopped calls or turns, by decision code (caps and loop detectors). "
+            "Exemplars link to the trace of the call.",
+            "cpm",
+            [_query(f"sum by (code) ({rate(stops)}) * 60", "{{code}}", exemplar=True)],
+        ),
+    ]
+
+
+def _caps_row(ids: _Ids) -> list[Any]:
+    usage = rate(selector(CAP_USAGE_BUCKET))
+    return [
+        _row(ids, "Caps: which cap, which agent"),
+        _timeseries(
+            ids,
+            "Cap hits per minute by cap",
+            "Calls refused by a turn or session cap, by cap key and scope. Exemplars link to the trace.",
+            "cpm",
+            [
+                _query(
+                    f"sum by (cap, scope) ({rate(selector(CAP_HITS))}) * 60",
+                    "{{cap}} ({{scope}})",
+                    exemplar=True,
+                )
+            ],
+        ),
+        _timeseries(
+            ids,
+            "Cap hits per minute by agent",
+            "Cap hits per agent and cap over the last 5 minutes: the series OtelguardRunawaySearchLoop "
+            "(web_search) and OtelguardRunawayDelegationLoop (subagents) page on when it stays above 0.",
+            "cpm",
+            [_query(f"sum by (agent, cap) ({selector(rules.CAP_HITS_RATE)}) * 60", "{{agent}} · {{cap}}")],
+        ),
+        _timeseries(
+            ids,
+            "Cap usage p95 by cap",
+            "How close turns come to their cap: 95th percentile of the highest used/limit of each turn "
+            "(1 = the turn reached its cap).",
+            "percentunit",
+            [_query(f"histogram_quantile(0.95, sum by (cap, le) ({usage}))", "{{cap}} p95")],
+            steps=[(None, "green"), (0.9, "orange"), (1, "red")],
+        ),
+        _cap_usage_heatmap(ids, usage),
+        _timeseries(
+            ids,
+            "Subagent spawns per minute by agent",
+            "Subagents started by spawning tools (a batch counts each subagent).",
+            "cpm",
+            [_query(f"sum by (agent) ({rate(selector(SUBAGENT_SPAWNS))}) * 60", "{{agent}}")],
+            width=12,
+        ),
+    ]
+
+
+def _cap_usage_heatmap(ids: _Ids, usage: str) -> heatmap.Panel:
+    return (
+        heatmap.Panel()
+        .id(ids.next())
+        .title("Cap usage distribution")
+        .description(
+            "Turns by the highest share of a cap they used (all caps). A band at 1 means turns "
+            "run into their caps; healthy agents sit in the low buckets."
+        )
+        .datasource(DATASOURCE)
+        .with_target(_query(f"sum by (le) ({usage})", "{{le}}", fmt=PromQueryFormat.HEATMAP))
+        .height(8)
+        .span(12)
+        .calculate(False)
+        .y_axis(heatmap.YAxisConfig().unit("percentunit").decimals(0))
+        .cell_values(heatmap.CellValues().unit("cps"))
+        .color(heatmap.HeatmapColorOptions().mode(heatmap_model.HeatmapColorMode.SCHEME).scheme("Oranges"))
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.LE))
+        .show_legend()
+    )
+
+
+def _loops_row(ids: _Ids) -> list[Any]:
+    loops = selector(DECISIONS, LOOP_CODE_MATCHER, tool=True)
+    warnings = selector(DECISIONS, 'action="warn"', LOOP_CODE_MATCHER, tool=True)
+    return [
+        _row(ids, "Loops: which code, which tool"),
+        _timeseries(
+            ids,
+            "Loop warnings per minute by code",
+            "Warnings from the loop detectors (the model is told it is repeating itself), by decision "
+            "code. Exemplars link to the trace of the call.",
+            "cpm",
+            [_query(f"sum by (code) ({rate(warnings)}) * 60", "{{code}}", exemplar=True)],
+        ),
+        _timeseries(
+            ids,
+            "Loop rate by code (per tool call)",
+            "Loop-detector warnings, blocks and halts per tool call over the last 5 minutes, by code. "
+            "OtelguardLoopRateHigh fires when an agent's total stays above 10% for 15 minutes.",
+            "percentunit",
+            [
+                _query(
+                    f"sum by (code) ({selector(rules.LOOP_DECISIONS_RATE)})"
+                    f" / scalar(sum({selector(rules.TOOL_CALLS_RATE)}))",
+                    "{{code}}",
+                )
+            ],
+            stacked=True,
+            steps=[(None, "green"), (0.1, "red")],
+        ),
+        _timeseries(
+            ids,
+            "Loop decisions per minute by tool",
+            "Which tools the loop detectors fire on (warnings, blocks and halts). Exemplars link to traces.",
+            "cpm",
+            [_query(f"sum by (tool) ({rate(loops)}) * 60", "{{tool}}", exemplar=True)],
+        ),
+        _signatures_table(ids),
+    ]
+
+
+def _signatures_table(ids: _Ids) -> table.Panel:
+    # Over the whole dashboard range, not a rate: a signature that looped 20 minutes ago still matters
+    # to the engineer reading this, and an instant rate would already have forgotten it.
+    hits = selector(SIGNATURE_HITS, LOOP_CODE_MATCHER, tool=True)
+    expr = f"topk(20, sum by (agent, tool, code, signature) (increase({hits}[$__range]))) > 0"
+    organize = model.DataTransformerConfig(
+        id_val="organize",
+        options={
+            "excludeByName": {"Time": True},
+            "indexByName": {"agent": 0, "tool": 1, "code": 2, "signature": 3, "Value": 4},
+            "renameByName": {"signature": "signature (args hash)", "Value": "hits in range"},
+        },
+    )
+    return (
+        table.Panel()
+        .id(ids.next())
+        .title("Top looping signatures")
+        .description(
+            "The calls (tool + keyed hash of the arguments) the loop detectors fired on most in the "
+            "selected time range. Search the agent's traces for otelguard.args_hash to find the calls."
+        )
+        .datasource(DATASOURCE)
+        .with_target(_query(expr, "", instant=True, fmt=PromQueryFormat.TABLE))
+        .with_transformation(organize)
+        .unit("short")
+        .decimals(0)
+        .height(9)
+        .span(24)
+        .sort_by([TableSortByFieldState().display_name("hits in range").desc(True)])
+        # Spelled out because Grafana fills these in on load: the JSON then round-trips unchanged.
+        .align(common.FieldTextAlignment.AUTO)
+        .inspect(False)
+        .thresholds(_thresholds([(None, "green"), (5, "orange"), (20, "red")]))
+    )
+
+
+def _traffic_row(ids: _Ids) -> list[Any]:
+    calls = rate(selector(TOOL_CALLS, tool=True))
+    per_turn = rate(selector(TURN_TOOL_CALLS_BUCKET))
+    quantiles = [
+        _query(f"histogram_quantile({q}, sum by (le) ({per_turn}))", f"p{round(q * 100)}", ref=ref)
+        for q, ref in ((0.5, "A"), (0.95, "B"), (0.99, "C"))
+    ]
+    return [
+        _row(ids, "Traffic: tool calls and turns"),
+        _timeseries(
+            ids,
+            "Tool calls per second by outcome",
+            "Guarded tool calls by outcome: ok, failed (ran and failed), refused (a host policy said "
+            "no), blocked/rejected (otelguard said no).",
+            "cps",
+            [_query(f"sum by (outcome) ({calls})", "{{outcome}}")],
+            stacked=True,
+        ),
+        _timeseries(
+            ids,
+            "Tool calls per turn (p50 / p95 / p99)",
+            "Distribution of tool calls per finished turn. The default turn caps are 50 web searches "
+            "and 50 subagents.",
+            "short",
+            quantiles,
+        ),
+        _timeseries(
+            ids,
+            "Tool calls per second by tool (top 10)",
+            "The busiest tools.",
+            "cps",
+            [_query(f"topk(10, sum by (tool) ({calls}))", "{{tool}}")],
+        ),
+    ]
+
+
+def _health_row(ids: _Ids) -> list[Any]:
+    errors = rate(selector(INTERNAL_ERRORS, agent=False))
+    versions = f"sum by (job, instance, version) ({selector(BUILD_INFO, agent=False)})"
+    return [
+        _row(ids, "otelguard health"),
+        _timeseries(
+            ids,
+            "Internal errors per minute by stage",
+            "otelguard failed internally and allowed the call unchecked. OtelguardInternalErrors fires "
+            "when this stays above 0 for 10 minutes.",
+            "cpm",
+            [_query(f"sum by (stage) ({errors}) * 60", "{{stage}}")],
+            width=12,
+            steps=OK_THEN_BAD,
+        ),
+        table.Panel()
+        .id(ids.next())
+        .title("otelguard versions")
+        .description("Processes exporting otelguard metrics and the otelguard version they run.")
+        .datasource(DATASOURCE)
+        .with_target(_query(versions, "", instant=True, fmt=PromQueryFormat.TABLE))
+        .with_transformation(
+            model.DataTransformerConfig(
+                id_val="organize", options={"excludeByName": {"Time": True, "Value": True}}
+            )
+        )
+        .align(common.FieldTextAlignment.AUTO)
+        .inspect(False)
+        .height(8)
+        .span(12),
+    ]
+
+
+def _variable(name: str, label: str, query: str) -> dash.QueryVariable:
+    return (
+        dash.QueryVariable(name)
+        .label(label)
+        .datasource(DATASOURCE)
+        .query(query)
+        .refresh(model.VariableRefresh.ON_TIME_RANGE_CHANGED)
+        .sort(model.VariableSort.ALPHABETICAL_CASE_INSENSITIVE_ASC)
+        .multi(True)
+        .include_all(True)
+        .all_value(".*")
+        .current(model.VariableOption(selected=True, text="All", value="$__all"))
+    )
+
+
+def _variables() -> list[Any]:
+    target = 'job=~"$job", instance=~"$instance"'
+    return [
+        dash.DatasourceVariable("datasource").label("Data source").type("prometheus"),
+        _variable("job", "Job", f"label_values({BUILD_INFO}, job)"),
+        _variable("instance", "Instance", f'label_values({BUILD_INFO}{{job=~"$job"}}, instance)'),
+        _variable("agent", "Agent", f"label_values({TOOL_CALLS}{{{target}}}, agent)"),
+        _variable("tool", "Tool", f'label_values({TOOL_CALLS}{{{target}, agent=~"$agent"}}, tool)'),
+    ]
+
+
+def build_dashboard() -> dash.Dashboard:
+    ids = _Ids()
+    builder = (
+        dash.Dashboard(TITLE)
+        .uid(UID)
+        .description("Tool-call loops, halts and cap hits of LLM agents guarded by otelguard.")
+        .tags(["otelguard", "llm-agents"])
+        .editable()
+        .tooltip(model.DashboardCursorSync.CROSSHAIR)
+        .time("now-1h", "now")
+        .refresh("30s")
+        .timezone("browser")
+        .link(
+            dash.DashboardLink("Runbooks")
+            .type(model.DashboardLinkType.LINK)
+            .url(f"{rules.RUNBOOK_BASE}#dashboards-and-alerts")
+            .icon("doc")
+            .target_blank(True)
+        )
+        .variables(_variables())
+        .annotation(
+            # Grafana's own "Annotations & Alerts" entry, as a dashboard created in the UI has it.
+            dash.AnnotationQuery()
+            .name("Annotations & Alerts")
+            .datasource(model.DataSourceRef(type_val="grafana", uid="-- Grafana --"))
+            .enable(True)
+            .hide(True)
+            .icon_color("rgba(0, 211, 255, 1)")
+            .type("dashboard")
+            .built_in(1)
+        )
+    )
+    for panel in _top_row(ids):
+        builder = builder.with_panel(panel)
+    for section in (_halts_row, _caps_row, _loops_row, _traffic_row, _health_row):
+        for item in section(ids):
+            builder = builder.with_row(item) if isinstance(item, dash.Row) else builder.with_panel(item)
+    return builder
+
+
+def render_dashboard() -> str:
+    document: dict[str, Any] = json.loads(json.dumps(build_dashboard().build(), cls=JSONEncoder))
+    return json.dumps(document, indent=2, sort_keys=True, ensure_ascii=False) + "\n"

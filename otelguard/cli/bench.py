@@ -1,0 +1,134 @@
+"""``otelguard bench``: measure the guard's per-call cost against the floor, its memory and series.
+
+Human output is a rich table (each figure, its ratio to the floor, the issue-6 target, met or not);
+``--json`` prints the SPEC §7 document. Progress goes to stderr. Exit code 0 whenever the bench ran:
+missing a target is a finding, not an input error.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from typing import Any
+
+import orjson
+from rich.console import Console
+from rich.table import Table
+
+from otelguard.bench import FIGURE_NAMES, TARGETS, BenchOptions, run_bench
+from otelguard.bench.workloads import WORKLOADS
+
+__all__ = ["add_arguments", "run"]
+
+_DEFAULTS = BenchOptions()
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text.replace("_", ""))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a number >= 1, got {value}")
+    return value
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument(
+        "--calls", type=_positive, default=_DEFAULTS.calls, metavar="N",
+        help=f"timed calls per workload (default {_DEFAULTS.calls:,}; the large workload uses a quarter)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--workload", choices=WORKLOADS, default=None,
+        help="run every configuration on this workload (default: all on mixed, the guard alone on large)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--memory-calls", type=_positive, default=_DEFAULTS.memory_calls, metavar="N",
+        help=f"distinct calls in one turn before measuring retained memory (default {_DEFAULTS.memory_calls:,})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--growth-calls", type=_positive, default=_DEFAULTS.growth_calls, metavar="N",
+        help=f"compare the cost at call 100 with the cost at call N of one turn (default {_DEFAULTS.growth_calls:,})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--loop-signatures", type=_positive, default=_DEFAULTS.loop_signatures, metavar="N",
+        help=f"distinct looping signatures before counting series (default {_DEFAULTS.loop_signatures:,})",
+    )  # fmt: skip
+    parser.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="workload seed (default 1)")
+    parser.add_argument("--json", action="store_true", help="print the JSON document (SPEC §7) on stdout")
+
+
+def run(args: argparse.Namespace) -> int:
+    options = BenchOptions(
+        calls=args.calls,
+        workload=args.workload,
+        memory_calls=args.memory_calls,
+        growth_calls=args.growth_calls,
+        loop_signatures=args.loop_signatures,
+        seed=args.seed,
+    )
+    err = Console(stderr=True)
+    document = run_bench(
+        options, progress=lambda message: err.print(f"[dim]otelguard bench: {message}[/dim]")
+    )
+    if args.json:
+        sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
+    else:
+        # piped output gets a fixed width so the figure names are not cut at 80 columns
+        _print_tables(Console() if sys.stdout.isatty() else Console(width=110), document)
+    return 0
+
+
+def _verdict(met: bool | None) -> str:
+    if met is None:
+        return ""
+    return "[green]met[/green]" if met else "[red]missed[/red]"
+
+
+def _print_tables(console: Console, document: dict[str, Any]) -> None:
+    table = Table(
+        title=f"otelguard bench: per-call cost, {document['calls']:,} calls (median and p99 of rounds)"
+    )
+    for column, justify in (("figure", "left"), ("median µs", "right"), ("p99 µs", "right"),
+                            ("× floor", "right"), ("target", "right"), ("", "left")):  # fmt: skip
+        table.add_column(column, justify=justify)  # type: ignore[arg-type]
+    for workload, floor in document["floor_us"].items():
+        table.add_row(f"floor_{workload}", f"{floor:.2f}", "", "1.00", "", "")
+        naive = document["naive_floor_us"][workload]
+        table.add_row(f"naive_floor_{workload}", f"{naive:.2f}", "", f"{naive / floor:.2f}", "", "")
+    order = {name: i for i, name in enumerate(FIGURE_NAMES)}
+    for figure in sorted(document["figures"], key=lambda f: order.get(f["name"], len(order))):
+        target = figure["target"]
+        table.add_row(
+            figure["name"],
+            f"{figure['per_call_us']:.2f}",
+            f"{figure['p99_us']:.2f}",
+            f"{figure['ratio_to_floor']:.2f}",
+            "" if target is None else f"≤ {target:g}",
+            _verdict(figure["met"]),
+        )
+    console.print(table)
+    other = Table(title="growth, memory and series")
+    for column in ("measurement", "value", "target", ""):
+        other.add_column(column)
+    params = document.get("parameters", {})
+    rows = (
+        (f"cost at call {params.get('growth_calls', 100_000):,} / at call 100", f"{document['growth_ratio']:.3f}",
+         "growth_ratio", f"≤ {TARGETS['growth_ratio']:g}"),
+        (f"retained bytes after {params.get('memory_calls', 1_000_000):,} distinct calls",
+         f"{document['retained_bytes_after_1m_distinct']:,}", "retained_bytes_after_1m_distinct",
+         f"≤ {TARGETS['retained_bytes_after_1m_distinct']:,}"),
+        (f"metric series after {params.get('loop_signatures', 100_000):,} looping signatures",
+         f"{document['series_after_100k_signatures']:,}", "series_after_100k_signatures",
+         f"≤ {TARGETS['series_after_100k_signatures']:,}"),
+    )  # fmt: skip
+    met = {row["name"]: row["met"] for row in document["targets"]}
+    for label, value, key, target in rows:
+        other.add_row(label, value, target, _verdict(met.get(key)))
+    other.add_row("/metrics body bytes", f"{document['metrics_body_bytes']:,}", "", "")
+    console.print(other)
+    missed = [row["name"] for row in document["targets"] if not row["met"]]
+    summary = "all targets met" if not missed else f"missed: {', '.join(missed)}"
+    console.print(
+        f"{len(document['targets']) - len(missed)}/{len(document['targets'])} targets met; {summary}"
+    )

@@ -1,0 +1,194 @@
+"""`otelguard replay PATH...`: run recorded agent transcripts through the guard (SPEC §7).
+
+Exit codes: 0 success, 1 the replay ran but inputs had errors (or the push failed), 2 usage or
+configuration error. ``--json`` prints exactly one JSON document on stdout; progress goes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import signal
+import sys
+import threading
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
+
+from otelguard import ConfigError, GuardConfig
+from otelguard.replay import (
+    AUTO,
+    FORMATS,
+    STDIN,
+    ReplayReport,
+    ReplayRunner,
+    UsageError,
+    expand_paths,
+    follow_inputs,
+    replay_inputs,
+)
+
+DEFAULT_JOB = "otelguard_replay"
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument(
+        "paths",
+        nargs="+",
+        metavar="PATH",
+        help="a transcript file, a directory (searched recursively for *.jsonl and *.json), or - for stdin",
+    )
+    parser.add_argument(
+        "--format", choices=FORMATS, default=AUTO, help="transcript format (default: detect per file)"
+    )
+    parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
+    parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    parser.add_argument("--agent", default="replay", help="the agent label on metrics (default: replay)")
+    parser.add_argument(
+        "--follow", action="store_true", help="keep reading new lines and new files, like tail -F"
+    )
+    parser.add_argument(
+        "--idle-timeout",
+        type=float,
+        metavar="SECONDS",
+        help="with --follow: stop after this many seconds without new data (default: until SIGINT/SIGTERM)",
+    )
+    parser.add_argument("--serve", type=int, metavar="PORT", help="serve the replay's metrics on /metrics")
+    parser.add_argument("--addr", default="127.0.0.1", help="address for --serve (default: 127.0.0.1)")
+    parser.add_argument("--pushgateway", metavar="URL", help="push the metrics to this Pushgateway when done")
+    parser.add_argument("--job", metavar="NAME", help=f"Pushgateway job name (default: {DEFAULT_JOB})")
+
+
+def run(args: argparse.Namespace) -> int:
+    problem = _usage_problem(args)
+    if problem is not None:
+        print(f"otelguard replay: {problem}", file=sys.stderr)
+        return 2
+    try:
+        config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
+        files = expand_paths(args.paths, allow_missing=args.follow)
+    except ConfigError as exc:
+        print(f"otelguard replay: invalid config {args.config}: {exc}", file=sys.stderr)
+        return 2
+    except UsageError as exc:
+        print(f"otelguard replay: {exc}", file=sys.stderr)
+        return 2
+    registry, telemetry = _telemetry(args, config)
+    try:
+        server = _serve(args, registry)
+    except ConfigError as exc:
+        print(f"otelguard replay: cannot serve metrics: {exc}", file=sys.stderr)
+        return 2
+    stop = threading.Event()
+    with _stop_on_signals(stop):
+        try:
+            runner = ReplayRunner(config, telemetry, agent=args.agent)
+            _replay(args, files, runner, stop)
+            report = runner.finish()
+            pushed = _push(args, registry)
+            _print_report(report, as_json=args.json)
+            if server is not None and not args.follow:
+                print(
+                    f"otelguard replay: serving metrics on {server.url} until SIGINT/SIGTERM", file=sys.stderr
+                )
+                stop.wait()
+        finally:
+            if server is not None:
+                server.shutdown()
+    return 1 if report.errors_total or not pushed else 0
+
+
+def _usage_problem(args: argparse.Namespace) -> str | None:
+    if args.job is not None and args.pushgateway is None:
+        return "--job needs --pushgateway URL"
+    if args.idle_timeout is not None and not args.follow:
+        return "--idle-timeout needs --follow"
+    if args.idle_timeout is not None and args.idle_timeout <= 0:
+        return f"--idle-timeout must be positive, got {args.idle_timeout}"
+    if args.paths.count(STDIN) > 1:
+        return "stdin (-) can be given only once"
+    return None
+
+
+def _telemetry(args: argparse.Namespace, config: GuardConfig) -> tuple[Any, Any]:
+    if args.serve is None and args.pushgateway is None:
+        return None, None
+    # imported here so a plain replay never loads prometheus_client or OpenTelemetry
+    from prometheus_client import CollectorRegistry
+
+    from otelguard.telemetry import Telemetry
+
+    registry = CollectorRegistry()
+    telemetry = Telemetry(registry=registry)
+    # series exist from the first scrape, so dashboards and alerts see zeros rather than nothing
+    telemetry.prime(args.agent, caps=tuple(key for key, limit in config.caps.turn.items() if limit > 0))
+    return registry, telemetry
+
+
+def _serve(args: argparse.Namespace, registry: Any) -> Any:
+    if args.serve is None:
+        return None
+    from otelguard.exporter import serve_metrics
+
+    return serve_metrics(args.serve, args.addr, registry=registry)
+
+
+def _replay(args: argparse.Namespace, files: list[str], runner: ReplayRunner, stop: threading.Event) -> None:
+    if args.follow:
+        follow_inputs(args.paths, args.format, runner, stop, args.idle_timeout)
+        return
+    with _progress(files) as advance:
+        replay_inputs(files, args.format, runner, advance, stop)
+
+
+@contextlib.contextmanager
+def _progress(files: list[str]) -> Iterator[Callable[[int], None] | None]:
+    """A byte-based progress bar on stderr, only when stderr is a terminal."""
+    if not sys.stderr.isatty():
+        yield None
+        return
+    total = None if STDIN in files else sum(os.path.getsize(f) for f in files)
+    columns = (TextColumn("replaying"), BarColumn(), DownloadColumn(), TimeRemainingColumn())
+    with Progress(*columns, console=Console(stderr=True), transient=True) as progress:
+        task = progress.add_task("replay", total=total)
+        yield lambda n: progress.advance(task, n)
+
+
+def _push(args: argparse.Namespace, registry: Any) -> bool:
+    if args.pushgateway is None:
+        return True
+    from prometheus_client import push_to_gateway
+
+    try:
+        push_to_gateway(args.pushgateway, job=args.job or DEFAULT_JOB, registry=registry)
+    except (OSError, ValueError) as exc:
+        print(f"otelguard replay: push to {args.pushgateway} failed: {exc}", file=sys.stderr)
+        return False
+    return True
+
+
+def _print_report(report: ReplayReport, *, as_json: bool) -> None:
+    if as_json:
+        print(json.dumps(report.to_json(), indent=2))
+    else:
+        report.render(Console())
+
+
+@contextlib.contextmanager
+def _stop_on_signals(stop: threading.Event) -> Iterator[None]:
+    """SIGINT/SIGTERM end a follow (or a serve) cleanly: the report is still printed, exit 0."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
+    for sig in previous:
+        signal.signal(sig, lambda *_: stop.set())
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,36 @@
+"""Replaying recorded agent transcripts through the guard (``otelguard replay``).
+
+Readers per format stream lines into a normalised event stream (``events``); the runner feeds it to
+one ``Guard`` per session; the report is the SPEC §7 document and its tables.
+"""
+
+from otelguard.replay.events import EventSink, SessionKey, ToolCall
+from otelguard.replay.follow import follow_inputs
+from otelguard.replay.report import ReplayReport, SessionReport
+from otelguard.replay.runner import ReplayRunner
+from otelguard.replay.sources import (
+    AUTO,
+    FORMATS,
+    STDIN,
+    UsageError,
+    detect_format,
+    expand_paths,
+    replay_inputs,
+)
+
+__all__ = [
+    "AUTO",
+    "FORMATS",
+    "STDIN",
+    "EventSink",
+    "ReplayReport",
+    "ReplayRunner",
+    "SessionKey",
+    "SessionReport",
+    "ToolCall",
+    "UsageError",
+    "detect_format",
+    "expand_paths",
+    "follow_inputs",
+    "replay_inputs",
+]

@@ -1,0 +1,205 @@
+"""OpenAI chat and Anthropic Messages transcripts.
+
+Both are lists of ``{"role", "content"}`` messages, one per line or one conversation per line
+(``{"messages": [...]}``, also an Anthropic request body). They differ only where tools appear, so
+one reader serves both and learns the dialect from the first tool traffic it sees:
+
+* OpenAI: ``tool_calls`` on assistant messages (``function.arguments`` is a JSON string), results in
+  ``role: tool`` messages matched by ``tool_call_id``; no error flag (``failed=None``). Older logs use
+  ``function_call`` + ``role: function``, matched by order.
+* Anthropic: ``tool_use`` blocks in assistant content, ``tool_result`` blocks in user content
+  (``is_error`` → failed); server tools (``server_tool_use`` + ``*_tool_result`` in the same message).
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from otelguard.replay.events import EventSink, SessionKey, ToolCall
+from otelguard.replay.feed import SessionFeed, result_text, type_name
+
+__all__ = ["ChatReader"]
+
+OPENAI: Final = "openai"
+ANTHROPIC: Final = "anthropic"
+_IGNORED_ROLES: Final = frozenset({"system", "developer"})
+
+
+class _ChatSession:
+    def __init__(self, reader: ChatReader, key: SessionKey) -> None:
+        self.reader = reader
+        self.feed = SessionFeed(reader.sink, key)
+
+    def message(self, line: int, msg: Any, where: str) -> None:
+        if not isinstance(msg, dict):
+            self.feed.error(line, f"{where}expected a message object, got {type_name(msg)}")
+            return
+        role = msg.get("role")
+        if role == "assistant":
+            self._assistant(line, msg, where)
+        elif role == "user":
+            self._user(line, msg.get("content"), where)
+        elif role == "tool":
+            self._tool_result(line, msg, where)
+        elif role == "function":
+            self.reader.saw(OPENAI)
+            self.feed.add_result(None, result_text(msg.get("content")), None, line)
+        elif not isinstance(role, str):
+            self.feed.error(line, f"{where}role is {type_name(role)}, expected a string")
+        # other roles (system, developer, vendor extensions) carry no tool traffic
+
+    def _user(self, line: int, content: Any, where: str) -> None:
+        if isinstance(content, list):
+            starts_turn = False
+            for index, block in enumerate(content):
+                if isinstance(block, dict) and block.get("type") == "tool_result":
+                    self.reader.saw(ANTHROPIC)
+                    self._block_result(line, block, f"{where}content[{index}].")
+                else:
+                    starts_turn = True
+            if starts_turn or not content:
+                self.feed.start_turn()
+        elif content is None or isinstance(content, str):
+            self.feed.start_turn()
+        else:
+            self.feed.error(line, f"{where}content is {type_name(content)}, expected a string or an array")
+
+    def _block_result(self, line: int, block: dict[str, Any], where: str) -> None:
+        call_id = block.get("tool_use_id")
+        if not isinstance(call_id, str):
+            self.feed.error(line, f"{where}tool_use_id is {type_name(call_id)}, expected a string")
+            return
+        content = block.get("content")
+        if block.get("type") != "tool_result":  # server tool results: errors are typed, not flagged
+            failed = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
+        else:
+            failed = block.get("is_error") is True
+        self.feed.add_result(call_id, result_text(content), failed, line)
+
+    def _tool_result(self, line: int, msg: dict[str, Any], where: str) -> None:
+        self.reader.saw(OPENAI)
+        call_id = msg.get("tool_call_id")
+        if not isinstance(call_id, str):
+            self.feed.error(line, f"{where}tool_call_id is {type_name(call_id)}, expected a string")
+            return
+        self.feed.add_result(call_id, result_text(msg.get("content")), None, line)
+
+    def _assistant(self, line: int, msg: dict[str, Any], where: str) -> None:
+        # The model only speaks again once it has every result it asked for: earlier calls still
+        # unanswered now never will be.
+        self.feed.drain()
+        tool_calls = msg.get("tool_calls")
+        if tool_calls is not None:
+            self._openai_calls(line, tool_calls, where)
+        function_call = msg.get("function_call")
+        if function_call is not None:
+            self.reader.saw(OPENAI)
+            self._function_call(line, None, function_call, f"{where}function_call.")
+        content = msg.get("content")
+        if isinstance(content, list):
+            self._content_calls(line, content, where)
+        elif content is not None and not isinstance(content, str):
+            self.feed.error(line, f"{where}content is {type_name(content)}, expected a string or an array")
+
+    def _openai_calls(self, line: int, tool_calls: Any, where: str) -> None:
+        if not isinstance(tool_calls, list):
+            self.feed.error(line, f"{where}tool_calls is {type_name(tool_calls)}, expected an array")
+            return
+        self.reader.saw(OPENAI)
+        for index, item in enumerate(tool_calls):
+            here = f"{where}tool_calls[{index}]."
+            if not isinstance(item, dict):
+                self.feed.error(line, f"{here[:-1]} is {type_name(item)}, expected an object")
+                continue
+            call_id = item.get("id")
+            if not isinstance(call_id, str):
+                self.feed.error(line, f"{here}id is {type_name(call_id)}, expected a string")
+                continue
+            self._function_call(line, call_id, item.get("function"), f"{here}function.")
+
+    def _function_call(self, line: int, call_id: str | None, function: Any, where: str) -> None:
+        if not isinstance(function, dict):
+            self.feed.error(line, f"{where[:-1]} is {type_name(function)}, expected an object")
+            return
+        name = function.get("name")
+        if not isinstance(name, str) or not name:
+            self.feed.error(line, f"{where}name is {type_name(name)}, expected a tool name")
+            return
+        # arguments stay as recorded: the guard parses a JSON string and hashes an invalid one raw
+        self.feed.add_call(ToolCall(call_id, name, function.get("arguments"), line))
+
+    def _content_calls(self, line: int, content: list[Any], where: str) -> None:
+        for index, block in enumerate(content):
+            if not isinstance(block, dict):
+                continue
+            kind = block.get("type")
+            here = f"{where}content[{index}]."
+            if kind in ("tool_use", "server_tool_use"):
+                self.reader.saw(ANTHROPIC)
+                call_id, name = block.get("id"), block.get("name")
+                if not isinstance(call_id, str) or not isinstance(name, str) or not name:
+                    self.feed.error(line, f"{here}{kind} needs a string id and name")
+                    continue
+                self.feed.add_call(ToolCall(call_id, name, block.get("input"), line))
+            elif isinstance(kind, str) and kind.endswith("_tool_result"):
+                self._block_result(line, block, here)
+
+
+class ChatReader:
+    """Reads one OpenAI or Anthropic transcript file, record by record.
+
+    Message lines form one session per file (id: the file's stem, or ``stdin``); a conversation line
+    (``{"messages": [...]}``) is a session of its own (id: its ``session_id``/``id``, else
+    ``<stem>:<line>``).
+    """
+
+    def __init__(self, sink: EventSink, path: str, session_id: str, dialect: str | None = None) -> None:
+        self.sink = sink
+        self.path = path
+        self._session_id = session_id
+        self.dialect = dialect
+        self._file_session: _ChatSession | None = None
+
+    @property
+    def format_name(self) -> str:
+        return self.dialect or OPENAI
+
+    def saw(self, dialect: str) -> None:
+        if self.dialect is None:
+            self.dialect = dialect
+            self.sink.describe_input(self.path, dialect)
+
+    def feed(self, line: int, record: Any) -> None:
+        if isinstance(record, dict) and "messages" in record and "role" not in record:
+            self._conversation(line, record)
+        elif isinstance(record, dict) and "role" in record:
+            if self._file_session is None:
+                self._file_session = _ChatSession(self, SessionKey(self.path, self._session_id))
+            self._file_session.message(line, record, "")
+        else:
+            self.sink.error(
+                self.path, line, f"expected a chat message or a conversation, got {_shape(record)}"
+            )
+
+    def close(self) -> None:
+        if self._file_session is not None:
+            self._file_session.feed.close()
+            self._file_session = None
+
+    def _conversation(self, line: int, record: dict[str, Any]) -> None:
+        messages = record["messages"]
+        if not isinstance(messages, list):
+            self.sink.error(self.path, line, f"messages is {type_name(messages)}, expected an array")
+            return
+        ident = record.get("session_id", record.get("id"))
+        session_id = ident if isinstance(ident, str) and ident else f"{self._session_id}:{line}"
+        session = _ChatSession(self, SessionKey(self.path, session_id))
+        for index, msg in enumerate(messages):
+            session.message(line, msg, f"messages[{index}].")
+        session.feed.close()
+
+
+def _shape(record: Any) -> str:
+    if isinstance(record, dict):
+        return "an object without role or messages"
+    return type_name(record)

@@ -1,0 +1,55 @@
+"""The normalised stream every transcript reader produces, and the sink that consumes it.
+
+Readers turn lines of any format into: a session begins, a turn starts, a tool call (with its result
+when the transcript has one), a session ends, an input error. The guard runner is the only sink that
+matters; tests use a recording sink.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+__all__ = ["EventSink", "SessionKey", "ToolCall"]
+
+
+@dataclass(frozen=True, slots=True)
+class SessionKey:
+    """A session is identified by the file it was read from and its id inside that file."""
+
+    path: str
+    session_id: str
+
+
+@dataclass(slots=True)
+class ToolCall:
+    """One tool call as the transcript recorded it.
+
+    ``failed`` is ``None`` when the format has no error flag (OpenAI): the guard's fallback classifier
+    decides then. ``has_result`` is false for a call the transcript never answered; such a call is
+    reported and never fed to the guard, because its outcome would have to be guessed.
+    """
+
+    call_id: str | None
+    tool: str
+    args: Any
+    line: int
+    result: Any = None
+    failed: bool | None = None
+    has_result: bool = False
+
+
+class EventSink(Protocol):
+    def describe_input(self, path: str, fmt: str) -> None:
+        """The format of ``path`` is known (``auto`` detected it, or the user named it)."""
+
+    def begin_session(self, key: SessionKey) -> None: ...
+
+    def start_turn(self, key: SessionKey) -> None: ...
+
+    def tool_call(self, key: SessionKey, call: ToolCall) -> None: ...
+
+    def end_session(self, key: SessionKey) -> None: ...
+
+    def error(self, path: str, line: int | None, reason: str) -> None:
+        """A malformed record or an unreadable input. ``reason`` never quotes the input's content."""

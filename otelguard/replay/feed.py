@@ -1,0 +1,140 @@
+"""What every reader's session does the same way: pair tool calls with results, release them in the
+order the calls were made, and report calls the transcript never answered."""
+
+from __future__ import annotations
+
+from collections import OrderedDict, deque
+from typing import Any, Final
+
+from otelguard.replay.events import EventSink, SessionKey, ToolCall
+
+__all__ = ["SessionFeed", "result_text", "type_name"]
+
+_RECENT_IDS: Final = 1024
+"""How many answered call ids a session remembers, to recognise a duplicated transcript line."""
+
+
+def type_name(value: Any) -> str:
+    """A JSON type name for error reasons: they describe the shape, never the content."""
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    if isinstance(value, (int, float)):
+        return "number"
+    if isinstance(value, str):
+        return "string"
+    if isinstance(value, list):
+        return "array"
+    if isinstance(value, dict):
+        return "object"
+    return type(value).__name__
+
+
+def result_text(content: Any) -> Any:
+    """A tool result as the guard should fingerprint it: strings as they are, block lists as the
+    concatenation of their text parts (images carry no text worth comparing)."""
+    if isinstance(content, list):
+        parts = [
+            block["text"]
+            for block in content
+            if isinstance(block, dict) and isinstance(block.get("text"), str)
+        ]
+        return "\n".join(parts)
+    return content
+
+
+class SessionFeed:
+    """One session's pending tool calls between the reader and the sink.
+
+    Calls wait in the order they were made until their results arrive (results of a parallel batch may
+    come in any order); the front of the queue is released as soon as it is answered. ``drain`` releases
+    everything, reporting the calls that never got a result.
+    """
+
+    def __init__(self, sink: EventSink, key: SessionKey, *, dedupe: bool = False) -> None:
+        self.sink = sink
+        self.key = key
+        self._pending: OrderedDict[str, ToolCall] = OrderedDict()
+        self._legacy: deque[str] = deque()
+        self._serial = 0
+        # Claude Code sometimes writes the same message twice (resumed sessions); its call ids are
+        # globally unique, so a repeated id there is a duplicate line, not a new call.
+        self._dedupe = dedupe
+        self._answered: OrderedDict[str, None] = OrderedDict()
+        sink.begin_session(key)
+
+    def error(self, line: int | None, reason: str) -> None:
+        self.sink.error(self.key.path, line, reason)
+
+    def start_turn(self) -> None:
+        self.drain()
+        self.sink.start_turn(self.key)
+
+    def add_call(self, call: ToolCall) -> None:
+        if call.call_id is None:
+            self._serial += 1
+            slot = f"\0legacy{self._serial}"
+            self._legacy.append(slot)
+        else:
+            slot = call.call_id
+            if self._dedupe and (slot in self._answered or slot in self._pending):
+                return
+            if slot in self._pending:
+                self.error(call.line, f"tool call id {slot} repeats a call still waiting for its result")
+                return
+        self._pending[slot] = call
+
+    def add_result(self, call_id: str | None, result: Any, failed: bool | None, line: int) -> None:
+        """Attach a result to its call; ``call_id=None`` answers the oldest unanswered legacy call."""
+        if call_id is None:
+            slot = self._oldest_legacy()
+        else:
+            slot = call_id if call_id in self._pending else None
+            if slot is None and self._dedupe and call_id in self._answered:
+                return
+        call = self._pending.get(slot) if slot is not None else None
+        if call is None or call.has_result:
+            which = f"id {call_id}" if call_id is not None else "legacy function result"
+            self.error(line, f"tool result without its call ({which})")
+            return
+        call.result, call.failed, call.has_result = result, failed, True
+        self._release_ready()
+
+    def drain(self) -> None:
+        """Release every pending call; report the ones without a result (they are not replayed)."""
+        while self._pending:
+            slot, call = self._pending.popitem(last=False)
+            if not call.has_result:
+                which = call.call_id if call.call_id is not None else "(legacy function call)"
+                self.error(call.line, f"tool call {which} ({call.tool}) has no result; not replayed")
+            self._emit(slot, call)
+        self._legacy.clear()
+
+    def close(self) -> None:
+        self.drain()
+        self.sink.end_session(self.key)
+
+    def _oldest_legacy(self) -> str | None:
+        while self._legacy:
+            slot = self._legacy[0]
+            call = self._pending.get(slot)
+            if call is not None and not call.has_result:
+                return slot
+            self._legacy.popleft()
+        return None
+
+    def _release_ready(self) -> None:
+        while self._pending:
+            slot, call = next(iter(self._pending.items()))
+            if not call.has_result:
+                return
+            del self._pending[slot]
+            self._emit(slot, call)
+
+    def _emit(self, slot: str, call: ToolCall) -> None:
+        if self._dedupe and call.call_id is not None:
+            self._answered[slot] = None
+            if len(self._answered) > _RECENT_IDS:
+                self._answered.popitem(last=False)
+        self.sink.tool_call(self.key, call)

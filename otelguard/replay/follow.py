@@ -1,0 +1,178 @@
+"""``--follow``: keep reading transcripts as they grow, like ``tail -F``.
+
+Each file is read from its start, then polled for new complete lines (a line still being written
+waits for its newline). Directories are rescanned for new ``*.jsonl``/``*.json`` files; a file that
+is replaced or truncated is read again from its start as a new input. A file idle for
+``park_after_s`` is closed (its sessions end, so their turns reach the metrics, and a directory of
+thousands of finished transcripts does not hold thousands of open files); if it grows again it is
+reopened where it stopped, as a new session. Follow ends when ``stop`` is set (SIGINT/SIGTERM) or
+after ``idle_timeout_s`` without new data.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Final
+
+from otelguard.replay.events import EventSink
+from otelguard.replay.sources import STDIN, InputFile, replay_inputs, transcript_files
+
+__all__ = ["follow_inputs"]
+
+_POLL_S: Final = 0.2
+_READ_CHUNK: Final = 1 << 16
+PARK_AFTER_S: Final = 300.0
+
+
+@dataclass(frozen=True, slots=True)
+class _Parked:
+    inode: int
+    offset: int
+    lines: int
+
+
+class _Tailed:
+    def __init__(self, path: str, fmt: str, sink: EventSink, parked: _Parked | None = None) -> None:
+        self.path = path
+        self.stream: IO[bytes] = open(path, "rb")  # noqa: SIM115 - lives across polls, closed in close()
+        self.inode = os.fstat(self.stream.fileno()).st_ino
+        self.source = InputFile(path, fmt, sink)
+        if parked is not None and parked.inode == self.inode:
+            self.stream.seek(parked.offset)
+            self.source.line = parked.lines
+        self.partial = b""
+        self.broken = False
+        self.last_data = time.monotonic()
+
+    def read_available(self) -> bool:
+        """Feed every complete line written since the last poll; True when there was new data."""
+        got = False
+        while chunk := self.stream.read(_READ_CHUNK):
+            got = True
+            lines = (self.partial + chunk).split(b"\n")
+            self.partial = lines.pop()
+            for line in lines:
+                self.source.feed_line(line)
+        if got:
+            self.last_data = time.monotonic()
+        return got
+
+    def replaced(self) -> bool:
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return False  # gone for now (rotation in progress): keep what we have
+        return stat.st_ino != self.inode or stat.st_size < self.stream.tell()
+
+    def park(self) -> _Parked:
+        """Close the file but remember where the last complete line ended."""
+        parked = _Parked(self.inode, self.stream.tell() - len(self.partial), self.source.line)
+        self.partial = b""
+        self.close()
+        return parked
+
+    def close(self) -> None:
+        if self.partial.strip():  # a last line without its newline is still a line
+            self.source.feed_line(self.partial)
+        self.partial = b""
+        self.stream.close()
+        self.source.close()
+
+
+class _Follower:
+    def __init__(self, paths: list[str], fmt: str, sink: EventSink, park_after_s: float) -> None:
+        self.paths = paths
+        self.fmt = fmt
+        self.sink = sink
+        self.park_after_s = park_after_s
+        self.tailed: dict[str, _Tailed] = {}
+        self.parked: dict[str, _Parked] = {}
+
+    def poll(self) -> bool:
+        got = False
+        for path in _current_files(self.paths):
+            entry = self._entry(path)
+            if entry is None or entry.broken:
+                continue
+            try:
+                got = entry.read_available() or got
+            except OSError as exc:
+                self.sink.error(path, None, f"cannot read: {exc.strerror or type(exc).__name__}")
+                entry.broken = True
+                continue
+            if time.monotonic() - entry.last_data >= self.park_after_s:
+                self.parked[path] = self.tailed.pop(path).park()
+        return got
+
+    def _entry(self, path: str) -> _Tailed | None:
+        entry = self.tailed.get(path)
+        if entry is not None and entry.replaced():
+            entry.close()
+            entry = None
+        if entry is not None:
+            return entry
+        parked = self.parked.get(path)
+        if parked is not None and not _grew(path, parked):
+            return None
+        try:
+            entry = self.tailed[path] = _Tailed(path, self.fmt, self.sink, self.parked.pop(path, None))
+        except OSError:
+            return None  # not there yet (tail -F waits for it)
+        return entry
+
+    def close(self) -> None:
+        for entry in self.tailed.values():
+            entry.close()
+        self.tailed.clear()
+
+
+def _grew(path: str, parked: _Parked) -> bool:
+    try:
+        stat = os.stat(path)
+    except OSError:
+        return False
+    return stat.st_ino != parked.inode or stat.st_size != parked.offset
+
+
+def follow_inputs(
+    paths: list[str],
+    fmt: str,
+    sink: EventSink,
+    stop: threading.Event,
+    idle_timeout_s: float | None = None,
+    park_after_s: float = PARK_AFTER_S,
+) -> None:
+    """Tail ``paths`` (files, directories, ``-``) until ``stop`` is set or the input stays idle."""
+    if STDIN in paths:
+        replay_inputs([STDIN], fmt, sink, stop=stop)  # stdin is followed by reading it to its end
+    follower = _Follower(paths, fmt, sink, park_after_s)
+    last_data = time.monotonic()
+    try:
+        while not stop.is_set():
+            got = follower.poll()
+            now = time.monotonic()
+            if got:
+                last_data = now
+            elif idle_timeout_s is not None and now - last_data >= idle_timeout_s:
+                break
+            if not got:
+                stop.wait(_POLL_S)
+    finally:
+        follower.close()
+
+
+def _current_files(paths: list[str]) -> list[str]:
+    files: list[str] = []
+    for raw in paths:
+        if raw == STDIN:
+            continue
+        path = Path(raw)
+        if path.is_dir():
+            files.extend(str(p) for p in transcript_files(path))
+        else:
+            files.append(raw)
+    return files

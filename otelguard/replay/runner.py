@@ -1,0 +1,149 @@
+"""Feeding the normalised transcript stream through one ``Guard`` per session, as a live agent would.
+
+After the first ``block``/``halt`` of a turn a well-behaved host stops the turn, so the replay stops
+feeding that turn to the guard: the remaining calls of the turn are counted as ``prevented_calls``
+and never reach the guard (feeding them would only add ``turn_halted`` decisions and blocked-call
+metrics that no live run would have produced).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from otelguard import Decision, Guard, GuardConfig
+from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.replay.report import ErrorRecord, HaltRecord, InputReport, ReplayReport, SessionReport
+
+__all__ = ["ReplayRunner"]
+
+
+@dataclass(slots=True)
+class _Session:
+    seq: int
+    guard: Guard
+    report: SessionReport
+    turn_open: bool = False
+    call_in_turn: int = 0
+    halted: bool = False
+
+
+class ReplayRunner:
+    """The event sink that runs the guard. ``finish()`` closes what is open and returns the report."""
+
+    def __init__(self, config: GuardConfig, telemetry: Any = None, agent: str = "replay") -> None:
+        self._config = config
+        self._telemetry = telemetry
+        self._agent = agent
+        self._open: dict[SessionKey, _Session] = {}
+        self._seq = 0
+        self.report = ReplayReport()
+
+    # EventSink -----------------------------------------------------------------------------
+
+    def describe_input(self, path: str, fmt: str) -> None:
+        entry = self.report.inputs.get(path)
+        if entry is None:
+            self.report.inputs[path] = InputReport(path=path, format=fmt)
+        else:
+            entry.format = fmt
+
+    def begin_session(self, key: SessionKey) -> None:
+        if key in self._open:  # the same id again in the same file: close the earlier one first
+            self.end_session(key)
+        self._seq += 1
+        guard = Guard(self._config, self._telemetry, agent=self._agent)
+        report = SessionReport(session_id=key.session_id, path=key.path, seq=self._seq)
+        self._open[key] = _Session(self._seq, guard, report)
+        self._input(key.path).sessions += 1
+
+    def start_turn(self, key: SessionKey) -> None:
+        session = self._session(key)
+        if session.turn_open:
+            session.guard.end_turn()
+        session.report.turns += 1
+        session.guard.start_turn(turn_id=str(session.report.turns))
+        session.turn_open = True
+        session.call_in_turn = 0
+        session.halted = False
+
+    def tool_call(self, key: SessionKey, call: ToolCall) -> None:
+        session = self._session(key)
+        if not session.turn_open:  # calls before any user message (a system-prompted agent)
+            self.start_turn(key)
+        session.call_in_turn += 1
+        report = session.report
+        report.tool_calls += 1
+        if session.halted:
+            report.prevented_calls += 1
+            return
+        if not call.has_result:
+            return  # reported by the reader; its outcome would be a guess
+        guard = session.guard
+        decision = guard.before_call(call.tool, call.args, call_id=call.call_id)
+        if self._note(session, call, decision) or not decision.allows_execution:
+            return
+        decision = guard.after_call(
+            call.tool, call.args, call.result, failed=call.failed, call_id=call.call_id
+        )
+        self._note(session, call, decision)
+
+    def end_session(self, key: SessionKey) -> None:
+        session = self._open.pop(key, None)
+        if session is None:
+            return
+        if session.turn_open:
+            session.guard.end_turn()
+        self.report.add_session(session.report)
+
+    def error(self, path: str, line: int | None, reason: str) -> None:
+        self._input(path).errors += 1
+        self.report.add_error(ErrorRecord(path=path, line=line, reason=reason))
+
+    # -------------------------------------------------------------------------------------------
+
+    def finish(self) -> ReplayReport:
+        for key in list(self._open):
+            self.end_session(key)
+        self.report.sort_sessions()
+        return self.report
+
+    def open_sessions(self) -> list[SessionReport]:
+        return [s.report for s in self._open.values()]
+
+    def _note(self, session: _Session, call: ToolCall, decision: Decision) -> bool:
+        """Count a non-allow decision; record the turn's first block/halt. True when the turn halts."""
+        if decision.code == "allow":
+            return False
+        report = session.report
+        report.decisions[decision.code] += 1
+        if decision.cap is not None and decision.code in ("cap_turn", "cap_session"):
+            report.cap_hits[decision.cap] += 1
+        self.report.actions.setdefault(decision.code, set()).add(decision.action)
+        if not decision.should_halt:
+            return False
+        session.halted = True
+        report.add_halt(
+            HaltRecord(
+                turn=report.turns,
+                call=session.call_in_turn,
+                call_id=call.call_id,
+                tool=call.tool,
+                action=decision.action,
+                code=decision.code,
+            )
+        )
+        return True
+
+    def _session(self, key: SessionKey) -> _Session:
+        session = self._open.get(key)
+        if session is None:
+            self.begin_session(key)
+            session = self._open[key]
+        return session
+
+    def _input(self, path: str) -> InputReport:
+        entry = self.report.inputs.get(path)
+        if entry is None:
+            entry = self.report.inputs[path] = InputReport(path=path, format="unknown")
+        return entry

@@ -1,0 +1,270 @@
+"""Simulated agents for ``otelguard demo``: realistic turns run through a real ``Guard``.
+
+Each agent is a thread that plays scenarios (a healthy turn, a failing test loop, a model re-reading
+one file, a denial storm, an A→B→A→B cycle, a runaway web search, a delegation storm...) the way a
+host would: ``before_call``, run the fake tool unless refused, ``after_call``, and stop the turn
+when the guard halts it. The first pass plays the loop scenarios in an order that shows every kind
+of decision within seconds; then scenarios are drawn at random (``seed``), mostly healthy.
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+from collections import Counter, deque
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+from otelguard.config import GuardConfig
+from otelguard.decisions import Decision
+from otelguard.guard import Guard
+
+__all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent", "Step"]
+
+AGENT_NAMES: Final = ("support-bot", "research-agent", "coder", "ops-cron", "sales-assistant", "triage")
+TURNS_PER_SESSION: Final = 8
+# A runaway turn stops by itself after this many calls even when a --config lifts every cap.
+MAX_STEPS_PER_TURN: Final = 120
+
+
+@dataclass(frozen=True, slots=True)
+class Step:
+    """One tool call the simulated model makes, and what the fake tool answers."""
+
+    tool: str
+    args: dict[str, Any]
+    result: str
+    failed: bool = False
+    refusal: str | None = None
+
+
+def _json(**fields: Any) -> str:
+    return orjson.dumps(fields).decode()
+
+
+def healthy(rng: random.Random) -> Iterator[Step]:
+    path = rng.choice(("src/app.py", "src/models.py", "README.md", "tests/test_api.py"))
+    yield Step("search_files", {"pattern": "def handler", "path": "src"}, _json(matches=rng.randint(1, 9)))
+    yield Step("read_file", {"path": path}, f"# {path}\n" + "x = 1\n" * rng.randint(5, 50))
+    yield Step("patch", {"path": path, "diff": f"@@ -{rng.randint(1, 99)} +1 @@"}, _json(success=True))
+    yield Step(
+        "terminal", {"command": "pytest -q"}, _json(exit_code=0, output=f"{rng.randint(10, 90)} passed")
+    )
+    if rng.random() < 0.5:
+        yield Step("web_search", {"query": f"python release notes {rng.randint(1, 999)}"}, _json(results=5))
+
+
+def failing_terminal(rng: random.Random) -> Iterator[Step]:
+    """The model reruns the same failing test command without changing anything."""
+    error = _json(exit_code=1, output="FAILED tests/test_api.py::test_login - AssertionError")
+    yield Step("read_file", {"path": "tests/test_api.py"}, "def test_login(): ...")
+    for _ in range(12):
+        yield Step("terminal", {"command": "pytest tests/test_api.py -x"}, error, failed=True)
+
+
+def rereading_file(rng: random.Random) -> Iterator[Step]:
+    """The model reads the same file again and again, getting the same content."""
+    content = "[server]\nport = 8080\nworkers = 4\n"
+    for _ in range(10):
+        yield Step("read_file", {"path": "config/settings.toml"}, content)
+
+
+def denial_storm(rng: random.Random) -> Iterator[Step]:
+    """Every attempt is refused by the host's permission gate, with different arguments and texts."""
+    category = rng.choice(("permission_denied", "sandbox_denied", "permission_required"))
+    for i in range(12):
+        target = f"/etc/service-{rng.randint(1, 10_000)}.conf"
+        yield Step(
+            "write_file",
+            {"path": target, "content": f"enabled = {i % 2 == 0}"},
+            f"{category.replace('_', ' ').capitalize()}: {target} is outside the workspace (attempt {i + 1})",
+            refusal=category,
+        )
+
+
+def cycle(rng: random.Random) -> Iterator[Step]:
+    """A→B→A→B: the model bounces between two pages, each answer slightly different."""
+    for i in range(12):
+        yield Step("browser_navigate", {"url": "https://shop.example/cart"}, _json(title="Cart", nonce=i))
+        yield Step("browser_click", {"ref": "checkout-button"}, _json(clicked=True, step=i))
+
+
+def runaway_search(rng: random.Random) -> Iterator[Step]:
+    """Search after search with ever-new queries: only the per-turn web_search cap stops it."""
+    topics = ("gpu prices", "llm benchmarks", "vector databases", "rust async", "kubernetes operators")
+    for i in range(MAX_STEPS_PER_TURN):
+        query = f"{rng.choice(topics)} {2020 + i % 7} comparison {i}"
+        yield Step("web_search", {"query": query}, _json(results=10, first=f"https://example.com/{i}"))
+
+
+def delegation_storm(rng: random.Random) -> Iterator[Step]:
+    """The model fans out to batches of subagents until the subagents cap refuses the next batch."""
+    for i in range(30):
+        tasks = [{"goal": f"research vendor {i * 5 + j}"} for j in range(5)]
+        yield Step("delegate_task", {"tasks": tasks}, _json(success=True, completed=len(tasks)))
+
+
+def flaky_fetch(rng: random.Random) -> Iterator[Step]:
+    """One tool failing again and again with different URLs and different errors."""
+    for i in range(10):
+        url = f"https://api.example.com/v1/items/{rng.randint(1, 10**6)}"
+        error = rng.choice(("Error: 502 Bad Gateway", "Error: timeout after 30s", "Error: connection reset"))
+        yield Step("web_fetch", {"url": url}, f"{error} (attempt {i + 1})", failed=True)
+
+
+def repeated_message(rng: random.Random) -> Iterator[Step]:
+    """The same message sent again and again, the same acknowledgement each time."""
+    for _ in range(8):
+        yield Step(
+            "send_message", {"channel": "#ops", "text": "Deploy finished"}, _json(ok=True, queued=True)
+        )
+
+
+Scenario = Callable[[random.Random], Iterator[Step]]
+SCENARIOS: Final[dict[str, Scenario]] = {
+    "runaway_search": runaway_search,
+    "delegation_storm": delegation_storm,
+    "denial_storm": denial_storm,
+    "failing_terminal": failing_terminal,
+    "healthy": healthy,
+    "rereading_file": rereading_file,
+    "cycle": cycle,
+    "flaky_fetch": flaky_fetch,
+    "repeated_message": repeated_message,
+}
+_FIRST_PASS: Final = tuple(SCENARIOS)
+_WEIGHTS: Final = {name: (6 if name == "healthy" else 1) for name in SCENARIOS}
+
+
+@dataclass(frozen=True, slots=True)
+class DecisionRow:
+    agent: str
+    scenario: str
+    tool: str
+    action: str
+    code: str
+    count: int
+    limit: int
+
+
+class DemoStats:
+    """What the simulated hosts saw, for the live table and the closing summary. Thread-safe."""
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.turns = 0
+        self.halted_turns = 0
+        self.codes: Counter[str] = Counter()
+        self.by_agent: Counter[tuple[str, str]] = Counter()
+        self.recent: deque[DecisionRow] = deque(maxlen=12)
+        self.first_decision = threading.Event()
+
+    def record_call(self) -> None:
+        with self._lock:
+            self.calls += 1
+
+    def record_decision(self, agent: str, scenario: str, decision: Decision) -> None:
+        row = DecisionRow(
+            agent,
+            scenario,
+            decision.tool_name,
+            decision.action,
+            decision.code,
+            decision.count,
+            decision.limit,
+        )
+        with self._lock:
+            self.codes[decision.code] += 1
+            self.by_agent[(agent, decision.code)] += 1
+            self.recent.append(row)
+        self.first_decision.set()
+
+    def record_turn(self, halted: bool) -> None:
+        with self._lock:
+            self.turns += 1
+            self.halted_turns += halted
+
+    def snapshot(self) -> dict[str, Any]:
+        with self._lock:
+            return {
+                "calls": self.calls,
+                "turns": self.turns,
+                "halted_turns": self.halted_turns,
+                "codes": dict(self.codes),
+                "by_agent": dict(self.by_agent),
+                "recent": list(self.recent),
+            }
+
+
+class SimulatedAgent:
+    """One agent replica: sessions of turns through a real ``Guard``, paced to ``interval`` seconds."""
+
+    def __init__(
+        self,
+        name: str,
+        index: int,
+        config: GuardConfig,
+        telemetry: Any,
+        stats: DemoStats,
+        stop: threading.Event,
+        *,
+        seed: int | None,
+        interval: float,
+    ) -> None:
+        self.name = name
+        self.config = config
+        self.telemetry = telemetry
+        self.stats = stats
+        self.stop = stop
+        self.interval = interval
+        self.rng = random.Random(None if seed is None else seed * 1000 + index)
+        # agents start at different places of the first pass so every loop shows up early
+        offset = (2 * index) % len(_FIRST_PASS)
+        self._first_pass = list(_FIRST_PASS[offset:] + _FIRST_PASS[:offset])
+        self._turns = 0
+
+    def run(self) -> None:
+        while not self.stop.is_set():
+            guard = Guard(self.config, telemetry=self.telemetry, agent=self.name)
+            for _ in range(TURNS_PER_SESSION):
+                if self.stop.is_set():
+                    return
+                self.run_turn(guard, self.next_scenario())
+
+    def next_scenario(self) -> str:
+        if self._first_pass:
+            return self._first_pass.pop(0)
+        names = list(_WEIGHTS)
+        return self.rng.choices(names, weights=[_WEIGHTS[n] for n in names])[0]
+
+    def run_turn(self, guard: Guard, scenario: str) -> None:
+        self._turns += 1
+        guard.start_turn(turn_id=f"{self.name}-{self._turns}")
+        # Some hosts ignore a halt once before giving up: that shows the `turn_halted` refusal.
+        stubborn = self.rng.random() < 0.3
+        for number, step in enumerate(SCENARIOS[scenario](self.rng)):
+            if self.stop.wait(self.interval) or number >= MAX_STEPS_PER_TURN:
+                break
+            self.play(guard, scenario, step, f"call_{self._turns}_{number}")
+            if guard.halt_decision is not None:
+                if not stubborn:
+                    break
+                stubborn = False
+        summary = guard.end_turn()
+        self.stats.record_turn(summary.halted)
+
+    def play(self, guard: Guard, scenario: str, step: Step, call_id: str) -> None:
+        self.stats.record_call()
+        decision = guard.before_call(step.tool, step.args, call_id=call_id)
+        if decision.allows_execution:
+            if decision.action != "allow":
+                self.stats.record_decision(self.name, scenario, decision)
+            decision = guard.after_call(
+                step.tool, step.args, step.result, failed=step.failed, refusal=step.refusal, call_id=call_id
+            )
+        if decision.action != "allow":
+            self.stats.record_decision(self.name, scenario, decision)

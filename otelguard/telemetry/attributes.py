@@ -1,0 +1,56 @@
+"""Span names, attribute names and metric names otelguard emits (SPEC §5).
+
+The GenAI names follow the OpenTelemetry GenAI semantic conventions; they are spelled out here
+rather than imported so otelguard does not depend on the (unstable) semantic-conventions package.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# GenAI semantic conventions
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+ERROR_TYPE: Final = "error.type"
+OP_EXECUTE_TOOL: Final = "execute_tool"
+OP_INVOKE_AGENT: Final = "invoke_agent"
+
+# otelguard's own attributes
+ARGS_HASH: Final = "otelguard.args_hash"
+TOOL_CLASS: Final = "otelguard.tool.class"
+OUTCOME: Final = "otelguard.outcome"
+DECISION_ACTION: Final = "otelguard.decision.action"
+DECISION_CODE: Final = "otelguard.decision.code"
+DECISION_COUNT: Final = "otelguard.decision.count"
+DECISION_LIMIT: Final = "otelguard.decision.limit"
+DECISION_CAP: Final = "otelguard.decision.cap"
+DECISION_EVENT: Final = "otelguard.decision"
+TURN_TOOL_CALLS: Final = "otelguard.turn.tool_calls"
+TURN_HALTED: Final = "otelguard.turn.halted"
+TURN_HALT_CODE: Final = "otelguard.turn.halt_code"
+
+TOOL_ERROR: Final = "tool_error"
+"""``error.type`` of a call that ran and failed."""
+
+# Prometheus metric names (counters are declared without ``_total``; prometheus_client adds it)
+TOOL_CALLS: Final = "otelguard_tool_calls"
+DECISIONS: Final = "otelguard_decisions"
+TURNS: Final = "otelguard_turns"
+CAP_HITS: Final = "otelguard_cap_hits"
+SUBAGENT_SPAWNS: Final = "otelguard_subagent_spawns"
+TURN_TOOL_CALLS_HISTOGRAM: Final = "otelguard_turn_tool_calls"
+TURN_CAP_USAGE_RATIO: Final = "otelguard_turn_cap_usage_ratio"
+LOOP_SIGNATURE_HITS: Final = "otelguard_loop_signature_hits"
+INTERNAL_ERRORS: Final = "otelguard_internal_errors"
+BUILD_INFO: Final = "otelguard_build_info"
+
+TURN_TOOL_CALLS_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
+CAP_USAGE_BUCKETS: Final = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+
+STAGES: Final = ("before_call", "after_call", "start_turn", "end_turn", "observer")
+"""Guard stages that report internal errors; each has a series at 0 from the start."""
+
+OTHER: Final = "_other"
+"""Label value that stands for every value past a label's bound."""

@@ -1,0 +1,325 @@
+"""``Telemetry``: turns guard decisions into OpenTelemetry spans and Prometheus metrics (SPEC §5).
+
+One ``Telemetry`` may serve many guards: ``bind(settings)`` returns a per-guard observer that holds
+the turn span, while metric families, label bounds and the signature-series bound are shared.
+Nothing raw is exported: only tool names, codes, counts, the keyed ``args_hash`` and refusal
+categories that look like identifiers.
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from dataclasses import replace
+from typing import Any, Final, NamedTuple, cast
+
+from opentelemetry import context as otel_context
+from opentelemetry import trace
+from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+from prometheus_client import REGISTRY, CollectorRegistry
+
+from otelguard._version import __version__
+from otelguard.config import TelemetrySettings
+from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, Decision, TurnSummary
+from otelguard.observers import CallEvent, TurnInfo
+from otelguard.telemetry import attributes as attr
+from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for
+
+__all__ = ["GuardTelemetry", "Telemetry"]
+
+_REFUSING_ACTIONS: Final = frozenset(("block", "halt", "reject"))
+_LOOP_ACTIONS: Final = frozenset(("warn", "block", "halt"))
+_RAN: Final = frozenset(("ok", "failed"))
+_CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
+# A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
+_CATEGORY: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
+_REFUSED_FALLBACK: Final = "refused"
+
+
+class _Deferred(NamedTuple):
+    """``decisions`` mode token: the span is only created if the call gets a non-allow decision."""
+
+    start_ns: int
+    parent: otel_context.Context
+
+
+def refusal_category(refusal: str | None) -> str:
+    """The refusal category as exported (``refused`` when the host passed free text)."""
+    if refusal and _CATEGORY.fullmatch(refusal):
+        return refusal
+    return _REFUSED_FALLBACK
+
+
+class Telemetry:
+    """Spans and metrics for every guard decision.
+
+    ``tracer_provider``/``registry`` default to the global OTel provider and prometheus_client's
+    default registry. Keyword settings left at ``None`` come from the guard config's ``telemetry:``
+    section (SPEC §4.1). Never installs a global provider.
+    """
+
+    def __init__(
+        self,
+        tracer_provider: TracerProvider | None = None,
+        registry: CollectorRegistry | None = None,
+        *,
+        span_mode: str | None = None,
+        turn_spans: bool | None = None,
+        max_tool_values: int | None = None,
+        max_signature_series: int | None = None,
+    ) -> None:
+        overrides: dict[str, Any] = {
+            "span_mode": span_mode,
+            "turn_spans": turn_spans,
+            "max_tool_values": max_tool_values,
+            "max_signature_series": max_signature_series,
+        }
+        self._overrides = {k: v for k, v in overrides.items() if v is not None}
+        TelemetrySettings(**self._overrides)  # raises ConfigError naming telemetry.<key>
+        self._tracer = trace.get_tracer("otelguard", __version__, tracer_provider=tracer_provider)
+        self.registry: CollectorRegistry = registry if registry is not None else REGISTRY
+        self._families = families_for(self.registry)
+        self._spaces: dict[int, LabelSpace] = {}
+
+    def settings(self, settings: TelemetrySettings | None = None) -> TelemetrySettings:
+        """The effective settings: the config's section with this object's keyword overrides."""
+        return replace(settings or TelemetrySettings(), **self._overrides)
+
+    def bind(self, settings: TelemetrySettings | None = None) -> GuardTelemetry:
+        """A per-guard observer (the guard calls this once with ``config.telemetry``)."""
+        effective = self.settings(settings)
+        return GuardTelemetry(self._tracer, self._space(effective.max_tool_values), effective)
+
+    def prime(
+        self, agent: str = "default", *, tools: tuple[str, ...] = (), caps: tuple[str, ...] = ()
+    ) -> None:
+        """Create zero-valued series for an agent so dashboards and alerts see data before any call."""
+        space = self._space(self.settings().max_tool_values)
+        for outcome in ("completed", "halted"):
+            space.turns(agent, outcome)
+        space.per_agent("subagent_spawns", agent)
+        space.per_agent("turn_tool_calls", agent)
+        for tool in tools:
+            for outcome in ("ok", "failed", "refused", "blocked", "rejected"):
+                space.tool_calls(agent, tool, outcome)
+        for cap in caps:
+            space.cap_usage(agent, cap)
+            for scope in ("turn", "session"):
+                space.cap_hits(agent, cap, scope)
+
+    def _space(self, limit: int) -> LabelSpace:
+        space = self._spaces.get(limit)
+        if space is None:
+            space = self._spaces.setdefault(limit, LabelSpace(self._families, limit))
+        return space
+
+
+class GuardTelemetry:
+    """The observer one guard reports to (``GuardObserver``). Safe to call from many threads."""
+
+    def __init__(self, tracer: trace.Tracer, space: LabelSpace, settings: TelemetrySettings) -> None:
+        self._tracer = tracer
+        self._space = space
+        self.settings = settings
+        self._mode = settings.span_mode
+        self._turn_spans = settings.turn_spans and self._mode != "off"
+        self._max_signature_series = settings.max_signature_series
+        self._span_names: dict[str, str] = {}
+        self._turn_span: Span | None = None
+        self._turn_parent_span_id = 0
+
+    # -- turns ---------------------------------------------------------------------------------
+    def on_turn_start(self, turn: TurnInfo) -> None:
+        if not self._turn_spans:
+            return
+        self._end_turn_span(None)  # a turn that was never ended
+        current = trace.get_current_span()
+        self._turn_parent_span_id = current.get_span_context().span_id if current.is_recording() else 0
+        self._turn_span = self._tracer.start_span(
+            f"{attr.OP_INVOKE_AGENT} {turn.agent}",
+            kind=SpanKind.INTERNAL,
+            attributes={attr.GEN_AI_OPERATION_NAME: attr.OP_INVOKE_AGENT, attr.GEN_AI_AGENT_NAME: turn.agent},
+        )
+
+    def on_turn_end(self, summary: TurnSummary) -> None:
+        space = self._space
+        space.turns(summary.agent, "halted" if summary.halted else "completed").inc()
+        space.per_agent("turn_tool_calls", summary.agent).observe(summary.tool_calls)
+        for cap, ratio in summary.cap_usage_ratio.items():
+            space.cap_usage(summary.agent, cap).observe(ratio)
+        self._end_turn_span(summary)
+
+    def _end_turn_span(self, summary: TurnSummary | None) -> None:
+        span, self._turn_span = self._turn_span, None
+        if span is None:
+            return
+        if summary is not None:
+            span.set_attribute(attr.TURN_TOOL_CALLS, summary.tool_calls)
+            span.set_attribute(attr.TURN_HALTED, summary.halted)
+            if summary.halt_decision is not None:
+                span.set_attribute(attr.TURN_HALT_CODE, summary.halt_decision.code)
+                span.set_status(Status(StatusCode.ERROR))
+                span.set_attribute(attr.ERROR_TYPE, summary.halt_decision.code)
+        span.end()
+
+    def on_internal_error(self, stage: str) -> None:
+        self._space.families.internal_error(stage)
+
+    # -- calls ---------------------------------------------------------------------------------
+    def on_call_start(self, call: CallEvent) -> object:
+        """Token: ``None``, ``(span, owned)``, or a ``_Deferred`` in ``decisions`` mode."""
+        mode = self._mode
+        if mode == "off":
+            return None
+        if mode == "decisions":
+            return _Deferred(time.time_ns(), otel_context.get_current())
+        current = trace.get_current_span()
+        if mode != "own" and current.is_recording():
+            current.set_attributes(self._start_attributes(call))
+            return (current, False)
+        if mode == "event":
+            return None
+        span = self._tracer.start_span(
+            self._span_name(call.tool_name),
+            context=self._parent_context(current),
+            kind=SpanKind.INTERNAL,
+            attributes=self._start_attributes(call),
+        )
+        return (span, True)
+
+    def on_call_end(self, call: CallEvent, token: object) -> None:
+        outcome = call.outcome or "ok"
+        space = self._space
+        space.tool_calls(call.agent, call.tool_name, outcome).inc()
+        if call.spawn_count and outcome in _RAN:
+            space.per_agent("subagent_spawns", call.agent).inc(call.spawn_count)
+        decision, before = call.decision, call.before
+        # a call that ran after a non-allow before_call decision has two decisions to report
+        before_counts = before.action != "allow" and before is not decision and before != decision
+        quiet = decision.action == "allow" and not before_counts
+        if quiet and (token is None or isinstance(token, _Deferred)):
+            return  # the allow path: no span work, no formatting
+        exemplar: Exemplar = None
+        if isinstance(token, _Deferred):
+            exemplar = self._finish_span(call, outcome, self._decision_span(call, token), True)
+        elif token is not None:
+            span, owned = cast("tuple[Span, bool]", token)
+            exemplar = self._finish_span(call, outcome, span, owned)
+        if before_counts:
+            self._record_decision(call, before, exemplar)
+        if decision.action != "allow":
+            self._record_decision(call, decision, exemplar)
+
+    def _start_attributes(self, call: CallEvent) -> dict[str, Any]:
+        attributes: dict[str, Any] = {
+            attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
+            attr.GEN_AI_TOOL_NAME: call.tool_name,
+            attr.ARGS_HASH: call.signature.args_hash,
+            attr.TOOL_CLASS: call.tool_class,
+        }
+        if call.call_id is not None:
+            attributes[attr.GEN_AI_TOOL_CALL_ID] = call.call_id
+        return attributes
+
+    def _span_name(self, tool: str) -> str:
+        name = self._span_names.get(tool)
+        if name is None:
+            name = f"{attr.OP_EXECUTE_TOOL} {tool}"
+            if len(self._span_names) < 4 * self.settings.max_tool_values:
+                self._span_names[tool] = name
+        return name
+
+    def _parent_context(self, current: Span) -> otel_context.Context | None:
+        """Parent of an own span: the current span, else the open turn span (not made current,
+        since start_turn and end_turn may run in different contexts)."""
+        turn_span = self._turn_span
+        if turn_span is None:
+            return None
+        if current.is_recording() and current.get_span_context().span_id != self._turn_parent_span_id:
+            return None
+        return trace.set_span_in_context(turn_span)
+
+    def _decision_span(self, call: CallEvent, token: _Deferred) -> Span:
+        parent = token.parent
+        if self._turn_span is not None and not trace.get_current_span(parent).is_recording():
+            parent = trace.set_span_in_context(self._turn_span)
+        return self._tracer.start_span(
+            self._span_name(call.tool_name),
+            context=parent,
+            kind=SpanKind.INTERNAL,
+            attributes=self._start_attributes(call),
+            start_time=token.start_ns,
+        )
+
+    def _finish_span(self, call: CallEvent, outcome: str, span: Span, owned: bool) -> Exemplar:
+        decision, before = call.decision, call.before
+        span.set_attributes(
+            {
+                attr.OUTCOME: outcome,
+                attr.DECISION_ACTION: decision.action,
+                attr.DECISION_CODE: decision.code,
+                attr.DECISION_COUNT: decision.count,
+            }
+        )
+        if before.action != "allow" and before is not decision and before != decision:
+            span.add_event(attr.DECISION_EVENT, _event_attributes(before))
+        if decision.action != "allow":
+            span.add_event(attr.DECISION_EVENT, _event_attributes(decision))
+        error_type = _error_type(decision, outcome, call.refusal, owned)
+        if error_type is not None:
+            span.set_attribute(attr.ERROR_TYPE, error_type)
+            span.set_status(Status(StatusCode.ERROR))
+        exemplar = _exemplar(span)
+        if owned:
+            span.end()
+        return exemplar
+
+    def _record_decision(self, call: CallEvent, decision: Decision, exemplar: Exemplar) -> None:
+        space = self._space
+        space.decisions(call.agent, call.tool_name, decision.action, decision.code).inc(1, exemplar)
+        scope = _CAP_SCOPES.get(decision.code)
+        if scope is not None:
+            space.cap_hits(call.agent, decision.cap or call.tool_name, scope).inc(1, exemplar)
+        elif decision.code in LOOP_CODES and decision.action in _LOOP_ACTIONS:
+            signature = decision.signature or call.signature
+            space.signature_hit(
+                call.agent,
+                call.tool_name,
+                decision.code,
+                signature.args_hash,
+                self._max_signature_series,
+                exemplar,
+            )
+
+
+def _error_type(decision: Decision, outcome: str, refusal: str | None, owned: bool) -> str | None:
+    """``error.type`` per SPEC §4.1. On a host's span only the guard's own refusals are marked:
+    the host knows, and reports, how its tool failed."""
+    if decision.action in _REFUSING_ACTIONS:
+        return decision.code
+    if not owned:
+        return None
+    if outcome == "failed":
+        return attr.TOOL_ERROR
+    if outcome == "refused":
+        return refusal_category(refusal)
+    return None
+
+
+def _event_attributes(decision: Decision) -> dict[str, Any]:
+    attributes: dict[str, Any] = {
+        attr.DECISION_ACTION: decision.action,
+        attr.DECISION_CODE: decision.code,
+        attr.DECISION_COUNT: decision.count,
+        attr.DECISION_LIMIT: decision.limit,
+    }
+    if decision.cap is not None:
+        attributes[attr.DECISION_CAP] = decision.cap
+    return attributes
+
+
+def _exemplar(span: Span) -> Exemplar:
+    if not span.is_recording():
+        return None
+    ctx = span.get_span_context()
+    return {"trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x")}
