@@ -10,6 +10,8 @@ from typing import Any, Final, Literal, NamedTuple
 
 import orjson
 
+from otelguard._slots import positional_factory
+
 __all__ = [
     "ACTIONS",
     "CODES",
@@ -145,25 +147,12 @@ class Decision:
         return result
 
 
-_new = object.__new__
-_set_action, _set_code, _set_message, _set_tool, _set_count, _set_limit, _set_signature, _set_cap = (
-    Decision.__dict__[name].__set__ for name in Decision.__slots__
-)
+_make_decision = positional_factory(Decision)
 
 
 def allow_decision(tool_name: str, signature: Signature) -> Decision:
-    """An ``allow`` for one call. The allow path runs on every call: filling the slots directly costs a
-    third of the frozen dataclass ``__init__``, and the result is the same immutable ``Decision``."""
-    decision = _new(Decision)
-    _set_action(decision, "allow")
-    _set_code(decision, ALLOW)
-    _set_message(decision, "")
-    _set_tool(decision, tool_name)
-    _set_count(decision, 0)
-    _set_limit(decision, 0)
-    _set_signature(decision, signature)
-    _set_cap(decision, None)
-    return decision
+    """An ``allow`` for one call (built without the dataclass ``__init__``: it runs on every call)."""
+    return _make_decision("allow", ALLOW, "", tool_name, 0, 0, signature, None)
 
 
 @dataclass(frozen=True, slots=True)

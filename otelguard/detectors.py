@@ -165,8 +165,8 @@ class TurnDetectors:
         outcome: Outcome,
         refusal: str | None,
         result_key: tuple[int, int] | None,
-    ) -> Decision:
-        """Update every detector with the call's outcome; return the first decision that fires."""
+    ) -> Decision | None:
+        """Update every detector with the call's outcome; return the first decision that fires, if any."""
         tool = sig.tool_name
         ok = outcome == "ok"
         signatures = self.signatures
@@ -254,7 +254,7 @@ class TurnDetectors:
         refusals: int,
         identical: int,
         tool_class: ToolClass,
-    ) -> Decision:
+    ) -> Decision | None:
         warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
         if hard and refusals >= stop["refusal"]:
             return _decision("halt", codes.REFUSAL_HALT, sig, refusals, stop["refusal"])
@@ -265,7 +265,7 @@ class TurnDetectors:
         if hard and identical >= stop["identical_call"]:
             return _decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
         if not self.config.warnings:
-            return codes.allow_decision(sig.tool_name, sig)
+            return None
         failures = self._exact_failures(state)
         if failures and failures >= warn["exact_failure"]:
             return _decision("warn", codes.EXACT_FAILURE_WARN, sig, failures, warn["exact_failure"])
@@ -289,7 +289,7 @@ class TurnDetectors:
             )
         if tool_class == "write" and self.write_streak >= warn["write_streak"]:
             return _decision("warn", codes.WRITE_STREAK_WARN, sig, self.write_streak, warn["write_streak"])
-        return codes.allow_decision(sig.tool_name, sig)
+        return None
 
 
 _MESSAGES: Final = {

@@ -19,12 +19,13 @@ from typing import Any, Final
 import orjson
 
 from otelguard import decisions as codes
+from otelguard._slots import positional_factory
 from otelguard.caps import CapLedger, Charge
 from otelguard.classify import ToolCatalog, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
-from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo, new_call_event
 from otelguard.signatures import ArgsHasher, ResultFingerprinter, resolve_signature_key
 from otelguard.tool_calls import call_context, wrap_tool
 
@@ -58,6 +59,10 @@ class _Pending:
     spawn_count: int
     before: Decision
     tokens: tuple[object, ...] = ()
+
+
+_new_pending = positional_factory(_Pending)
+_new_signature = tuple.__new__
 
 
 class Guard:
@@ -184,7 +189,7 @@ class Guard:
     def _before_call(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
         name = tool_name if isinstance(tool_name, str) else str(tool_name)
         facts = self._catalog.facts(name)
-        sig = Signature(name, self._hasher.args_hash(args))
+        sig = _new_signature(Signature, (name, self._hasher.args_hash(args)))
         requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
         turn = self._turn or self._current_turn()
         pending = None
@@ -203,8 +208,8 @@ class Guard:
                 charges: tuple[Charge, ...] = ()
                 if facts.caps_turn or facts.caps_session:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
-                pending = _Pending(args, sig, turn, charges, requested, decision)
-                self._remember(_pending_key(name, args, call_id), pending)
+                pending = _new_pending(args, sig, turn, charges, requested, decision, ())
+                self._remember((name, id(args)) if call_id is None else _call_key(call_id), pending)
             else:
                 turn.decisions[decision.code] += 1
                 if decision.should_halt and turn.halt is None:
@@ -213,18 +218,10 @@ class Guard:
             outcome: Outcome | None = None
             if pending is None:
                 outcome = "rejected" if decision.action == "reject" else "blocked"
-            event = CallEvent(
-                tool_name=name,
-                tool_class=facts.tool_class,
-                signature=sig,
-                call_id=call_id,
-                agent=turn.agent,
-                turn_id=turn.turn_id,
-                decision=decision,
-                before=decision,
-                outcome=outcome,
-                spawn_count=requested,
-            )
+            event = new_call_event(
+                name, facts.tool_class, sig, call_id, turn.agent, turn.turn_id, decision, decision, outcome, None,
+                requested,
+            )  # fmt: skip
             tokens = self._notify_call_start(event)
             if pending is None:
                 self._notify_call_end(event, tokens)
@@ -268,7 +265,7 @@ class Guard:
             outcome = "failed" if failed else "ok"
         turn = self._turn or self._current_turn()
         with self._lock:
-            pending = self._take(_pending_key(name, args, call_id), args)
+            pending = self._take((name, id(args)) if call_id is None else _call_key(call_id), args)
             if pending is not None:
                 sig = pending.sig
             else:
@@ -281,27 +278,23 @@ class Guard:
                 result_key = self._fingerprinter.fingerprint(result, state.last_result if state else None)
             if outcome == "refused" and pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
-            decision = turn.detectors.record_after(
+            verdict = turn.detectors.record_after(
                 sig, facts.tool_class, facts.failure_tolerant, outcome, refusal, result_key
             )
-            if decision.action != "allow":
+            if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
+                decision = pending.before if pending is not None else codes.allow_decision(name, sig)
+            else:
+                decision = verdict
                 turn.decisions[decision.code] += 1
                 if decision.should_halt and turn.halt is None:
                     turn.halt = decision
         if self._observers:
-            event = CallEvent(
-                tool_name=name,
-                tool_class=facts.tool_class,
-                signature=sig,
-                call_id=call_id,
-                agent=turn.agent,
-                turn_id=turn.turn_id,
-                decision=decision,
-                before=pending.before if pending is not None else codes.allow_decision(name, sig),
-                outcome=outcome,
-                refusal=refusal,
-                spawn_count=pending.spawn_count if pending is not None else 0,
-            )
+            before = pending.before if pending is not None else codes.allow_decision(name, sig)
+            spawned = pending.spawn_count if pending is not None else 0
+            event = new_call_event(
+                name, facts.tool_class, sig, call_id, turn.agent, turn.turn_id, decision, before, outcome, refusal,
+                spawned,
+            )  # fmt: skip
             self._notify_call_end(event, pending.tokens if pending is not None else ())
         return decision
 
@@ -331,14 +324,14 @@ class Guard:
 
     def _take(self, key: object, args: Any) -> _Pending | None:
         last = self._last_pending
-        if last is not None and self._last_key == key and (isinstance(key, str) or last.args is args):
+        if last is not None and self._last_key == key and (not isinstance(key, tuple) or last.args is args):
             self._last_key, self._last_pending = None, None
             return last
         queue = self._pending.get(key)
         if not queue:
             return None
         for i, pending in enumerate(queue):
-            if isinstance(key, str) or pending.args is args:
+            if not isinstance(key, tuple) or pending.args is args:
                 del queue[i]
                 if not queue:
                     del self._pending[key]
@@ -423,10 +416,9 @@ class Guard:
         )
 
 
-def _pending_key(name: str, args: Any, call_id: str | None) -> object:
-    if call_id is not None:
-        return call_id if isinstance(call_id, str) else str(call_id)
-    return (name, id(args))
+def _call_key(call_id: Any) -> object:
+    """Pending calls are keyed by call id, or by ``(tool, id(args))`` (a tuple) without one."""
+    return call_id if isinstance(call_id, str) else str(call_id)
 
 
 def _parsed(args: Any) -> Any:

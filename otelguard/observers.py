@@ -9,6 +9,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
+from otelguard._slots import positional_factory
 from otelguard.decisions import Decision, Signature, TurnSummary
 
 __all__ = ["CallEvent", "GuardObserver", "Outcome", "ToolClass", "TurnInfo"]
@@ -60,3 +61,8 @@ class GuardObserver(Protocol):
     def on_turn_end(self, summary: TurnSummary) -> None: ...
 
     def on_internal_error(self, stage: str) -> None: ...
+
+
+new_call_event = positional_factory(CallEvent)
+"""``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
+refusal, spawn_count)``: a ``CallEvent`` built for the hot path."""

@@ -265,19 +265,21 @@ class ResultFingerprinter:
                 parsed = orjson.loads(raw)
             except orjson.JSONDecodeError:
                 return raw_digest, raw_digest
-            return raw_digest, self._structured(parsed, owned=True)
+            if self._volatile:
+                try:
+                    _prune(parsed, self._volatile)  # our own freshly parsed copy: prune in place
+                except RecursionError:
+                    parsed = _without_keys(parsed, self._volatile)
+            try:
+                return raw_digest, xxhash.xxh3_128_intdigest(orjson.dumps(parsed, option=_SORT))
+            except orjson.JSONEncodeError:
+                return raw_digest, xxhash.xxh3_128_intdigest(_canonical_slow(parsed))
         return raw_digest, raw_digest
 
-    def _structured(self, value: Any, owned: bool = False) -> int:
-        """Content fingerprint of a JSON-like value; ``owned`` values (freshly parsed) may be pruned in place."""
+    def _structured(self, value: Any) -> int:
+        """Content fingerprint of a host's JSON-like value (copied, never changed, when pruning)."""
         if self._volatile and isinstance(value, (dict, list)):
-            if not owned:
-                value = _without_keys(value, self._volatile)
-            else:
-                try:
-                    _prune(value, self._volatile)
-                except RecursionError:
-                    value = _without_keys(value, self._volatile)
+            value = _without_keys(value, self._volatile)
         digest: int = xxhash.xxh3_128_intdigest(canonical_args(value) if value is not None else b"null")
         return digest
 
