@@ -14,6 +14,7 @@ from otelguard import decisions as codes
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Signature
 from otelguard.observers import Outcome, ToolClass
+from otelguard.results import ResultSlot
 
 __all__ = ["SignatureState", "TurnDetectors"]
 
@@ -42,16 +43,16 @@ class _Lru(OrderedDict[K, V], Generic[K, V]):
         return value
 
 
-class SignatureState:
-    """What a turn remembers about one signature."""
+class SignatureState(ResultSlot):
+    """What a turn remembers about one signature (its previous result: see ``ResultSlot``)."""
 
-    __slots__ = ("exact_epoch", "exact_failures", "last_result", "no_progress")
+    __slots__ = ("exact_epoch", "exact_failures", "no_progress")
 
     def __init__(self) -> None:
+        super().__init__()
         self.exact_failures = 0
         self.exact_epoch = 0
         self.no_progress = 0
-        self.last_result: tuple[int, int] | None = None  # (raw digest, fingerprint)
 
 
 class _Cycle:
@@ -118,17 +119,23 @@ class TurnDetectors:
         self.tool_failures: _Lru[str, int] = _Lru(capacity)
         self.refusals: _Lru[tuple[str, str], int] = _Lru(capacity)
         self.write_epoch = 0
-        self.identical_key: tuple[Signature, int] | None = None
+        self.identical_sig: Signature | None = None  # of the last ok write/unknown call
         self.identical_count = 0
         self.cycle = _Cycle()
         self.read_streak = 0
         self.write_streak = 0
 
     def state(self, sig: Signature) -> SignatureState:
-        return self.signatures.touch(sig, SignatureState)
-
-    def peek(self, sig: Signature) -> SignatureState | None:
-        return self.signatures.get(sig)
+        """The signature's state, created if new and marked most recently used."""
+        signatures = self.signatures
+        state = signatures.get(sig)
+        if state is None:
+            state = signatures[sig] = SignatureState()
+            if len(signatures) > signatures.capacity:
+                signatures.popitem(last=False)
+        else:
+            signatures.move_to_end(sig)
+        return state
 
     # before_call -----------------------------------------------------------------------------
 
@@ -160,28 +167,20 @@ class TurnDetectors:
     def record_after(
         self,
         sig: Signature,
+        state: SignatureState,
         tool_class: ToolClass,
         failure_tolerant: bool,
         outcome: Outcome,
         refusal: str | None,
-        result_key: tuple[int, int] | None,
+        same_result: bool,
     ) -> Decision | None:
-        """Update every detector with the call's outcome; return the first decision that fires, if any."""
+        """Update every detector with the call's outcome; return the first decision that fires, if any.
+
+        ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
+        signature's previous ok call returned.
+        """
         tool = sig.tool_name
         ok = outcome == "ok"
-        signatures = self.signatures
-        state = signatures.get(sig)
-        if state is None:
-            state = signatures[sig] = SignatureState()
-            if len(signatures) > signatures.capacity:
-                signatures.popitem(last=False)
-        else:
-            signatures.move_to_end(sig)
-        if result_key is not None:
-            previous = state.last_result
-            state.last_result = result_key
-        else:
-            previous = None
 
         # exact_failure
         if outcome == "failed":
@@ -214,12 +213,7 @@ class TurnDetectors:
         if tool_class == "read":
             if not ok:
                 state.no_progress = 0
-            elif (
-                result_key is not None
-                and previous is not None
-                and previous[1] == result_key[1]
-                and state.no_progress
-            ):
+            elif same_result and state.no_progress:
                 state.no_progress += 1
             else:
                 state.no_progress = 1
@@ -227,13 +221,13 @@ class TurnDetectors:
         # identical_call (write/unknown), cycle and streaks ignore poll tools
         identical = 0
         if tool_class != "poll":
-            if ok and tool_class in ("write", "unknown") and result_key is not None:
-                key2 = (sig, result_key[1])
-                self.identical_count = self.identical_count + 1 if key2 == self.identical_key else 1
-                self.identical_key = key2
+            if ok and tool_class != "read":
+                back_to_back = same_result and self.identical_sig == sig
+                self.identical_count = self.identical_count + 1 if back_to_back else 1
+                self.identical_sig = sig
                 identical = self.identical_count
             else:
-                self.identical_key, self.identical_count = None, 0
+                self.identical_sig, self.identical_count = None, 0
             self.cycle.push(sig)
         if tool_class == "read":
             self.read_streak += 1

@@ -26,7 +26,8 @@ from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
 from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo, new_call_event
-from otelguard.signatures import ArgsHasher, ResultFingerprinter, resolve_signature_key
+from otelguard.results import ResultMemory
+from otelguard.signatures import ArgsHasher, resolve_signature_key
 from otelguard.tool_calls import call_context, wrap_tool
 
 __all__ = ["Guard"]
@@ -84,7 +85,7 @@ class Guard:
         self.config = config if config is not None else GuardConfig()
         self.agent = agent or DEFAULT_AGENT
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
-        self._fingerprinter = ResultFingerprinter(self.config.volatile_result_keys)
+        self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = ToolCatalog(self.config)
         self._caps = CapLedger(self.config.caps.on_hit)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
@@ -137,6 +138,7 @@ class Guard:
     def _begin_turn(self, turn_id: str | None, agent: str | None) -> _Turn:
         turn = _Turn(turn_id, agent or self.agent, self.config)
         self._turn = turn
+        self._results.reset()
         self._caps.start_turn()
         return turn
 
@@ -272,14 +274,12 @@ class Guard:
                 sig = Signature(name, self._hasher.args_hash(args))
                 if call_id is None:
                     pending = self._take_by_signature(sig)
-            result_key = None
-            if outcome == "ok" and facts.tool_class != "poll":
-                state = turn.detectors.signatures.get(sig)
-                result_key = self._fingerprinter.fingerprint(result, state.last_result if state else None)
+            state = turn.detectors.state(sig)
+            same = outcome == "ok" and facts.tool_class != "poll" and self._results.same_as_previous(state, result)
             if outcome == "refused" and pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
             verdict = turn.detectors.record_after(
-                sig, facts.tool_class, facts.failure_tolerant, outcome, refusal, result_key
+                sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same
             )
             if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
                 decision = pending.before if pending is not None else codes.allow_decision(name, sig)

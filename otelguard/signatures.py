@@ -236,8 +236,6 @@ class ResultFingerprinter:
     """Fingerprints of tool results. They never leave the process, so a fast unkeyed hash is fine.
 
     JSON results compare by content with volatile keys dropped at any depth; other results as text.
-    ``fingerprint(result, previous)`` takes the last ``(raw_digest, fingerprint)`` seen for the same
-    signature and skips parsing when the raw bytes are unchanged.
     """
 
     __slots__ = ("_volatile",)
@@ -245,43 +243,45 @@ class ResultFingerprinter:
     def __init__(self, volatile_keys: tuple[str, ...]) -> None:
         self._volatile = frozenset(volatile_keys)
 
-    def fingerprint(self, result: Any, previous: tuple[int, int] | None = None) -> tuple[int, int]:
-        """Return ``(raw_digest, fingerprint)`` for ``result``."""
+    @staticmethod
+    def raw_digest(raw: bytes) -> int:
+        digest: int = xxhash.xxh3_128_intdigest(raw)
+        return digest
+
+    def content(self, result: Any) -> int:
+        """The content fingerprint of any result."""
         if isinstance(result, str):
-            try:
-                raw = result.encode()
-            except UnicodeEncodeError:
-                raw = result.encode("utf-8", "surrogatepass")
+            raw = _utf8(result)
         elif isinstance(result, (bytes, bytearray, memoryview)):
             raw = bytes(result)
         else:
-            return 0, self._structured(result)
-        raw_digest: int = xxhash.xxh3_128_intdigest(raw)
-        if previous is not None and previous[0] == raw_digest:
-            return previous
-        stripped = raw.lstrip()
-        if stripped[:1] in (b"{", b"["):
-            try:
-                parsed = orjson.loads(raw)
-            except orjson.JSONDecodeError:
-                return raw_digest, raw_digest
-            if self._volatile:
-                try:
-                    _prune(parsed, self._volatile)  # our own freshly parsed copy: prune in place
-                except RecursionError:
-                    parsed = _without_keys(parsed, self._volatile)
-            try:
-                return raw_digest, xxhash.xxh3_128_intdigest(orjson.dumps(parsed, option=_SORT))
-            except orjson.JSONEncodeError:
-                return raw_digest, xxhash.xxh3_128_intdigest(_canonical_slow(parsed))
-        return raw_digest, raw_digest
+            return self.structured(result)
+        digest = self.raw_digest(raw)
+        if raw.lstrip()[:1] in (b"{", b"["):
+            return self.json_text(raw, digest)
+        return digest
 
-    def _structured(self, value: Any) -> int:
+    def json_text(self, raw: bytes, raw_digest: int) -> int:
+        """Content fingerprint of JSON text; text that does not parse compares by its raw bytes."""
+        try:
+            parsed = orjson.loads(raw)
+        except orjson.JSONDecodeError:
+            return raw_digest
+        if self._volatile:
+            try:
+                _prune(parsed, self._volatile)  # our own freshly parsed copy: prune in place
+            except RecursionError:
+                parsed = _without_keys(parsed, self._volatile)
+        try:
+            return self.raw_digest(orjson.dumps(parsed, option=_SORT))
+        except orjson.JSONEncodeError:
+            return self.raw_digest(_canonical_slow(parsed))
+
+    def structured(self, value: Any) -> int:
         """Content fingerprint of a host's JSON-like value (copied, never changed, when pruning)."""
         if self._volatile and isinstance(value, (dict, list)):
             value = _without_keys(value, self._volatile)
-        digest: int = xxhash.xxh3_128_intdigest(canonical_args(value) if value is not None else b"null")
-        return digest
+        return self.raw_digest(canonical_args(value) if value is not None else b"null")
 
 
 def _prune(value: Any, drop: frozenset[str]) -> None:

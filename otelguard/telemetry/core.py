@@ -201,10 +201,10 @@ class GuardTelemetry:
             return  # the allow path: no span work, no formatting
         exemplar: Exemplar = None
         if isinstance(token, _Deferred):
-            exemplar = self._finish_span(call, outcome, self._decision_span(call, token), True)
+            exemplar = self._finish_span(call, outcome, self._decision_span(call, token), True, not quiet)
         elif token is not None:
             span, owned = cast("tuple[Span, bool]", token)
-            exemplar = self._finish_span(call, outcome, span, owned)
+            exemplar = self._finish_span(call, outcome, span, owned, not quiet)
         if before_counts:
             self._record_decision(call, before, exemplar)
         if decision.action != "allow":
@@ -251,7 +251,9 @@ class GuardTelemetry:
             start_time=token.start_ns,
         )
 
-    def _finish_span(self, call: CallEvent, outcome: str, span: Span, owned: bool) -> Exemplar:
+    def _finish_span(
+        self, call: CallEvent, outcome: str, span: Span, owned: bool, wants_exemplar: bool
+    ) -> Exemplar:
         decision, before = call.decision, call.before
         span.set_attributes(
             {
@@ -269,7 +271,7 @@ class GuardTelemetry:
         if error_type is not None:
             span.set_attribute(attr.ERROR_TYPE, error_type)
             span.set_status(Status(StatusCode.ERROR))
-        exemplar = _exemplar(span)
+        exemplar = _exemplar(span) if wants_exemplar else None  # only decisions carry exemplars
         if owned:
             span.end()
         return exemplar

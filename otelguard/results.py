@@ -1,0 +1,112 @@
+""""Same call, same answer again?" — comparing a result with the previous result of its signature.
+
+JSON results compare by content (key order, whitespace and volatile keys do not matter); parsing
+is what costs, so it happens only when needed. Equal raw bytes are equal content, without parsing.
+A JSON result whose raw bytes differ from the previous one is parsed, and so is the previous one,
+which is why the previous result is held by reference (the host holds it in its conversation
+anyway) until the comparison is needed. Held references are bounded by ``held_bytes`` per guard:
+when the budget is exceeded, the oldest held result is fingerprinted on the spot if it is small, and
+otherwise released, after which a different-bytes successor is compared by its raw bytes.
+"""
+
+from __future__ import annotations
+
+from collections import deque
+from typing import Any, Final
+
+from otelguard.signatures import ResultFingerprinter
+
+__all__ = ["DEFAULT_HELD_BYTES", "ResultMemory", "ResultSlot"]
+
+DEFAULT_HELD_BYTES: Final = 1 << 20
+SMALL_RESULT_BYTES: Final = 16 << 10
+_ENTRY_OVERHEAD: Final = 200  # the queue entry itself, so many tiny results stay bounded too
+
+
+class ResultSlot:
+    """The previous ok result of one signature: raw digest, content fingerprint (``None`` until it
+    is needed) and, while the fingerprint is unknown, the result itself."""
+
+    __slots__ = ("fingerprint", "held", "raw")
+
+    def __init__(self) -> None:
+        self.raw: int | None = None
+        self.fingerprint: int | None = None
+        self.held: Any = None
+
+
+class ResultMemory:
+    """Compares results with their signature's previous result; one per guard, reset every turn."""
+
+    def __init__(self, volatile_keys: tuple[str, ...], held_bytes: int = DEFAULT_HELD_BYTES) -> None:
+        self._fingerprints = ResultFingerprinter(volatile_keys)
+        self._budget = held_bytes
+        self._held_total = 0
+        self._held: deque[tuple[ResultSlot, Any, int]] = deque()
+
+    def reset(self) -> None:
+        self._held.clear()
+        self._held_total = 0
+
+    def same_as_previous(self, slot: ResultSlot, result: Any) -> bool:
+        """Whether ``result`` equals the slot's previous result; then remember ``result`` in the slot."""
+        raw = _raw_bytes(result)
+        if raw is None:  # a structured result from the host: fingerprint its content now
+            fingerprint = self._fingerprints.structured(result)
+            same = slot.raw is None and slot.fingerprint == fingerprint
+            self._store(slot, None, fingerprint, None)
+            return same
+        raw_digest = self._fingerprints.raw_digest(raw)
+        if slot.raw == raw_digest:
+            return True
+        json_like = raw.lstrip()[:1] in (b"{", b"[")
+        if not json_like:
+            same = slot.held is None and slot.fingerprint == raw_digest
+            self._store(slot, raw_digest, raw_digest, None)
+            return same
+        previous = self._previous_fingerprint(slot)
+        if previous is None and slot.raw is not None and slot.held is None:
+            # the previous result was released unfingerprinted (budget): compare by raw bytes
+            self._store(slot, raw_digest, None, result)
+            self._hold(slot, result, len(raw))
+            return False
+        if slot.raw is None and slot.fingerprint is None:  # first result of this signature
+            self._store(slot, raw_digest, None, result)
+            self._hold(slot, result, len(raw))
+            return False
+        fingerprint = self._fingerprints.json_text(raw, raw_digest)
+        self._store(slot, raw_digest, fingerprint, None)
+        return previous == fingerprint
+
+    def _previous_fingerprint(self, slot: ResultSlot) -> int | None:
+        if slot.fingerprint is None and slot.held is not None:
+            slot.fingerprint = self._fingerprints.content(slot.held)
+            slot.held = None
+        return slot.fingerprint
+
+    @staticmethod
+    def _store(slot: ResultSlot, raw: int | None, fingerprint: int | None, held: Any) -> None:
+        slot.raw, slot.fingerprint, slot.held = raw, fingerprint, held
+
+    def _hold(self, slot: ResultSlot, result: Any, size: int) -> None:
+        size += _ENTRY_OVERHEAD
+        self._held.append((slot, result, size))
+        self._held_total += size
+        while self._held_total > self._budget and self._held:
+            old_slot, old_result, old_size = self._held.popleft()
+            self._held_total -= old_size
+            if old_slot.held is old_result:
+                if old_size <= SMALL_RESULT_BYTES + _ENTRY_OVERHEAD:
+                    old_slot.fingerprint = self._fingerprints.content(old_result)
+                old_slot.held = None
+
+
+def _raw_bytes(result: Any) -> bytes | None:
+    if isinstance(result, str):
+        try:
+            return result.encode()
+        except UnicodeEncodeError:
+            return result.encode("utf-8", "surrogatepass")
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return bytes(result)
+    return None
