@@ -49,7 +49,10 @@ class SignatureState(ResultSlot):
     __slots__ = ("exact_epoch", "exact_failures", "no_progress")
 
     def __init__(self) -> None:
-        super().__init__()
+        # ResultSlot's fields, set here directly: one state is created per new signature.
+        self.raw = None
+        self.fingerprint = None
+        self.held = None
         self.exact_failures = 0
         self.exact_epoch = 0
         self.no_progress = 0
@@ -119,6 +122,11 @@ class TurnDetectors:
         self.tool_failures: _Lru[str, int] = _Lru(capacity)
         self.refusals: _Lru[tuple[str, str], int] = _Lru(capacity)
         self.write_epoch = 0
+        # Below these counts an ok call cannot make any detector fire.
+        self._quiet_identical = min(self.warn_after["identical_call"], self.stop_after["identical_call"])
+        self._quiet_no_progress = self.warn_after["no_progress"]
+        self._quiet_read_streak = self.warn_after["read_only_streak"]
+        self._quiet_write_streak = self.warn_after["write_streak"]
         self.identical_sig: Signature | None = None  # of the last ok write/unknown call
         self.identical_count = 0
         self.cycle = _Cycle()
@@ -237,6 +245,15 @@ class TurnDetectors:
             self.write_streak += 1
             self.read_streak = 0
 
+        if (
+            ok
+            and identical < self._quiet_identical
+            and state.no_progress < self._quiet_no_progress
+            and self.read_streak < self._quiet_read_streak
+            and self.write_streak < self._quiet_write_streak
+            and not self.cycle.runs_any()
+        ):
+            return None  # the common case: nothing can fire, skip the ordered checks
         return self._verdict(sig, state, failure_tolerant, tool_failures, refusals, identical, tool_class)
 
     def _verdict(

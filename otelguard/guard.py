@@ -10,16 +10,15 @@ from __future__ import annotations
 import importlib
 import logging
 import threading
+import time
 from collections import Counter, OrderedDict
 from collections.abc import Iterable
-from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 import orjson
 
 from otelguard import decisions as codes
-from otelguard._slots import positional_factory
 from otelguard.caps import CapLedger, Charge
 from otelguard.classify import ToolCatalog, looks_failed
 from otelguard.config import GuardConfig
@@ -49,9 +48,11 @@ class _Turn:
         self.decisions: Counter[str] = Counter()
 
 
-@dataclass(slots=True)
-class _Pending:
-    """A call between ``before_call`` and ``after_call``: what must not be computed twice."""
+class _Pending(NamedTuple):
+    """A call between ``before_call`` and ``after_call``: what must not be computed twice.
+
+    ``tokens`` holds the observers' ``on_call_start`` tokens once they are known (filled in place).
+    """
 
     args: Any
     sig: Signature
@@ -59,11 +60,14 @@ class _Pending:
     charges: tuple[Charge, ...]
     spawn_count: int
     before: Decision
-    tokens: tuple[object, ...] = ()
+    start_time_ns: int
+    tokens: list[object]
 
 
-_new_pending = positional_factory(_Pending)
+_NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
+_new_pending = tuple.__new__
 _new_signature = tuple.__new__
+_time_ns = time.time_ns
 
 
 class Guard:
@@ -87,9 +91,10 @@ class Guard:
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = ToolCatalog(self.config)
+        self._facts = self._catalog.cache
         self._caps = CapLedger(self.config.caps.on_hit)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
-        self._lock = threading.RLock()
+        self._lock = threading.Lock()
         self._turn: _Turn | None = None
         self._pending: OrderedDict[object, list[_Pending]] = OrderedDict()
         # The common host runs one call at a time: its pending call skips the map.
@@ -100,6 +105,9 @@ class Guard:
         if telemetry is not None and telemetry is not False:
             all_observers.append(self._bind_telemetry(telemetry))
         self._observers: tuple[GuardObserver, ...] = tuple(all_observers)
+        # Observers that say they have no use for the start of an allowed call are spared it
+        # (and the guard builds no event for it): metrics-only telemetry counts calls at their end.
+        self._start_observers = tuple(o for o in self._observers if getattr(o, "wants_call_start", True))
 
     def _bind_telemetry(self, telemetry: Any) -> GuardObserver:
         if telemetry is True:
@@ -189,8 +197,8 @@ class Guard:
             return self._internal_error("before_call", exc, tool_name)
 
     def _before_call(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
-        name = tool_name if isinstance(tool_name, str) else str(tool_name)
-        facts = self._catalog.facts(name)
+        name = tool_name if type(tool_name) is str else str(tool_name)
+        facts = self._facts.get(name) or self._catalog.facts(name)
         sig = _new_signature(Signature, (name, self._hasher.args_hash(args)))
         requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
         turn = self._turn or self._current_turn()
@@ -210,25 +218,28 @@ class Guard:
                 charges: tuple[Charge, ...] = ()
                 if facts.caps_turn or facts.caps_session:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
-                pending = _new_pending(args, sig, turn, charges, requested, decision, ())
+                tokens = [] if self._start_observers else _NO_TOKENS
+                pending = _new_pending(
+                    _Pending, (args, sig, turn, charges, requested, decision, _time_ns(), tokens)
+                )
                 self._remember((name, id(args)) if call_id is None else _call_key(call_id), pending)
             else:
                 turn.decisions[decision.code] += 1
                 if decision.should_halt and turn.halt is None:
                     turn.halt = decision
-        if self._observers:
+        if self._observers and (pending is None or self._start_observers):
             outcome: Outcome | None = None
             if pending is None:
                 outcome = "rejected" if decision.action == "reject" else "blocked"
             event = new_call_event(
                 name, facts.tool_class, sig, call_id, turn.agent, turn.turn_id, decision, decision, outcome, None,
-                requested,
+                requested, pending.start_time_ns if pending is not None else _time_ns(),
             )  # fmt: skip
-            tokens = self._notify_call_start(event)
+            started = self._notify_call_start(event)
             if pending is None:
-                self._notify_call_end(event, tokens)
+                self._notify_call_end(event, started)
             else:
-                pending.tokens = tokens
+                pending.tokens.extend(started)
         return decision
 
     def after_call(
@@ -255,8 +266,8 @@ class Guard:
         refusal: str | None,
         call_id: str | None,
     ) -> Decision:
-        name = tool_name if isinstance(tool_name, str) else str(tool_name)
-        facts = self._catalog.facts(name)
+        name = tool_name if type(tool_name) is str else str(tool_name)
+        facts = self._facts.get(name) or self._catalog.facts(name)
         outcome: Outcome
         if refusal is not None:
             outcome = "refused"
@@ -275,7 +286,11 @@ class Guard:
                 if call_id is None:
                     pending = self._take_by_signature(sig)
             state = turn.detectors.state(sig)
-            same = outcome == "ok" and facts.tool_class != "poll" and self._results.same_as_previous(state, result)
+            same = (
+                outcome == "ok"
+                and facts.tool_class != "poll"
+                and self._results.same_as_previous(state, result)
+            )
             if outcome == "refused" and pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
             verdict = turn.detectors.record_after(
@@ -290,12 +305,12 @@ class Guard:
                     turn.halt = decision
         if self._observers:
             before = pending.before if pending is not None else codes.allow_decision(name, sig)
-            spawned = pending.spawn_count if pending is not None else 0
+            spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
             event = new_call_event(
                 name, facts.tool_class, sig, call_id, turn.agent, turn.turn_id, decision, before, outcome, refusal,
-                spawned,
+                spawned, started,
             )  # fmt: skip
-            self._notify_call_end(event, pending.tokens if pending is not None else ())
+            self._notify_call_end(event, tuple(pending.tokens) if pending is not None else ())
         return decision
 
     def call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> call_context:
@@ -361,8 +376,11 @@ class Guard:
             self._notify("on_turn_start", TurnInfo(turn_id=turn.turn_id, agent=turn.agent))
 
     def _notify_call_start(self, event: CallEvent) -> tuple[object, ...]:
-        tokens = []
+        tokens: list[object] = []
         for observer in self._observers:
+            if observer not in self._start_observers:
+                tokens.append(None)
+                continue
             try:
                 tokens.append(observer.on_call_start(event))
             except Exception as exc:

@@ -46,10 +46,15 @@ class CallEvent:
     refusal: str | None = None
     spawn_count: int = 0
     """Subagents this call spawns (spawn tools only; 0 for every other tool)."""
+    start_time_ns: int = 0
+    """Wall-clock time of the call's ``before_call`` (``time.time_ns()``); 0 when unknown."""
 
 
 @runtime_checkable
 class GuardObserver(Protocol):
+    """What the guard calls. An observer may also set ``wants_call_start = False``: the guard then
+    skips ``on_call_start`` for allowed calls and passes ``None`` as their token."""
+
     def on_turn_start(self, turn: TurnInfo) -> None: ...
 
     def on_call_start(self, call: CallEvent) -> object:
@@ -65,4 +70,4 @@ class GuardObserver(Protocol):
 
 new_call_event = positional_factory(CallEvent)
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
-refusal, spawn_count)``: a ``CallEvent`` built for the hot path."""
+refusal, spawn_count, start_time_ns)``: a ``CallEvent`` built for the hot path."""

@@ -1,4 +1,4 @@
-""""Same call, same answer again?" — comparing a result with the previous result of its signature.
+""" "Same call, same answer again?" — comparing a result with the previous result of its signature.
 
 JSON results compare by content (key order, whitespace and volatile keys do not matter); parsing
 is what costs, so it happens only when needed. Equal raw bytes are equal content, without parsing.
@@ -14,12 +14,16 @@ from __future__ import annotations
 from collections import deque
 from typing import Any, Final
 
+import xxhash
+
 from otelguard.signatures import ResultFingerprinter
 
 __all__ = ["DEFAULT_HELD_BYTES", "ResultMemory", "ResultSlot"]
 
 DEFAULT_HELD_BYTES: Final = 1 << 20
 SMALL_RESULT_BYTES: Final = 16 << 10
+_JSON_OPENERS: Final = (b"{", b"[")
+_xxh3: Final = xxhash.xxh3_128_intdigest
 _ENTRY_OVERHEAD: Final = 200  # the queue entry itself, so many tiny results stay bounded too
 
 
@@ -50,19 +54,26 @@ class ResultMemory:
 
     def same_as_previous(self, slot: ResultSlot, result: Any) -> bool:
         """Whether ``result`` equals the slot's previous result; then remember ``result`` in the slot."""
-        raw = _raw_bytes(result)
-        if raw is None:  # a structured result from the host: fingerprint its content now
-            fingerprint = self._fingerprints.structured(result)
-            same = slot.raw is None and slot.fingerprint == fingerprint
-            self._store(slot, None, fingerprint, None)
-            return same
-        raw_digest = self._fingerprints.raw_digest(raw)
+        if type(result) is str:
+            try:
+                raw = result.encode()
+            except UnicodeEncodeError:
+                raw = result.encode("utf-8", "surrogatepass")
+        else:
+            raw_or_none = _raw_bytes(result)
+            if raw_or_none is None:  # a structured result from the host: fingerprint its content now
+                fingerprint = self._fingerprints.structured(result)
+                same = slot.raw is None and slot.fingerprint == fingerprint
+                self._store(slot, None, fingerprint, None)
+                return same
+            raw = raw_or_none
+        raw_digest: int = _xxh3(raw)
         if slot.raw == raw_digest:
             return True
-        json_like = raw.lstrip()[:1] in (b"{", b"[")
-        if not json_like:
+        if raw.lstrip()[:1] not in _JSON_OPENERS:
             same = slot.held is None and slot.fingerprint == raw_digest
-            self._store(slot, raw_digest, raw_digest, None)
+            slot.raw = slot.fingerprint = raw_digest
+            slot.held = None
             return same
         previous = self._previous_fingerprint(slot)
         if previous is None and slot.raw is not None and slot.held is None:

@@ -9,9 +9,8 @@ categories that look like identifiers.
 from __future__ import annotations
 
 import re
-import time
 from dataclasses import replace
-from typing import Any, Final, NamedTuple, cast
+from typing import Any, Final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -34,13 +33,6 @@ _CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
 # A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
 _CATEGORY: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _REFUSED_FALLBACK: Final = "refused"
-
-
-class _Deferred(NamedTuple):
-    """``decisions`` mode token: the span is only created if the call gets a non-allow decision."""
-
-    start_ns: int
-    parent: otel_context.Context
 
 
 def refusal_category(refusal: str | None) -> str:
@@ -122,6 +114,7 @@ class GuardTelemetry:
         self._space = space
         self.settings = settings
         self._mode = settings.span_mode
+        self.wants_call_start = False  # see on_call_end
         self._turn_spans = settings.turn_spans and self._mode != "off"
         self._max_signature_series = settings.max_signature_series
         self._span_names: dict[str, str] = {}
@@ -166,26 +159,12 @@ class GuardTelemetry:
         self._space.families.internal_error(stage)
 
     # -- calls ---------------------------------------------------------------------------------
+    # All span work happens when a call ends (``wants_call_start`` is False): an own span is created
+    # then, with every attribute at once and ``start_time`` from ``before_call``; otelguard never
+    # makes its span current, so nothing between the two calls could have used it.
+
     def on_call_start(self, call: CallEvent) -> object:
-        """Token: ``None``, ``(span, owned)``, or a ``_Deferred`` in ``decisions`` mode."""
-        mode = self._mode
-        if mode == "off":
-            return None
-        if mode == "decisions":
-            return _Deferred(time.time_ns(), otel_context.get_current())
-        current = trace.get_current_span()
-        if mode != "own" and current.is_recording():
-            current.set_attributes(self._start_attributes(call))
-            return (current, False)
-        if mode == "event":
-            return None
-        span = self._tracer.start_span(
-            self._span_name(call.tool_name),
-            context=self._parent_context(current),
-            kind=SpanKind.INTERNAL,
-            attributes=self._start_attributes(call),
-        )
-        return (span, True)
+        return None
 
     def on_call_end(self, call: CallEvent, token: object) -> None:
         outcome = call.outcome or "ok"
@@ -197,18 +176,30 @@ class GuardTelemetry:
         # a call that ran after a non-allow before_call decision has two decisions to report
         before_counts = before.action != "allow" and before is not decision and before != decision
         quiet = decision.action == "allow" and not before_counts
-        if quiet and (token is None or isinstance(token, _Deferred)):
-            return  # the allow path: no span work, no formatting
+        mode = self._mode
         exemplar: Exemplar = None
-        if isinstance(token, _Deferred):
-            exemplar = self._finish_span(call, outcome, self._decision_span(call, token), True, not quiet)
-        elif token is not None:
-            span, owned = cast("tuple[Span, bool]", token)
-            exemplar = self._finish_span(call, outcome, span, owned, not quiet)
+        if mode != "off" and not (quiet and mode == "decisions"):
+            exemplar = self._span_work(call, outcome, quiet)
         if before_counts:
             self._record_decision(call, before, exemplar)
         if decision.action != "allow":
             self._record_decision(call, decision, exemplar)
+
+    def _span_work(self, call: CallEvent, outcome: str, quiet: bool) -> Exemplar:
+        current = trace.get_current_span()
+        if self._mode in ("auto", "event") and current.is_recording():
+            current.set_attributes({**self._start_attributes(call), **_end_attributes(call, outcome)})
+            return self._finish_span(call, outcome, current, False, not quiet)
+        if self._mode == "event":
+            return None
+        span = self._tracer.start_span(
+            self._span_name(call.tool_name),
+            context=self._parent_context(current),
+            kind=SpanKind.INTERNAL,
+            attributes={**self._start_attributes(call), **_end_attributes(call, outcome)},
+            start_time=call.start_time_ns or None,
+        )
+        return self._finish_span(call, outcome, span, True, not quiet)
 
     def _start_attributes(self, call: CallEvent) -> dict[str, Any]:
         attributes: dict[str, Any] = {
@@ -239,30 +230,10 @@ class GuardTelemetry:
             return None
         return trace.set_span_in_context(turn_span)
 
-    def _decision_span(self, call: CallEvent, token: _Deferred) -> Span:
-        parent = token.parent
-        if self._turn_span is not None and not trace.get_current_span(parent).is_recording():
-            parent = trace.set_span_in_context(self._turn_span)
-        return self._tracer.start_span(
-            self._span_name(call.tool_name),
-            context=parent,
-            kind=SpanKind.INTERNAL,
-            attributes=self._start_attributes(call),
-            start_time=token.start_ns,
-        )
-
     def _finish_span(
         self, call: CallEvent, outcome: str, span: Span, owned: bool, wants_exemplar: bool
     ) -> Exemplar:
         decision, before = call.decision, call.before
-        span.set_attributes(
-            {
-                attr.OUTCOME: outcome,
-                attr.DECISION_ACTION: decision.action,
-                attr.DECISION_CODE: decision.code,
-                attr.DECISION_COUNT: decision.count,
-            }
-        )
         if before.action != "allow" and before is not decision and before != decision:
             span.add_event(attr.DECISION_EVENT, _event_attributes(before))
         if decision.action != "allow":
@@ -306,6 +277,16 @@ def _error_type(decision: Decision, outcome: str, refusal: str | None, owned: bo
     if outcome == "refused":
         return refusal_category(refusal)
     return None
+
+
+def _end_attributes(call: CallEvent, outcome: str) -> dict[str, Any]:
+    decision = call.decision
+    return {
+        attr.OUTCOME: outcome,
+        attr.DECISION_ACTION: decision.action,
+        attr.DECISION_CODE: decision.code,
+        attr.DECISION_COUNT: decision.count,
+    }
 
 
 def _event_attributes(decision: Decision) -> dict[str, Any]:

@@ -182,7 +182,7 @@ class LabelSpace:
         self.cap = LabelBound(limit)
         self._tool_calls: dict[tuple[str, str, str], Any] = {}
         self._decisions: dict[tuple[str, str, str, str], Any] = {}
-        self._by_agent: dict[tuple[str, str], Any] = {}
+        self._by_agent: dict[tuple[str, ...], Any] = {}
 
     def tool_calls(self, agent: str, tool: str, outcome: str) -> Any:
         key = (agent, tool, outcome)
@@ -216,13 +216,30 @@ class LabelSpace:
         return child
 
     def turns(self, agent: str, outcome: str) -> Any:
-        return self.families.turns.labels(self.agent(agent), outcome)
+        return self._cached("turns", agent, outcome, self.families.turns, (self.agent, None))
 
     def cap_hits(self, agent: str, cap: str, scope: str) -> Any:
-        return self.families.cap_hits.labels(self.agent(agent), self.cap(cap), scope)
+        return self._cached("cap_hits", agent, cap, self.families.cap_hits, (self.agent, self.cap), scope)
 
     def cap_usage(self, agent: str, cap: str) -> Any:
-        return self.families.turn_cap_usage_ratio.labels(self.agent(agent), self.cap(cap))
+        return self._cached(
+            "cap_usage", agent, cap, self.families.turn_cap_usage_ratio, (self.agent, self.cap)
+        )
+
+    def _cached(
+        self, family: str, first: str, second: str, metric: Any, bounds: tuple[Any, Any], *rest: str
+    ) -> Any:
+        """A child labelled by two bounded values (plus fixed ones), cached while both are in bounds."""
+        key = (family, first, second, *rest)
+        child = self._by_agent.get(key)
+        if child is None:
+            first_bound, second_bound = bounds
+            first_label = first_bound(first)
+            second_label = second_bound(second) if second_bound is not None else second
+            child = metric.labels(first_label, second_label, *rest)
+            if first_label == first and second_label == second:
+                self._by_agent[key] = child
+        return child
 
     def signature_hit(
         self, agent: str, tool: str, code: str, args_hash: str, limit: int, exemplar: Exemplar
