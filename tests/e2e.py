@@ -34,6 +34,16 @@ def require_binary(name: str) -> str:
     return path
 
 
+def stop_process(process: subprocess.Popen[bytes]) -> None:
+    """SIGTERM, then SIGKILL after 10 s: a test never leaves a server behind."""
+    process.terminate()
+    try:
+        process.wait(10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(5)
+
+
 def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as sock:
         sock.bind(("127.0.0.1", 0))
@@ -136,11 +146,7 @@ def run_prometheus(
         wait_until(lambda: http_get(f"{prom.url}/-/ready") is not None, 30, what="prometheus ready")
         yield prom
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 class Demo:

@@ -26,7 +26,16 @@ from typing import Any
 import pytest
 import yaml
 
-from tests.e2e import Prometheus, free_port, get_json, http_get, require_binary, run_prometheus, wait_until
+from tests.e2e import (
+    Prometheus,
+    free_port,
+    get_json,
+    http_get,
+    require_binary,
+    run_prometheus,
+    stop_process,
+    wait_until,
+)
 from tests.test_dashboards import DASHBOARD_JSON, RULES_YAML, walk
 
 pytestmark = pytest.mark.e2e
@@ -55,12 +64,7 @@ def running(args: list[str], log: Path) -> Iterator[subprocess.Popen[bytes]]:
     try:
         yield process
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process)
 
 
 @contextmanager

@@ -19,7 +19,7 @@ import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
 from otelguard.cli import main
-from tests.e2e import free_port, get_json, http_get, require_binary, wait_until
+from tests.e2e import free_port, get_json, http_get, require_binary, stop_process, wait_until
 
 FIXTURES = Path(__file__).parent / "fixtures" / "replay"
 UNATTENDED = str(FIXTURES / "unattended.yaml")
@@ -39,11 +39,7 @@ def pushgateway(tmp_path: Path) -> Iterator[str]:
         wait_until(lambda: http_get(f"{url}/-/ready"), 30, what="pushgateway ready")
         yield url
     finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
+        stop_process(process)
 
 
 def check_metrics_match_report(samples: list[tuple[str, dict[str, str], float]], doc: dict[str, Any]) -> None:
