@@ -187,35 +187,12 @@ class TurnDetectors:
         ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
         signature's previous ok call returned.
         """
-        tool = sig.tool_name
         ok = outcome == "ok"
-
-        # exact_failure
-        if outcome == "failed":
-            state.exact_failures = self._exact_failures(state) + 1
-            state.exact_epoch = self.write_epoch
-        elif ok:
-            state.exact_failures = 0
-            if tool_class == "write":
-                self.write_epoch += 1
-
-        # same_tool_failure (content-blind) and refusal
         if ok:
-            if self.tool_failures:
-                self.tool_failures.pop(tool, None)
-            if self.refusals:
-                for key in [k for k in self.refusals if k[0] == tool]:
-                    del self.refusals[key]
-            tool_failures = 0
-            refusals = 0
+            self._clear_after_success(sig.tool_name, state, tool_class)
+            tool_failures = refusals = 0
         else:
-            tool_failures = self.tool_failures.touch(tool, int) + 1
-            self.tool_failures[tool] = tool_failures
-            refusals = 0
-            if outcome == "refused":
-                key = (tool, refusal or "refused")
-                refusals = self.refusals.touch(key, int) + 1
-                self.refusals[key] = refusals
+            tool_failures, refusals = self._count_failure(sig.tool_name, state, outcome, refusal)
 
         # no_progress (read tools)
         if tool_class == "read":
@@ -255,6 +232,35 @@ class TurnDetectors:
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         return self._verdict(sig, state, failure_tolerant, tool_failures, refusals, identical, tool_class)
+
+    def _clear_after_success(self, tool: str, state: SignatureState, tool_class: ToolClass) -> None:
+        """exact_failure: the signature's streak ends, and any successful write is progress;
+        same_tool_failure and refusal: only a success of the same tool clears them."""
+        state.exact_failures = 0
+        if tool_class == "write":
+            self.write_epoch += 1
+        if self.tool_failures:
+            self.tool_failures.pop(tool, None)
+        if self.refusals:
+            for key in [k for k in self.refusals if k[0] == tool]:
+                del self.refusals[key]
+
+    def _count_failure(
+        self, tool: str, state: SignatureState, outcome: Outcome, refusal: str | None
+    ) -> tuple[int, int]:
+        """Count a failed or refused call; returns the tool's (failures and refusals, refusals of the
+        category). A refusal counts for the content-blind bound but not for exact_failure."""
+        if outcome == "failed":
+            state.exact_failures = self._exact_failures(state) + 1
+            state.exact_epoch = self.write_epoch
+        tool_failures = self.tool_failures.touch(tool, int) + 1
+        self.tool_failures[tool] = tool_failures
+        refusals = 0
+        if outcome == "refused":
+            key = (tool, refusal or "refused")
+            refusals = self.refusals.touch(key, int) + 1
+            self.refusals[key] = refusals
+        return tool_failures, refusals
 
     def _verdict(
         self,

@@ -108,20 +108,8 @@ def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
                 continue
             if budget[0] > 0:
                 on_path.add(id(item))
-        if item is None:
-            out.append("null")
-        elif item is True:
-            out.append("true")
-        elif item is False:
-            out.append("false")
-        elif isinstance(item, str):
-            out.append(encode_str(item))
-        elif isinstance(item, int):
-            out.append(
-                int.__repr__(item) if abs(item) < 10**4000 else encode_str(f"<int {item.bit_length()} bits>")
-            )
-        elif isinstance(item, float):
-            out.append(repr(item) if math.isfinite(item) else "null")
+        if item is None or isinstance(item, (bool, str, int, float)):
+            out.append(_scalar_json(item))
         elif isinstance(item, (Mapping, list, tuple, Set, frozenset)) and budget[0] <= 0:
             out.append(_TRUNCATED)
         elif isinstance(item, Mapping):
@@ -153,6 +141,20 @@ def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
         else:
             out.append(encode_str(_safe_str(item)))
     return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def _scalar_json(item: bool | str | int | float | None) -> str:
+    if item is None:
+        return "null"
+    if item is True:
+        return "true"
+    if item is False:
+        return "false"
+    if isinstance(item, str):
+        return _json_string(item)
+    if isinstance(item, int):
+        return int.__repr__(item) if abs(item) < 10**4000 else _json_string(f"<int {item.bit_length()} bits>")
+    return repr(item) if math.isfinite(item) else "null"
 
 
 class _Literal:
