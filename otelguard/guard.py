@@ -219,8 +219,11 @@ class Guard:
                 if facts.caps_turn or facts.caps_session:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                 tokens = [] if self._start_observers else _NO_TOKENS
+                # Without a call id, after_call finds the call by the identity of its args object;
+                # with one, the args are not kept alive.
+                kept_args = args if call_id is None else None
                 pending = _new_pending(
-                    _Pending, (args, sig, turn, charges, requested, decision, _time_ns(), tokens)
+                    _Pending, (kept_args, sig, turn, charges, requested, decision, _time_ns(), tokens)
                 )
                 self._remember((name, id(args)) if call_id is None else _call_key(call_id), pending)
             else:
