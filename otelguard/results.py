@@ -4,9 +4,13 @@ JSON results compare by content (key order, whitespace and volatile keys do not 
 is what costs, so it happens only when needed. Equal raw bytes are equal content, without parsing.
 A JSON result whose raw bytes differ from the previous one is parsed, and so is the previous one,
 which is why the previous result is held by reference (the host holds it in its conversation
-anyway) until the comparison is needed. Held references are bounded by ``held_bytes`` per guard:
-when the budget is exceeded, the oldest held result is fingerprinted on the spot if it is small, and
-otherwise released, after which a different-bytes successor is compared by its raw bytes.
+anyway) until the comparison is needed. Held references are bounded by ``held_bytes`` per guard
+(1 MiB of the most recent results): past it the oldest is released unparsed, and a successor with
+different bytes is then compared by its raw bytes. So the rule is exact for any repeat within the
+last 1 MiB of results, which covers every back-to-back loop; a repeat further apart whose bytes
+differ only in volatile keys, key order or whitespace counts as a new result. Parsing at release
+instead would make every call pay for a parse once the window is full (per-call cost growing with
+the turn), which the bound exists to prevent.
 """
 
 from __future__ import annotations
@@ -21,7 +25,6 @@ from otelguard.signatures import ResultFingerprinter
 __all__ = ["DEFAULT_HELD_BYTES", "ResultMemory", "ResultSlot"]
 
 DEFAULT_HELD_BYTES: Final = 1 << 20
-SMALL_RESULT_BYTES: Final = 16 << 10
 _JSON_OPENERS: Final = (b"{", b"[")
 _xxh3: Final = xxhash.xxh3_128_intdigest
 _ENTRY_OVERHEAD: Final = 200  # the queue entry itself, so many tiny results stay bounded too
@@ -107,8 +110,6 @@ class ResultMemory:
             old_slot, old_result, old_size = self._held.popleft()
             self._held_total -= old_size
             if old_slot.held is old_result:
-                if old_size <= SMALL_RESULT_BYTES + _ENTRY_OVERHEAD:
-                    old_slot.fingerprint = self._fingerprints.content(old_result)
                 old_slot.held = None
 
 
