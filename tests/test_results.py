@@ -60,14 +60,3 @@ def test_a_released_result_falls_back_to_raw_comparison() -> None:
     assert slot.held is None
     assert memory.same_as_previous(slot, '{"a": 1, "timestamp": 2}') is False
     assert memory.same_as_previous(slot, '{"a": 1, "timestamp": 3}') is True  # compared by content again
-
-
-def test_reset_restarts_the_budget() -> None:
-    """A new turn starts with an empty window: its first result is held again."""
-    memory = ResultMemory(VOLATILE, held_bytes=1_000)
-    for i in range(10):
-        memory.same_as_previous(ResultSlot(), json.dumps({"i": i, "pad": "z" * 300}))
-    memory.reset()
-    slot = ResultSlot()
-    memory.same_as_previous(slot, '{"a": 1}')
-    assert slot.held == '{"a": 1}'
