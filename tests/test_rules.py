@@ -21,7 +21,7 @@ PROMETHEUS_DIR = REPO / "dashboards" / "prometheus"
 RULES_YAML = PROMETHEUS_DIR / "otelguard-rules.yaml"
 PACKAGE_RULES_YAML = REPO / "otelguard" / "data" / "prometheus" / "otelguard-rules.yaml"
 TESTS_DIR = PROMETHEUS_DIR / "tests"
-README_FRAGMENT = REPO / "docs" / "readme" / "dashboards.md"
+README = REPO / "README.md"
 
 ALERTS = {
     "OtelguardRunawaySearchLoop": "runaway_search_loop.yaml",
@@ -100,7 +100,7 @@ def github_anchor(heading: str) -> str:
 
 
 def test_runbook_urls_point_at_readme_sections_that_exist() -> None:
-    headings = re.findall(r"^#{1,6} (.+)$", README_FRAGMENT.read_text(encoding="utf-8"), flags=re.M)
+    headings = re.findall(r"^#{1,6} (.+)$", README.read_text(encoding="utf-8"), flags=re.M)
     anchors = {github_anchor(h) for h in headings}
     for name, rule in alerts().items():
         anchor = rule["annotations"]["runbook_url"].rsplit("#", 1)[1]

@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import re
 import threading
-from pathlib import Path
 
 import pytest
 
@@ -158,15 +156,3 @@ def test_testing_helpers_test_an_agent_loop() -> None:
     assert guard.halt_decision is not None
     assert guard.halt_decision.code == "identical_call_halt"
     assert recorder.codes[-1] == "identical_call_halt"
-
-
-def test_readme_example_runs() -> None:
-    """The README fragment's example is executed, so it cannot rot."""
-    text = (Path(__file__).parent.parent / "docs" / "readme" / "testing.md").read_text(encoding="utf-8")
-    code = re.search(r"```python\n(.*?)```", text, re.S)
-    assert code is not None
-    namespace: dict[str, object] = {}
-    exec(compile(code.group(1), "testing.md", "exec"), namespace)
-    test = namespace["test_my_loop_stops_retrying_a_broken_call"]
-    assert callable(test)
-    test()
