@@ -293,3 +293,14 @@ def test_guard_with_telemetry_true_uses_the_global_provider_and_default_registry
         )
         == 1.0
     )
+
+
+def test_span_names_and_host_chosen_attributes_are_clipped(provider: Any) -> None:
+    """Tool names and call ids on spans are bounded (256 characters), like label values in metrics."""
+    rig = make_rig(provider, "own")
+    rig.guard.before_call("t" * 5_000, {"p": 1}, call_id="c" * 5_000)
+    rig.guard.after_call("t" * 5_000, {"p": 1}, "ok", failed=False, call_id="c" * 5_000)
+    (span,) = rig.spans()
+    assert len(span.name) <= len("execute_tool ") + 256
+    assert len(span.attributes["gen_ai.tool.name"]) == 256
+    assert len(span.attributes["gen_ai.tool.call.id"]) == 256

@@ -351,3 +351,14 @@ def test_prime_creates_zero_series_for_an_agent() -> None:
         )
         == 0
     )
+
+
+def test_overlong_tool_and_agent_names_are_other() -> None:
+    """A label value longer than 128 characters is `_other`: label length is bounded, not only count."""
+    registry = CollectorRegistry()
+    guard = Guard(GuardConfig(signature_key=KEY), Telemetry(None, registry), agent="a" * 129)
+    call(guard, "t" * 10_000, {"p": 1}, "x", failed=False)
+    call(guard, "read_file", {"p": 1}, "x", failed=False)
+    labels = [s.labels for s in samples(registry, "otelguard_tool_calls_total")]
+    assert {"agent": "_other", "tool": "_other", "outcome": "ok"} in labels
+    assert all(len(value) <= 128 for entry in labels for value in entry.values())

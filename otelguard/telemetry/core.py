@@ -129,9 +129,12 @@ class GuardTelemetry:
         current = trace.get_current_span()
         self._turn_parent_span_id = current.get_span_context().span_id if current.is_recording() else 0
         self._turn_span = self._tracer.start_span(
-            f"{attr.OP_INVOKE_AGENT} {turn.agent}",
+            f"{attr.OP_INVOKE_AGENT} {_clip(turn.agent)}",
             kind=SpanKind.INTERNAL,
-            attributes={attr.GEN_AI_OPERATION_NAME: attr.OP_INVOKE_AGENT, attr.GEN_AI_AGENT_NAME: turn.agent},
+            attributes={
+                attr.GEN_AI_OPERATION_NAME: attr.OP_INVOKE_AGENT,
+                attr.GEN_AI_AGENT_NAME: _clip(turn.agent),
+            },
         )
 
     def on_turn_end(self, summary: TurnSummary) -> None:
@@ -204,18 +207,18 @@ class GuardTelemetry:
     def _start_attributes(self, call: CallEvent) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
-            attr.GEN_AI_TOOL_NAME: call.tool_name,
+            attr.GEN_AI_TOOL_NAME: _clip(call.tool_name),
             attr.ARGS_HASH: call.signature.args_hash,
             attr.TOOL_CLASS: call.tool_class,
         }
         if call.call_id is not None:
-            attributes[attr.GEN_AI_TOOL_CALL_ID] = call.call_id
+            attributes[attr.GEN_AI_TOOL_CALL_ID] = _clip(call.call_id)
         return attributes
 
     def _span_name(self, tool: str) -> str:
         name = self._span_names.get(tool)
         if name is None:
-            name = f"{attr.OP_EXECUTE_TOOL} {tool}"
+            name = f"{attr.OP_EXECUTE_TOOL} {_clip(tool)}"
             if len(self._span_names) < 4 * self.settings.max_tool_values:
                 self._span_names[tool] = name
         return name
@@ -277,6 +280,14 @@ def _error_type(decision: Decision, outcome: str, refusal: str | None, owned: bo
     if outcome == "refused":
         return refusal_category(refusal)
     return None
+
+
+_MAX_ATTRIBUTE_LENGTH: Final = 256
+
+
+def _clip(text: str) -> str:
+    """Host-chosen names (tools, agents, call ids) are bounded on spans like labels are in metrics."""
+    return text if len(text) <= _MAX_ATTRIBUTE_LENGTH else text[:_MAX_ATTRIBUTE_LENGTH]
 
 
 def _end_attributes(call: CallEvent, outcome: str) -> dict[str, Any]:

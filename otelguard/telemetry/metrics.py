@@ -141,8 +141,12 @@ def families_for(registry: CollectorRegistry) -> MetricFamilies:
         return families
 
 
+MAX_LABEL_LENGTH: Final = 128
+
+
 class LabelBound:
-    """Maps raw label values to themselves for the first ``limit`` distinct values, then to ``_other``."""
+    """Maps raw label values to themselves for the first ``limit`` distinct values, then to ``_other``.
+    A value longer than ``MAX_LABEL_LENGTH`` characters is ``_other`` from the start."""
 
     __slots__ = ("_known", "_limit", "_lock")
 
@@ -159,7 +163,7 @@ class LabelBound:
             label = self._known.get(value)
             if label is not None:
                 return label
-            if len(self._known) < self._limit:
+            if len(self._known) < self._limit and len(value) <= MAX_LABEL_LENGTH:
                 self._known[value] = value
                 return value
         return attr.OTHER
