@@ -129,7 +129,7 @@ def _join(path: str, key: str) -> str:
 
 def _mapping(path: str, value: Any) -> Mapping[str, Any]:
     if not isinstance(value, Mapping):
-        raise ConfigError(path, value, "expected a mapping")
+        raise ConfigError(path or "(top level)", value, "expected a mapping")
     for key in value:
         if not isinstance(key, str):
             raise ConfigError(_join(path, str(key)), key, "keys must be strings")
@@ -274,6 +274,10 @@ class GuardConfig:
         if self.hard_stop is not None:
             _bool("hard_stop", self.hard_stop)
         _bool("warnings", self.warnings)
+        stop_set_by_user = set(_mapping("hard_stop_after", self.hard_stop_after))
+        warn_set_by_user = set(_mapping("warn_after", self.warn_after))
+        if self.warn_after is DEFAULT_WARN_AFTER:
+            warn_set_by_user = set()
         set_(self, "warn_after", self._thresholds("warn_after", self.warn_after, DEFAULT_WARN_AFTER))
         set_(
             self,
@@ -281,12 +285,14 @@ class GuardConfig:
             self._thresholds("hard_stop_after", self.hard_stop_after, DEFAULT_HARD_STOP_AFTER),
         )
         for name, stop_at in self.hard_stop_after.items():
-            if self.warn_after[name] > stop_at:
+            warn_at = self.warn_after[name]
+            if warn_at <= stop_at:
+                continue
+            if name in stop_set_by_user and name not in warn_set_by_user:  # name the key the user set
                 raise ConfigError(
-                    f"warn_after.{name}",
-                    self.warn_after[name],
-                    f"must be <= hard_stop_after.{name} ({stop_at})",
+                    f"hard_stop_after.{name}", stop_at, f"must be >= warn_after.{name} ({warn_at})"
                 )
+            raise ConfigError(f"warn_after.{name}", warn_at, f"must be <= hard_stop_after.{name} ({stop_at})")
         set_(self, "caps", CapsConfig.parse(self.caps))
         groups = _mapping("tool_groups", self.tool_groups)
         merged_groups = {

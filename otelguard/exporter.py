@@ -144,6 +144,8 @@ def serve_metrics(
     """
     if registry is None:
         multiproc_dir = os.environ.get(PROMETHEUS_MULTIPROC_DIR)
+        if multiproc_dir and not os.path.isdir(multiproc_dir):
+            raise ConfigError(PROMETHEUS_MULTIPROC_DIR, multiproc_dir, "must be an existing directory")
         registry = multiprocess_registry(multiproc_dir) if multiproc_dir else REGISTRY
     tls = _tls_context(certfile, keyfile)
     server = _bind(addr, port)

@@ -73,8 +73,8 @@ _time_ns = time.time_ns
 class Guard:
     """Watches one session's tool calls and answers each with a ``Decision``.
 
-    ``telemetry``: ``None`` (pure), ``True`` (``otelguard.telemetry.Telemetry()`` with the global tracer
-    provider and the default registry), or an object; one with ``bind(settings)`` is bound to this
+    ``telemetry``: ``None`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer
+    provider, default registry), or an object; one with ``bind(settings)`` is bound to this
     config's ``telemetry`` section, anything else is used as a ``GuardObserver``.
     """
 
@@ -96,7 +96,9 @@ class Guard:
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: _Turn | None = None
+        self._last_halt: Decision | None = None  # of the turn that ended last, until the next starts
         self._pending: OrderedDict[object, list[_Pending]] = OrderedDict()
+        self._pending_count = 0
         # The common host runs one call at a time: its pending call skips the map.
         self._last_key: object = None
         self._last_pending: _Pending | None = None
@@ -112,7 +114,7 @@ class Guard:
     def _bind_telemetry(self, telemetry: Any) -> GuardObserver:
         if telemetry is True:
             # Imported on demand so the pure core never loads OpenTelemetry or prometheus_client.
-            telemetry = importlib.import_module("otelguard.telemetry").Telemetry()
+            telemetry = importlib.import_module("otelguard.telemetry").Telemetry.default()
         bind = getattr(telemetry, "bind", None)
         observer: GuardObserver = bind(self.config.telemetry) if callable(bind) else telemetry
         return observer
@@ -121,9 +123,10 @@ class Guard:
 
     @property
     def halt_decision(self) -> Decision | None:
-        """The first ``block``/``halt`` of the current turn, until the next turn starts."""
+        """The first ``block``/``halt`` of the current turn; it stays (after ``end_turn`` too) until the
+        next turn starts."""
         turn = self._turn
-        return turn.halt if turn is not None else None
+        return turn.halt if turn is not None else self._last_halt
 
     @property
     def turn_id(self) -> str | None:
@@ -146,6 +149,11 @@ class Guard:
     def _begin_turn(self, turn_id: str | None, agent: str | None) -> _Turn:
         turn = _Turn(turn_id, agent or self.agent, self.config)
         self._turn = turn
+        self._last_halt = None
+        # Calls of an earlier turn that never finished: forget them (they pin that turn's state).
+        self._pending.clear()
+        self._pending_count = 0
+        self._last_key, self._last_pending = None, None
         self._results.reset()
         self._caps.start_turn()
         return turn
@@ -166,6 +174,8 @@ class Guard:
         try:
             with self._lock:
                 turn, self._turn = self._turn, None
+                if turn is not None:
+                    self._last_halt = turn.halt
                 if turn is None:
                     return TurnSummary(
                         turn_id=None, agent=self.agent, tool_calls=0, halted=False, halt_decision=None
@@ -335,10 +345,16 @@ class Guard:
         queue = self._pending.get(key)
         if queue is None:
             self._pending[key] = [pending]
-            if len(self._pending) > self.config.max_tracked_signatures:
-                self._pending.popitem(last=False)
         else:
             queue.append(pending)
+        self._pending_count += 1
+        # Calls that never get an after_call (timeouts, cancellations) must not pile up.
+        while self._pending_count > self.config.max_tracked_signatures:
+            oldest = next(iter(self._pending.values()))
+            del oldest[0]
+            self._pending_count -= 1
+            if not oldest:
+                self._pending.popitem(last=False)
 
     def _take(self, key: object, args: Any) -> _Pending | None:
         last = self._last_pending
@@ -351,6 +367,7 @@ class Guard:
         for i, pending in enumerate(queue):
             if not isinstance(key, tuple) or pending.args is args:
                 del queue[i]
+                self._pending_count -= 1
                 if not queue:
                     del self._pending[key]
                 return pending
@@ -367,6 +384,7 @@ class Guard:
                 for i, pending in enumerate(queue):
                     if pending.sig == sig:
                         del queue[i]
+                        self._pending_count -= 1
                         if not queue:
                             del self._pending[key]
                         return pending

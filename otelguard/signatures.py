@@ -85,7 +85,8 @@ _CYCLE: Final = '"<cycle>"'
 
 
 def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
-    """Iterative canonical JSON for what orjson rejects. Never recurses, never raises, always ends:
+    """Iterative canonical JSON for what orjson rejects. Never raises, always ends (only sets of sets
+    recurse, and a RecursionError there becomes ``"<truncated>"``):
     a container inside itself becomes ``"<cycle>"``; past ``_MAX_CONTAINERS`` containers the rest is
     ``"<truncated>"``."""
     if budget is None:
@@ -114,9 +115,11 @@ def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
             out.append(_TRUNCATED)
         elif isinstance(item, Mapping):
             budget[0] -= 1
-            pairs = sorted(((_key_text(k), v) for k, v in _safe_items(item)), key=lambda kv: kv[0])
+            # Keys that stringify alike (1 and "1") are ordered by type, never by insertion.
+            pairs = [(_key_text(k), type(k).__name__, v) for k, v in _safe_items(item)]
+            pairs.sort(key=lambda entry: (entry[0], entry[1]))
             pending: list[Any] = [_Literal("{")]
-            for i, (key, val) in enumerate(pairs):
+            for i, (key, _, val) in enumerate(pairs):
                 if i:
                     pending.append(_Literal(","))
                 pending.append(_Literal(encode_str(key) + ":"))
@@ -134,7 +137,11 @@ def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
             stack.extend(reversed(pending))
         elif isinstance(item, (Set, frozenset)):
             budget[0] -= 1
-            elements = sorted(_canonical_slow(e, budget) for e in _safe_iter(item))
+            try:
+                elements = sorted(_canonical_slow(e, budget) for e in _safe_iter(item))
+            except RecursionError:  # sets nested thousands deep: the one place this recurses
+                out.append(_TRUNCATED)
+                continue
             out.append("[" + ",".join(e.decode("utf-8", "surrogatepass") for e in elements) + "]")
         elif isinstance(item, (bytes, bytearray, memoryview)):
             out.append(encode_str(repr(bytes(item))))

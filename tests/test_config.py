@@ -562,3 +562,17 @@ def test_tools_replace_makes_default_names_unknown() -> None:
     assert observed_class("read_file", **config) == "unknown"
     assert observed_class("terminal", **config) == "unknown"
     assert observed_class("only_reader", **config) == "read"
+
+
+def test_a_stop_threshold_below_the_default_warn_names_the_stop_key() -> None:
+    """When only hard_stop_after.X was set, the error names that key, not the default warn_after.X."""
+    with pytest.raises(ConfigError) as exc:
+        GuardConfig.from_mapping({"hard_stop_after": {"cycle": 1}})
+    assert exc.value.key == "hard_stop_after.cycle"
+    assert "warn_after.cycle (2)" in str(exc.value)
+
+
+def test_a_top_level_that_is_not_a_mapping_names_the_top_level() -> None:
+    with pytest.raises(ConfigError) as exc:
+        GuardConfig.from_mapping(["a"])  # type: ignore[arg-type]
+    assert exc.value.key == "(top level)"

@@ -166,3 +166,12 @@ def test_multiprocess_workers_are_summed_by_one_metrics_endpoint(
     assert 'otelguard_internal_errors_total{stage="observer"} 0.0' in lines
     assert any(line.startswith('otelguard_build_info{version="') and line.endswith(" 1.0") for line in lines)
     assert "pid=" not in body
+
+
+def test_a_missing_multiprocess_directory_is_a_config_error(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    monkeypatch.setenv("PROMETHEUS_MULTIPROC_DIR", str(tmp_path / "missing"))
+    with pytest.raises(ConfigError) as exc:
+        serve_metrics(port=0)
+    assert exc.value.key == "PROMETHEUS_MULTIPROC_DIR"

@@ -164,6 +164,16 @@ def test_bad_config_exits_2_naming_the_key(tmp_path: Path, capsys: pytest.Captur
     assert "warn_after.exact_falure" in err
 
 
+def test_unparsable_config_exits_2_with_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    config = tmp_path / "bad.yaml"
+    config.write_text("warn_after: {exact_failure: 2\nmode: [\n")  # the YAML parser's message spans lines
+    assert main(["replay", str(FIXTURES), "--config", str(config)]) == 2
+    err = capsys.readouterr().err
+    assert len(err.strip().splitlines()) == 1
+    assert err.startswith(f"otelguard replay: invalid config {config}: ")
+    assert "valid YAML" in err
+
+
 def test_bad_format_choice_is_a_usage_error(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as exc:
         main(["replay", str(FIXTURES), "--format", "yaml"])

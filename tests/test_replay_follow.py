@@ -13,7 +13,7 @@ from typing import Any
 from prometheus_client.parser import text_string_to_metric_families
 
 from otelguard import GuardConfig
-from otelguard.replay import ReplayRunner, follow_inputs
+from otelguard.replay import ReplayRunner, follow_inputs, replay_inputs
 from tests.e2e import free_port, http_get, wait_until
 
 
@@ -93,6 +93,33 @@ def test_follow_replaced_file_is_read_again_from_the_start(tmp_path: Path) -> No
         thread.join(10)
     report = runner.finish()
     assert [s.tool_calls for s in report.sessions] == [3, 1]
+
+
+def test_follow_reads_a_json_document_whole_and_again_when_rewritten(tmp_path: Path) -> None:
+    """A pretty-printed .json replays under --follow as without it; a rewrite is read again, whole."""
+    fixture = Path(__file__).parent / "fixtures" / "replay" / "anthropic" / "retry_failing_command.json"
+    path = tmp_path / "body.json"
+    path.write_bytes(fixture.read_bytes())
+    once = ReplayRunner(GuardConfig())
+    replay_inputs([str(path)], "auto", once)
+    expected = once.finish().to_json()
+    assert expected["errors"] == [] and expected["totals"]["tool_calls"] > 0
+    runner = ReplayRunner(GuardConfig())
+    stop = threading.Event()
+    thread = threading.Thread(target=follow_inputs, args=([str(tmp_path)], "auto", runner, stop))
+    thread.start()
+    try:
+        wait_until(lambda: len(runner.report.sessions) == 1, 10, 0.05, what="the document")
+        messages = openai_turn("z", 2)
+        path.write_text(json.dumps([json.loads(m) for m in messages], indent=2))  # rewritten in place
+        wait_until(lambda: len(runner.report.sessions) == 2, 10, 0.05, what="the rewritten document")
+    finally:
+        stop.set()
+        thread.join(10)
+    report = runner.finish().to_json()
+    assert report["errors"] == []
+    assert report["sessions"][0] == expected["sessions"][0]
+    assert report["sessions"][1]["tool_calls"] == 2
 
 
 def tool_calls_metric(url: str) -> float:

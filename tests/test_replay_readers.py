@@ -186,6 +186,25 @@ def test_pretty_printed_request_body_is_read_whole(tmp_path: Path) -> None:
     assert sink.calls() == [("t1", "ls", "x", False, True)]
 
 
+def test_json_array_of_messages_is_read_whole_on_one_line_or_pretty_printed(tmp_path: Path) -> None:
+    messages = [
+        {"role": "user", "content": "go"},
+        openai_calls(("c1", "read_file", {"path": "a"})),
+        {"role": "tool", "tool_call_id": "c1", "content": "x"},
+    ]
+    seen = []
+    for name, text in (
+        ("one-line.json", json.dumps(messages)),
+        ("pretty.json", json.dumps(messages, indent=2)),
+    ):
+        (tmp_path / name).write_text(text + "\n")
+        sink = Recorder()
+        replay_inputs([str(tmp_path / name)], "auto", sink)
+        assert sink.errors == [], name
+        seen.append(sink.calls())
+    assert seen[0] == seen[1] == [("c1", "read_file", "x", None, True)]
+
+
 # --- Claude Code --------------------------------------------------------------------------------
 
 

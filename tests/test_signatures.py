@@ -374,3 +374,15 @@ def test_surrogates_in_results_do_not_raise() -> None:
     """Results with lone surrogates are fingerprinted without raising."""
     assert same_fingerprint("bad \ud800 text", "bad \ud800 text")
     assert same_fingerprint('{"a": "\\ud800"}', '{"a": "\\ud800"}')
+
+
+def test_keys_that_stringify_alike_do_not_make_order_matter() -> None:
+    """{1: .., "1": ..} hashes the same whatever the insertion order (ties broken by key type)."""
+    assert canonical_args({1: "a", "1": "b"}) == canonical_args({"1": "b", 1: "a"})
+
+
+def test_sets_nested_thousands_deep_do_not_raise() -> None:
+    nested: frozenset[object] = frozenset()
+    for _ in range(5_000):
+        nested = frozenset([nested])
+    assert canonical_args({"s": nested}).startswith(b'{"s":[')

@@ -180,8 +180,8 @@ def test_current_recording_span_gets_attributes_and_decision_events(
     assert attrs["gen_ai.tool.name"]
     events = [dict(e.attributes or {}) for e in host.events if e.name == "otelguard.decision"]
     assert [e["otelguard.decision.code"] for e in events][-1:] == ([] if action == "allow" else [code])
-    # only the guard's own refusals mark the host's span; the host reports its tools' failures itself
-    if action in ("block", "halt"):
+    # SPEC §4.1 status rules hold on the host's span too
+    if error_type is not None:
         assert host.status.status_code is StatusCode.ERROR
         assert attrs["error.type"] == error_type
     else:
@@ -304,3 +304,47 @@ def test_span_names_and_host_chosen_attributes_are_clipped(provider: Any) -> Non
     assert len(span.name) <= len("execute_tool ") + 256
     assert len(span.attributes["gen_ai.tool.name"]) == 256
     assert len(span.attributes["gen_ai.tool.call.id"]) == 256
+
+
+def test_auto_mode_decides_at_before_call(provider: Any) -> None:
+    """SPEC §5: the span current when before_call runs gets the attributes, even if after_call runs
+    outside it; a span that becomes current only later is not touched."""
+    rig = make_rig(provider, "auto")
+    tracer = rig.provider.get_tracer("host")
+    with tracer.start_as_current_span("host span"):
+        rig.guard.before_call("read_file", {"p": 1})
+        rig.guard.after_call("read_file", {"p": 1}, "text", failed=False)
+    assert rig.tool_spans() == []
+    (host,) = rig.spans()
+    assert dict(host.attributes or {})["otelguard.decision.code"] == "allow"
+
+    # the host ended its span before after_call: it has the call's identity, and the outcome goes
+    # to a span of otelguard's own under it
+    rig.exporter.clear()
+    with tracer.start_as_current_span("short host span") as short:
+        rig.guard.before_call("read_file", {"p": 3})
+    rig.guard.after_call("read_file", {"p": 3}, "text", failed=False)
+    (short_span,) = [s for s in rig.spans() if s.name == "short host span"]
+    assert dict(short_span.attributes or {})["gen_ai.tool.name"] == "read_file"
+    (own,) = rig.tool_spans()
+    assert own.parent is not None and own.parent.span_id == short.get_span_context().span_id
+    assert dict(own.attributes or {})["otelguard.outcome"] == "ok"
+
+    rig.exporter.clear()
+    rig.guard.before_call("read_file", {"p": 2})
+    with tracer.start_as_current_span("later span"):
+        rig.guard.after_call("read_file", {"p": 2}, "text", failed=False)
+    (later,) = [s for s in rig.spans() if s.name == "later span"]
+    assert "otelguard.decision.code" not in dict(later.attributes or {})
+    assert len(rig.tool_spans()) == 1
+
+
+def test_own_span_parent_is_the_span_current_at_before_call(provider: Any) -> None:
+    rig = make_rig(provider, "own")
+    tracer = rig.provider.get_tracer("host")
+    with tracer.start_as_current_span("parent") as parent:
+        rig.guard.before_call("read_file", {"p": 1})
+    with tracer.start_as_current_span("unrelated"):
+        rig.guard.after_call("read_file", {"p": 1}, "text", failed=False)
+    (span,) = rig.tool_spans()
+    assert span.parent is not None and span.parent.span_id == parent.get_span_context().span_id

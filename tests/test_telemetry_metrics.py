@@ -362,3 +362,13 @@ def test_overlong_tool_and_agent_names_are_other() -> None:
     labels = [s.labels for s in samples(registry, "otelguard_tool_calls_total")]
     assert {"agent": "_other", "tool": "_other", "outcome": "ok"} in labels
     assert all(len(value) <= 128 for entry in labels for value in entry.values())
+
+
+def test_telemetry_true_shares_one_label_bound_per_process() -> None:
+    """Guards made with telemetry=True share Telemetry.default(): the tool-label bound is per process."""
+    first, second = (
+        Guard(GuardConfig(signature_key=KEY), telemetry=True),
+        Guard(GuardConfig(), telemetry=True),
+    )
+    assert first._observers[0]._space is second._observers[0]._space  # type: ignore[attr-defined]
+    assert Telemetry.default() is Telemetry.default()

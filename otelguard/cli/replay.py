@@ -72,7 +72,8 @@ def run(args: argparse.Namespace) -> int:
         config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
         files = expand_paths(args.paths, allow_missing=args.follow)
     except ConfigError as exc:
-        print(f"otelguard replay: invalid config {args.config}: {exc}", file=sys.stderr)
+        message = " ".join(str(exc).split())  # one line, whatever the YAML parser wrote
+        print(f"otelguard replay: invalid config {args.config}: {message}", file=sys.stderr)
         return 2
     except UsageError as exc:
         print(f"otelguard replay: {exc}", file=sys.stderr)

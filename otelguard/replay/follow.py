@@ -5,8 +5,10 @@ waits for its newline). Directories are rescanned for new ``*.jsonl``/``*.json``
 is replaced or truncated is read again from its start as a new input. A file idle for
 ``park_after_s`` is closed (its sessions end, so their turns reach the metrics, and a directory of
 thousands of finished transcripts does not hold thousands of open files); if it grows again it is
-reopened where it stopped, as a new session. Follow ends when ``stop`` is set (SIGINT/SIGTERM) or
-after ``idle_timeout_s`` without new data.
+reopened where it stopped, as a new session. A ``.json`` file is a document, not a log: it is not
+tailed but read whole, exactly as without ``--follow``, once it has not changed for ``_SETTLE_S``,
+and read whole again, as a new input, each time it is rewritten. Follow ends when ``stop`` is set
+(SIGINT/SIGTERM) or after ``idle_timeout_s`` without new data.
 """
 
 from __future__ import annotations
@@ -25,6 +27,7 @@ __all__ = ["follow_inputs"]
 
 _POLL_S: Final = 0.2
 _READ_CHUNK: Final = 1 << 16
+_SETTLE_S: Final = 0.5  # a .json document is read once it has not been modified for this long
 PARK_AFTER_S: Final = 300.0
 
 
@@ -83,6 +86,31 @@ class _Tailed:
         self.source.close()
 
 
+class _Document:
+    """A ``.json`` file, read whole each time it settles after a change (see the module docstring)."""
+
+    def __init__(self, path: str, fmt: str, sink: EventSink) -> None:
+        self.path = path
+        self.fmt = fmt
+        self.sink = sink
+        self.read: tuple[int, int, int] | None = None  # (inode, size, mtime) of the version read
+
+    def poll(self, *, final: bool = False) -> bool:
+        """Read the file if it changed and settled (or changed at all, when follow is ending)."""
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return False  # not there yet, or being replaced
+        stamp = (stat.st_ino, stat.st_size, stat.st_mtime_ns)
+        if stamp == self.read or stat.st_size == 0:
+            return False
+        if not final and time.time_ns() - stat.st_mtime_ns < _SETTLE_S * 1e9:
+            return False  # perhaps still being written
+        self.read = stamp
+        replay_inputs([self.path], self.fmt, self.sink)
+        return True
+
+
 class _Follower:
     def __init__(self, paths: list[str], fmt: str, sink: EventSink, park_after_s: float) -> None:
         self.paths = paths
@@ -91,10 +119,17 @@ class _Follower:
         self.park_after_s = park_after_s
         self.tailed: dict[str, _Tailed] = {}
         self.parked: dict[str, _Parked] = {}
+        self.documents: dict[str, _Document] = {}
 
     def poll(self) -> bool:
         got = False
         for path in _current_files(self.paths):
+            if path.endswith(".json"):
+                document = self.documents.get(path)
+                if document is None:
+                    document = self.documents[path] = _Document(path, self.fmt, self.sink)
+                got = document.poll() or got
+                continue
             entry = self._entry(path)
             if entry is None or entry.broken:
                 continue
@@ -128,6 +163,8 @@ class _Follower:
         for entry in self.tailed.values():
             entry.close()
         self.tailed.clear()
+        for document in self.documents.values():  # like a last line without its newline
+            document.poll(final=True)
 
 
 def _grew(path: str, parked: _Parked) -> bool:

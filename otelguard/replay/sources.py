@@ -1,7 +1,7 @@
 """Inputs: which files to read, what format each is in, and feeding their lines to a reader.
 
-Everything streams line by line; only a ``.json`` file that is one multi-line document (a pretty-printed
-request body) is parsed whole, since a JSON document cannot be read in parts.
+Everything streams line by line; only a ``.json`` file that is one document (a pretty-printed request
+body, or a JSON array of messages) is parsed whole, since a JSON document cannot be read in parts.
 """
 
 from __future__ import annotations
@@ -179,7 +179,7 @@ def replay_inputs(
 def _feed_file(
     source: InputFile, stream: IO[bytes], progress: Callable[[int], None] | None, stop: threading.Event
 ) -> None:
-    if source.path.endswith(".json") and _is_multiline_document(stream):
+    if source.path.endswith(".json") and _is_document(stream):
         stream.seek(0)
         _feed_document(source, stream)
         if progress is not None:
@@ -210,15 +210,15 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
     yield from iter(stream.readline, b"")
 
 
-def _is_multiline_document(stream: IO[bytes]) -> bool:
-    """True when the first non-blank line of a ``.json`` file is not a whole JSON value."""
+def _is_document(stream: IO[bytes]) -> bool:
+    """True when a ``.json`` file is one document to parse whole: its first non-blank line is not a
+    whole JSON value (a pretty-printed document) or is an array (of messages), not a record."""
     for raw in _lines(stream):
         if raw.strip():
             try:
-                orjson.loads(raw)
+                return isinstance(orjson.loads(raw), list)
             except orjson.JSONDecodeError:
                 return True
-            return False
     return False
 
 

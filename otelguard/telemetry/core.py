@@ -9,8 +9,9 @@ categories that look like identifiers.
 from __future__ import annotations
 
 import re
+import threading
 from dataclasses import replace
-from typing import Any, Final
+from typing import Any, Final, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -40,6 +41,10 @@ def refusal_category(refusal: str | None) -> str:
     if refusal and _CATEGORY.fullmatch(refusal):
         return refusal
     return _REFUSED_FALLBACK
+
+
+_default: Telemetry | None = None
+_default_lock = threading.Lock()
 
 
 class Telemetry:
@@ -72,6 +77,16 @@ class Telemetry:
         self.registry: CollectorRegistry = registry if registry is not None else REGISTRY
         self._families = families_for(self.registry)
         self._spaces: dict[int, LabelSpace] = {}
+
+    @classmethod
+    def default(cls) -> Telemetry:
+        """The process-wide ``Telemetry()`` (global tracer provider, default registry) that
+        ``Guard(config, telemetry=True)`` uses, so label bounds hold per process, not per guard."""
+        global _default
+        with _default_lock:
+            if _default is None:
+                _default = cls()
+            return _default
 
     def settings(self, settings: TelemetrySettings | None = None) -> TelemetrySettings:
         """The effective settings: the config's section with this object's keyword overrides."""
@@ -114,7 +129,7 @@ class GuardTelemetry:
         self._space = space
         self.settings = settings
         self._mode = settings.span_mode
-        self.wants_call_start = False  # see on_call_end
+        self.wants_call_start = self._mode not in ("off", "decisions")  # see on_call_start
         self._turn_spans = settings.turn_spans and self._mode != "off"
         self._max_signature_series = settings.max_signature_series
         self._span_names: dict[str, str] = {}
@@ -162,12 +177,22 @@ class GuardTelemetry:
         self._space.families.internal_error(stage)
 
     # -- calls ---------------------------------------------------------------------------------
-    # All span work happens when a call ends (``wants_call_start`` is False): an own span is created
-    # then, with every attribute at once and ``start_time`` from ``before_call``; otelguard never
-    # makes its span current, so nothing between the two calls could have used it.
+    # Span work happens when a call ends: an own span is created then, with every attribute at once
+    # and ``start_time`` from ``before_call`` (otelguard never makes its span current, so nothing in
+    # between could use it). What must be known at ``before_call`` is only which span is current
+    # then: the host's span to annotate (``auto``, ``event``) or the parent of an own span (``own``).
+    # ``off`` and ``decisions`` need nothing, so the guard spares them the call start.
 
     def on_call_start(self, call: CallEvent) -> object:
-        return None
+        """Token: ``(span current at before_call, whether to annotate it)`` or ``None``."""
+        mode = self._mode
+        if mode in ("off", "decisions"):
+            return None
+        current = trace.get_current_span()
+        annotate = mode != "own" and current.is_recording()
+        if annotate:  # now, in case the host ends its span before after_call
+            current.set_attributes(self._start_attributes(call))
+        return (current, annotate)
 
     def on_call_end(self, call: CallEvent, token: object) -> None:
         outcome = call.outcome or "ok"
@@ -182,24 +207,28 @@ class GuardTelemetry:
         mode = self._mode
         exemplar: Exemplar = None
         if mode != "off" and not (quiet and mode == "decisions"):
-            exemplar = self._span_work(call, outcome, quiet)
+            exemplar = self._span_work(call, outcome, quiet, cast("tuple[Span, bool] | None", token))
         if before_counts:
             self._record_decision(call, before, exemplar)
         if decision.action != "allow":
             self._record_decision(call, decision, exemplar)
 
-    def _span_work(self, call: CallEvent, outcome: str, quiet: bool) -> Exemplar:
-        current = trace.get_current_span()
-        if self._mode in ("auto", "event") and current.is_recording():
-            current.set_attributes({**self._start_attributes(call), **_end_attributes(call, outcome)})
-            return self._finish_span(call, outcome, current, False, not quiet)
+    def _span_work(
+        self, call: CallEvent, outcome: str, quiet: bool, token: tuple[Span, bool] | None
+    ) -> Exemplar:
+        started_under, annotate = token if token is not None else (trace.get_current_span(), False)
+        if annotate and started_under.is_recording():
+            started_under.set_attributes(_end_attributes(call, outcome))
+            return self._finish_span(call, outcome, started_under, False, not quiet)
         if self._mode == "event":
             return None
+        # own and decisions spans, and auto when the host's span ended before after_call
+        attributes = {**self._start_attributes(call), **_end_attributes(call, outcome)}
         span = self._tracer.start_span(
             self._span_name(call.tool_name),
-            context=self._parent_context(current),
+            context=self._parent_context(started_under),
             kind=SpanKind.INTERNAL,
-            attributes={**self._start_attributes(call), **_end_attributes(call, outcome)},
+            attributes=attributes,
             start_time=call.start_time_ns or None,
         )
         return self._finish_span(call, outcome, span, True, not quiet)
@@ -223,15 +252,17 @@ class GuardTelemetry:
                 self._span_names[tool] = name
         return name
 
-    def _parent_context(self, current: Span) -> otel_context.Context | None:
-        """Parent of an own span: the current span, else the open turn span (not made current,
-        since start_turn and end_turn may run in different contexts)."""
+    def _parent_context(self, current: Span) -> otel_context.Context:
+        """Parent of an own span: the span current at ``before_call``, else the open turn span (not
+        made current, since start_turn and end_turn may run in different contexts)."""
         turn_span = self._turn_span
-        if turn_span is None:
-            return None
-        if current.is_recording() and current.get_span_context().span_id != self._turn_parent_span_id:
-            return None
-        return trace.set_span_in_context(turn_span)
+        if turn_span is not None and (
+            not current.is_recording() or current.get_span_context().span_id == self._turn_parent_span_id
+        ):
+            return trace.set_span_in_context(turn_span)
+        if current.get_span_context().is_valid:
+            return trace.set_span_in_context(current)
+        return otel_context.Context()  # no parent: a root span
 
     def _finish_span(
         self, call: CallEvent, outcome: str, span: Span, owned: bool, wants_exemplar: bool
@@ -241,7 +272,7 @@ class GuardTelemetry:
             span.add_event(attr.DECISION_EVENT, _event_attributes(before))
         if decision.action != "allow":
             span.add_event(attr.DECISION_EVENT, _event_attributes(decision))
-        error_type = _error_type(decision, outcome, call.refusal, owned)
+        error_type = _error_type(decision, outcome, call.refusal)
         if error_type is not None:
             span.set_attribute(attr.ERROR_TYPE, error_type)
             span.set_status(Status(StatusCode.ERROR))
@@ -268,13 +299,10 @@ class GuardTelemetry:
             )
 
 
-def _error_type(decision: Decision, outcome: str, refusal: str | None, owned: bool) -> str | None:
-    """``error.type`` per SPEC §4.1. On a host's span only the guard's own refusals are marked:
-    the host knows, and reports, how its tool failed."""
+def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | None:
+    """``error.type`` per SPEC §4.1, on otelguard's own span and on a host's span alike."""
     if decision.action in _REFUSING_ACTIONS:
         return decision.code
-    if not owned:
-        return None
     if outcome == "failed":
         return attr.TOOL_ERROR
     if outcome == "refused":
