@@ -1,8 +1,10 @@
 """The Guard: one per session; the agent runtime asks it about every tool call (SPEC §3).
 
 Thread-safe: parallel tool batches may call ``before_call``/``after_call`` from several threads.
-Hashing and fingerprinting run outside the lock; state changes run under it; observers run after
-it is released. The guard never raises into the agent loop.
+Argument hashing runs outside the lock; state changes and result comparison run under it (a result
+is parsed only when a different-bytes repeat of the same call must be compared, see
+``otelguard.results``); observers run after it is released. The guard never raises into the agent
+loop.
 """
 
 from __future__ import annotations
