@@ -368,11 +368,7 @@ class Guard:
             return None
         for i, pending in enumerate(queue):
             if not isinstance(key, tuple) or pending.args is args:
-                del queue[i]
-                self._pending_count -= 1
-                if not queue:
-                    del self._pending[key]
-                return pending
+                return self._unqueue(key, queue, i)
         return None
 
     def _take_by_signature(self, sig: Signature) -> _Pending | None:
@@ -385,12 +381,15 @@ class Guard:
             if isinstance(key, tuple):
                 for i, pending in enumerate(queue):
                     if pending.sig == sig:
-                        del queue[i]
-                        self._pending_count -= 1
-                        if not queue:
-                            del self._pending[key]
-                        return pending
+                        return self._unqueue(key, queue, i)
         return None
+
+    def _unqueue(self, key: object, queue: list[_Pending], index: int) -> _Pending:
+        pending = queue.pop(index)
+        self._pending_count -= 1
+        if not queue:
+            del self._pending[key]
+        return pending
 
     # observers and internal errors -----------------------------------------------------------
 
