@@ -319,7 +319,10 @@ class Guard:
                 if decision.should_halt and turn.halt is None:
                     turn.halt = decision
         if self._observers:
-            before = pending.before if pending is not None else codes.allow_decision(name, sig)
+            if pending is not None:
+                before = pending.before
+            else:  # no before_call on record: the allow decision made above stands for it too
+                before = decision if verdict is None else codes.allow_decision(name, sig)
             spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
             event = new_call_event(
                 name, facts.tool_class, sig, call_id, turn.agent, turn.turn_id, decision, before, outcome, refusal,

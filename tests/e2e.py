@@ -34,11 +34,12 @@ def require_binary(name: str) -> str:
     return path
 
 
-def stop_process(process: subprocess.Popen[bytes]) -> None:
-    """SIGTERM, then SIGKILL after 10 s: a test never leaves a server behind."""
-    process.terminate()
+def stop_process(process: subprocess.Popen[bytes], grace_seconds: float = 10) -> None:
+    """SIGTERM, then SIGKILL after ``grace_seconds``: a test never leaves a server behind."""
+    if process.poll() is None:
+        process.terminate()
     try:
-        process.wait(10)
+        process.wait(grace_seconds)
     except subprocess.TimeoutExpired:
         process.kill()
         process.wait(5)
@@ -205,10 +206,4 @@ def run_demo(
             wait_until(lambda: demo.metrics(), 20, what=f"otelguard demo /metrics on port {port}")
         yield demo
     finally:
-        if process.poll() is None:
-            process.terminate()
-        try:
-            process.wait(15)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
+        stop_process(process, grace_seconds=15)
