@@ -1,18 +1,24 @@
-"""otelguard: stop LLM agents from looping on tool calls, and make every decision observable."""
+"""otelguard: stop LLM agents from looping on tool calls, and make every decision observable.
 
+Importing the package loads nothing but this file: every name below is imported on first use. The
+Claude Code hook command starts on every tool call and must not pay for the core, OpenTelemetry or
+prometheus_client; a submodule import always runs this file first.
+"""
+
+import importlib
 import typing as _typing
 
 from otelguard._version import __version__
-from otelguard.config import GuardConfig, TelemetrySettings
-from otelguard.decisions import Decision, Signature, TurnSummary
-from otelguard.errors import ConfigError, OtelGuardError
-from otelguard.guard import Guard
-from otelguard.observers import CallEvent, GuardObserver, TurnInfo
-from otelguard.tool_calls import GuardedCall
 
 if _typing.TYPE_CHECKING:
+    from otelguard.config import GuardConfig, TelemetrySettings
+    from otelguard.decisions import Decision, Signature, TurnSummary
+    from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
     from otelguard.exporter import serve_metrics
+    from otelguard.guard import Guard
+    from otelguard.observers import CallEvent, GuardObserver, TurnInfo
     from otelguard.telemetry import Telemetry
+    from otelguard.tool_calls import GuardedCall
 
 __all__ = [
     "CallEvent",
@@ -20,6 +26,7 @@ __all__ = [
     "Decision",
     "Guard",
     "GuardConfig",
+    "GuardHalted",
     "GuardObserver",
     "GuardedCall",
     "OtelGuardError",
@@ -32,15 +39,33 @@ __all__ = [
     "serve_metrics",
 ]
 
+_HOMES: dict[str, str] = {
+    "CallEvent": "otelguard.observers",
+    "ConfigError": "otelguard.errors",
+    "Decision": "otelguard.decisions",
+    "Guard": "otelguard.guard",
+    "GuardConfig": "otelguard.config",
+    "GuardHalted": "otelguard.errors",
+    "GuardObserver": "otelguard.observers",
+    "GuardedCall": "otelguard.tool_calls",
+    "OtelGuardError": "otelguard.errors",
+    "Signature": "otelguard.decisions",
+    "Telemetry": "otelguard.telemetry",
+    "TelemetrySettings": "otelguard.config",
+    "TurnInfo": "otelguard.observers",
+    "TurnSummary": "otelguard.decisions",
+    "serve_metrics": "otelguard.exporter",
+}
+
 
 def __getattr__(name: str) -> object:
-    # Telemetry and serve_metrics load OpenTelemetry and prometheus_client: only when asked for.
-    if name == "serve_metrics":
-        from otelguard.exporter import serve_metrics
+    home = _HOMES.get(name)
+    if home is None:
+        raise AttributeError(f"module 'otelguard' has no attribute {name!r}")
+    value = getattr(importlib.import_module(home), name)
+    globals()[name] = value
+    return value
 
-        return serve_metrics
-    if name == "Telemetry":
-        from otelguard.telemetry import Telemetry
 
-        return Telemetry
-    raise AttributeError(f"module 'otelguard' has no attribute {name!r}")
+def __dir__() -> list[str]:
+    return sorted(set(globals()) | set(__all__))

@@ -1,14 +1,21 @@
 """The one error family of otelguard.
 
     OtelGuardError
-     └── ConfigError      bad configuration: names the key path, the value and what is allowed
+     ├── ConfigError      bad configuration: names the key path, the value and what is allowed
+     └── GuardHalted      raised by a framework adapter whose framework can only stop a run by raising
 
-Guard decisions are return values, never exceptions.
+Guard decisions are return values, never exceptions; ``GuardHalted`` only carries one out of a
+framework that has no other way to end a run.
 """
 
 from __future__ import annotations
 
-__all__ = ["ConfigError", "OtelGuardError"]
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from otelguard.decisions import Decision
+
+__all__ = ["ConfigError", "GuardHalted", "OtelGuardError"]
 
 
 class OtelGuardError(Exception):
@@ -26,3 +33,15 @@ class ConfigError(OtelGuardError, ValueError):
         self.value = value
         self.allowed = allowed
         super().__init__(f"{key}: {value!r} is not allowed; {allowed}")
+
+
+class GuardHalted(OtelGuardError):
+    """The guard stopped the turn; ``decision`` is the ``block``/``halt`` decision that did it.
+
+    The message is the decision's message, written for the model and the user: it names the tool and
+    the counts, never argument values or results.
+    """
+
+    def __init__(self, decision: Decision) -> None:
+        self.decision = decision
+        super().__init__(decision.message)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import otelguard
 
-SPEC_NAMES = {"ConfigError", "Decision", "Guard", "GuardConfig", "Signature", "TurnSummary"}
+SPEC_NAMES = {"ConfigError", "Decision", "Guard", "GuardConfig", "GuardHalted", "Signature", "TurnSummary"}
 """Names SPEC §3/§4.1 use as ``otelguard.X`` or ``from otelguard import X``."""
 
 TELEMETRY_NAMES = {"Telemetry", "serve_metrics"}
