@@ -44,6 +44,8 @@ CYCLE_WARN: Final = "cycle_warn"
 CYCLE_BLOCK: Final = "cycle_block"
 READ_ONLY_STREAK_WARN: Final = "read_only_streak_warn"
 WRITE_STREAK_WARN: Final = "write_streak_warn"
+SAME_ERROR_WARN: Final = "same_error_warn"
+SAME_ERROR_HALT: Final = "same_error_halt"
 
 CODES: Final = (
     ALLOW,
@@ -65,6 +67,8 @@ CODES: Final = (
     CYCLE_BLOCK,
     READ_ONLY_STREAK_WARN,
     WRITE_STREAK_WARN,
+    SAME_ERROR_WARN,
+    SAME_ERROR_HALT,
 )
 """Every decision code, stable: they are metric label values."""
 

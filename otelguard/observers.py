@@ -15,7 +15,7 @@ from otelguard.decisions import Decision, Signature, TurnSummary
 __all__ = ["CallEvent", "GuardObserver", "Outcome", "ToolClass", "TurnInfo"]
 
 ToolClass = Literal["read", "write", "poll", "unknown"]
-Outcome = Literal["ok", "failed", "refused", "blocked", "rejected"]
+Outcome = Literal["ok", "failed", "refused", "blocked", "rejected", "cancelled"]
 
 
 @dataclass(frozen=True, slots=True)

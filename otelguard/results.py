@@ -51,6 +51,15 @@ class ResultMemory:
         self._held_total = 0
         self._held: deque[tuple[ResultSlot, Any, int]] = deque()
 
+    def error_fingerprint(self, result: Any) -> int | None:
+        """The content fingerprint of a failed call's result; ``None`` when it carries no text (a
+        failure reported without a result, such as an exception, says nothing about which error)."""
+        if result is None:
+            return None
+        if isinstance(result, (str, bytes, bytearray)) and (not result or result.isspace()):
+            return None
+        return self._fingerprints.content(result)
+
     def reset(self) -> None:
         self._held.clear()
         self._held_total = 0

@@ -36,9 +36,10 @@ def ok(tool: str, args: Any = None, result: Any = None) -> tuple[Any, ...]:
     )
 
 
-def fail(tool: str, args: Any = None, text: str = "Error: boom") -> tuple[Any, ...]:
-    """A failed call; fresh arguments unless given."""
-    return (tool, args if args is not None else {"k": fresh()}, text, True)
+def fail(tool: str, args: Any = None, text: str | None = None) -> tuple[Any, ...]:
+    """A failed call; fresh arguments and a fresh error text unless given (the same error text
+    again and again is what same_error counts)."""
+    return (tool, args if args is not None else {"k": fresh()}, text or f"Error: boom {fresh()}", True)
 
 
 def refuse(tool: str, args: Any = None, category: str = "permission_denied") -> tuple[Any, ...]:
