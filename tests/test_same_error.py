@@ -204,3 +204,13 @@ def test_the_demo_scenario_warns_then_halts_on_the_same_error() -> None:
     agent.run_turn(guard, "unread_edits")
     assert stats.snapshot()["codes"] == {"same_error_warn": 3, "same_error_halt": 1}
     assert stats.halted_turns == 1
+
+
+def test_json_errors_still_compare_by_content_after_many_distinct_errors() -> None:
+    """Past hundreds of distinct JSON errors, equal content in different bytes is still one error."""
+    noise = [fail(f"api_{i}", {"q": fresh()}, json.dumps({"error": f"e{i}"})) for i in range(300)]
+    same = [
+        fail(f"api_x{i}", {"q": fresh()}, json.dumps({"error": "quota", "elapsed": i}, indent=i))
+        for i in range(3)
+    ]
+    assert codes(run_script(make_guard(), noise + same))[-1] == "same_error_warn"
