@@ -93,7 +93,7 @@ def _canonical_text(text: str | bytes | bytearray | memoryview, ignored: frozens
             return _utf8(text) if isinstance(text, str) else bytes(text)
         return _EMPTY if value is None else _canonical_value(value, ignored)
     canonical = _EMPTY if value is None else _canonical_value(value, ignored)
-    if _EXPONENT in canonical:
+    if _has_exponent(canonical):
         # orjson reads an integer past 64 bits as a float (printed with an exponent, like every
         # float of that size): read the text again exactly, as the mapping it encodes would hash.
         exact = _stdlib_loads(text)
@@ -104,6 +104,18 @@ def _canonical_text(text: str | bytes | bytearray | memoryview, ignored: frozens
 
 _NOT_JSON: Final = object()
 _EXPONENT: Final = b"e+"
+_DIGITS: Final = frozenset(b"0123456789")
+
+
+def _has_exponent(canonical: bytes) -> bool:
+    """Whether a number with a positive exponent may be in the bytes (a string value holding, say,
+    ``"3e+4"`` only costs a second parse)."""
+    at = canonical.find(_EXPONENT)
+    while at > 0:
+        if canonical[at - 1] in _DIGITS:
+            return True
+        at = canonical.find(_EXPONENT, at + 2)
+    return False
 
 
 def _stdlib_loads(text: str | bytes | bytearray | memoryview) -> Any:

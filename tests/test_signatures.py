@@ -437,3 +437,9 @@ def test_integers_past_64_bits_hash_exactly_from_json_text() -> None:
     assert args_hash(json.dumps({"n": big})) == args_hash({"n": big})
     assert args_hash(json.dumps({"n": big})) != args_hash(json.dumps({"n": big + 1}))
     assert args_hash("[-9223372036854775809]") == args_hash([-(2**63) - 1])
+
+
+def test_exponents_in_numbers_and_in_strings_keep_parity() -> None:
+    """Floats with exponents and strings that merely contain "e+" hash like their JSON text."""
+    for value in ({"x": 1e300, "y": -2.5e16}, {"q": "coffee+tea 3e+4"}, [1e22, "v1e+5", 2**70]):
+        assert args_hash(json.dumps(value)) == args_hash(value)
