@@ -18,8 +18,6 @@ from collections.abc import Iterable
 from types import MappingProxyType
 from typing import Any, Final, NamedTuple
 
-import orjson
-
 from otelguard import decisions as codes
 from otelguard.caps import CapLedger, Charge
 from otelguard.classify import ToolCatalog, looks_failed
@@ -28,7 +26,7 @@ from otelguard.decisions import Decision, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
 from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo, new_call_event
 from otelguard.results import ResultMemory
-from otelguard.signatures import ArgsHasher, resolve_signature_key
+from otelguard.signatures import ArgsHasher, parse_json_args, resolve_signature_key
 from otelguard.tool_calls import call_context, wrap_tool
 
 __all__ = ["Guard"]
@@ -498,12 +496,7 @@ def _call_key(call_id: Any) -> object:
 
 
 def _parsed(args: Any) -> Any:
-    if isinstance(args, (str, bytes)):
-        try:
-            return orjson.loads(args)
-        except orjson.JSONDecodeError:
-            return None
-    return args
+    return parse_json_args(args) if isinstance(args, (str, bytes)) else args
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

@@ -22,7 +22,7 @@ import xxhash
 
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 
-__all__ = ["ArgsHasher", "ResultFingerprinter", "canonical_args", "resolve_signature_key"]
+__all__ = ["ArgsHasher", "ResultFingerprinter", "canonical_args", "parse_json_args", "resolve_signature_key"]
 
 logger = logging.getLogger("otelguard")
 
@@ -116,6 +116,16 @@ def _has_exponent(canonical: bytes) -> bool:
             return True
         at = canonical.find(_EXPONENT, at + 2)
     return False
+
+
+def parse_json_args(text: str | bytes | bytearray | memoryview) -> Any:
+    """JSON-string arguments parsed as the hash reads them (lone surrogates included); ``None`` when
+    they are not JSON."""
+    try:
+        return orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError):
+        value = _stdlib_loads(text)
+        return None if value is _NOT_JSON else value
 
 
 def _stdlib_loads(text: str | bytes | bytearray | memoryview) -> Any:

@@ -149,3 +149,11 @@ def test_observers_see_the_hash_without_the_ignored_keys() -> None:
         guard.after_call("Bash", args, "ok", failed=False)
     first, second = recorder.calls
     assert first.signature == second.signature
+
+
+def test_a_json_string_batch_with_a_lone_surrogate_is_still_counted() -> None:
+    """Spawn counting reads JSON-string arguments the way the hash does, lone surrogates included."""
+    guard = make_guard(caps={"turn": {"subagents": 2}})
+    batch = json.dumps({"tasks": [{"goal": "\ud800"}, {"goal": "b"}, {"goal": "c"}]})
+    refused = guard.before_call("delegate_task", batch)
+    assert (refused.code, refused.count, refused.limit) == ("cap_turn", 0, 2)
