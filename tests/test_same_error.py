@@ -214,3 +214,9 @@ def test_json_errors_still_compare_by_content_after_many_distinct_errors() -> No
         for i in range(3)
     ]
     assert codes(run_script(make_guard(), noise + same))[-1] == "same_error_warn"
+
+
+def test_warnings_false_silences_the_warning_but_not_the_halt() -> None:
+    """warnings: false silences same_error_warn only; with hard_stop the halt still comes at 6."""
+    steps = run_script(make_guard(warnings=False), [not_read(i) for i in range(6)])
+    assert codes(steps) == ["allow"] * 5 + ["same_error_halt"]
