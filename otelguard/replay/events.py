@@ -27,10 +27,8 @@ class ToolCall:
 
     ``failed`` is ``None`` when the format has no error flag (OpenAI): the guard's fallback classifier
     decides then. ``has_result`` is false for a call the transcript never answered; such a call is
-    reported and never fed to the guard, because its outcome would have to be guessed.
-    ``cancelled`` marks a call the host dispatched but never ran (its result is the host's own
-    "cancelled" message); ``refusal`` is the category when the host's policy gate refused it. A reader
-    sets them only from the host's own fixed messages, never from tool output.
+    reported and never fed to the guard, because its outcome would have to be guessed. ``cancelled``
+    marks a call the host cancelled before it ran; ``refusal`` is the category of a host refusal.
     """
 
     call_id: str | None
