@@ -7,11 +7,14 @@ that call does not. The human table's "calls that would not have run" is the sam
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
 from typing import Any
 
-from rich.console import Console
+import pytest
 
 from otelguard import GuardConfig
+from otelguard.cli import main
 from otelguard.replay.events import SessionKey, ToolCall
 from otelguard.replay.report import ReplayReport
 from otelguard.replay.runner import ReplayRunner
@@ -81,9 +84,24 @@ def test_a_before_call_block_that_is_the_last_call_counts_one() -> None:
     assert prevented(report) == 1
 
 
-def test_the_human_table_shows_the_same_number() -> None:
-    report = replay([searches(6)], caps={"turn": {"web_search": 3}})
-    console = Console(width=200, record=True)
-    report.render(console)
-    text = " ".join(console.export_text().split())
-    assert "calls that would not have run: 3" in text
+def test_the_human_table_shows_the_same_number(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """`otelguard replay` without --json says "calls that would not have run" with the same count."""
+    lines = [{"role": "user", "content": "search"}]
+    for i in range(6):
+        arguments = json.dumps({"query": f"query {i}"})
+        lines.append(
+            {
+                "role": "assistant",
+                "content": None,
+                "function_call": {"name": "web_search", "arguments": arguments},
+            }
+        )
+        lines.append({"role": "function", "name": "web_search", "content": f"results {i}"})
+    transcript = tmp_path / "searches.jsonl"
+    transcript.write_text("".join(json.dumps(line) + "\n" for line in lines))
+    config = tmp_path / "config.yaml"
+    config.write_text("mode: unattended\ncaps: {turn: {web_search: 3}}\n")
+    assert main(["replay", str(transcript), "--config", str(config), "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["totals"]["prevented_calls"] == 3
+    assert main(["replay", str(transcript), "--config", str(config)]) == 0
+    assert "calls that would not have run: 3" in " ".join(capsys.readouterr().out.split())
