@@ -10,7 +10,7 @@ from typing import Any, Final
 import orjson
 
 from otelguard.config import GuardConfig
-from otelguard.observers import ToolClass
+from otelguard.decisions import ToolClass
 
 __all__ = ["NamePatterns", "ToolCatalog", "looks_failed"]
 

@@ -18,12 +18,16 @@ __all__ = [
     "LOOP_CODES",
     "Action",
     "Decision",
+    "Outcome",
     "Signature",
+    "ToolClass",
     "TurnSummary",
 ]
 
 Action = Literal["allow", "warn", "reject", "block", "halt"]
 ACTIONS: Final = ("allow", "warn", "reject", "block", "halt")
+ToolClass = Literal["read", "write", "poll", "unknown"]
+Outcome = Literal["ok", "failed", "refused", "blocked", "rejected"]
 
 ALLOW: Final = "allow"
 INTERNAL_ERROR: Final = "internal_error"

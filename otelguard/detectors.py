@@ -13,7 +13,7 @@ from typing import Final, Generic, TypeVar
 from otelguard import decisions as codes
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Signature
-from otelguard.observers import Outcome, ToolClass
+from otelguard.decisions import Outcome, ToolClass
 from otelguard.results import ResultSlot
 
 __all__ = ["SignatureState", "TurnDetectors"]

@@ -10,12 +10,9 @@ from dataclasses import dataclass
 from typing import Literal, Protocol, runtime_checkable
 
 from otelguard._slots import positional_factory
-from otelguard.decisions import Decision, Signature, TurnSummary
+from otelguard.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
 
 __all__ = ["CallEvent", "GuardObserver", "Outcome", "ToolClass", "TurnInfo"]
-
-ToolClass = Literal["read", "write", "poll", "unknown"]
-Outcome = Literal["ok", "failed", "refused", "blocked", "rejected"]
 
 
 @dataclass(frozen=True, slots=True)

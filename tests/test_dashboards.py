@@ -17,7 +17,7 @@ import promql_parser
 import pytest
 
 from otelguard.cli import main
-from otelguard.cli.export import shipped_files
+from otelguard.cli.shipped_files import shipped_files
 
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARDS = REPO / "dashboards"

@@ -21,9 +21,9 @@ from typing import Any
 from otelguard import ConfigError, GuardConfig
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.exporter import MetricsServer, serve_metrics
-from otelguard.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
+from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
 from otelguard.telemetry import Telemetry
-from otelguard.telemetry.export import SpanExport, span_export_from_env
+from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
 
 __all__ = ["add_arguments", "run"]
 
