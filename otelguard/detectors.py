@@ -12,8 +12,7 @@ from typing import Final, Generic, TypeVar
 
 from otelguard import decisions as codes
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision, Signature
-from otelguard.decisions import Outcome, ToolClass
+from otelguard.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.results import ResultSlot
 
 __all__ = ["SignatureState", "TurnDetectors"]

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otelguard.decisions import Decision, TurnSummary
-from otelguard.observers import CallEvent, Outcome, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo
 
 if TYPE_CHECKING:
     from otelguard.guard import Guard
@@ -32,7 +32,7 @@ if TYPE_CHECKING:
 __all__ = ["RecordingObserver", "ScriptStep", "ScriptedCall", "codes", "run_script"]
 
 
-class RecordingObserver:
+class RecordingObserver(GuardObserver):
     """A ``GuardObserver`` that records what the guard reports. Safe to share between threads.
 
     Every accessor returns a snapshot (a tuple), so a test can keep a reference while the guard goes on.

@@ -15,8 +15,8 @@ def test_calls_that_never_finish_stay_bounded_under_one_key() -> None:
     guard.start_turn()
     for _ in range(200_000):
         guard.before_call("list_directory")
-    assert guard._pending_count <= 256
-    assert sum(len(queue) for queue in guard._pending.values()) == guard._pending_count
+    assert guard._pending._count <= 256
+    assert sum(len(queue) for queue in guard._pending._queues.values()) == guard._pending._count
 
 
 def test_an_unfinished_call_does_not_pin_its_turn() -> None:

@@ -370,5 +370,5 @@ def test_telemetry_true_shares_one_label_bound_per_process() -> None:
         Guard(GuardConfig(signature_key=KEY), telemetry=True),
         Guard(GuardConfig(), telemetry=True),
     )
-    assert first._observers[0]._space is second._observers[0]._space  # type: ignore[attr-defined]
+    assert first._observers._observers[0]._space is second._observers._observers[0]._space  # type: ignore[attr-defined]
     assert Telemetry.default() is Telemetry.default()

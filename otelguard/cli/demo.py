@@ -19,9 +19,9 @@ from collections.abc import Callable
 from typing import Any
 
 from otelguard import ConfigError, GuardConfig
+from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.exporter import MetricsServer, serve_metrics
-from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
 

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from otelguard._version import __version__
 from otelguard.config import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, Decision, TurnSummary
-from otelguard.observers import CallEvent, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for
 
@@ -121,7 +121,7 @@ class Telemetry:
         return space
 
 
-class GuardTelemetry:
+class GuardTelemetry(GuardObserver):
     """The observer one guard reports to (``GuardObserver``). Safe to call from many threads."""
 
     def __init__(self, tracer: trace.Tracer, space: LabelSpace, settings: TelemetrySettings) -> None:
