@@ -51,7 +51,7 @@ def test_a_late_after_call_of_an_earlier_turn_is_still_recorded() -> None:
 
 
 def test_halt_decision_stays_after_end_turn_until_the_next_turn() -> None:
-    """SPEC §4: the first block/halt of a turn stays until the next turn (end_turn does not clear it)."""
+    """The first block/halt of a turn stays until the next turn (end_turn does not clear it)."""
     guard = Guard(GuardConfig(signature_key=KEY, mode="unattended"))
     guard.start_turn()
     for _ in range(6):

@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §5 table): one test per metric and label, read from a private registry."""
+"""Prometheus metrics (the table in docs/telemetry.md): one test per metric and label, read from a private registry."""
 
 from __future__ import annotations
 

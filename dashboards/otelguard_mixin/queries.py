@@ -1,4 +1,4 @@
-"""Metric names, label sets and selectors shared by the dashboard and the rules (SPEC §5).
+"""Metric names, label sets and selectors shared by the dashboard and the rules (docs/telemetry.md).
 
 One place spells every metric name, so a rename in the telemetry contract is a one-line change here
 and the dashboard, the rules and their tests follow.
@@ -31,7 +31,7 @@ AGENT_LEVEL = "job, instance, agent"
 # Window of every recording rule and alert. Dashboard queries use $__rate_interval instead.
 RULE_WINDOW = "5m"
 
-# Cap keys of the default tool groups (SPEC §4) that have a dedicated alert.
+# Cap keys of the default tool groups (docs/configuration.md) that have a dedicated alert.
 SEARCH_CAP = "web_search"
 DELEGATION_CAP = "subagents"
 

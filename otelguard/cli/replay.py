@@ -1,4 +1,4 @@
-"""`otelguard replay PATH...`: run recorded agent transcripts through the guard (SPEC §7).
+"""`otelguard replay PATH...`: run recorded agent transcripts through the guard (docs/replay.md).
 
 Exit codes: 0 success, 1 the replay ran but inputs had errors (or the push failed), 2 usage or
 configuration error. ``--json`` prints exactly one JSON document on stdout; progress goes to stderr.

@@ -1,4 +1,4 @@
-"""The replay report: the SPEC §7 JSON document and the rich tables people read.
+"""The replay report: the JSON document (docs/replay.md) and the rich tables people read.
 
 It holds tool names, call ids, codes and counts only: never argument values, results or error texts.
 """
@@ -129,7 +129,7 @@ class ReplayReport:
         }
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC §7 document (plus ``cap_hits`` and error/halt overflow counts)."""
+        """The replay document of docs/replay.md (plus ``cap_hits`` and error/halt overflow counts)."""
         doc: dict[str, Any] = {
             "inputs": [
                 {"path": i.path, "format": i.format, "sessions": i.sessions, "errors": i.errors}

@@ -1,4 +1,4 @@
-"""``Telemetry``: turns guard decisions into OpenTelemetry spans and Prometheus metrics (SPEC §5).
+"""``Telemetry``: turns guard decisions into OpenTelemetry spans and Prometheus metrics (docs/telemetry.md).
 
 One ``Telemetry`` may serve many guards: ``bind(settings)`` returns a per-guard observer that holds
 the turn span, while metric families, label bounds and the signature-series bound are shared.
@@ -52,7 +52,7 @@ class Telemetry:
 
     ``tracer_provider``/``registry`` default to the global OTel provider and prometheus_client's
     default registry. Keyword settings left at ``None`` come from the guard config's ``telemetry:``
-    section (SPEC §4.1). Never installs a global provider.
+    section (see docs/configuration.md). Never installs a global provider.
     """
 
     def __init__(
@@ -300,7 +300,7 @@ class GuardTelemetry(GuardObserver):
 
 
 def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | None:
-    """``error.type`` per SPEC §4.1, on otelguard's own span and on a host's span alike."""
+    """``error.type`` as docs/telemetry.md defines it, on otelguard's own span and on a host's span alike."""
     if decision.action in _REFUSING_ACTIONS:
         return decision.code
     if outcome == "failed":
