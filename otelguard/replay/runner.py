@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
+from otelguard import decisions as codes
 from otelguard.replay.events import SessionKey, ToolCall
 from otelguard.replay.report import ErrorRecord, HaltRecord, InputReport, ReplayReport, SessionReport
 
@@ -113,11 +114,11 @@ class ReplayRunner:
 
     def _note(self, session: _Session, call: ToolCall, decision: Decision) -> bool:
         """Count a non-allow decision; record the turn's first block/halt. True when the turn halts."""
-        if decision.code == "allow":
+        if decision.code == codes.ALLOW:
             return False
         report = session.report
         report.decisions[decision.code] += 1
-        if decision.cap is not None and decision.code in ("cap_turn", "cap_session"):
+        if decision.cap is not None and decision.code in (codes.CAP_TURN, codes.CAP_SESSION):
             report.cap_hits[decision.cap] += 1
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
         if not decision.should_halt:
