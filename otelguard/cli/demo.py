@@ -90,7 +90,9 @@ def _start_agents(
 ) -> list[threading.Thread]:
     telemetry = Telemetry(tracer_provider=spans.provider)
     names = _agent_names(args.agents)
-    tools = tuple(sorted({step.tool for scenario in SCENARIOS.values() for step in _first_steps(scenario)}))
+    tools = tuple(
+        sorted({step.tool_name for scenario in SCENARIOS.values() for step in _first_steps(scenario)})
+    )
     for name in names:
         telemetry.prime(name, tools=tools, caps=tuple(config.caps.turn))
     interval = len(names) / args.rate

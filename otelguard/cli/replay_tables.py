@@ -102,7 +102,7 @@ def _halts_table(report: ReplayReport) -> Table:
                     str(halt.turn),
                     str(halt.call),
                     halt.call_id or "",
-                    halt.tool,
+                    halt.tool_name,
                     halt.action,
                     halt.code,
                 )

@@ -21,7 +21,7 @@ class HaltRecord:
     turn: int
     call: int
     call_id: str | None
-    tool: str
+    tool_name: str
     action: str
     code: str
 
@@ -80,7 +80,7 @@ def _halt_json(halt: HaltRecord) -> dict[str, Any]:
         "turn": halt.turn,
         "call": halt.call,
         "call_id": halt.call_id,
-        "tool": halt.tool,
+        "tool": halt.tool_name,
         "action": halt.action,
         "code": halt.code,
     }
