@@ -226,7 +226,7 @@ def _render(url: str, span_target: str, stats: DemoStats) -> Any:
     styles = {"warn": "yellow", "reject": "magenta", "block": "red", "halt": "bold red"}
     for row in reversed(snap["recent"]):
         recent.add_row(
-            row.agent, row.scenario, row.tool, Text(row.action, style=styles.get(row.action, "")), row.code,
+            row.agent, row.scenario, row.tool_name, Text(row.action, style=styles.get(row.action, "")), row.code,
             f"{row.count}/{row.limit}",
         )  # fmt: skip
     return Group(header, codes, recent)

@@ -144,7 +144,7 @@ _WEIGHTS: Final = {name: (6 if name == "healthy" else 1) for name in SCENARIOS}
 class DecisionRow:
     agent: str
     scenario: str
-    tool: str
+    tool_name: str
     action: str
     code: str
     count: int
