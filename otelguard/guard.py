@@ -22,6 +22,7 @@ from otelguard.caps import CapLedger, Charge
 from otelguard.classify import ToolCatalog, ToolFacts, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
+from otelguard.detectors import TurnDetectors
 from otelguard.observers import GuardObserver, ObserverGroup, TurnInfo, new_call_event
 from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key
 from otelguard.results import ResultMemory
@@ -119,7 +120,7 @@ class Guard:
     reset_for_turn = start_turn
 
     def _begin_turn(self, turn_id: str | None, agent: str | None) -> TurnState:
-        turn = TurnState(turn_id, agent or self.agent, self.config)
+        turn = TurnState(turn_id, agent or self.agent, TurnDetectors(self.config))
         self._turn = turn
         self._last_halt = None
         # Calls of an earlier turn that never finished: forget them (they pin that turn's state).

@@ -10,12 +10,13 @@ methods run under the guard's lock.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
-from otelguard.caps import Charge
-from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Signature
-from otelguard.detectors import TurnDetectors
+
+if TYPE_CHECKING:
+    from otelguard.caps import Charge
+    from otelguard.detectors import TurnDetectors
 
 __all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key"]
 
@@ -25,10 +26,10 @@ class TurnState:
 
     __slots__ = ("agent", "decisions", "detectors", "halt", "tool_calls", "turn_id")
 
-    def __init__(self, turn_id: str | None, agent: str, config: GuardConfig) -> None:
+    def __init__(self, turn_id: str | None, agent: str, detectors: TurnDetectors) -> None:
         self.turn_id = turn_id
         self.agent = agent
-        self.detectors = TurnDetectors(config)
+        self.detectors = detectors
         self.tool_calls = 0
         self.halt: Decision | None = None
         self.decisions: Counter[str] = Counter()
