@@ -218,9 +218,19 @@ class Guard:
             if pending is None:
                 outcome = "rejected" if decision.action == "reject" else "blocked"
             event = new_call_event(
-                name, facts.tool_class, sig, call_id, turn.agent, turn.turn_id, decision, decision, outcome, None,
-                requested, pending.start_time_ns if pending is not None else _time_ns(),
-            )  # fmt: skip
+                name,
+                facts.tool_class,
+                sig,
+                call_id,
+                turn.agent,
+                turn.turn_id,
+                decision,
+                decision,
+                outcome,
+                None,
+                requested,
+                pending.start_time_ns if pending is not None else _time_ns(),
+            )
             started = self._observers.call_started(event)
             if pending is None:
                 self._observers.call_ended(event, started)
@@ -292,9 +302,19 @@ class Guard:
                 before = decision if verdict is None else codes.allow_decision(name, sig)
             spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
             event = new_call_event(
-                name, facts.tool_class, sig, call_id, turn.agent, turn.turn_id, decision, before, outcome, refusal,
-                spawned, started,
-            )  # fmt: skip
+                name,
+                facts.tool_class,
+                sig,
+                call_id,
+                turn.agent,
+                turn.turn_id,
+                decision,
+                before,
+                outcome,
+                refusal,
+                spawned,
+                started,
+            )
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision
 

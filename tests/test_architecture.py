@@ -200,3 +200,18 @@ def test_the_guard_loads_without_telemetry() -> None:
         [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_DIR.parent
     )
     assert done.stdout.strip() == "[]"
+
+
+def test_only_the_cli_imports_rich() -> None:
+    """Tables and colours are the command line's: no module outside ``otelguard.cli`` imports rich."""
+    users = []
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "rich" or n.startswith("rich.") for n in names):
+                users.append(module)
+    assert sorted(m for m in set(users) if not m.startswith("otelguard.cli")) == []
+    assert "otelguard.cli.replay_tables" in users
