@@ -68,17 +68,17 @@ class ToolCatalog:
         self._turn_limits = tuple((k, v) for k, v in config.caps.turn.items() if v > 0)
         self._session_limits = tuple((k, v) for k, v in config.caps.session.items() if v > 0)
         self._spawn = dict(config.spawn_tools)
-        self.cache: dict[str, ToolFacts] = {}
+        self._cache: dict[str, ToolFacts] = {}
         self._lock = threading.Lock()
 
     def facts(self, name: str) -> ToolFacts:
-        facts = self.cache.get(name)
+        facts = self._cache.get(name)
         if facts is None:
             facts = self._compute(name)
             with self._lock:
-                if len(self.cache) >= _MAX_CACHED_NAMES:
-                    self.cache.clear()  # cleared in place: guards hold a reference to this dict
-                self.cache[name] = facts
+                if len(self._cache) >= _MAX_CACHED_NAMES:
+                    self._cache.clear()
+                self._cache[name] = facts
         return facts
 
     def tool_class(self, name: str) -> ToolClass:

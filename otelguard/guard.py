@@ -38,9 +38,6 @@ DEFAULT_AGENT: Final = "default"
 
 
 _NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
-_new_pending = tuple.__new__
-_new_signature = tuple.__new__
-_time_ns = time.time_ns
 
 
 class Guard:
@@ -64,7 +61,6 @@ class Guard:
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = ToolCatalog(self.config)
-        self._facts = self._catalog.cache
         self._caps = CapLedger(self.config.caps.on_hit)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
@@ -180,12 +176,12 @@ class Guard:
     def _open(self, tool_name: str) -> tuple[str, ToolFacts, TurnState]:
         """What both halves of a call start from: the tool's name, its facts and the current turn."""
         name = tool_name if type(tool_name) is str else str(tool_name)
-        facts = self._facts.get(name) or self._catalog.facts(name)
+        facts = self._catalog.facts(name)
         return name, facts, self._turn or self._current_turn()
 
     def _before_call(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
         name, facts, turn = self._open(tool_name)
-        sig = _new_signature(Signature, (name, self._hasher.args_hash(args)))
+        sig = Signature(name, self._hasher.args_hash(args))
         requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
         pending = None
         with self._lock:
@@ -207,8 +203,8 @@ class Guard:
                 # Without a call id, after_call finds the call by the identity of its args object;
                 # with one, the args are not kept alive.
                 kept_args = args if call_id is None else None
-                pending = _new_pending(
-                    PendingCall, (kept_args, sig, turn, charges, requested, decision, _time_ns(), tokens)
+                pending = PendingCall(
+                    kept_args, sig, turn, charges, requested, decision, time.time_ns(), tokens
                 )
                 self._pending.add(call_key(name, args, call_id), pending)
             else:
@@ -229,7 +225,7 @@ class Guard:
                 outcome,
                 None,
                 requested,
-                pending.start_time_ns if pending is not None else _time_ns(),
+                pending.start_time_ns if pending is not None else time.time_ns(),
             )
             started = self._observers.call_started(event)
             if pending is None:
