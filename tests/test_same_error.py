@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from otelguard import Guard, GuardConfig
-from otelguard.simulation import DemoStats, SimulatedAgent
+from otelguard.demo.simulation import DemoStats, SimulatedAgent
 from otelguard.testing import ScriptedCall, codes, run_script
 from tests.test_detectors import fail, fresh, make_guard, ok, refuse
 

@@ -14,8 +14,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
+from otelguard import decisions as codes
 from otelguard.replay.events import SessionKey, ToolCall
 from otelguard.replay.report import ErrorRecord, HaltRecord, InputReport, ReplayReport, SessionReport
+from otelguard.testing import ScriptedCall, play_call
 
 __all__ = ["ReplayRunner"]
 
@@ -81,23 +83,23 @@ class ReplayRunner:
             return
         if not call.has_result:
             return  # reported by the reader; its outcome would be a guess
-        guard = session.guard
-        decision = guard.before_call(call.tool, call.args, call_id=call.call_id)
-        if not decision.allows_execution:
-            report.prevented_calls += 1
-            self._note(session, call, decision)
-            return
-        self._note(session, call, decision)
-        decision = guard.after_call(
-            call.tool,
-            call.args,
-            call.result,
-            failed=call.failed,
-            refusal=call.refusal,
-            call_id=call.call_id,
-            cancelled=call.cancelled,
+        played = play_call(
+            session.guard,
+            ScriptedCall(
+                call.tool_name,
+                call.args,
+                call.result,
+                call.failed,
+                call.refusal,
+                call.call_id,
+                call.cancelled,
+            ),
         )
-        self._note(session, call, decision)
+        if played.after is None:  # refused at before_call: this call would not have run
+            report.prevented_calls += 1
+        self._note(session, call, played.before)
+        if played.after is not None:
+            self._note(session, call, played.after)
 
     def end_session(self, key: SessionKey) -> None:
         session = self._open.pop(key, None)
@@ -124,11 +126,11 @@ class ReplayRunner:
 
     def _note(self, session: _Session, call: ToolCall, decision: Decision) -> bool:
         """Count a non-allow decision; record the turn's first block/halt. True when the turn halts."""
-        if decision.code == "allow":
+        if decision.code == codes.ALLOW:
             return False
         report = session.report
         report.decisions[decision.code] += 1
-        if decision.cap is not None and decision.code in ("cap_turn", "cap_session"):
+        if decision.cap is not None and decision.code in (codes.CAP_TURN, codes.CAP_SESSION):
             report.cap_hits[decision.cap] += 1
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
         if not decision.should_halt:
@@ -139,7 +141,7 @@ class ReplayRunner:
                 turn=report.turns,
                 call=session.call_in_turn,
                 call_id=call.call_id,
-                tool=call.tool,
+                tool_name=call.tool_name,
                 action=decision.action,
                 code=decision.code,
             )
