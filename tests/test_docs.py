@@ -1,0 +1,108 @@
+"""The README and docs/ explain the project on their own: no references to documents that are not in
+the repository, every relative link lands, every doc is indexed, and shown output is real output."""
+
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import pytest
+
+from otelguard.cli import main
+from tests.markdown import DOCS_DIR, DOCUMENTS, README, REPO, anchors, links
+
+# References to documents outside the repository; assembled so this file does not match itself.
+FORBIDDEN = re.compile("|".join((r"\bSP" + r"EC\b", "\u00a7", r"(?i:\bissue\s*#?\d)")))
+IDS = [str(p.relative_to(REPO)) for p in DOCUMENTS]
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=IDS)
+def test_docs_cite_no_document_outside_the_repository(path: Path) -> None:
+    text = path.read_text(encoding="utf-8")
+    hits = [
+        f"{path.name}:{text.count(chr(10), 0, m.start()) + 1}: {m.group()}" for m in FORBIDDEN.finditer(text)
+    ]
+    assert hits == []
+
+
+def test_forbidden_pattern_catches_what_it_should() -> None:
+    for text in ("see SP" + "EC 4", "\u00a75", "Iss" + "ue 6", "issue #12"):
+        assert FORBIDDEN.search(text), text
+    for text in ("a specific issue", "spectrum", "issues"):
+        assert not FORBIDDEN.search(text), text
+
+
+@pytest.mark.parametrize("path", DOCUMENTS, ids=IDS)
+def test_relative_links_point_at_files_and_headings_that_exist(path: Path) -> None:
+    broken = []
+    for target in links(path):
+        if re.match(r"[a-z]+:", target):  # http:, https:, mailto:
+            continue
+        file_part, _, anchor = target.partition("#")
+        linked = (path.parent / file_part).resolve() if file_part else path
+        if not linked.exists():
+            broken.append(
+                f"{target}: no file {linked.relative_to(REPO) if linked.is_relative_to(REPO) else linked}"
+            )
+        elif anchor and linked.suffix == ".md" and anchor not in anchors(linked):
+            broken.append(f"{target}: no heading #{anchor} in {linked.name}")
+    assert broken == [], f"{path.name}: {broken}"
+
+
+def test_index_lists_every_doc() -> None:
+    index = DOCS_DIR / "index.md"
+    listed = {Path(target.partition("#")[0]).name for target in links(index)}
+    on_disk = {p.name for p in DOCS_DIR.glob("*.md")} - {"index.md"}
+    assert on_disk <= listed
+    assert "docs/index.md" in links(README)
+
+
+def test_readme_is_a_landing_page() -> None:
+    assert len(README.read_text(encoding="utf-8").splitlines()) < 250
+
+
+def _replay_example(capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch) -> dict:  # type: ignore[type-arg]
+    monkeypatch.chdir(REPO)
+    monkeypatch.setenv("OTELGUARD_SIGNATURE_KEY", "docs")
+    assert main(["replay", "otelguard/data/examples/claude-code-runaway-search.jsonl", "--json"]) == 0
+    document: dict = json.loads(capsys.readouterr().out)  # type: ignore[type-arg]
+    return document
+
+
+def test_replay_json_shown_in_the_docs_is_the_real_output(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (DOCS_DIR / "replay.md").read_text(encoding="utf-8")
+    command = "--json | jq '.sessions[0]'\n"
+    shown = json.loads(text.split(command, 1)[1].split("\n```", 1)[0])
+    assert shown == _replay_example(capsys, monkeypatch)["sessions"][0]
+
+
+def test_replay_json_document_shape_in_the_docs_matches_the_command(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    text = (DOCS_DIR / "replay.md").read_text(encoding="utf-8")
+    section = text.split("## The JSON document", 1)[1]
+    shown = json.loads(section.split("```json\n", 1)[1].split("```", 1)[0])
+    real = _replay_example(capsys, monkeypatch)
+    assert set(shown) == set(real)
+    assert set(shown["sessions"][0]) == set(real["sessions"][0])
+    assert set(shown["totals"]) == set(real["totals"])
+    assert set(shown["inputs"][0]) == set(real["inputs"][0])
+
+
+def test_alert_runbooks_have_a_section_each() -> None:
+    dashboards = anchors(DOCS_DIR / "dashboards.md")
+    for alert in re.findall(r"^\| `(Otelguard\w+)`", (DOCS_DIR / "dashboards.md").read_text(), flags=re.M):
+        assert alert.lower() in dashboards, alert
+
+
+def test_dashboard_links_to_the_runbooks() -> None:
+    dashboard = json.loads((REPO / "dashboards" / "otelguard-overview.json").read_text(encoding="utf-8"))
+    urls = [link["url"] for link in dashboard["links"]]
+    prefix = "https://github.com/otelguard/otelguard/blob/main/"
+    for url in urls:
+        path, _, anchor = url.removeprefix(prefix).partition("#")
+        assert (REPO / path).exists(), url
+        assert anchor in anchors(REPO / path), url
