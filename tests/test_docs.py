@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from otelguard.cli import main
-from tests.markdown import DOCS_DIR, DOCUMENTS, README, REPO, anchors, links
+from tests.markdown import DOCS_DIR, DOCUMENTS, README, REPO, anchors, links, prose
 
 # References to documents outside the repository; assembled so this file does not match itself.
 FORBIDDEN = re.compile("|".join((r"\bSP" + r"EC\b", "\u00a7", r"(?i:\bissue\s*#?\d)")))
@@ -106,3 +106,64 @@ def test_dashboard_links_to_the_runbooks() -> None:
         path, _, anchor = url.removeprefix(prefix).partition("#")
         assert (REPO / path).exists(), url
         assert anchor in anchors(REPO / path), url
+
+
+def _section(path: Path, heading: str) -> str:
+    """The prose under a `## heading`, up to the next heading of the same or a higher level."""
+    text = prose(path)
+    body = text.split(f"\n## {heading}\n", 1)[1]
+    return re.split(r"\n#{1,2} ", body, maxsplit=1)[0]
+
+
+def test_decision_codes_table_lists_every_code() -> None:
+    from otelguard.decisions import CODES
+
+    table = _section(DOCS_DIR / "detectors.md", "Decision codes")
+    shown = set(re.findall(r"^\| ((?:`\w+`(?:, )?)+) \|", table, flags=re.M))
+    codes = {code for cell in shown for code in re.findall(r"`(\w+)`", cell)}
+    assert codes == set(CODES)
+
+
+def test_metrics_table_lists_every_metric_family() -> None:
+    from prometheus_client import CollectorRegistry
+
+    from otelguard.telemetry import Telemetry
+
+    registry = CollectorRegistry()
+    Telemetry(registry=registry).prime("docs", tools=("web_search",), caps=("web_search",))
+    families = {metric.name for metric in registry.collect()}
+    table = _section(DOCS_DIR / "telemetry.md", "Metrics")
+    shown = {
+        name.removesuffix("_total") for name in re.findall(r"^\| `(otelguard_\w+)` \|", table, flags=re.M)
+    }
+    assert shown == families
+
+
+def _rules() -> list[dict]:  # type: ignore[type-arg]
+    import yaml
+
+    document = yaml.safe_load((REPO / "dashboards" / "prometheus" / "otelguard-rules.yaml").read_text())
+    return [rule for group in document["groups"] for rule in group["rules"]]
+
+
+def test_recording_rules_and_alerts_tables_match_the_rules_file() -> None:
+    doc = DOCS_DIR / "dashboards.md"
+    recorded = {rule["record"] for rule in _rules() if "record" in rule}
+    alerting = {rule["alert"] for rule in _rules() if "alert" in rule}
+    shown_records = set(re.findall(r"`(otelguard:[a-z0-9_:]+)`", _section(doc, "Load the rules")))
+    shown_alerts = set(re.findall(r"^\| `(Otelguard\w+)`", _section(doc, "Alerts"), flags=re.M))
+    assert shown_records == recorded
+    assert shown_alerts == alerting
+    assert {alert.lower() for alert in alerting} <= anchors(doc)
+
+
+def test_panels_table_explains_every_panel() -> None:
+    dashboard = json.loads((REPO / "dashboards" / "otelguard-overview.json").read_text(encoding="utf-8"))
+
+    def walk(panels: list[dict]) -> list[dict]:  # type: ignore[type-arg]
+        return [p for panel in panels for p in (panel, *walk(panel.get("panels", [])))]
+
+    titles = {panel["title"] for panel in walk(dashboard["panels"]) if panel["type"] != "row"}
+    table = _section(DOCS_DIR / "dashboards.md", "What the panels show")
+    shown = {cell.strip().strip("*") for cell in re.findall(r"^\| ([^|]+) \|", table, flags=re.M)}
+    assert titles <= shown, titles - shown
