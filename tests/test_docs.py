@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from otelguard.cli import main
-from tests.markdown import DOCS_DIR, DOCUMENTS, README, REPO, anchors, links, prose
+from tests.markdown_docs import DOCS_DIR, DOCUMENTS, README, REPO, anchors, links, prose
 
 # References to documents outside the repository; assembled so this file does not match itself.
 FORBIDDEN = re.compile("|".join((r"\bSP" + r"EC\b", "\u00a7", r"(?i:\bissue\s*#?\d)")))

@@ -11,7 +11,7 @@ import yaml
 
 from otelguard import GuardConfig
 from otelguard.cli import build_parser
-from tests.markdown import README, REPO, Block, all_blocks, blocks
+from tests.markdown_docs import README, REPO, Block, all_blocks, blocks
 
 PYTHON = all_blocks("python")
 YAML = all_blocks("yaml")

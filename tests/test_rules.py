@@ -15,7 +15,7 @@ import pytest
 import yaml
 
 from tests.e2e import require_binary
-from tests.markdown import anchors
+from tests.markdown_docs import anchors
 
 REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS_DIR = REPO / "dashboards" / "prometheus"
