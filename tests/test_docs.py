@@ -167,3 +167,17 @@ def test_panels_table_explains_every_panel() -> None:
     table = _section(DOCS_DIR / "dashboards.md", "What the panels show")
     shown = {cell.strip().strip("*") for cell in re.findall(r"^\| ([^|]+) \|", table, flags=re.M)}
     assert titles <= shown, titles - shown
+
+
+def test_overhead_doc_shows_every_figure_with_the_bench_target() -> None:
+    from otelguard.bench import FIGURE_NAMES, TARGETS
+
+    rows = re.findall(
+        r"^\| `(\w+)` \|[^\n]*\|\s*(?:≤ ([\d.]+) \((?:met|missed)\))?\s*\|$",
+        prose(DOCS_DIR / "overhead.md"),
+        flags=re.M,
+    )
+    shown = dict(rows)
+    assert set(shown) == set(FIGURE_NAMES)
+    for name, target in shown.items():
+        assert (float(target) if target else None) == TARGETS.get(name), name
