@@ -181,3 +181,14 @@ def test_overhead_doc_shows_every_figure_with_the_bench_target() -> None:
     assert set(shown) == set(FIGURE_NAMES)
     for name, target in shown.items():
         assert (float(target) if target else None) == TARGETS.get(name), name
+
+
+def test_code_points_only_into_docs_that_exist() -> None:
+    """Docstrings and comments that say "see docs/x.md" name a page of this repository."""
+    missing = []
+    for folder in ("otelguard", "tests", "dashboards", "benchmarks"):
+        for source in sorted((REPO / folder).rglob("*.py")):
+            for page in re.findall(r"\bdocs/([\w.-]+\.md)", source.read_text(encoding="utf-8")):
+                if not (DOCS_DIR / page).exists():
+                    missing.append(f"{source.relative_to(REPO)}: docs/{page}")
+    assert missing == []
