@@ -184,7 +184,7 @@ def test_overhead_doc_shows_every_figure_with_the_bench_target() -> None:
 
 
 def test_code_points_only_into_docs_that_exist() -> None:
-    """Docstrings and comments that say "see docs/x.md" name a page of this repository."""
+    """Docstrings and comments that point into the docs folder name a page that exists."""
     missing = []
     for folder in ("otelguard", "tests", "dashboards", "benchmarks"):
         for source in sorted((REPO / folder).rglob("*.py")):
