@@ -192,3 +192,12 @@ def test_code_points_only_into_docs_that_exist() -> None:
                 if not (DOCS_DIR / page).exists():
                     missing.append(f"{source.relative_to(REPO)}: docs/{page}")
     assert missing == []
+
+
+def test_configuration_doc_lists_every_environment_variable() -> None:
+    from otelguard import environment_variables
+
+    names = {value for name, value in vars(environment_variables).items() if name.isupper()}
+    table = _section(DOCS_DIR / "configuration.md", "Environment variables")
+    shown = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", table, flags=re.M))
+    assert names <= shown, names - shown
