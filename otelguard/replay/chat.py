@@ -31,6 +31,7 @@ class _ChatSession:
         self.feed = SessionFeed(reader.sink, key)
 
     def message(self, line: int, msg: Any, where: str) -> None:
+        self.feed.tick()
         if not isinstance(msg, dict):
             self.feed.error(line, f"{where}expected a message object, got {type_name(msg)}")
             return
@@ -85,9 +86,6 @@ class _ChatSession:
         self.feed.add_result(call_id, result_text(msg.get("content")), None, line)
 
     def _assistant(self, line: int, msg: dict[str, Any], where: str) -> None:
-        # The model only speaks again once it has every result it asked for: earlier calls still
-        # unanswered now never will be.
-        self.feed.drain()
         tool_calls = msg.get("tool_calls")
         if tool_calls is not None:
             self._openai_calls(line, tool_calls, where)
