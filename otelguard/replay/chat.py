@@ -147,7 +147,8 @@ class ChatReader:
     """Reads one OpenAI or Anthropic transcript file, record by record.
 
     Message lines form one session per file (id: the file's stem, or ``stdin``); a conversation line
-    (``{"messages": [...]}``) is a session of its own (id: its ``session_id``/``id``, else
+    (``{"messages": [...]}``, or a tau-bench result ``{"task_id", "trial", "traj": [...]}``) is a
+    session of its own (id: its ``session_id``/``id``, ``task-<task_id>-trial-<trial>``, else
     ``<stem>:<line>``).
     """
 
@@ -169,7 +170,9 @@ class ChatReader:
 
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, dict) and "messages" in record and "role" not in record:
-            self._conversation(line, record)
+            self._conversation(line, record, record["messages"], "messages")
+        elif isinstance(record, dict) and "traj" in record and "role" not in record:
+            self._conversation(line, record, record["traj"], "traj")
         elif isinstance(record, dict) and "role" in record:
             if self._file_session is None:
                 self._file_session = _ChatSession(self, SessionKey(self.path, self._session_id))
@@ -184,17 +187,24 @@ class ChatReader:
             self._file_session.feed.close()
             self._file_session = None
 
-    def _conversation(self, line: int, record: dict[str, Any]) -> None:
-        messages = record["messages"]
+    def _conversation(self, line: int, record: dict[str, Any], messages: Any, field: str) -> None:
         if not isinstance(messages, list):
-            self.sink.error(self.path, line, f"messages is {type_name(messages)}, expected an array")
+            self.sink.error(self.path, line, f"{field} is {type_name(messages)}, expected an array")
             return
-        ident = record.get("session_id", record.get("id"))
-        session_id = ident if isinstance(ident, str) and ident else f"{self._session_id}:{line}"
-        session = _ChatSession(self, SessionKey(self.path, session_id))
+        session = _ChatSession(self, SessionKey(self.path, self._conversation_id(line, record)))
         for index, msg in enumerate(messages):
-            session.message(line, msg, f"messages[{index}].")
+            session.message(line, msg, f"{field}[{index}].")
         session.feed.close()
+
+    def _conversation_id(self, line: int, record: dict[str, Any]) -> str:
+        ident = record.get("session_id", record.get("id"))
+        if isinstance(ident, str) and ident:
+            return ident
+        task = record.get("task_id")  # a tau-bench result: one conversation per task and trial
+        if isinstance(task, (int, str)) and not isinstance(task, bool):
+            trial = record.get("trial")
+            return f"task-{task}" if trial is None else f"task-{task}-trial-{trial}"
+        return f"{self._session_id}:{line}"
 
 
 def _shape(record: Any) -> str:

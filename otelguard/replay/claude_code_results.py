@@ -24,7 +24,9 @@ HOOK_DENIED: Final = "hook_denied"
 _WRAPPER_OPEN: Final = "<tool_use_error>"
 _WRAPPER_CLOSE: Final = "</tool_use_error>"
 _STOP_AND_WAIT: Final = "STOP what you are doing and wait for the user to tell you how to proceed."
-_NOT_WRITTEN: Final = "The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file)."
+_NOT_WRITTEN: Final = (
+    "The tool use was rejected (eg. if it was a file edit, the new_string was NOT written to the file)."
+)
 _DENIAL_GUIDANCE: Final = (
     "IMPORTANT: You *may* attempt to accomplish this action using other tools that might naturally be "
     "used to accomplish this goal, e.g. using head instead of cat. But you *should not* attempt to work "
@@ -59,7 +61,10 @@ _REFUSAL_PATTERNS: Final = (
         ),
         PERMISSION_DENIED,
     ),
-    (re.compile(rf"Permission to use {_TOOL} has been denied\. {re.escape(_DENIAL_GUIDANCE)}"), PERMISSION_DENIED),
+    (
+        re.compile(rf"Permission to use {_TOOL} has been denied\. {re.escape(_DENIAL_GUIDANCE)}"),
+        PERMISSION_DENIED,
+    ),
     (re.compile(rf"Hook PreToolUse:{_TOOL} denied this tool"), HOOK_DENIED),
 )
 _LONGEST_TEMPLATE: Final = 2048

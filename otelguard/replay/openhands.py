@@ -1,0 +1,155 @@
+"""OpenHands event streams: an evaluation ``output.jsonl`` or a bare JSON list of events.
+
+An ``output.jsonl`` line is one instance (``{"instance_id", "history": [event...]}``), a session of its
+own. A bare list (a downloaded trajectory) is one session named after the file. A call is an action
+event with ``tool_call_metadata`` (``function_name``, ``tool_call_id``); its arguments are the ones the
+model sent (the matching tool call of ``model_response``), else the event's ``args``. Its result is the
+observation event whose ``cause`` is the action's ``id`` (or, without a cause, the one with the same
+``tool_call_id``): failed when ``observation == "error"`` or ``extras.metadata.exit_code`` is a
+non-zero number other than -1 (-1 means "no exit code yet", a timeout or a still-running command).
+A user ``message`` action starts a turn. ``finish`` ends the run and ``message``/``reject`` speak to
+the user: the host never answers those with an observation, so they count as calls that succeeded.
+"""
+
+from __future__ import annotations
+
+from collections import OrderedDict
+from typing import Any, Final
+
+from otelguard.replay.events import EventSink, SessionKey, ToolCall
+from otelguard.replay.feed import SessionFeed, result_text, type_name
+
+__all__ = ["OPENHANDS", "OpenHandsReader"]
+
+OPENHANDS: Final = "openhands"
+_ANSWERED_BY_DESIGN: Final = frozenset({"finish", "message", "reject"})
+_NO_EXIT_CODE: Final = -1
+_REMEMBERED_CALL_IDS: Final = 4096
+
+
+def is_openhands_event(record: Any) -> bool:
+    return isinstance(record, dict) and "source" in record and ("action" in record or "observation" in record)
+
+
+class _Events:
+    def __init__(self, sink: EventSink, key: SessionKey) -> None:
+        self.feed = SessionFeed(sink, key)
+        self._slot_of_call_id: OrderedDict[str, str] = OrderedDict()
+
+    def event(self, line: int, event: Any, where: str) -> None:
+        if not isinstance(event, dict):
+            self.feed.error(line, f"{where}expected an event object, got {type_name(event)}")
+            return
+        self.feed.tick()
+        if "observation" in event:
+            self._observation(line, event)
+        elif "action" in event:
+            self._action(line, event, where)
+
+    def _action(self, line: int, event: dict[str, Any], where: str) -> None:
+        meta = event.get("tool_call_metadata")
+        if not isinstance(meta, dict):
+            if event.get("source") == "user" and event.get("action") == "message":
+                self.feed.start_turn()
+            return
+        name, call_id = meta.get("function_name"), meta.get("tool_call_id")
+        if not isinstance(name, str) or not name:
+            self.feed.error(line, f"{where}tool_call_metadata.function_name is {type_name(name)}")
+            return
+        call_id = call_id if isinstance(call_id, str) else None
+        event_id = event.get("id")
+        if isinstance(event_id, (int, str)) and not isinstance(event_id, bool):
+            slot = f"event {event_id}"
+        elif call_id is not None:
+            slot = f"call {call_id}"
+        else:
+            self.feed.error(line, f"{where}action has neither an id nor a tool_call_id; not replayed")
+            return
+        args = _model_arguments(meta.get("model_response"), call_id)
+        self.feed.add_call(ToolCall(call_id, name, event.get("args") if args is None else args, line), slot)
+        if call_id is not None:
+            self._slot_of_call_id[call_id] = slot
+            if len(self._slot_of_call_id) > _REMEMBERED_CALL_IDS:
+                self._slot_of_call_id.popitem(last=False)
+        if event.get("action") in _ANSWERED_BY_DESIGN:
+            self.feed.add_result(slot, None, False, line)
+
+    def _observation(self, line: int, event: dict[str, Any]) -> None:
+        slot = _slot_of_cause(event.get("cause"))
+        if slot is None or not self.feed.has_pending(slot):
+            meta = event.get("tool_call_metadata")
+            call_id = meta.get("tool_call_id") if isinstance(meta, dict) else None
+            slot = self._slot_of_call_id.get(call_id) if isinstance(call_id, str) else None
+        if slot is None or not self.feed.has_pending(slot):
+            return  # observations of user messages, state changes, ...: no tool call to answer
+        self.feed.add_result(slot, result_text(event.get("content")), _failed(event), line)
+
+
+def _slot_of_cause(cause: Any) -> str | None:
+    if isinstance(cause, (int, str)) and not isinstance(cause, bool):
+        return f"event {cause}"
+    return None
+
+
+def _failed(event: dict[str, Any]) -> bool:
+    if event.get("observation") == "error":
+        return True
+    extras = event.get("extras")
+    metadata = extras.get("metadata") if isinstance(extras, dict) else None
+    code = metadata.get("exit_code") if isinstance(metadata, dict) else None
+    if isinstance(code, bool) or not isinstance(code, (int, float)):
+        return False
+    return code not in (0, _NO_EXIT_CODE)
+
+
+def _model_arguments(response: Any, call_id: str | None) -> Any:
+    """The arguments string the model sent for ``call_id``, when the event kept the model response."""
+    if call_id is None or not isinstance(response, dict):
+        return None
+    choices = response.get("choices")
+    for choice in choices if isinstance(choices, list) else ():
+        message = choice.get("message") if isinstance(choice, dict) else None
+        calls = message.get("tool_calls") if isinstance(message, dict) else None
+        for call in calls if isinstance(calls, list) else ():
+            if isinstance(call, dict) and call.get("id") == call_id:
+                function = call.get("function")
+                return function.get("arguments") if isinstance(function, dict) else None
+    return None
+
+
+class OpenHandsReader:
+    def __init__(self, sink: EventSink, path: str, session_id: str) -> None:
+        self.sink = sink
+        self.path = path
+        self._session_id = session_id
+        self._file_session: _Events | None = None
+
+    def feed(self, line: int, record: Any) -> None:
+        if isinstance(record, dict) and "history" in record and "source" not in record:
+            self._instance(line, record)
+        elif is_openhands_event(record):
+            if self._file_session is None:
+                self._file_session = _Events(self.sink, SessionKey(self.path, self._session_id))
+            self._file_session.event(line, record, "")
+        else:
+            self.sink.error(self.path, line, "expected an OpenHands event or an instance with a history")
+
+    def close(self) -> None:
+        if self._file_session is not None:
+            self._file_session.feed.close()
+            self._file_session = None
+
+    def _instance(self, line: int, record: dict[str, Any]) -> None:
+        history = record["history"]
+        if not isinstance(history, list):
+            self.sink.error(self.path, line, f"history is {type_name(history)}, expected an array")
+            return
+        ident = record.get("instance_id")
+        if isinstance(ident, (int, str)) and not isinstance(ident, bool) and str(ident):
+            session_id = str(ident)
+        else:
+            session_id = f"{self._session_id}:{line}"
+        session = _Events(self.sink, SessionKey(self.path, session_id))
+        for index, event in enumerate(history):
+            session.event(line, event, f"history[{index}].")
+        session.feed.close()
