@@ -100,7 +100,9 @@ def test_real_file_gets_its_decision(
 TAU = REAL / "tau-bench" / "tau_bench_gpt4o_airline.json"
 
 
-def test_tau_bench_healthy_tasks_are_not_stopped(unattended: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tau_bench_healthy_tasks_are_not_stopped(
+    unattended: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     document = replay(TAU, unattended, capsys)
     assert document["errors"] == []
     sessions = {s["session_id"]: s for s in document["sessions"]}
@@ -116,7 +118,9 @@ def test_tau_bench_healthy_tasks_are_not_stopped(unattended: Path, capsys: pytes
             assert session["halts"] == []
 
 
-def test_tau_bench_book_reservation_loop_is_blocked(unattended: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_tau_bench_book_reservation_loop_is_blocked(
+    unattended: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     """gpt-4o retries a failing book_reservation between think calls: the cycle is refused."""
     session = {s["session_id"]: s for s in replay(TAU, unattended, capsys)["sessions"]}["task-9-trial-2"]
     assert halts(session) == [(8, 9, "book_reservation", "cycle_block")]
@@ -187,7 +191,9 @@ def test_real_sibling_cancellations_are_read_as_cancelled() -> None:
     cancelled = [(c.tool, c.line) for c in sink.calls if c.cancelled]
     assert cancelled == [("Read", line) for line in (9, 11, 13, 15, 17, 19, 21)]
     failed = [c for c in sink.calls if c.failed and not c.cancelled]
-    assert [(c.tool, c.result) for c in failed] == [("Read", "<tool_use_error>File does not exist.</tool_use_error>")]
+    assert [(c.tool, c.result) for c in failed] == [
+        ("Read", "<tool_use_error>File does not exist.</tool_use_error>")
+    ]
     bash = read_calls(REAL / "claude-code" / "cc_sibling_bash_rerun.jsonl")
     assert [(c.tool, c.cancelled, c.failed) for c in bash.calls] == [
         ("Bash", False, True),
@@ -201,7 +207,10 @@ def test_real_user_rejections_are_refusals() -> None:
     taskoutput = read_calls(REAL / "claude-code" / "cc_rejected_taskoutput.jsonl")
     assert [(c.tool, c.refusal) for c in taskoutput.calls if c.refusal] == [("TaskOutput", "user_rejected")]
     short = read_calls(REAL / "claude-code" / "cc_short_rejections.jsonl")
-    assert [(c.tool, c.refusal) for c in short.calls] == [("Bash", "user_rejected"), ("Glob", "user_rejected")]
+    assert [(c.tool, c.refusal) for c in short.calls] == [
+        ("Bash", "user_rejected"),
+        ("Glob", "user_rejected"),
+    ]
 
 
 def test_real_templates_quoted_inside_tool_output_stay_tool_output() -> None:
@@ -237,7 +246,9 @@ def _raw_call_count(path: Path) -> int:
         return sum(len(h.get("tool_calls") or []) for h in document["history"] if not h.get("is_demo"))
     if path.parent.name == "mini-swe-agent":
         return sum(
-            len(re.findall("```mswea_bash_command", m["content"])) for m in document if m["role"] == "assistant"
+            len(re.findall("```mswea_bash_command", m["content"]))
+            for m in document
+            if m["role"] == "assistant"
         )
     return sum(len(m.get("tool_calls") or []) for record in document for m in record["traj"])
 

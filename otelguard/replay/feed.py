@@ -135,6 +135,10 @@ class SessionFeed:
     def has_pending(self, slot: str) -> bool:
         return slot in self._pending
 
+    def __len__(self) -> int:
+        """Calls waiting for their results (or for an earlier call's)."""
+        return len(self._pending)
+
     def drain(self) -> None:
         """Release every pending call; report the ones without a result (they are not replayed)."""
         self._expire(lambda _slot: True)
