@@ -53,6 +53,10 @@ _REFUSAL_TEXTS: Final = {
     ): USER_REJECTED,
 }
 _TOOL: Final = r"[A-Za-z0-9_.:-]+"
+_CANCELLED_PATTERNS: Final = (
+    # newer versions name the sibling that failed: "Cancelled: parallel tool call Bash(<its summary>) errored"
+    re.compile(rf"Cancelled: parallel tool call(?: {_TOOL}\(.*\))? errored", re.DOTALL),
+)
 _REFUSAL_PATTERNS: Final = (
     (
         re.compile(
@@ -86,7 +90,7 @@ def host_result(content: Any) -> HostResult | None:
     text = content.strip()
     if text.startswith(_WRAPPER_OPEN) and text.endswith(_WRAPPER_CLOSE):
         text = text[len(_WRAPPER_OPEN) : -len(_WRAPPER_CLOSE)].strip()
-    if text in _CANCELLED_TEXTS:
+    if text in _CANCELLED_TEXTS or any(p.fullmatch(text) for p in _CANCELLED_PATTERNS):
         return HostResult(cancelled=True)
     refusal = _REFUSAL_TEXTS.get(text)
     if refusal is None:
