@@ -58,7 +58,7 @@ def detect_format(record: Any) -> str | None:
     """
     if not isinstance(record, dict):
         return None
-    if (isinstance(record.get("history"), list) and "instance_id" in record) or is_openhands_event(record):
+    if ("history" in record and "instance_id" in record) or is_openhands_event(record):
         return OPENHANDS
     if "messages" in record and "role" not in record and _is_mini_swe_agent_run(record):
         return MINI_SWE_AGENT
