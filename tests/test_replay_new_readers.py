@@ -8,8 +8,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs
+from otelguard.replay.sources import InputFile
 
 
 class Sink:
@@ -363,3 +366,52 @@ def test_tau_bench_results_are_a_session_per_task_and_trial(tmp_path: Path) -> N
     assert [e[1] for e in sink.events if e[0] == "session"] == ["task-9-trial-2", "task-9"]
     assert sink.errors == []
     assert len(sink.calls) == 2
+
+
+def test_openhands_history_of_action_observation_pairs(tmp_path: Path) -> None:
+    """Older evaluation outputs wrote the history as [action, observation] pairs."""
+    history = [[USER, {"source": "user", "observation": "null", "content": ""}]]
+    history.append([action(3, "execute_bash", "c3", {"command": "ls"}), observation(3, "a", exit_code=1)])
+    sink = read_lines(tmp_path, "output.jsonl", [{"instance_id": "old", "history": history}])
+    assert sink.errors == []
+    assert [(c.call_id, c.failed) for c in sink.calls] == [("c3", True)]
+
+
+JSON_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=20),
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(st.text(max_size=12), inner, max_size=5),
+    max_leaves=25,
+)
+KEYS = [
+    "id",
+    "source",
+    "action",
+    "observation",
+    "cause",
+    "tool_call_metadata",
+    "history",
+    "instance_id",
+    "trajectory",
+    "role",
+    "content",
+    "tool_calls",
+    "tool_call_ids",
+    "messages",
+    "info",
+    "extras",
+    "args",
+]
+
+
+@settings(max_examples=40, deadline=None)
+@given(
+    st.lists(st.dictionaries(st.sampled_from(KEYS), JSON_VALUES, max_size=6), max_size=6),
+    st.sampled_from(["openhands", "swe-agent", "mini-swe-agent", "auto"]),
+)
+def test_new_readers_never_raise(records: list[dict[str, Any]], fmt: str) -> None:
+    sink = Sink()
+    for record in records:
+        source = InputFile("fuzz.json", fmt, sink)
+        source.feed_document(record)
+        source.feed_document([record, record])
+        source.close()

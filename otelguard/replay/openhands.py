@@ -1,7 +1,7 @@
 """OpenHands event streams: an evaluation ``output.jsonl`` or a bare JSON list of events.
 
-An ``output.jsonl`` line is one instance (``{"instance_id", "history": [event...]}``), a session of its
-own. A bare list (a downloaded trajectory) is one session named after the file. A call is an action
+An ``output.jsonl`` line is one instance (``{"instance_id", "history": [event...]}``; older versions
+wrote ``[action, observation]`` pairs), a session of its own. A bare list (a downloaded trajectory) is one session named after the file. A call is an action
 event with ``tool_call_metadata`` (``function_name``, ``tool_call_id``); its arguments are the ones the
 model sent (the matching tool call of ``model_response``), else the event's ``args``. Its result is the
 observation event whose ``cause`` is the action's ``id`` (or, without a cause, the one with the same
@@ -151,5 +151,9 @@ class OpenHandsReader:
             session_id = f"{self._session_id}:{line}"
         session = _Events(self.sink, SessionKey(self.path, session_id))
         for index, event in enumerate(history):
-            session.event(line, event, f"history[{index}].")
+            if isinstance(event, list):  # older evaluation outputs: [action, observation] pairs
+                for part, item in enumerate(event):
+                    session.event(line, item, f"history[{index}][{part}].")
+            else:
+                session.event(line, event, f"history[{index}].")
         session.feed.close()
