@@ -177,3 +177,16 @@ class _Discard(Sink):
     def tool_call(self, key: SessionKey, call: ToolCall) -> None: ...
 
     def error(self, path: str, line: int | None, reason: str) -> None: ...
+
+
+def test_a_huge_parallel_batch_is_answered_whatever_its_size(tmp_path: Path) -> None:
+    """Results do not advance the wait: a batch of 200 calls answered one line each is all matched."""
+    ids = [f"toolu_{n:03d}" for n in range(200)]
+    batch = {
+        "role": "assistant",
+        "content": [{"type": "tool_use", "id": i, "name": "Read", "input": {"n": i}} for i in ids],
+    }
+    records: list[Any] = [{"role": "user", "content": "go"}, batch, *(tool_result(i) for i in reversed(ids))]
+    sink = replay_records(tmp_path, records)
+    assert sink.errors == []
+    assert [c.call_id for c in sink.calls] == ids

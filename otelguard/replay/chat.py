@@ -31,12 +31,12 @@ class _ChatSession:
         self.feed = SessionFeed(reader.sink, key)
 
     def message(self, line: int, msg: Any, where: str) -> None:
-        self.feed.tick()
         if not isinstance(msg, dict):
             self.feed.error(line, f"{where}expected a message object, got {type_name(msg)}")
             return
         role = msg.get("role")
         if role == "assistant":
+            self.feed.tick()
             self._assistant(line, msg, where)
         elif role == "user":
             self._user(line, msg.get("content"), where)

@@ -53,7 +53,6 @@ class _Session:
             self.feed.add_call(ToolCall(call_id, name, block.get("input"), line))
 
     def user(self, line: int, message: dict[str, Any]) -> None:
-        self.feed.tick()
         content = message.get("content")
         if isinstance(content, str):
             if not content.startswith(_NOT_A_PROMPT):

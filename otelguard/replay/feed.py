@@ -14,8 +14,9 @@ __all__ = ["SessionFeed", "result_text", "type_name"]
 _RECENT_IDS: Final = 1024
 """How many answered call ids a session remembers, to recognise a duplicated transcript line."""
 MAX_WAIT_MESSAGES: Final = 64
-"""A call still unanswered this many messages after it was made is reported as "no result": real
-request bodies sometimes carry a result a message or two late, never dozens of messages late."""
+"""A call still unanswered after this many more model messages is reported as "no result": real
+request bodies sometimes carry a result a model message or two late, never dozens. Results and tool
+output do not advance the count, so a parallel batch of any size has all the time it needs."""
 MAX_PENDING_CALLS: Final = 4096
 """Calls waiting for results per session; past it the oldest is reported, so memory stays flat."""
 
@@ -55,8 +56,8 @@ class SessionFeed:
 
     Calls wait in the order they were made until their results arrive, matched by call id wherever
     the result sits (results of a parallel batch may come in any order, or a message late); the front
-    of the queue is released as soon as it is answered. ``tick`` counts messages: a call unanswered
-    ``MAX_WAIT_MESSAGES`` messages later is reported and released. ``drain`` releases everything,
+    of the queue is released as soon as it is answered. ``tick`` counts model messages: a call
+    unanswered ``MAX_WAIT_MESSAGES`` model messages later is reported and released. ``drain`` releases everything,
     reporting the calls that never got a result.
     """
 
@@ -83,7 +84,7 @@ class SessionFeed:
         self.sink.start_turn(self.key)
 
     def tick(self) -> None:
-        """One more message of the conversation; report the calls that waited too long."""
+        """One more model message; report the calls that waited too long."""
         self._messages += 1
         self._expire(lambda slot: self._messages - self._made_at.get(slot, 0) > MAX_WAIT_MESSAGES)
 

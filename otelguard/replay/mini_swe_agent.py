@@ -60,10 +60,10 @@ class _Run:
         if not isinstance(message, dict):
             self.feed.error(line, f"{where}expected a message object, got {type_name(message)}")
             return
-        self.feed.tick()
         role = message.get("role")
         text = _text(message.get("content"))
         if role == "assistant":
+            self.feed.tick()
             actions = _ACTION.findall(text)
             if len(actions) == 1:
                 self._actions += 1

@@ -40,10 +40,10 @@ class _Events:
         if not isinstance(event, dict):
             self.feed.error(line, f"{where}expected an event object, got {type_name(event)}")
             return
-        self.feed.tick()
         if "observation" in event:
             self._observation(line, event)
         elif "action" in event:
+            self.feed.tick()
             self._action(line, event, where)
 
     def _action(self, line: int, event: dict[str, Any], where: str) -> None:

@@ -79,9 +79,9 @@ class SweAgentReader:
                 continue
             if entry.get("is_demo"):
                 continue
-            feed.tick()
             role = entry.get("role")
             if role == "assistant":
+                feed.tick()
                 made += self._calls(line, entry.get("tool_calls"), feed, where)
             elif role == "tool":
                 ids = entry.get("tool_call_ids", entry.get("tool_call_id"))
