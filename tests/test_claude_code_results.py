@@ -290,3 +290,48 @@ def test_cancelled_siblings_are_no_failures_in_a_replay(
     ]
     sink = read(write(tmp_path, transcript(calls)))
     assert [c.cancelled for c in sink.calls] == [False] + [True] * 7
+
+
+def test_anthropic_request_bodies_from_claude_code_get_the_same_mapping(tmp_path: Path) -> None:
+    body = {
+        "model": "claude-sonnet-4-5",
+        "messages": [
+            {"role": "user", "content": "read both"},
+            {
+                "role": "assistant",
+                "content": [
+                    {"type": "tool_use", "id": "toolu_a", "name": "Read", "input": {"file_path": "/a"}},
+                    {"type": "tool_use", "id": "toolu_b", "name": "Read", "input": {"file_path": "/b"}},
+                ],
+            },
+            {
+                "role": "user",
+                "content": [
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_a",
+                        "is_error": True,
+                        "content": "File does not exist.",
+                    },
+                    {
+                        "type": "tool_result",
+                        "tool_use_id": "toolu_b",
+                        "is_error": True,
+                        "content": [
+                            {
+                                "type": "text",
+                                "text": "<tool_use_error>Sibling tool call errored</tool_use_error>",
+                            }
+                        ],
+                    },
+                ],
+            },
+        ],
+    }
+    path = tmp_path / "body.json"
+    path.write_text(json.dumps(body, indent=2))
+    sink = read(path)
+    assert [(c.call_id, c.cancelled, c.failed) for c in sink.calls] == [
+        ("toolu_a", False, True),
+        ("toolu_b", True, True),
+    ]

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
 
@@ -73,9 +74,10 @@ class _ChatSession:
         content = block.get("content")
         if block.get("type") != "tool_result":  # server tool results: errors are typed, not flagged
             failed = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
+            self.feed.add_result(call_id, result_text(content), failed, line)
         else:
-            failed = block.get("is_error") is True
-        self.feed.add_result(call_id, result_text(content), failed, line)
+            # request bodies captured from Claude Code carry its host-made results too
+            add_tool_result(self.feed, call_id, result_text(content), block.get("is_error") is True, line)
 
     def _tool_result(self, line: int, msg: dict[str, Any], where: str) -> None:
         self.reader.saw(OPENAI)

@@ -10,7 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Final
 
-from otelguard.replay.claude_code_results import host_result
+from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
 
@@ -69,19 +69,7 @@ class _Session:
                     self.feed.error(line, f"message.content[{index}].tool_use_id is {type_name(call_id)}")
                     continue
                 failed = block.get("is_error") is True
-                text = result_text(block.get("content"))
-                made_by_host = host_result(text)
-                if made_by_host is None:
-                    self.feed.add_result(call_id, text, failed, line)
-                else:
-                    self.feed.add_result(
-                        call_id,
-                        text,
-                        failed,
-                        line,
-                        cancelled=made_by_host.cancelled,
-                        refusal=made_by_host.refusal,
-                    )
+                add_tool_result(self.feed, call_id, result_text(block.get("content")), failed, line)
             elif not (
                 isinstance(block, dict)
                 and isinstance(block.get("text"), str)

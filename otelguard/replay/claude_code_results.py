@@ -15,7 +15,9 @@ import re
 from dataclasses import dataclass
 from typing import Any, Final
 
-__all__ = ["HostResult", "host_result"]
+from otelguard.replay.feed import SessionFeed
+
+__all__ = ["HostResult", "add_tool_result", "host_result"]
 
 USER_REJECTED: Final = "user_rejected"
 PERMISSION_DENIED: Final = "permission_denied"
@@ -99,3 +101,14 @@ def host_result(content: Any) -> HostResult | None:
                 refusal = category
                 break
     return HostResult(refusal=refusal) if refusal is not None else None
+
+
+def add_tool_result(feed: SessionFeed, call_id: str, text: Any, failed: bool, line: int) -> None:
+    """Attach an Anthropic ``tool_result`` to its call, as cancelled or refused when Claude Code made it."""
+    made_by_host = host_result(text)
+    if made_by_host is None:
+        feed.add_result(call_id, text, failed, line)
+    else:
+        feed.add_result(
+            call_id, text, failed, line, cancelled=made_by_host.cancelled, refusal=made_by_host.refusal
+        )
