@@ -11,7 +11,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs
+from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs, sources
 from otelguard.replay.sources import InputFile
 
 
@@ -415,3 +415,19 @@ def test_new_readers_never_raise(records: list[dict[str, Any]], fmt: str) -> Non
         source.feed_document(record)
         source.feed_document([record, record])
         source.close()
+
+
+def test_a_document_too_large_to_parse_at_once_is_refused(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(sources, "MAX_DOCUMENT_BYTES", 1 << 20)
+    document = {"trajectory": [{"action": "ls", "observation": "x" * 1000}] * 2000}
+    sink = read_document(tmp_path, "big.traj", document)
+    assert sink.calls == []
+    assert sink.errors == [
+        (
+            "big.traj",
+            None,
+            "one JSON document larger than 1 MiB cannot be read in parts; file skipped (split it into JSON lines)",
+        )
+    ]

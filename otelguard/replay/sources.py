@@ -44,6 +44,9 @@ _CLAUDE_CODE_TYPES: Final = frozenset(
     {"user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation"}
 )
 _PROGRESS_EVERY_BYTES: Final = 1 << 20
+MAX_DOCUMENT_BYTES: Final = 256 << 20
+"""A whole-file document (a trajectory, a request body) is parsed at once; past this size it is refused
+rather than read into memory."""
 
 
 class UsageError(Exception):
@@ -273,8 +276,17 @@ def _is_document(stream: IO[bytes], document_suffix: bool) -> bool:
 
 
 def _feed_document(source: InputFile, stream: IO[bytes]) -> None:
+    raw = stream.read(MAX_DOCUMENT_BYTES + 1)
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        source.sink.error(
+            source.path,
+            None,
+            f"one JSON document larger than {MAX_DOCUMENT_BYTES >> 20} MiB cannot be read in parts; "
+            "file skipped (split it into JSON lines)",
+        )
+        return
     try:
-        document = orjson.loads(stream.read())
+        document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         source.sink.error(
             source.path, exc.lineno, f"invalid JSON document (column {exc.colno}); file skipped"
