@@ -98,6 +98,17 @@ def test_real_file_gets_its_decision(
 
 
 TAU = REAL / "tau-bench" / "tau_bench_gpt4o_airline.json"
+TAU_DECISIONS = {
+    "task-0-trial-0": {},
+    # get_reservation_details failing three times on reservation ids the user keeps guessing
+    "task-3-trial-0": {"same_tool_failure_warn": 1},
+    "task-4-trial-0": {},
+    # book_reservation retried unchanged after 'payment amount does not add up', then a human handover
+    "task-8-trial-1": {"exact_failure_warn": 2},
+    "task-9-trial-2": {"cycle_block": 1, "cycle_warn": 2, "exact_failure_warn": 2},
+    # the same retry, until the model fixes the amount and the booking succeeds
+    "task-11-trial-2": {"exact_failure_warn": 2, "same_tool_failure_warn": 1},
+}
 
 
 def test_tau_bench_healthy_tasks_are_not_stopped(
@@ -106,13 +117,8 @@ def test_tau_bench_healthy_tasks_are_not_stopped(
     document = replay(TAU, unattended, capsys)
     assert document["errors"] == []
     sessions = {s["session_id"]: s for s in document["sessions"]}
-    assert sorted(sessions) == sorted(
-        f"task-{t}-trial-{n}" for t, n in ((0, 0), (3, 0), (4, 0), (8, 1), (9, 2), (11, 2))
-    )
-    assert (sessions["task-0-trial-0"]["tool_calls"], sessions["task-0-trial-0"]["decisions"]) == (8, {})
-    assert (sessions["task-4-trial-0"]["tool_calls"], sessions["task-4-trial-0"]["decisions"]) == (6, {})
-    # get_reservation_details failing three times on reservation ids the user keeps guessing: a warning
-    assert sessions["task-3-trial-0"]["decisions"] == {"same_tool_failure_warn": 1}
+    assert {sid: s["decisions"] for sid, s in sessions.items()} == TAU_DECISIONS
+    assert [s["tool_calls"] for s in sessions.values()] == [8, 20, 6, 16, 23, 14]
     for session in sessions.values():
         if session["session_id"] != "task-9-trial-2":
             assert session["halts"] == []
@@ -128,19 +134,15 @@ def test_tau_bench_book_reservation_loop_is_blocked(
 
 
 @NEEDS_CORE
-def test_tau_bench_repeated_error_is_warned_and_the_blocked_call_prevented(
+def test_tau_bench_blocked_call_is_prevented_and_repeated_errors_add_no_new_code(
     unattended: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """The same 'payment amount does not add up' error three times or more in a turn: a same_error
-    warning in each of the three tasks that retried book_reservation; the refused call did not run."""
+    """The refused book_reservation did not run: it is a prevented call. Where the same 'payment amount
+    does not add up' error repeats three times or more, the repeated call itself is already warned by
+    exact_failure, which comes first: same_error adds nothing here."""
     sessions = {s["session_id"]: s for s in replay(TAU, unattended, capsys)["sessions"]}
-    for task in ("task-8-trial-1", "task-9-trial-2", "task-11-trial-2"):
-        assert sessions[task]["decisions"].get("same_error_warn", 0) >= 1, task
-        assert "same_error_halt" not in sessions[task]["decisions"]
-    assert halts(sessions["task-9-trial-2"]) == [(8, 9, "book_reservation", "cycle_block")]
     assert sessions["task-9-trial-2"]["prevented_calls"] == 1
-    for task in ("task-0-trial-0", "task-3-trial-0", "task-4-trial-0"):
-        assert "same_error_warn" not in sessions[task]["decisions"]
+    assert {sid: s["decisions"] for sid, s in sessions.items()} == TAU_DECISIONS
 
 
 SIBLINGS = REAL / "claude-code" / "cc_subagent_sibling_reads.jsonl"
