@@ -193,7 +193,7 @@ def test_swe_agent_steps_are_calls_named_by_their_first_word(tmp_path: Path) -> 
     ]
     assert sink.errors == [
         ("run.traj", 1, "trajectory[2].action is an empty string, expected a command; step skipped"),
-        ("run.traj", 1, "tool call (legacy function call) (submit) has no result; not replayed"),
+        ("run.traj", 1, "tool call step 4 (submit) has no result; not replayed"),
     ]
     assert [e[0] for e in sink.events] == ["session", "turn", "call", "call", "call", "end"]
 

@@ -174,7 +174,8 @@ class SessionFeed:
             if not call.has_result:
                 if not overdue(slot):
                     return
-                which = call.call_id if call.call_id is not None else "(legacy function call)"
+                # a call without an id is named by its reader's slot ("step 4"), else by its kind
+                which = call.call_id or ("(legacy function call)" if slot.startswith("\0") else slot)
                 self.error(call.line, f"tool call {which} ({call.tool}) has no result; not replayed")
             del self._pending[slot]
             self._emit(slot, call)
