@@ -431,3 +431,13 @@ def test_a_document_too_large_to_parse_at_once_is_refused(
             "one JSON document larger than 1 MiB cannot be read in parts; file skipped (split it into JSON lines)",
         )
     ]
+
+
+def test_openhands_user_rejection_is_a_refusal(tmp_path: Path) -> None:
+    events = [
+        USER,
+        action(3, "execute_bash", "c3", {"command": "rm -rf build"}),
+        observation(3, "Action has been rejected by the user! Reason: too risky", kind="user_rejected"),
+    ]
+    sink = read_document(tmp_path, "confirm.json", events)
+    assert [(c.call_id, c.refusal, c.failed) for c in sink.calls] == [("c3", "user_rejected", True)]

@@ -7,7 +7,8 @@ model sent (the matching tool call of ``model_response``), else the event's ``ar
 observation event whose ``cause`` is the action's ``id`` (or, without a cause, the one with the same
 ``tool_call_id``): failed when ``observation == "error"`` or ``extras.metadata.exit_code`` is a
 non-zero number other than -1 (-1 means "no exit code yet", a timeout or a still-running command).
-A user ``message`` action starts a turn. ``finish`` ends the run and ``message``/``reject`` speak to
+An observation ``user_rejected`` (the user declined the action in confirmation mode) is a refusal of
+category ``user_rejected``. A user ``message`` action starts a turn. ``finish`` ends the run and ``message``/``reject`` speak to
 the user: the host never answers those with an observation, so they count as calls that succeeded.
 """
 
@@ -24,6 +25,7 @@ __all__ = ["OPENHANDS", "OpenHandsReader"]
 OPENHANDS: Final = "openhands"
 _ANSWERED_BY_DESIGN: Final = frozenset({"finish", "message", "reject"})
 _NO_EXIT_CODE: Final = -1
+_USER_REJECTED: Final = "user_rejected"
 _REMEMBERED_CALL_IDS: Final = 4096
 
 
@@ -82,7 +84,11 @@ class _Events:
             slot = self._slot_of_call_id.get(call_id) if isinstance(call_id, str) else None
         if slot is None or not self.feed.has_pending(slot):
             return  # observations of user messages, state changes, ...: no tool call to answer
-        self.feed.add_result(slot, result_text(event.get("content")), _failed(event), line)
+        content = result_text(event.get("content"))
+        if event.get("observation") == _USER_REJECTED:  # the user declined it in confirmation mode
+            self.feed.add_result(slot, content, True, line, refusal=_USER_REJECTED)
+        else:
+            self.feed.add_result(slot, content, _failed(event), line)
 
 
 def _slot_of_cause(cause: Any) -> str | None:
