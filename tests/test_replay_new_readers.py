@@ -441,3 +441,14 @@ def test_openhands_user_rejection_is_a_refusal(tmp_path: Path) -> None:
     ]
     sink = read_document(tmp_path, "confirm.json", events)
     assert [(c.call_id, c.refusal, c.failed) for c in sink.calls] == [("c3", "user_rejected", True)]
+
+
+def test_mini_swe_agent_exit_message_answers_the_last_call(tmp_path: Path) -> None:
+    messages = [
+        *MINI[:2],
+        assistant("```mswea_bash_command\necho COMPLETE_TASK_AND_SUBMIT_FINAL_OUTPUT\n```"),
+    ]
+    messages.append({"role": "exit", "content": "Submitted"})
+    sink = read_document(tmp_path, "exit.traj.json", messages)
+    assert sink.errors == []
+    assert [(c.result, c.has_result) for c in sink.calls] == [("Submitted", True)]

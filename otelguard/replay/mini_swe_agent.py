@@ -3,7 +3,7 @@
 The model acts by writing exactly one ```` ```mswea_bash_command ```` (older versions: ```` ```bash ````)
 block in an assistant message: that is one call of tool ``bash`` with ``{"command": <the block>}``.
 A message with no block or several runs nothing (mini-swe-agent answers with a format error), so it is
-no call. The result is the next user message; ``<returncode>N</returncode>`` before the output says
+no call. The result is the next user message (or the closing ``exit`` message); ``<returncode>N</returncode>`` before the output says
 how it ended (failed when N is not 0); without one (a timeout, the final submission) the fallback
 classifier decides. The first user message is the task: a run is one session of one turn.
 """
@@ -69,11 +69,11 @@ class _Run:
                 self._actions += 1
                 self._waiting = slot = f"action {self._actions}"
                 self.feed.add_call(ToolCall(None, TOOL_NAME, {"command": actions[0]}, line), slot)
-        elif role == "user":
+        elif role != "system":  # user (or the final "exit" message): the environment speaking
             if self._waiting is not None:
                 slot, self._waiting = self._waiting, None
                 self.feed.add_result(slot, text, _failed(text), line)
-            elif not self._started:
+            elif not self._started and role == "user":
                 self._started = True
                 self.feed.start_turn()
 
