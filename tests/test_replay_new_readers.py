@@ -452,3 +452,87 @@ def test_mini_swe_agent_exit_message_answers_the_last_call(tmp_path: Path) -> No
     sink = read_document(tmp_path, "exit.traj.json", messages)
     assert sink.errors == []
     assert [(c.result, c.has_result) for c in sink.calls] == [("Submitted", True)]
+
+
+def sdk_action(event_id: str, tool: str, call_id: str, arguments: str) -> dict[str, Any]:
+    return {
+        "kind": "ActionEvent",
+        "id": event_id,
+        "source": "agent",
+        "thought": [{"type": "text", "text": "…"}],
+        "action": {"kind": "ExecuteBashAction", "command": "ignored: the model's arguments win"},
+        "tool_name": tool,
+        "tool_call_id": call_id,
+        "tool_call": {"id": call_id, "name": tool, "arguments": arguments, "origin": "completion"},
+    }
+
+
+def sdk_answer(kind: str, action_id: str | None, call_id: str, tool: str, **fields: Any) -> dict[str, Any]:
+    event = {
+        "kind": kind,
+        "id": f"obs-{call_id}",
+        "source": "environment",
+        "tool_name": tool,
+        "tool_call_id": call_id,
+        **fields,
+    }
+    if action_id is not None:
+        event["action_id"] = action_id
+    return event
+
+
+def test_openhands_agent_sdk_events(tmp_path: Path) -> None:
+    """The typed events of the OpenHands agent SDK (V1), as in a conversation's events directory."""
+    events = [
+        {
+            "kind": "SystemPromptEvent",
+            "id": "e0",
+            "source": "agent",
+            "system_prompt": {"type": "text", "text": "…"},
+            "tools": [],
+        },
+        {
+            "kind": "MessageEvent",
+            "id": "e1",
+            "source": "user",
+            "llm_message": {"role": "user", "content": [{"type": "text", "text": "fix it"}]},
+        },
+        sdk_action("e2", "execute_bash", "call_a", '{"command": "make test"}'),
+        sdk_answer(
+            "ObservationEvent",
+            "e2",
+            "call_a",
+            "execute_bash",
+            observation={
+                "kind": "ExecuteBashObservation",
+                "content": [{"type": "text", "text": "FAILED"}],
+                "exit_code": 2,
+            },
+        ),
+        sdk_action("e3", "str_replace_editor", "call_b", '{"command": "view", "path": "/x"}'),
+        sdk_answer("AgentErrorEvent", None, "call_b", "str_replace_editor", error="Invalid path"),
+        sdk_action("e4", "execute_bash", "call_c", '{"command": "rm -rf /"}'),
+        sdk_answer("UserRejectObservation", "e4", "call_c", "execute_bash", rejection_reason="no"),
+        sdk_action("e5", "finish", "call_d", '{"message": "done"}'),
+        sdk_answer(
+            "ObservationEvent",
+            "e5",
+            "call_d",
+            "finish",
+            observation={
+                "kind": "FinishObservation",
+                "content": [{"type": "text", "text": "done"}],
+                "is_error": False,
+            },
+        ),
+    ]
+    sink = read_document(tmp_path, "events.json", events)
+    assert sink.formats == {"events.json": "openhands"}
+    assert sink.errors == []
+    assert [(c.call_id, c.tool, c.args, c.result, c.failed, c.refusal) for c in sink.calls] == [
+        ("call_a", "execute_bash", '{"command": "make test"}', "FAILED", True, None),
+        ("call_b", "str_replace_editor", '{"command": "view", "path": "/x"}', "Invalid path", True, None),
+        ("call_c", "execute_bash", '{"command": "rm -rf /"}', None, True, "user_rejected"),
+        ("call_d", "finish", '{"message": "done"}', "done", False, None),
+    ]
+    assert [e[0] for e in sink.events].count("turn") == 1

@@ -7,6 +7,11 @@ model sent (the matching tool call of ``model_response``), else the event's ``ar
 observation event whose ``cause`` is the action's ``id`` (or, without a cause, the one with the same
 ``tool_call_id``): failed when ``observation == "error"`` or ``extras.metadata.exit_code`` is a
 non-zero number other than -1 (-1 means "no exit code yet", a timeout or a still-running command).
+Events of the OpenHands agent SDK (V1, typed by ``kind``) are read the same way: an ``ActionEvent``
+is a call (``tool_name``, ``tool_call_id``, the model's ``tool_call.arguments``), answered by the
+``ObservationEvent`` (failed when ``observation.is_error`` or a non-zero exit code other than -1),
+``AgentErrorEvent`` (failed) or ``UserRejectObservation`` (a refusal) that names its ``action_id`` or
+shares its ``tool_call_id``; a user ``MessageEvent`` starts a turn.
 An observation ``user_rejected`` (the user declined the action in confirmation mode) is a refusal of
 category ``user_rejected``. A user ``message`` action starts a turn. ``finish`` ends the run and ``message``/``reject`` speak to
 the user: the host never answers those with an observation, so they count as calls that succeeded.
@@ -29,8 +34,17 @@ _USER_REJECTED: Final = "user_rejected"
 _REMEMBERED_CALL_IDS: Final = 4096
 
 
+_SDK_CALLS: Final = frozenset({"ActionEvent", "NonExecutableActionEvent"})
+_SDK_ANSWERS: Final = frozenset({"ObservationEvent", "AgentErrorEvent", "UserRejectObservation"})
+_SDK_KINDS: Final = _SDK_CALLS | _SDK_ANSWERS | {"MessageEvent", "SystemPromptEvent"}
+
+
 def is_openhands_event(record: Any) -> bool:
-    return isinstance(record, dict) and "source" in record and ("action" in record or "observation" in record)
+    return (
+        isinstance(record, dict)
+        and "source" in record
+        and ("action" in record or "observation" in record or record.get("kind") in _SDK_KINDS)
+    )
 
 
 class _Events:
@@ -42,11 +56,39 @@ class _Events:
         if not isinstance(event, dict):
             self.feed.error(line, f"{where}expected an event object, got {type_name(event)}")
             return
-        if "observation" in event:
+        kind = event.get("kind")
+        if isinstance(kind, str) and kind in _SDK_KINDS:
+            self._sdk_event(line, event, kind, where)
+        elif "observation" in event:
             self._observation(line, event)
         elif "action" in event:
             self.feed.tick()
             self._action(line, event, where)
+
+    def _sdk_event(self, line: int, event: dict[str, Any], kind: str, where: str) -> None:
+        """An event of the OpenHands agent SDK (V1): typed by ``kind``, calls and answers share
+        ``tool_call_id``, an answer names its action by ``action_id``."""
+        if kind in _SDK_CALLS:
+            self.feed.tick()
+            tool_call = event.get("tool_call")
+            args = tool_call.get("arguments") if isinstance(tool_call, dict) else None
+            self._queue_call(
+                line, event, event.get("tool_name"), event.get("tool_call_id"), args, where, "tool_name"
+            )
+        elif kind in _SDK_ANSWERS:
+            slot = self._answered_slot(_slot_of_cause(event.get("action_id")), event.get("tool_call_id"))
+            if slot is None:
+                return
+            if kind == "UserRejectObservation":
+                self.feed.add_result(slot, None, True, line, refusal=_USER_REJECTED)
+            elif kind == "AgentErrorEvent":
+                self.feed.add_result(slot, result_text(event.get("error")), True, line)
+            else:
+                observation = event.get("observation")
+                content = observation.get("content") if isinstance(observation, dict) else observation
+                self.feed.add_result(slot, result_text(content), _sdk_failed(observation), line)
+        elif kind == "MessageEvent" and event.get("source") == "user":
+            self.feed.start_turn()
 
     def _action(self, line: int, event: dict[str, Any], where: str) -> None:
         meta = event.get("tool_call_metadata")
@@ -54,10 +96,30 @@ class _Events:
             if event.get("source") == "user" and event.get("action") == "message":
                 self.feed.start_turn()
             return
-        name, call_id = meta.get("function_name"), meta.get("tool_call_id")
+        args = _model_arguments(meta.get("model_response"), meta.get("tool_call_id"))
+        if args is None:
+            args = event.get("args")
+        name_field = "tool_call_metadata.function_name"
+        slot = self._queue_call(
+            line, event, meta.get("function_name"), meta.get("tool_call_id"), args, where, name_field
+        )
+        if slot is not None and event.get("action") in _ANSWERED_BY_DESIGN:
+            self.feed.add_result(slot, None, False, line)
+
+    def _queue_call(
+        self,
+        line: int,
+        event: dict[str, Any],
+        name: Any,
+        call_id: Any,
+        args: Any,
+        where: str,
+        name_field: str,
+    ) -> str | None:
+        """Queue one call; returns the slot its answer is matched by (None when it is unusable)."""
         if not isinstance(name, str) or not name:
-            self.feed.error(line, f"{where}tool_call_metadata.function_name is {type_name(name)}")
-            return
+            self.feed.error(line, f"{where}{name_field} is {type_name(name)}")
+            return None
         call_id = call_id if isinstance(call_id, str) else None
         event_id = event.get("id")
         if isinstance(event_id, (int, str)) and not isinstance(event_id, bool):
@@ -66,23 +128,25 @@ class _Events:
             slot = f"call {call_id}"
         else:
             self.feed.error(line, f"{where}action has neither an id nor a tool_call_id; not replayed")
-            return
-        args = _model_arguments(meta.get("model_response"), call_id)
-        self.feed.add_call(ToolCall(call_id, name, event.get("args") if args is None else args, line), slot)
+            return None
+        self.feed.add_call(ToolCall(call_id, name, args, line), slot)
         if call_id is not None:
             self._slot_of_call_id[call_id] = slot
             if len(self._slot_of_call_id) > _REMEMBERED_CALL_IDS:
                 self._slot_of_call_id.popitem(last=False)
-        if event.get("action") in _ANSWERED_BY_DESIGN:
-            self.feed.add_result(slot, None, False, line)
+        return slot
+
+    def _answered_slot(self, slot: str | None, call_id: Any) -> str | None:
+        """The pending call an answer belongs to: by its action's event id, else by tool call id."""
+        if slot is None or not self.feed.has_pending(slot):
+            slot = self._slot_of_call_id.get(call_id) if isinstance(call_id, str) else None
+        return slot if slot is not None and self.feed.has_pending(slot) else None
 
     def _observation(self, line: int, event: dict[str, Any]) -> None:
-        slot = _slot_of_cause(event.get("cause"))
-        if slot is None or not self.feed.has_pending(slot):
-            meta = event.get("tool_call_metadata")
-            call_id = meta.get("tool_call_id") if isinstance(meta, dict) else None
-            slot = self._slot_of_call_id.get(call_id) if isinstance(call_id, str) else None
-        if slot is None or not self.feed.has_pending(slot):
+        meta = event.get("tool_call_metadata")
+        call_id = meta.get("tool_call_id") if isinstance(meta, dict) else None
+        slot = self._answered_slot(_slot_of_cause(event.get("cause")), call_id)
+        if slot is None:
             return  # observations of user messages, state changes, ...: no tool call to answer
         content = result_text(event.get("content"))
         if event.get("observation") == _USER_REJECTED:  # the user declined it in confirmation mode
@@ -102,7 +166,16 @@ def _failed(event: dict[str, Any]) -> bool:
         return True
     extras = event.get("extras")
     metadata = extras.get("metadata") if isinstance(extras, dict) else None
-    code = metadata.get("exit_code") if isinstance(metadata, dict) else None
+    return _exit_failed(metadata.get("exit_code") if isinstance(metadata, dict) else None)
+
+
+def _sdk_failed(observation: Any) -> bool:
+    if not isinstance(observation, dict):
+        return False
+    return observation.get("is_error") is True or _exit_failed(observation.get("exit_code"))
+
+
+def _exit_failed(code: Any) -> bool:
     if isinstance(code, bool) or not isinstance(code, (int, float)):
         return False
     return code not in (0, _NO_EXIT_CODE)
