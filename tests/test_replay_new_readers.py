@@ -536,3 +536,35 @@ def test_openhands_agent_sdk_events(tmp_path: Path) -> None:
         ("call_d", "finish", '{"message": "done"}', "done", False, None),
     ]
     assert [e[0] for e in sink.events].count("turn") == 1
+
+
+def test_toolbench_answer_replays_its_whole_run(tmp_path: Path) -> None:
+    def call(name: str, arguments: str) -> dict[str, Any]:
+        return {"role": "assistant", "content": None, "function_call": {"name": name, "arguments": arguments}}
+
+    full = [
+        {"role": "system", "content": "You are AutoGPT…"},
+        {"role": "user", "content": "find the lyrics"},
+        call("search_for_lyrics", '{"q": "x"}'),
+        {
+            "role": "function",
+            "name": "search_for_lyrics",
+            "content": '{"error": "Rate limit", "response": ""}',
+        },
+        call("search_for_lyrics", '{"q": "x"}'),
+        {
+            "role": "function",
+            "name": "search_for_lyrics",
+            "content": '{"error": "Rate limit", "response": ""}',
+        },
+    ]
+    answer = {
+        "answer_generation": {"valid_data": True, "final_answer": "", "train_messages": [full[:4], full]}
+    }
+    sink = read_document(tmp_path, "12345_ChatGPT_CoT.json", answer)
+    assert sink.errors == []
+    assert [(c.tool, c.args) for c in sink.calls] == [("search_for_lyrics", '{"q": "x"}')] * 2
+    broken = read_document(tmp_path, "bad.json", {"answer_generation": {"train_messages": "x"}})
+    assert broken.errors == [
+        ("bad.json", 1, "answer_generation.train_messages is string, expected an array of message arrays")
+    ]

@@ -149,7 +149,8 @@ class ChatReader:
     """Reads one OpenAI or Anthropic transcript file, record by record.
 
     Message lines form one session per file (id: the file's stem, or ``stdin``); a conversation line
-    (``{"messages": [...]}``, or a tau-bench result ``{"task_id", "trial", "traj": [...]}``) is a
+    (``{"messages": [...]}``, a tau-bench result ``{"task_id", "trial", "traj": [...]}``, a ToolBench
+    answer ``{"answer_generation": {"train_messages": [...]}}``) is a
     session of its own (id: its ``session_id``/``id``, ``task-<task_id>-trial-<trial>``, else
     ``<stem>:<line>``).
     """
@@ -175,6 +176,8 @@ class ChatReader:
             self._conversation(line, record, record["messages"], "messages")
         elif isinstance(record, dict) and "traj" in record and "role" not in record:
             self._conversation(line, record, record["traj"], "traj")
+        elif isinstance(record, dict) and isinstance(record.get("answer_generation"), dict):
+            self._toolbench(line, record["answer_generation"])
         elif isinstance(record, dict) and "role" in record:
             if self._file_session is None:
                 self._file_session = _ChatSession(self, SessionKey(self.path, self._session_id))
@@ -197,6 +200,18 @@ class ChatReader:
         for index, msg in enumerate(messages):
             session.message(line, msg, f"{field}[{index}].")
         session.feed.close()
+
+    def _toolbench(self, line: int, answer: dict[str, Any]) -> None:
+        """A ToolBench answer: ``train_messages`` holds the conversation as it grew, step by step;
+        the last, longest list is the whole run (legacy ``function_call`` messages)."""
+        steps = answer.get("train_messages")
+        if not isinstance(steps, list) or not steps or not isinstance(steps[-1], list):
+            where = "answer_generation.train_messages"
+            self.sink.error(
+                self.path, line, f"{where} is {type_name(steps)}, expected an array of message arrays"
+            )
+            return
+        self._conversation(line, {}, steps[-1], "answer_generation.train_messages[-1]")
 
     def _conversation_id(self, line: int, record: dict[str, Any]) -> str:
         ident = record.get("session_id", record.get("id"))
