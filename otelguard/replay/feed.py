@@ -56,9 +56,9 @@ class SessionFeed:
 
     Calls wait in the order they were made until their results arrive, matched by call id wherever
     the result sits (results of a parallel batch may come in any order, or a message late); the front
-    of the queue is released as soon as it is answered. ``tick`` counts model messages: a call
-    unanswered ``MAX_WAIT_MESSAGES`` model messages later is reported and released. ``drain`` releases everything,
-    reporting the calls that never got a result.
+    of the queue is released as soon as it is answered. ``tick`` counts model messages: a call still
+    unanswered ``MAX_WAIT_MESSAGES`` model messages later is reported and released. ``drain``
+    releases everything, reporting the calls that never got a result.
     """
 
     def __init__(self, sink: EventSink, key: SessionKey, *, dedupe: bool = False) -> None:
@@ -90,13 +90,12 @@ class SessionFeed:
 
     def add_call(self, call: ToolCall, slot: str | None = None) -> None:
         """Queue a call; ``slot`` (default: the call id) is the key its result is matched by."""
-        if call.call_id is None and slot is None:
+        slot = slot if slot is not None else call.call_id
+        if slot is None:
             self._serial += 1
             slot = f"\0legacy{self._serial}"
             self._legacy.append(slot)
         else:
-            slot = slot if slot is not None else call.call_id
-            assert slot is not None
             if self._dedupe and (slot in self._answered or slot in self._pending):
                 return
             if slot in self._pending:
