@@ -1,7 +1,7 @@
 """Real public transcripts that no one here wrote, replayed with ``mode: unattended``.
 
 Each file under ``tests/data/real/<source>/`` is listed with its repository, path, commit, licence and
-what was cut in that directory's ``provenance.json``. Healthy sessions must not halt; the real loops
+what was cut in that directory's ``provenance.yaml``. Healthy sessions must not halt; the real loops
 must be stopped or warned with the right code; a call counts as an input error only when the
 transcript never answered it; every tool call of a file is counted.
 """
@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from otelguard.cli import main
 from otelguard.replay import SessionKey, ToolCall, replay_inputs
@@ -257,7 +258,7 @@ def _raw_call_count(path: Path) -> int:
 
 @pytest.mark.parametrize(
     "path",
-    sorted(p for p in REAL.rglob("*") if p.is_file() and p.name not in ("provenance.json", "LICENSE")),
+    sorted(p for p in REAL.rglob("*") if p.is_file() and p.name not in ("provenance.yaml", "LICENSE")),
     ids=lambda p: f"{p.parent.name}/{p.name}",
 )
 def test_every_tool_call_of_a_real_file_is_counted(
@@ -270,9 +271,9 @@ def test_every_tool_call_of_a_real_file_is_counted(
 
 def test_every_real_file_has_its_provenance() -> None:
     for source in sorted(p for p in REAL.iterdir() if p.is_dir()):
-        entries = json.loads((source / "provenance.json").read_text())
+        entries = yaml.safe_load((source / "provenance.yaml").read_text())
         listed = {entry["file"] for entry in entries}
-        present = {p.name for p in source.iterdir() if p.name not in ("provenance.json", "LICENSE")}
+        present = {p.name for p in source.iterdir() if p.name not in ("provenance.yaml", "LICENSE")}
         assert listed == present, source.name
         for entry in entries:
             assert re.fullmatch("[0-9a-f]{40}", entry["commit"])
