@@ -276,11 +276,9 @@ def test_a_build_retried_with_new_descriptions_is_one_failing_call(
     assert session["halts"] == []
 
 
-def test_cancelled_siblings_are_no_failures_in_a_replay(
-    tmp_path: Path, unattended: Path, capsys: pytest.CaptureFixture[str]
-) -> None:
-    """What the reader gives the core: the cancelled siblings carry their flag (the core's outcome
-    for them is checked on a real subagent in test_real_transcripts)."""
+def test_a_batch_cancelled_after_one_failure_is_flagged_call_by_call(tmp_path: Path) -> None:
+    """The reader's side of the cancelled outcome; the core's verdict on it is checked on a real
+    subagent in test_real_transcripts."""
     calls = [
         ("Read", {"file_path": "/missing"}, "<tool_use_error>File does not exist.</tool_use_error>", True)
     ]
