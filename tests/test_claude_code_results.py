@@ -218,7 +218,7 @@ def test_reader_marks_host_results(tmp_path: Path) -> None:
     )
     sink = read(path)
     assert sink.errors == []
-    assert [(c.tool, c.cancelled, c.refusal, c.failed) for c in sink.calls] == [
+    assert [(c.tool_name, c.cancelled, c.refusal, c.failed) for c in sink.calls] == [
         ("Read", False, None, True),
         ("Read", True, None, True),
         ("Bash", True, None, True),

@@ -191,14 +191,14 @@ def read_calls(path: Path) -> _Calls:
 
 def test_real_sibling_cancellations_are_read_as_cancelled() -> None:
     sink = read_calls(SIBLINGS)
-    cancelled = [(c.tool, c.line) for c in sink.calls if c.cancelled]
+    cancelled = [(c.tool_name, c.line) for c in sink.calls if c.cancelled]
     assert cancelled == [("Read", line) for line in (9, 11, 13, 15, 17, 19, 21)]
     failed = [c for c in sink.calls if c.failed and not c.cancelled]
-    assert [(c.tool, c.result) for c in failed] == [
+    assert [(c.tool_name, c.result) for c in failed] == [
         ("Read", "<tool_use_error>File does not exist.</tool_use_error>")
     ]
     bash = read_calls(REAL / "claude-code" / "cc_sibling_bash_rerun.jsonl")
-    assert [(c.tool, c.cancelled, c.failed) for c in bash.calls] == [
+    assert [(c.tool_name, c.cancelled, c.failed) for c in bash.calls] == [
         ("Bash", False, True),
         ("Bash", True, True),
         ("Bash", False, False),
@@ -208,9 +208,11 @@ def test_real_sibling_cancellations_are_read_as_cancelled() -> None:
 
 def test_real_user_rejections_are_refusals() -> None:
     taskoutput = read_calls(REAL / "claude-code" / "cc_rejected_taskoutput.jsonl")
-    assert [(c.tool, c.refusal) for c in taskoutput.calls if c.refusal] == [("TaskOutput", "user_rejected")]
+    assert [(c.tool_name, c.refusal) for c in taskoutput.calls if c.refusal] == [
+        ("TaskOutput", "user_rejected")
+    ]
     short = read_calls(REAL / "claude-code" / "cc_short_rejections.jsonl")
-    assert [(c.tool, c.refusal) for c in short.calls] == [
+    assert [(c.tool_name, c.refusal) for c in short.calls] == [
         ("Bash", "user_rejected"),
         ("Glob", "user_rejected"),
     ]

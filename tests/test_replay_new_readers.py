@@ -42,7 +42,7 @@ class Sink:
         self.errors.append((Path(path).name, line, reason))
 
     def summary(self) -> list[tuple[Any, ...]]:
-        return [(c.call_id, c.tool, c.args, c.result, c.failed, c.has_result) for c in self.calls]
+        return [(c.call_id, c.tool_name, c.args, c.result, c.failed, c.has_result) for c in self.calls]
 
 
 def read_text(tmp_path: Path, name: str, text: str, fmt: str = "auto") -> Sink:
@@ -117,7 +117,7 @@ def test_openhands_events_become_calls_with_their_observations(tmp_path: Path) -
     sink = read_document(tmp_path, "run.json", events)
     assert sink.errors == []
     assert sink.formats == {"run.json": "openhands"}
-    assert [(c.call_id, c.tool, c.failed) for c in sink.calls] == [
+    assert [(c.call_id, c.tool_name, c.failed) for c in sink.calls] == [
         ("c3", "execute_bash", True),
         ("c4", "execute_bash", False),  # -1: no exit code yet, not a failure
         ("c5", "execute_bash", False),
@@ -186,7 +186,7 @@ def test_swe_agent_steps_are_calls_named_by_their_first_word(tmp_path: Path) -> 
     }
     sink = read_document(tmp_path, "run.traj", trajectory)
     assert sink.formats == {"run.traj": "swe-agent"}
-    assert [(c.tool, c.args, c.failed, c.has_result) for c in sink.calls] == [
+    assert [(c.tool_name, c.args, c.failed, c.has_result) for c in sink.calls] == [
         ("find_file", {"command": "find_file missing.py\n"}, None, True),
         ("python", {"command": "python reproduce.py\n"}, None, True),
         ("submit", {"command": "submit\n"}, None, False),
@@ -226,7 +226,7 @@ def test_swe_agent_function_calls_skip_demonstrations(tmp_path: Path) -> None:
     ]
     sink = read_document(tmp_path, "fc.traj", {"history": history, "trajectory": trajectory})
     assert sink.errors == []
-    assert [(c.call_id, c.tool, c.result) for c in sink.calls] == [
+    assert [(c.call_id, c.tool_name, c.result) for c in sink.calls] == [
         ("c1", "open", "[File: a.py]"),
         ("c2", "bash", "ok"),
         (None, "submit", "diff --git"),  # the last step, recorded only in the trajectory
@@ -278,7 +278,7 @@ def test_mini_swe_agent_blocks_are_bash_calls_ended_by_their_return_code(tmp_pat
     sink = read_document(tmp_path, "run.traj.json", MINI)
     assert sink.formats == {"run.traj.json": "mini-swe-agent"}
     assert sink.errors == []
-    assert [(c.tool, c.args["command"], c.failed) for c in sink.calls] == [
+    assert [(c.tool_name, c.args["command"], c.failed) for c in sink.calls] == [
         ("bash", "ls -la", False),
         ("bash", "python run.py", True),  # the return code before the output decides, not one inside it
         ("bash", "sleep 1000", None),
@@ -311,7 +311,7 @@ def test_a_tool_calling_message_list_stays_an_openai_chat(tmp_path: Path) -> Non
     ]
     sink = read_document(tmp_path, "run.json", messages)
     assert sink.formats == {"run.json": "openai"}
-    assert [(c.call_id, c.tool) for c in sink.calls] == [("c1", "bash")]
+    assert [(c.call_id, c.tool_name) for c in sink.calls] == [("c1", "bash")]
 
 
 # --- detection ------------------------------------------------------------------------------------
@@ -529,7 +529,7 @@ def test_openhands_agent_sdk_events(tmp_path: Path) -> None:
     sink = read_document(tmp_path, "events.json", events)
     assert sink.formats == {"events.json": "openhands"}
     assert sink.errors == []
-    assert [(c.call_id, c.tool, c.args, c.result, c.failed, c.refusal) for c in sink.calls] == [
+    assert [(c.call_id, c.tool_name, c.args, c.result, c.failed, c.refusal) for c in sink.calls] == [
         ("call_a", "execute_bash", '{"command": "make test"}', "FAILED", True, None),
         ("call_b", "str_replace_editor", '{"command": "view", "path": "/x"}', "Invalid path", True, None),
         ("call_c", "execute_bash", '{"command": "rm -rf /"}', None, True, "user_rejected"),
@@ -563,7 +563,7 @@ def test_toolbench_answer_replays_its_whole_run(tmp_path: Path) -> None:
     }
     sink = read_document(tmp_path, "12345_ChatGPT_CoT.json", answer)
     assert sink.errors == []
-    assert [(c.tool, c.args) for c in sink.calls] == [("search_for_lyrics", '{"q": "x"}')] * 2
+    assert [(c.tool_name, c.args) for c in sink.calls] == [("search_for_lyrics", '{"q": "x"}')] * 2
     broken = read_document(tmp_path, "bad.json", {"answer_generation": {"train_messages": "x"}})
     assert broken.errors == [
         ("bad.json", 1, "answer_generation.train_messages is string, expected an array of message arrays")

@@ -175,7 +175,7 @@ class SessionFeed:
                     return
                 # a call without an id is named by its reader's slot ("step 4"), else by its kind
                 which = call.call_id or ("(legacy function call)" if slot.startswith("\0") else slot)
-                self.error(call.line, f"tool call {which} ({call.tool}) has no result; not replayed")
+                self.error(call.line, f"tool call {which} ({call.tool_name}) has no result; not replayed")
             del self._pending[slot]
             self._emit(slot, call)
 

@@ -16,6 +16,7 @@ from typing import IO, Any, Final, Protocol
 
 import orjson
 
+from otelguard.errors import UsageError
 from otelguard.replay.chat import ANTHROPIC, OPENAI, ChatReader
 from otelguard.replay.claude_code import CLAUDE_CODE, ClaudeCodeReader
 from otelguard.replay.events import EventSink
@@ -47,10 +48,6 @@ _PROGRESS_EVERY_BYTES: Final = 1 << 20
 MAX_DOCUMENT_BYTES: Final = 256 << 20
 """A whole-file document (a trajectory, a request body) is parsed at once; past this size it is refused
 rather than read into memory."""
-
-
-class UsageError(Exception):
-    """A command-line input that cannot be used at all (exit 2)."""
 
 
 def detect_format(record: Any) -> str | None:
