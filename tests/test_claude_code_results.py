@@ -247,7 +247,6 @@ def replay(path: Path, config: Path, capsys: pytest.CaptureFixture[str]) -> dict
     return document
 
 
-@pytest.mark.xfail(reason="needs the same_error detector in the core", strict=False)
 def test_edits_on_unread_files_are_stopped_by_same_error(
     tmp_path: Path, unattended: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -262,7 +261,6 @@ def test_edits_on_unread_files_are_stopped_by_same_error(
     assert [(h["call"], h["code"]) for h in session["halts"]] == [(6, "same_error_halt")]
 
 
-@pytest.mark.xfail(reason="needs ignore_args (Bash description) in the core", strict=False)
 def test_a_build_retried_with_new_descriptions_is_one_failing_call(
     tmp_path: Path, unattended: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:

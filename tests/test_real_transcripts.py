@@ -20,10 +20,6 @@ from otelguard.cli import main
 from otelguard.replay import SessionKey, ToolCall, replay_inputs
 
 REAL = Path(__file__).parent / "data" / "real"
-NEEDS_CORE = pytest.mark.xfail(
-    reason="needs the cancelled outcome, ignore_args, same_error and the prevented_calls rule in the core",
-    strict=False,
-)
 
 
 @pytest.fixture(scope="module")
@@ -134,7 +130,6 @@ def test_tau_bench_book_reservation_loop_is_blocked(
     assert session["decisions"]["cycle_warn"] == 2
 
 
-@NEEDS_CORE
 def test_tau_bench_blocked_call_is_prevented_and_repeated_errors_add_no_new_code(
     unattended: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -149,7 +144,6 @@ def test_tau_bench_blocked_call_is_prevented_and_repeated_errors_add_no_new_code
 SIBLINGS = REAL / "claude-code" / "cc_subagent_sibling_reads.jsonl"
 
 
-@NEEDS_CORE
 def test_cancelled_siblings_do_not_stop_a_healthy_subagent(
     unattended: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
