@@ -66,9 +66,11 @@ def test_every_call_of_the_examples_gets_one_mark_matching_the_report() -> None:
         assert found.count(WARNED) == warnings
         # each halt's recorded position is a stopped mark, in the halt's turn and call
         assert len(marks.halt_calls) == len(session.halts)
-        places: list[tuple[int, int]] = []  # (turn, call in turn) of each mark, both 1-based
+        places = [(0, 0)]  # (turn, call in turn) of each mark, both 1-based
         for mark in marks.marks:
-            places.append((places[-1][0] + 1, 1) if mark & TURN_START else (places[-1][0], places[-1][1] + 1))
+            turn, call = places[-1]
+            places.append((turn + 1, 1) if mark & TURN_START else (turn, call + 1))
+        del places[0]
         for position, halt in zip(marks.halt_calls, session.halts, strict=True):
             assert found[position] == STOPPED
             assert places[position] == (halt.turn, halt.call)
