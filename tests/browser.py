@@ -18,7 +18,7 @@ import sys
 import time
 import zlib
 from collections.abc import Iterator
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import Any
 
@@ -169,10 +169,8 @@ def run_chromium(tmp_path: Path, window: tuple[int, int] = (1280, 900)) -> Itera
     try:
         yield browser
     finally:
-        try:
+        with suppress(AssertionError, OSError):  # chromium may close the pipe before it answers
             browser.send("Browser.close")
-        except (AssertionError, OSError):
-            pass
         os.close(commands_write)
         os.close(replies_read)
         stop_process(process)

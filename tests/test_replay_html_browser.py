@@ -35,7 +35,11 @@ def hostile_transcript(tmp_path: Path) -> Path:
     for n in range(12):
         tool = HOSTILE_TOOLS[n % 2] if n < 2 else HOSTILE_TOOLS[0]
         arguments = json.dumps({"q": "same"})
-        call = {"id": f'c{n}"><b>x</b>', "type": "function", "function": {"name": tool, "arguments": arguments}}
+        call = {
+            "id": f'c{n}"><b>x</b>',
+            "type": "function",
+            "function": {"name": tool, "arguments": arguments},
+        }
         messages.append({"role": "assistant", "tool_calls": [call]})
         messages.append({"role": "tool", "tool_call_id": call["id"], "content": "Error: failed"})
     path = tmp_path / "<img src=x onerror=alert(3)>.jsonl"
@@ -64,7 +68,9 @@ def test_example_report_loads_clean_fetches_nothing_and_shows_every_part(
         assert console_problems(page) == []
         requested = [e["request"]["url"] for e in page.events("Network.requestWillBeSent")]
         assert requested == [report.as_uri()]
-        timelines = page.evaluate("[...document.querySelectorAll('figure.timeline')].map(f => f.dataset.session)")
+        timelines = page.evaluate(
+            "[...document.querySelectorAll('figure.timeline')].map(f => f.dataset.session)"
+        )
         assert sorted(timelines) == sorted(s["session_id"] for s in doc["sessions"])
         halt_rows = page.evaluate("document.querySelectorAll('#halts tr.halt').length")
         assert halt_rows == doc["totals"]["halts"]
@@ -74,7 +80,9 @@ def test_example_report_loads_clean_fetches_nothing_and_shows_every_part(
         assert sorted(labels) == sorted(h["code"] for s in doc["sessions"] for h in s["halts"])
         legend = page.evaluate("[...document.querySelectorAll('#legend li')].map(li => li.dataset.class)")
         assert {"allowed", "warned", "stopped", "prevented", "cancelled"} <= set(legend)
-        caps = page.evaluate("[...document.querySelectorAll('#cap-usage tr[data-cap]')].map(r => r.dataset.cap)")
+        caps = page.evaluate(
+            "[...document.querySelectorAll('#cap-usage tr[data-cap]')].map(r => r.dataset.cap)"
+        )
         assert caps == ["subagents", "web_search"]
         # every drawn timeline is laid out with a real size (nothing collapsed to zero)
         sizes = page.evaluate(
@@ -83,8 +91,12 @@ def test_example_report_loads_clean_fetches_nothing_and_shows_every_part(
         assert sizes and min(sizes) > 100
 
 
-def test_hostile_names_render_as_text_and_never_run(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    report, doc = replay_to_html(tmp_path, [hostile_transcript(tmp_path)], capsys, "--config", str(UNATTENDED))
+def test_hostile_names_render_as_text_and_never_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, doc = replay_to_html(
+        tmp_path, [hostile_transcript(tmp_path)], capsys, "--config", str(UNATTENDED)
+    )
     assert doc["totals"]["halts"] >= 1
     with run_chromium(tmp_path) as browser:
         page = browser.new_page()
@@ -95,7 +107,9 @@ def test_hostile_names_render_as_text_and_never_run(tmp_path: Path, capsys: pyte
         assert page.evaluate("document.images.length") == 0
         assert page.evaluate("document.querySelectorAll('b:not(figcaption > b)').length") == 0
         text = page.evaluate("document.body.textContent")
-        tools = page.evaluate("[...document.querySelectorAll('#halts tr.halt td:nth-child(5)')].map(t => t.textContent)")
+        tools = page.evaluate(
+            "[...document.querySelectorAll('#halts tr.halt td:nth-child(5)')].map(t => t.textContent)"
+        )
         assert tools and set(tools) <= set(HOSTILE_TOOLS)
         assert HOSTILE_TOOLS[0] in text
         assert "<img src=x onerror=alert(3)>.jsonl" in text

@@ -151,7 +151,9 @@ def test_a_long_session_is_folded_to_the_stored_bound_and_keeps_its_halts() -> N
         assert marks.marks[call // marks.calls_per_mark] & CLASS_MASK == STOPPED
 
 
-@given(st.lists(st.sampled_from([ALLOWED, WARNED, STOPPED, PREVENTED, CANCELLED, NOT_REPLAYED]), max_size=400))
+@given(
+    st.lists(st.sampled_from([ALLOWED, WARNED, STOPPED, PREVENTED, CANCELLED, NOT_REPLAYED]), max_size=400)
+)
 def test_shrink_never_loses_a_stop(calls: list[int]) -> None:
     marks = SessionMarks()
     for mark in calls:
