@@ -169,7 +169,8 @@ def _decisions(report: ReplayReport, decisions: dict[str, int]) -> str:
     bar_room = 420
     most = rows[0][1]
     height = 22 * len(rows) + 4
-    width = label_width + bar_room + 70
+    count_width = max(len(f"{count} ({'/'.join(report.actions.get(code, ()))})") for code, count in rows)
+    width = label_width + bar_room + 12 + int(count_width * _CHAR_WIDTH)
     bars = []
     for index, (code, count) in enumerate(rows):
         y = 4 + 22 * index
@@ -246,9 +247,9 @@ def _timeline(rank: int, session: SessionReport, marks: SessionMarks, pitch: int
         if d
     ]
     body.append(_turn_separators(turn_columns, xs, gaps, marks.calls_per_mark, stroke))
-    width = max(_MIN_WIDTH, (xs[-1] if xs else 0) + pitch + 2)
-    halt_svg, unlabelled = _halt_labels(session, marks, xs, width, stroke)
+    halt_svg, unlabelled, labels_end = _halt_labels(session, marks, xs, stroke)
     body.append(halt_svg)
+    width = round(max(_MIN_WIDTH, (xs[-1] if xs else 0) + pitch + 40, labels_end))
     svg = (
         f'<svg viewBox="0 0 {width} {_TIMELINE_HEIGHT}" width="{width}" height="{_TIMELINE_HEIGHT}" '
         f'role="img" aria-label="timeline of session {rank}">{"".join(body)}</svg>'
@@ -291,10 +292,10 @@ def _turn_separators(
 
 
 def _halt_labels(
-    session: SessionReport, marks: SessionMarks, xs: list[int], width: int, stroke: int
-) -> tuple[str, int]:
+    session: SessionReport, marks: SessionMarks, xs: list[int], stroke: int
+) -> tuple[str, int, float]:
     """A tick over every halt and its code in one of two lanes; the codes that find no free lane are
-    counted (the halts table lists them)."""
+    counted (the halts table lists them). Also returns where the last label ends."""
     lane_ends = [-1.0] * len(_LABEL_LANES)
     ticks: list[str] = []
     labels: list[str] = []
@@ -304,7 +305,7 @@ def _halt_labels(
         x = xs[column] + stroke / 2
         ticks.append(f"M{x - 3:g} 23l3 4l3 -4")
         text_width = len(halt.code) * _CHAR_WIDTH
-        start = x if x + text_width <= width else max(0.0, x - text_width)
+        start = max(0.0, x - 3)
         lane = next((i for i, end in enumerate(lane_ends) if end < start), None)
         if lane is None:
             unlabelled += 1
@@ -316,8 +317,8 @@ def _halt_labels(
         )
     unlabelled += max(0, session.halts_total - len(marks.halt_calls))
     if not ticks:
-        return "", unlabelled
-    return f'<path class="tick" d="{"".join(ticks)}"/>{"".join(labels)}', unlabelled
+        return "", unlabelled, 0.0
+    return f'<path class="tick" d="{"".join(ticks)}"/>{"".join(labels)}', unlabelled, max(lane_ends)
 
 
 def _timeline_caption(rank: int, session: SessionReport, marks: SessionMarks, unlabelled: int) -> str:
