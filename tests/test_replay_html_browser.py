@@ -137,3 +137,29 @@ def test_example_report_screenshot_is_not_blank(tmp_path: Path, capsys: pytest.C
     assert len(colours) > 50
     darkish = sum(1 for row in rows for x in range(0, len(row), channels) if sum(row[x : x + 3]) < 384)
     assert darkish > width * height // 100
+
+
+def colours(page: Page) -> tuple[str, str, str]:
+    return tuple(  # type: ignore[return-value]
+        page.evaluate(
+            "(() => { const b = getComputedStyle(document.body);"
+            " const m = getComputedStyle(document.querySelector('figure.timeline path.m0'));"
+            " return [b.backgroundColor, b.color, m.stroke]; })()"
+        )
+    )
+
+
+def test_light_and_dark_schemes_both_have_their_own_colours(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, _ = replay_to_html(tmp_path, EXAMPLES, capsys)
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        schemes = {}
+        for scheme in ("light", "dark"):
+            page.send("Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": scheme}])
+            open_report(page, report)
+            schemes[scheme] = colours(page)
+    assert schemes["light"][0] == "rgb(255, 255, 255)"
+    assert schemes["dark"][0] != schemes["light"][0] and schemes["dark"][1] != schemes["light"][1]
+    assert schemes["dark"][2] != schemes["light"][2]

@@ -99,23 +99,25 @@ class SessionMarks:
     calls_per_mark: int = 1
     halt_calls: list[int] = field(default_factory=list)
     """0-based call position of each listed halt, aligned with the session report's ``halts``."""
-    _turn_pending: bool = False
+    _next_flags: int = 0
 
     def start_turn(self) -> None:
-        self._turn_pending = True
+        self._next_flags = TURN_START
 
     def add(self, mark: int) -> None:
-        if self._turn_pending:
-            mark |= TURN_START
-            self._turn_pending = False
-        if self.calls % self.calls_per_mark:
+        mark |= self._next_flags
+        self._next_flags = 0
+        calls = self.calls
+        self.calls = calls + 1
+        if self.calls_per_mark == 1 and calls < MAX_STORED_MARKS:  # the common case, kept short
+            self.marks.append(mark)
+        elif calls % self.calls_per_mark:
             self.marks[-1] = merge(self.marks[-1], mark)
         else:
             if len(self.marks) >= MAX_STORED_MARKS:
                 self.marks = group(self.marks, 2)
                 self.calls_per_mark *= 2
             self.marks.append(mark)
-        self.calls += 1
 
     def halt_here(self) -> None:
         """The call just added halted its turn (and the session report listed the halt)."""
