@@ -36,7 +36,7 @@ PAGE_LIMIT_BYTES = 20 * 1024 * 1024
 ALLOWED_TAGS = {
     "html", "head", "meta", "title", "style", "body", "h1", "h2", "p", "dl", "div", "dt", "dd", "svg",
     "g", "text", "rect", "path", "ul", "li", "span", "figure", "figcaption", "b", "br", "table",
-    "thead", "tbody", "tr", "th", "td",
+    "thead", "tbody", "tr", "th", "td", "colgroup", "col",
 }  # fmt: skip
 
 

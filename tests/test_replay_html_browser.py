@@ -157,9 +157,32 @@ def test_light_and_dark_schemes_both_have_their_own_colours(
         page = browser.new_page()
         schemes = {}
         for scheme in ("light", "dark"):
-            page.send("Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": scheme}])
+            page.send(
+                "Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": scheme}]
+            )
             open_report(page, report)
             schemes[scheme] = colours(page)
     assert schemes["light"][0] == "rgb(255, 255, 255)"
     assert schemes["dark"][0] != schemes["light"][0] and schemes["dark"][1] != schemes["light"][1]
     assert schemes["dark"][2] != schemes["light"][2]
+
+
+def test_a_page_of_thousands_of_sessions_loads_clean_with_every_row(tmp_path: Path) -> None:
+    from otelguard.replay.html_report import write_html
+    from otelguard.replay.timeline import DEFAULT_KEEP
+    from tests.test_replay_html import big_replay
+
+    report, timelines = big_replay(4000, 20)
+    page_file = tmp_path / "big.html"
+    write_html(page_file, report, timelines)
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        open_report(page, page_file)
+        assert console_problems(page) == []
+        assert page.evaluate("document.querySelectorAll('figure.timeline').length") == DEFAULT_KEEP
+        rows = page.evaluate("document.querySelectorAll('#other-sessions tr.session').length")
+        assert rows == 4000 - DEFAULT_KEEP
+        # rows far below the fold are laid out once scrolled to (content-visibility only defers them)
+        last = "[...document.querySelectorAll('#other-sessions tr.session')].at(-1)"
+        page.evaluate(f"{last}.scrollIntoView()")
+        assert page.evaluate(f"{last}.getBoundingClientRect().height") > 0

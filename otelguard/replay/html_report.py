@@ -46,6 +46,7 @@ _TURN_GAP: Final = 4
 _MAX_TURN_GAPS: Final = 60
 """Past this many turn starts in one timeline, turns are ticks under the marks instead of gaps."""
 _MAX_TURN_LABELS: Final = 24
+_CHUNK_ROWS: Final = 200
 _LABEL_LANES: Final = (10, 22)
 _CHAR_WIDTH: Final = 6.2
 _TIMELINE_HEIGHT: Final = 76
@@ -69,9 +70,10 @@ h1{font-size:22px;margin:0 0 4px}h2{font-size:17px;margin:28px 0 8px;border-bott
 .totals{display:flex;flex-wrap:wrap;gap:10px;margin:12px 0;padding:0}
 .totals div{background:var(--panel);border:1px solid var(--line);border-radius:6px;padding:6px 12px}
 .totals dt{color:var(--muted);font-size:12px}.totals dd{margin:0;font-size:20px;font-weight:600}
-table{border-collapse:collapse;margin:6px 0}th,td{border-bottom:1px solid var(--line);padding:3px 10px;
+table{border-collapse:collapse;table-layout:fixed;width:100%}.rows{margin:6px 0}
+.chunk,figure.timeline{content-visibility:auto}figure.timeline{contain-intrinsic-size:auto 130px}th,td{border-bottom:1px solid var(--line);padding:3px 10px;
 text-align:left;vertical-align:top}td.n,th.n{text-align:right;font-variant-numeric:tabular-nums}
-td.id{word-break:break-all;max-width:420px}
+td.id{word-break:break-all}
 svg{max-width:100%;height:auto;display:block}svg text{fill:var(--fg);font:10px system-ui,sans-serif}
 figure.timeline{margin:14px 0;padding:6px 10px;background:var(--panel);border:1px solid var(--line);
 border-radius:6px}figcaption{font-size:13px}figcaption b{word-break:break-all}
@@ -342,9 +344,29 @@ def _timeline_caption(rank: int, session: SessionReport, marks: SessionMarks, un
     )
 
 
-def _table(table_id: str, headers: Sequence[str], numeric: set[str], rows: Iterable[str]) -> str:
-    head = "".join(f'<th class="n">{h}</th>' if h in numeric else f"<th>{h}</th>" for h in headers)
-    return f'<table id="{table_id}"><thead><tr>{head}</tr></thead><tbody>{"".join(rows)}</tbody></table>'
+def _table(table_id: str, columns: Sequence[tuple[str, int, bool]], rows: Iterable[str]) -> str:
+    """``columns``: (header, width in percent, numeric). Rows go in chunks of fixed-layout tables
+    that the browser lays out only when scrolled into view, so thousands of rows still open fast."""
+    colgroup = (
+        "<colgroup>" + "".join(f'<col style="width:{width}%">' for _, width, _ in columns) + "</colgroup>"
+    )
+    head = "".join(f'<th class="n">{h}</th>' if numeric else f"<th>{h}</th>" for h, _, numeric in columns)
+    chunks: list[str] = []
+    batch: list[str] = []
+    for row in rows:
+        batch.append(row)
+        if len(batch) == _CHUNK_ROWS:
+            chunks.append(_chunk(colgroup, batch))
+            batch = []
+    if batch or not chunks:
+        chunks.append(_chunk(colgroup, batch))
+    header = f"<table>{colgroup}<thead><tr>{head}</tr></thead></table>"
+    return f'<div class="rows" id="{table_id}">{header}{"".join(chunks)}</div>'
+
+
+def _chunk(colgroup: str, rows: list[str]) -> str:
+    style = f"contain-intrinsic-size:auto {len(rows) * 27}px"
+    return f'<div class="chunk" style="{style}"><table>{colgroup}<tbody>{"".join(rows)}</tbody></table></div>'
 
 
 def _left_out(shown: int, total: int, what: str) -> str:
@@ -365,12 +387,20 @@ def _other_sessions(sessions: Sequence[SessionReport], drawn: int) -> str:
         f'<td class="n">{s.prevented_calls}</td></tr>'
         for rank, s in enumerate(shown, drawn + 1)
     )
-    headers = ("#", "session", "path", "turns", "calls", "warnings", "halted turns", "not run")
-    numeric = {"#", "turns", "calls", "warnings", "halted turns", "not run"}
+    columns = (
+        ("#", 6, True),
+        ("session", 30, False),
+        ("path", 24, False),
+        ("turns", 8, True),
+        ("calls", 8, True),
+        ("warnings", 8, True),
+        ("halted turns", 8, True),
+        ("not run", 8, True),
+    )
     return (
         '<h2 id="other-sessions-title">The other sessions</h2>'
         f'<p class="muted">Past the {drawn} drawn above, in the same order.</p>'
-        + _table("other-sessions", headers, numeric, rows)
+        + _table("other-sessions", columns, rows)
         + _left_out(len(shown), len(sessions), "sessions")
     )
 
@@ -390,8 +420,16 @@ def _halts(ranked: Sequence[SessionReport], total: int) -> str:
                 f'<td class="id">{esc(halt.call_id or "")}</td><td class="id">{esc(halt.tool)}</td>'
                 f"<td>{esc(halt.action)}</td><td>{esc(halt.code)}</td></tr>"
             )
-    headers = ("session", "turn", "call", "call id", "tool", "action", "code")
-    return title + _table("halts", headers, {"turn", "call"}, rows) + _left_out(len(rows), total, "halts")
+    columns = (
+        ("session", 30, False),
+        ("turn", 7, True),
+        ("call", 7, True),
+        ("call id", 18, False),
+        ("tool", 16, False),
+        ("action", 8, False),
+        ("code", 14, False),
+    )
+    return title + _table("halts", columns, rows) + _left_out(len(rows), total, "halts")
 
 
 def _cap_usage(usage: dict[str, CapUsage], cap_hits: dict[str, int]) -> str:
@@ -413,9 +451,14 @@ def _cap_usage(usage: dict[str, CapUsage], cap_hits: dict[str, int]) -> str:
         f'<span class="swatch" style="background:var(--u{i})"></span>{esc(name)}'
         for i, name in enumerate(CAP_USAGE_BUCKETS)
     ]
-    headers = ("cap", "turns", *swatches, "highest", "cap hits")
-    numeric = {*swatches, "highest", "cap hits"}
-    return title + intro + _table("cap-usage", headers, numeric, rows)
+    columns = (
+        ("cap", 14, False),
+        ("turns", 26, False),
+        *((swatch, 8, True) for swatch in swatches),
+        ("highest", 10, True),
+        ("cap hits", 10, True),
+    )
+    return title + intro + _table("cap-usage", columns, rows)
 
 
 def _usage_bar(entry: CapUsage) -> str:
@@ -438,7 +481,8 @@ def _inputs(report: ReplayReport) -> str:
         f'<td class="n">{e.sessions}</td><td class="n">{e.errors}</td></tr>'
         for e in shown
     )
-    table = _table("inputs", ("path", "format", "sessions", "errors"), {"sessions", "errors"}, rows)
+    columns = (("path", 60, False), ("format", 16, False), ("sessions", 12, True), ("errors", 12, True))
+    table = _table("inputs", columns, rows)
     return '<h2 id="inputs-title">Inputs</h2>' + table + _left_out(len(shown), len(entries), "inputs")
 
 
@@ -451,7 +495,7 @@ def _errors(report: ReplayReport) -> str:
         f"<td>{esc(e.reason)}</td></tr>"
         for e in shown
     )
-    table = _table("errors", ("where", "reason"), set(), rows)
+    table = _table("errors", (("where", 40, False), ("reason", 60, False)), rows)
     return (
         '<h2 id="errors-title">Input errors (skipped)</h2>'
         + table
