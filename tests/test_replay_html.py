@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from otelguard import GuardConfig
 from otelguard.cli import main
 from otelguard.replay import ReplayRunner, replay_inputs
-from otelguard.replay.html_report import MAX_HALT_ROWS, MAX_SESSION_ROWS, render_html
+from otelguard.replay.html_report import MAX_HALT_ROWS, MAX_SESSION_ROWS, render_html, write_html
 from otelguard.replay.report import HaltRecord, InputReport, ReplayReport, SessionReport
 from otelguard.replay.timeline import (
     ALLOWED,
@@ -236,3 +236,20 @@ def test_ten_thousand_sessions_and_a_million_calls_stay_under_the_page_bound() -
     assert len(page.all("tr", **{"class": "session"})) == MAX_SESSION_ROWS
     assert f"first {MAX_SESSION_ROWS} of {10_000 - DEFAULT_KEEP} sessions" in document
     assert len(page.all("tr", **{"class": "halt"})) == MAX_HALT_ROWS
+
+
+def test_a_lone_surrogate_in_a_name_is_written_not_raised(tmp_path: Path) -> None:
+    report, timelines = one_session_report("s\ud800", "p\udfff.jsonl", "tool\ud83d", "id")
+    target = tmp_path / "r.html"
+    assert write_html(target, report, timelines) == target.stat().st_size
+    assert "s?" in target.read_text(encoding="utf-8")
+
+
+@pytest.mark.skipif(not Path("/dev/full").exists(), reason="needs /dev/full (a device every write to fails)")
+def test_a_write_that_fails_after_the_replay_exits_1_with_the_reason(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    assert main(["replay", *map(str, EXAMPLES), "--json", "--html", "/dev/full"]) == 1
+    captured = capsys.readouterr()
+    assert json.loads(captured.out)["totals"]["sessions"] == 2  # the report is still printed
+    assert "cannot write --html /dev/full: No space left on device" in captured.err

@@ -130,7 +130,7 @@ def render_html(report: ReplayReport, timelines: Timelines) -> str:
 
 
 def write_html(path: str | Path, report: ReplayReport, timelines: Timelines) -> int:
-    """Write the page; returns its size in bytes. A lone surrogate in a name becomes U+FFFD."""
+    """Write the page; returns its size in bytes. A lone surrogate in a name is written as ``?``."""
     body = render_html(report, timelines).encode("utf-8", "replace")
     Path(path).write_bytes(body)
     return len(body)
