@@ -110,10 +110,11 @@ class ReplayRunner:
         if self._note(session, call, decision) or not decision.allows_execution:
             self._mark(session, mark_for(decision))
             return
-        after = guard.after_call(call.tool, call.args, call.result, failed=call.failed, call_id=call.call_id)
-        self._note(session, call, after)
-        mark = max(mark_for(decision), mark_for(after))
-        self._mark(session, CANCELLED if mark != STOPPED and getattr(call, "cancelled", False) else mark)
+        decision = guard.after_call(
+            call.tool, call.args, call.result, failed=call.failed, call_id=call.call_id
+        )
+        self._note(session, call, decision)
+        self._mark(session, mark_for(decision, cancelled=getattr(call, "cancelled", False)))
 
     def end_session(self, key: SessionKey) -> None:
         session = self._open.pop(key, None)

@@ -64,12 +64,15 @@ DEFAULT_KEEP: Final = 200
 CAP_USAGE_BUCKETS: Final = ("unused", "under 50%", "50–79%", "80–99%", "at the cap")
 
 
-def mark_for(decision: Decision) -> int:
-    if decision.action == "allow":
-        return ALLOWED
-    if decision.action == "warn":
-        return WARNED
-    return STOPPED
+def mark_for(decision: Decision, *, cancelled: bool = False) -> int:
+    """The mark of a call the guard saw; a cancelled call is marked so unless the guard stopped it."""
+    if not decision.allows_execution:
+        return STOPPED
+    if decision.should_halt:  # a halt from after_call: the call ran, then the turn stopped
+        return STOPPED
+    if cancelled:
+        return CANCELLED
+    return WARNED if decision.action == "warn" else ALLOWED
 
 
 def merge(a: int, b: int) -> int:
