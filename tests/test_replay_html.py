@@ -140,7 +140,9 @@ def one_session_report(session_id: str, path: str, tool: str, call_id: str) -> t
     report.inputs[path] = InputReport(path=path, format="openai", sessions=1)
     session = SessionReport(session_id=session_id, path=path, seq=1, turns=1, tool_calls=3)
     session.decisions["cap_turn"] = 1
-    session.add_halt(HaltRecord(turn=1, call=2, call_id=call_id, tool=tool, action="block", code="cap_turn"))
+    session.add_halt(
+        HaltRecord(turn=1, call=2, call_id=call_id, tool_name=tool, action="block", code="cap_turn")
+    )
     report.actions["cap_turn"] = {"block"}
     report.add_session(session)
     other = SessionReport(session_id=session_id + "-2", path=path, seq=2, turns=1, tool_calls=1)

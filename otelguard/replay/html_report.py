@@ -417,7 +417,7 @@ def _halts(ranked: Sequence[SessionReport], total: int) -> str:
             rows.append(
                 f'<tr class="halt" data-code="{esc(halt.code)}"><td class="id">{esc(session.session_id)}</td>'
                 f'<td class="n">{halt.turn}</td><td class="n">{halt.call}</td>'
-                f'<td class="id">{esc(halt.call_id or "")}</td><td class="id">{esc(halt.tool)}</td>'
+                f'<td class="id">{esc(halt.call_id or "")}</td><td class="id">{esc(halt.tool_name)}</td>'
                 f"<td>{esc(halt.action)}</td><td>{esc(halt.code)}</td></tr>"
             )
     columns = (

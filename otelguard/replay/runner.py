@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
+from otelguard import decisions as codes
 from otelguard.replay.events import SessionKey, ToolCall
 from otelguard.replay.report import ErrorRecord, HaltRecord, InputReport, ReplayReport, SessionReport
 from otelguard.replay.timeline import (
@@ -24,6 +25,7 @@ from otelguard.replay.timeline import (
     mark_for,
     session_rank,
 )
+from otelguard.testing import ScriptedCall, play_call
 
 __all__ = ["ReplayRunner"]
 
@@ -105,16 +107,16 @@ class ReplayRunner:
         if not call.has_result:  # reported by the reader; its outcome would be a guess
             self._mark(session, CANCELLED if getattr(call, "cancelled", False) else NOT_REPLAYED)
             return
-        guard = session.guard
-        decision = guard.before_call(call.tool, call.args, call_id=call.call_id)
-        if self._note(session, call, decision) or not decision.allows_execution:
-            self._mark(session, mark_for(decision))
-            return
-        decision = guard.after_call(
-            call.tool, call.args, call.result, failed=call.failed, call_id=call.call_id
+        played = play_call(
+            session.guard,
+            ScriptedCall(call.tool_name, call.args, call.result, call.failed, None, call.call_id),
         )
-        self._note(session, call, decision)
-        self._mark(session, mark_for(decision, cancelled=getattr(call, "cancelled", False)))
+        self._note(session, call, played.before)
+        if played.after is None:  # refused before it ran
+            self._mark(session, mark_for(played.before))
+            return
+        self._note(session, call, played.after)
+        self._mark(session, mark_for(played.after, cancelled=getattr(call, "cancelled", False)))
 
     def end_session(self, key: SessionKey) -> None:
         session = self._open.pop(key, None)
@@ -161,11 +163,11 @@ class ReplayRunner:
 
     def _note(self, session: _Session, call: ToolCall, decision: Decision) -> bool:
         """Count a non-allow decision; record the turn's first block/halt. True when the turn halts."""
-        if decision.code == "allow":
+        if decision.code == codes.ALLOW:
             return False
         report = session.report
         report.decisions[decision.code] += 1
-        if decision.cap is not None and decision.code in ("cap_turn", "cap_session"):
+        if decision.cap is not None and decision.code in (codes.CAP_TURN, codes.CAP_SESSION):
             report.cap_hits[decision.cap] += 1
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
         if not decision.should_halt:
@@ -176,7 +178,7 @@ class ReplayRunner:
                 turn=report.turns,
                 call=session.call_in_turn,
                 call_id=call.call_id,
-                tool=call.tool,
+                tool_name=call.tool_name,
                 action=decision.action,
                 code=decision.code,
             )
