@@ -3,7 +3,6 @@ kept only for the highest-ranked sessions, and cap usage bucketed per turn."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
 from pathlib import Path
 
 from hypothesis import given
@@ -85,19 +84,14 @@ def test_runner_without_timelines_keeps_no_marks() -> None:
     assert report.totals()["tool_calls"] == 68
 
 
-@dataclass(slots=True)
-class CancelledCall(ToolCall):
-    cancelled: bool = False
-
-
 def test_cancelled_and_unanswered_calls_get_their_own_marks() -> None:
     timelines = Timelines()
     runner = ReplayRunner(GuardConfig(), timelines=timelines)
     key = SessionKey("t.jsonl", "s")
     runner.start_turn(key)
     runner.tool_call(key, ToolCall("a", "read_file", {}, 1, result="ok", has_result=True))
-    runner.tool_call(key, CancelledCall("b", "terminal", {}, 2, result="", has_result=True, cancelled=True))
-    runner.tool_call(key, CancelledCall("c", "terminal", {}, 3, cancelled=True))
+    runner.tool_call(key, ToolCall("b", "terminal", {}, 2, result="", has_result=True, cancelled=True))
+    runner.tool_call(key, ToolCall("c", "terminal", {}, 3, cancelled=True))
     runner.tool_call(key, ToolCall("d", "terminal", {}, 4))
     runner.finish()
     (marks,) = timelines.kept().values()
