@@ -54,6 +54,20 @@ class SignatureSeries:
         return len(self._series)
 
 
+def _build_info(registry: CollectorRegistry) -> Gauge:
+    """``otelguard_build_info``, at 1 for this process's otelguard version."""
+    # "max" keeps the gauge free of a pid label when PROMETHEUS_MULTIPROC_DIR is set
+    gauge = Gauge(
+        attr.BUILD_INFO,
+        "otelguard build information.",
+        (attr.LABEL_VERSION,),
+        registry=registry,
+        multiprocess_mode="max",
+    )
+    gauge.labels(__version__).set(1)
+    return gauge
+
+
 class MetricFamilies:
     """Every otelguard metric family on one registry (one owner per metric name)."""
 
@@ -111,15 +125,7 @@ class MetricFamilies:
             (attr.LABEL_STAGE,),
             registry=registry,
         )
-        # "max" keeps the gauge free of a pid label when PROMETHEUS_MULTIPROC_DIR is set
-        self.build_info = Gauge(
-            attr.BUILD_INFO,
-            "otelguard build information.",
-            (attr.LABEL_VERSION,),
-            registry=registry,
-            multiprocess_mode="max",
-        )
-        self.build_info.labels(__version__).set(1)
+        self.build_info = _build_info(registry)
         self.internal_error_children = {stage: self.internal_errors.labels(stage) for stage in attr.STAGES}
         self.signatures = SignatureSeries(self.loop_signature_hits)
 
