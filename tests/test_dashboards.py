@@ -395,3 +395,17 @@ def test_queries_select_and_group_only_by_labels_the_telemetry_exports(dashboard
         "stage",
         "version",
     }
+
+
+def test_the_loop_code_matcher_selects_exactly_the_loop_detector_codes() -> None:
+    """The dashboard and rules select loop decisions by excluding the non-loop codes: every loop
+    detector's code (same_error included) passes, caps, turn_halted, allow and internal errors do not."""
+    from otelguard_mixin.queries import LOOP_CODE_MATCHER
+
+    from otelguard.decisions import CODES, LOOP_CODES
+
+    pattern = re.fullmatch(r'code!~"([^"]*)"', LOOP_CODE_MATCHER)
+    assert pattern is not None
+    excluded = re.compile(f"^(?:{pattern.group(1)})$")
+    assert {"same_error_warn", "same_error_halt"} <= LOOP_CODES
+    assert {code for code in CODES if not excluded.match(code)} - {"allow"} == set(LOOP_CODES)
