@@ -70,6 +70,7 @@ class GuardSessions:
         self.config = config if config is not None else GuardConfig()
         self.telemetry = telemetry
         self.agent = agent or DEFAULT_AGENT
+        self.max_sessions = max_sessions
         self._pool: SessionPool[Session] = SessionPool(self._new_session, max_sessions=max_sessions)
 
     def _new_session(self, session_id: str) -> Session:
