@@ -19,8 +19,7 @@ DEFAULT_SESSION: Final = "default"
 def missing_framework(framework: str, extra: str) -> ImportError:
     """The error an adapter raises when its framework is not installed."""
     return ImportError(
-        f"otelguard's {framework} adapter needs the {framework} package: "
-        f'pip install "otelguard[{extra}]"'
+        f'otelguard\'s {framework} adapter needs the {framework} package: pip install "otelguard[{extra}]"'
     )
 
 
@@ -77,7 +76,13 @@ class GuardSessions:
         return Session(Guard(self.config, self.telemetry, agent=self.agent))
 
     def session(self, session_id: object) -> Session:
-        key = session_id if isinstance(session_id, str) else DEFAULT_SESSION if session_id is None else str(session_id)
+        key = (
+            session_id
+            if isinstance(session_id, str)
+            else DEFAULT_SESSION
+            if session_id is None
+            else str(session_id)
+        )
         return self._pool.get(key)
 
     def peek(self, session_id: str) -> Session | None:

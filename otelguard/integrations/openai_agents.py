@@ -5,9 +5,11 @@
 
 * Every function tool of the agent and of its handoff agents gets a tool input guardrail: a
   refused call never runs, and ``reject_content`` puts the synthetic result in the model's history.
-* Results come from ``on_tool_end``; the failure flag from wrapping each tool's failure function
-  (the SDK otherwise turns the exception into a generic string before any hook sees it). A failure
-  function the tool already had still produces the message the model gets.
+* Results come from a tool output guardrail, which appends warnings to a text result the model
+  reads (``on_tool_end`` when another output guardrail rejected the result first); the failure flag
+  from wrapping each tool's failure function (the SDK otherwise turns the exception into a generic
+  string before any hook sees it). A failure function the tool already had still produces the
+  message the model gets.
 * After a ``block``/``halt`` the SDK would call the model again: the next ``on_llm_start`` raises
   ``otelguard.GuardHalted`` instead, and ``Runner.run`` raises it to the caller.
 * A turn is one ``Runner.run``. Sessions: ``session_key(run_context)`` when given (the hooks cannot
@@ -26,6 +28,7 @@ from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
+from otelguard.decisions import Decision
 from otelguard.errors import GuardHalted
 from otelguard.integrations._sessions import GuardSessions, Session, missing_framework
 from otelguard.sessions import DEFAULT_MAX_SESSIONS
@@ -38,11 +41,12 @@ try:
         RunHooks,
         ToolGuardrailFunctionOutput,
         ToolInputGuardrail,
+        ToolOutputGuardrail,
         default_tool_error_function,
     )
     from agents.handoffs import Handoff
     from agents.tool import Tool, set_function_tool_failure_error_function
-    from agents.tool_guardrails import ToolInputGuardrailData
+    from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("openai-agents", "openai-agents") from exc
 
@@ -51,7 +55,7 @@ __all__ = ["GuardRunHooks", "guard_agent"]
 SessionKey = Callable[[RunContextWrapper[Any]], object]
 _GUARDRAIL_NAME: Final = "otelguard"
 _TOOL_GUARD_ATTR: Final = "_otelguard_tool_guard"
-_MAX_FAILED_CALLS: Final = 4096
+_MAX_TRACKED_CALLS: Final = 4096
 
 
 def guard_agent(
@@ -150,29 +154,64 @@ class GuardRunHooks(RunHooks[Any]):
         session, token = self._run(context)
         session.leave_run(token)
 
-    async def on_tool_end(self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object) -> None:
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
+    ) -> None:
+        """The result of a call whose output guardrails stopped before otelguard's (one rejected it)."""
         tool_guard = getattr(tool, _TOOL_GUARD_ATTR, None)
         if not isinstance(tool_guard, _ToolGuard) or tool_guard.owner_for(context) is not self:
             return
+        if not tool_guard.finished.take(getattr(context, "tool_call_id", None)):
+            self.after_call(context, tool_guard, result)
+
+    def after_call(self, context: RunContextWrapper[Any], tool_guard: _ToolGuard, result: object) -> Decision:
         call_id = getattr(context, "tool_call_id", None)
-        arguments = getattr(context, "tool_arguments", None)
-        failed = tool_guard.pop_failed(call_id)
-        self.session_for(context).guard.after_call(tool.name, arguments, result, failed=failed, call_id=call_id)
+        return self.session_for(context).guard.after_call(
+            tool_guard.tool_name,
+            getattr(context, "tool_arguments", None),
+            result,
+            failed=tool_guard.failed.take(call_id),
+            call_id=call_id,
+        )
+
+
+class _CallIds:
+    """A bounded set of call ids (calls that never reach the hook that would take them must not pile up)."""
+
+    def __init__(self) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def add(self, call_id: object) -> None:
+        if isinstance(call_id, str):
+            with self._lock:
+                self._ids[call_id] = None
+                while len(self._ids) > _MAX_TRACKED_CALLS:
+                    self._ids.popitem(last=False)
+
+    def take(self, call_id: object) -> bool:
+        with self._lock:
+            if not isinstance(call_id, str) or call_id not in self._ids:
+                return False
+            del self._ids[call_id]
+            return True
 
 
 class _ToolGuard:
-    """Installed once on a ``FunctionTool``: its input guardrail and its failure-function wrapper.
-
-    Several ``guard_agent`` results may share a tool; each call goes to the hooks of its own run.
+    """Installed once on a ``FunctionTool``: its input and output guardrails and its failure-function
+    wrapper. Several ``guard_agent`` results may share a tool; each call goes to the hooks of its run.
     """
 
     def __init__(self, tool: FunctionTool) -> None:
         self.tool_name = tool.name
         self._owners: list[weakref.ref[GuardRunHooks]] = []
         self._lock = threading.Lock()
-        self._failed: OrderedDict[str, None] = OrderedDict()
+        self.failed = _CallIds()
+        self.finished = _CallIds()  # after_call made by the output guardrail, so not by on_tool_end
         self._original_failure: Callable[..., Any] | None = (
-            default_tool_error_function if tool._use_default_failure_error_function else tool._failure_error_function
+            default_tool_error_function
+            if tool._use_default_failure_error_function
+            else tool._failure_error_function
         )
 
     @classmethod
@@ -184,6 +223,10 @@ class _ToolGuard:
         tool.tool_input_guardrails = [
             *(tool.tool_input_guardrails or ()),
             ToolInputGuardrail(guardrail_function=tool_guard.check, name=_GUARDRAIL_NAME),
+        ]
+        tool.tool_output_guardrails = [
+            *(tool.tool_output_guardrails or ()),
+            ToolOutputGuardrail(guardrail_function=tool_guard.check_output, name=_GUARDRAIL_NAME),
         ]
         set_function_tool_failure_error_function(tool, tool_guard.failure)
         setattr(tool, _TOOL_GUARD_ATTR, tool_guard)
@@ -214,24 +257,26 @@ class _ToolGuard:
         )
         if decision.allows_execution:
             return ToolGuardrailFunctionOutput.allow()
-        return ToolGuardrailFunctionOutput.reject_content(decision.synthetic_result(), output_info=decision.to_metadata())
+        return ToolGuardrailFunctionOutput.reject_content(
+            decision.synthetic_result(), output_info=decision.to_metadata()
+        )
+
+    async def check_output(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
+        """Record how the call ended; a warning is appended to a text result (the model reads it)."""
+        hooks = self.owner_for(data.context)
+        if hooks is None:
+            return ToolGuardrailFunctionOutput.allow()
+        decision = hooks.after_call(data.context, self, data.output)
+        self.finished.add(data.context.tool_call_id)
+        output = data.output
+        if decision.action in ("warn", "halt") and isinstance(output, str):
+            return ToolGuardrailFunctionOutput.reject_content(
+                decision.annotate(output), output_info=decision.to_metadata()
+            )
+        return ToolGuardrailFunctionOutput.allow()
 
     def failure(self, context: RunContextWrapper[Any], error: Exception) -> str | Awaitable[str] | None:
-        call_id = getattr(context, "tool_call_id", None)
-        if isinstance(call_id, str):
-            with self._lock:
-                self._failed[call_id] = None
-                while len(self._failed) > _MAX_FAILED_CALLS:
-                    self._failed.popitem(last=False)
+        self.failed.add(getattr(context, "tool_call_id", None))
         original = self._original_failure
         result: str | Awaitable[str] | None = original(context, error) if original is not None else None
         return result  # None: the tool had no failure function, so the SDK re-raises as before
-
-    def pop_failed(self, call_id: object) -> bool:
-        if not isinstance(call_id, str):
-            return False
-        with self._lock:
-            if call_id not in self._failed:
-                return False
-            del self._failed[call_id]
-            return True

@@ -30,7 +30,9 @@ class Rig:
         return 0.0 if value is None else value
 
     def tool_spans(self) -> list[ReadableSpan]:
-        return [s for s in self.exporter.get_finished_spans() if (s.attributes or {}).get("otelguard.args_hash")]
+        return [
+            s for s in self.exporter.get_finished_spans() if (s.attributes or {}).get("otelguard.args_hash")
+        ]
 
 
 @pytest.fixture

@@ -9,6 +9,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 import pytest
+from pydantic import Field
 
 pytest.importorskip("langchain.agents")
 
@@ -31,9 +32,11 @@ class ScriptedChatModel(BaseChatModel):
     """A chat model whose every answer comes from ``script(messages)``; records what it was shown."""
 
     script: Script
-    seen: list[list[BaseMessage]] = []
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
 
-    def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any) -> ChatResult:
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
         self.seen.append(list(messages))
         return ChatResult(generations=[ChatGeneration(message=self.script(messages))])
 
@@ -46,13 +49,16 @@ class ScriptedChatModel(BaseChatModel):
 
 
 def model(script: Script) -> ScriptedChatModel:
-    return ScriptedChatModel(script=script, seen=[])
+    return ScriptedChatModel(script=script)
 
 
 def calls(*specs: tuple[str, dict[str, Any]], prefix: str = "call") -> AIMessage:
     return AIMessage(
         content="",
-        tool_calls=[{"name": n, "args": a, "id": f"{prefix}_{i}", "type": "tool_call"} for i, (n, a) in enumerate(specs)],
+        tool_calls=[
+            {"name": n, "args": a, "id": f"{prefix}_{i}", "type": "tool_call"}
+            for i, (n, a) in enumerate(specs)
+        ],
     )
 
 
@@ -91,7 +97,9 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     run_tests.handle_tool_error = True  # LangChain's own path: an error ToolMessage
 
     chat = model(forever("run_tests", {"path": "tests/"}))
-    agent = create_agent(chat, [run_tests], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())])
+    agent = create_agent(
+        chat, [run_tests], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
     out = agent.invoke({"messages": [HumanMessage("fix the tests")]})
 
     assert ran.n == 5  # exact_failure refuses the 6th identical failing call
@@ -99,7 +107,9 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     assert [m.status for m in tool_messages] == ["error"] * 6
     refused = json.loads(str(tool_messages[-1].content))
     assert refused["otelguard"]["code"] == "exact_failure_block"
-    assert "[otelguard warn: exact_failure_warn]" in str(tool_messages[1].content)  # the model saw the warning
+    assert "[otelguard warn: exact_failure_warn]" in str(
+        tool_messages[1].content
+    )  # the model saw the warning
     assert any("exact_failure_warn" in str(m.content) for m in chat.seen[-1] if isinstance(m, ToolMessage))
     last = out["messages"][-1]
     assert isinstance(last, AIMessage) and not last.tool_calls
@@ -117,7 +127,9 @@ def test_tool_exception_is_a_failure_and_propagates_as_without_the_middleware(ri
         raise ValueError("boom")
 
     agent = create_agent(
-        model(forever("explode", {"x": 1})), [explode], middleware=[GuardMiddleware(telemetry=rig.telemetry())]
+        model(forever("explode", {"x": 1})),
+        [explode],
+        middleware=[GuardMiddleware(telemetry=rig.telemetry())],
     )
     with pytest.raises(ValueError, match="boom"):
         agent.invoke({"messages": [HumanMessage("go")]})
@@ -139,7 +151,9 @@ def test_sixty_parallel_web_searches_stop_at_the_turn_cap(rig: Rig) -> None:
         return calls(*[("web_search", {"query": f"q{i}"}) for i in range(60)])
 
     chat = model(script)
-    agent = create_agent(chat, [web_search], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())])
+    agent = create_agent(
+        chat, [web_search], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
     out = agent.invoke({"messages": [HumanMessage("research")]})
 
     assert ran.n == 50  # parallel calls in any order, and the cap never overshoots
@@ -160,7 +174,9 @@ def test_sequential_web_searches_stop_at_the_turn_cap() -> None:
 
     def script(messages: list[BaseMessage]) -> AIMessage:
         n = tool_turns(messages)
-        return calls(("web_search", {"query": f"q{n}"}), prefix=f"s{n}") if n < 60 else AIMessage(content="done")
+        return (
+            calls(("web_search", {"query": f"q{n}"}), prefix=f"s{n}") if n < 60 else AIMessage(content="done")
+        )
 
     chat = model(script)
     agent = create_agent(chat, [web_search], middleware=[GuardMiddleware(UNATTENDED)])
@@ -183,7 +199,9 @@ def test_a_batch_of_subagent_spawns_is_charged_by_its_size(rig: Rig) -> None:
         n = tool_turns(messages)
         return calls(("delegate_task", {"tasks": [f"t{i}" for i in range(30)]}), prefix=f"s{n}")
 
-    agent = create_agent(model(script), [delegate_task], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())])
+    agent = create_agent(
+        model(script), [delegate_task], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
     out = agent.invoke({"messages": [HumanMessage("split the work")]})
     assert batches == [30]  # 30 + 30 > 50: the second batch never ran
     assert json.loads(str(out["messages"][-2].content))["otelguard"]["code"] == "cap_turn"
@@ -234,10 +252,16 @@ def test_threads_do_not_share_counters_and_a_new_turn_clears_per_turn_state() ->
     def three_then_stop(messages: list[BaseMessage]) -> AIMessage:
         since_human = messages[max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage)) :]
         n = tool_turns(since_human)
-        return calls(("run_tests", {"path": "t"}), prefix=f"{len(messages)}") if n < 4 else AIMessage(content="gave up")
+        return (
+            calls(("run_tests", {"path": "t"}), prefix=f"{len(messages)}")
+            if n < 4
+            else AIMessage(content="gave up")
+        )
 
     middleware = GuardMiddleware(UNATTENDED)
-    agent = create_agent(model(three_then_stop), [run_tests], middleware=[middleware], checkpointer=InMemorySaver())
+    agent = create_agent(
+        model(three_then_stop), [run_tests], middleware=[middleware], checkpointer=InMemorySaver()
+    )
 
     def turn(thread: str) -> list[BaseMessage]:
         out = agent.invoke({"messages": [HumanMessage("again")]}, {"configurable": {"thread_id": thread}})
@@ -285,7 +309,10 @@ def test_metrics_and_spans_carry_the_framework_call_ids(rig: Rig, span_mode: str
         """Search the web."""
         return "results"
 
-    steps = [calls(("web_search", {"query": "a"}), ("web_search", {"query": "b"}), prefix="lc"), AIMessage(content="done")]
+    steps = [
+        calls(("web_search", {"query": "a"}), ("web_search", {"query": "b"}), prefix="lc"),
+        AIMessage(content="done"),
+    ]
     agent = create_agent(
         model(lambda messages: steps[tool_turns(messages)]),
         [web_search],
@@ -309,9 +336,15 @@ def test_async_agents_are_guarded_too(rig: Rig) -> None:
         return f"results for {query}"
 
     def script(messages: list[BaseMessage]) -> AIMessage:
-        return AIMessage(content="done") if tool_turns(messages) else calls(*[("web_search", {"query": f"q{i}"}) for i in range(60)])
+        return (
+            AIMessage(content="done")
+            if tool_turns(messages)
+            else calls(*[("web_search", {"query": f"q{i}"}) for i in range(60)])
+        )
 
-    agent = create_agent(model(script), [web_search], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())])
+    agent = create_agent(
+        model(script), [web_search], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
     out = asyncio.run(agent.ainvoke({"messages": [HumanMessage("research")]}))
     assert ran.n == 50
     assert str(out["messages"][-1].content).startswith("Stopped by otelguard: ")

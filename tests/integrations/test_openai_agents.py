@@ -31,7 +31,11 @@ def scripted(respond: Respond, steps: int = 200) -> ScriptedModel:
 
 
 def _items(call: ModelCall) -> list[dict[str, Any]]:
-    return [i if isinstance(i, dict) else i.model_dump() for i in call.input] if isinstance(call.input, list) else []
+    return (
+        [i if isinstance(i, dict) else i.model_dump() for i in call.input]
+        if isinstance(call.input, list)
+        else []
+    )
 
 
 def outputs(items: list[dict[str, Any]]) -> list[str]:
@@ -52,7 +56,9 @@ class Ran:
 
 
 def run(agent: Agent[Any], hooks: Any, text: str = "go", context: Any = None) -> Any:
-    return asyncio.run(Runner.run(agent, text, hooks=hooks, context=context, run_config=NO_TRACING, max_turns=200))
+    return asyncio.run(
+        Runner.run(agent, text, hooks=hooks, context=context, run_config=NO_TRACING, max_turns=200)
+    )
 
 
 def test_retry_forever_is_warned_then_refused_and_the_run_raises_guard_halted(rig: Rig) -> None:
@@ -79,9 +85,21 @@ def test_retry_forever_is_warned_then_refused_and_the_run_raises_guard_halted(ri
     assert len(seen) == 6  # the model is not called again after the refusal
     # The SDK's own failure message still reaches the model, and the refusal is in the history.
     assert seen[-1][0] == "An error occurred while running the tool. Please try again."
+    assert all(
+        "[otelguard warn: exact_failure_warn]" in text for text in seen[-1][1:]
+    )  # warnings reach the model
     assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="failed") == 5
     assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="blocked") == 1
-    assert rig.sample("otelguard_decisions_total", agent="fixer", tool="run_tests", action="warn", code="exact_failure_warn") == 4
+    assert (
+        rig.sample(
+            "otelguard_decisions_total",
+            agent="fixer",
+            tool="run_tests",
+            action="warn",
+            code="exact_failure_warn",
+        )
+        == 4
+    )
     assert rig.sample("otelguard_turns_total", agent="fixer", outcome="halted") == 1
 
 
@@ -96,14 +114,20 @@ def test_the_refusal_reaches_the_model_as_the_call_result() -> None:
     def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
         seen.append(outputs(items))
         n = tool_rounds(items)
-        return [function_call("web_search", {"query": f"q{n}"}, call_id=f"c{n}")] if n < 3 else [assistant_message("done")]
+        return (
+            [function_call("web_search", {"query": f"q{n}"}, call_id=f"c{n}")]
+            if n < 3
+            else [assistant_message("done")]
+        )
 
     agent = Agent(name="r", tools=[web_search], model=scripted(respond))
     config = GuardConfig(caps={"on_hit": "reject", "turn": {"web_search": 2}})
     result = run(agent, guard_agent(agent, config))
     assert result.final_output == "done"
     refused = json.loads(seen[-1][-1])
-    assert refused["otelguard"]["code"] == "cap_turn"  # reject_content put the synthetic result in the history
+    assert (
+        refused["otelguard"]["code"] == "cap_turn"
+    )  # reject_content put the synthetic result in the history
 
 
 def test_sixty_parallel_web_searches_stop_at_the_turn_cap(rig: Rig) -> None:
@@ -138,7 +162,11 @@ def test_a_batch_of_subagent_spawns_is_charged_by_its_size(rig: Rig) -> None:
         batches.append(len(tasks))
         return "spawned"
 
-    agent = Agent(name="boss", tools=[delegate_task], model=scripted(forever("delegate_task", {"tasks": [f"t{i}" for i in range(30)]})))
+    agent = Agent(
+        name="boss",
+        tools=[delegate_task],
+        model=scripted(forever("delegate_task", {"tasks": [f"t{i}" for i in range(30)]})),
+    )
     with pytest.raises(GuardHalted):
         run(agent, guard_agent(agent, UNATTENDED, telemetry=rig.telemetry()))
     assert batches == [30]
@@ -156,7 +184,11 @@ def test_a_healthy_run_gets_only_allow_and_unchanged_results(rig: Rig) -> None:
     def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
         seen.append(outputs(items))
         n = tool_rounds(items)
-        return [function_call("read_file", {"path": f"f{n}.py"}, call_id=f"c{n}")] if n < 3 else [assistant_message("ok")]
+        return (
+            [function_call("read_file", {"path": f"f{n}.py"}, call_id=f"c{n}")]
+            if n < 3
+            else [assistant_message("ok")]
+        )
 
     agent = Agent(name="reader", tools=[read_file], model=scripted(respond))
     result = run(agent, guard_agent(agent, UNATTENDED, telemetry=rig.telemetry()))
@@ -183,7 +215,11 @@ def test_sessions_do_not_share_counters_and_a_new_run_is_a_new_turn() -> None:
 
     def three_then_stop(items: list[dict[str, Any]]) -> Sequence[Any]:
         n = tool_rounds(items)
-        return [function_call("run_tests", {"path": "t"}, call_id=f"c{n}")] if n < 4 else [assistant_message("gave up")]
+        return (
+            [function_call("run_tests", {"path": "t"}, call_id=f"c{n}")]
+            if n < 4
+            else [assistant_message("gave up")]
+        )
 
     agent = Agent(name="fixer", tools=[run_tests], model=scripted(three_then_stop, steps=20))
     hooks = guard_agent(agent, UNATTENDED, session_key=lambda ctx: ctx.context.conversation_id)
@@ -208,7 +244,11 @@ def test_a_custom_failure_function_is_kept() -> None:
 
     def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
         seen.append(outputs(items))
-        return [function_call("flaky", {"x": 1}, call_id="c0")] if not tool_rounds(items) else [assistant_message("ok")]
+        return (
+            [function_call("flaky", {"x": 1}, call_id="c0")]
+            if not tool_rounds(items)
+            else [assistant_message("ok")]
+        )
 
     agent = Agent(name="a", tools=[flaky], model=scripted(respond))
     hooks = guard_agent(agent)

@@ -1,0 +1,157 @@
+"""Pydantic AI: ``GuardCapability``, a capability for ``Agent(..., capabilities=[...])``.
+
+    agent = Agent(model, tools=[...], capabilities=[GuardCapability(GuardConfig(mode="unattended"))])
+
+* Every tool call goes through the guard around the tool's execution (``wrap_tool_execute``, which
+  encloses ``before_tool_execute``). A refused call never runs: it raises ``ToolFailed`` with the
+  synthetic result, which the model sees as the call's failed result. (Not ``ModelRetry``: that
+  would burn the tool's retry budget and end the run with ``UnexpectedModelBehavior``.)
+* Failures: a tool's own ``ToolFailed``/``ModelRetry`` (they arrive as ``ToolFailedError``/
+  ``ToolRetryError``) and any other exception (``on_tool_execute_error``, then handled as Pydantic
+  AI would without the capability). Warnings are appended to the result the model sees.
+* A turn is one agent run. After a ``block``/``halt`` the next ``before_model_request`` raises
+  ``otelguard.GuardHalted``, so the refused call's result is in the history and the run ends.
+* One guard per ``conversation_id`` (Pydantic AI always has one: given, inherited from the message
+  history, or new; a run without history is a new session).
+* Pydantic AI already traces ``execute_tool``: with ``span_mode: auto`` otelguard's attributes go
+  on that span instead of a second one.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import OrderedDict
+from typing import Any, Final
+
+from otelguard.config import GuardConfig
+from otelguard.decisions import Decision
+from otelguard.errors import GuardHalted
+from otelguard.integrations._sessions import GuardSessions, Session, missing_framework
+from otelguard.sessions import DEFAULT_MAX_SESSIONS
+
+try:
+    from pydantic_ai import RunContext
+    from pydantic_ai.capabilities import (
+        AbstractCapability,
+        ValidatedToolArgs,
+        WrapRunHandler,
+        WrapToolExecuteHandler,
+    )
+    from pydantic_ai.exceptions import (
+        ApprovalRequired,
+        CallDeferred,
+        SkipToolExecution,
+        ToolFailed,
+        ToolFailedError,
+        ToolRetryError,
+    )
+    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
+    from pydantic_ai.tools import ToolDefinition
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
+    raise missing_framework("pydantic-ai", "pydantic-ai") from exc
+
+__all__ = ["GuardCapability"]
+
+_MAX_FAILED_CALLS: Final = 4096
+_NOT_RUN: Final = (SkipToolExecution, CallDeferred, ApprovalRequired)
+
+
+class GuardCapability(AbstractCapability[Any]):
+    """Guards every tool call of a Pydantic AI agent; see the module docstring."""
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        telemetry: Any = None,
+        agent: str | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+    ) -> None:
+        self.sessions = GuardSessions(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+        self._lock = threading.Lock()
+        # Calls whose exception another capability turned into a result: still failures.
+        self._recovered: OrderedDict[str, None] = OrderedDict()
+
+    def _session(self, ctx: RunContext[Any]) -> Session:
+        return self.sessions.session(ctx.conversation_id)
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        session = self._session(ctx)
+        run = object()
+        session.enter_run(run, turn_id=ctx.run_id)
+        try:
+            return await handler()
+        finally:
+            session.leave_run(run)
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        halt = self._session(ctx).guard.halt_decision
+        if halt is not None:
+            raise GuardHalted(halt)
+        return request_context
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        guard = self._session(ctx).guard
+        name, call_id = call.tool_name, call.tool_call_id
+        decision = guard.before_call(name, args, call_id=call_id)
+        if not decision.allows_execution:
+            raise ToolFailed(decision.synthetic_result())
+        try:
+            result = await handler(args)
+        except _NOT_RUN:
+            raise  # deferred or skipped by another capability: the tool did not run
+        except ToolFailedError as failure:
+            _annotate_part(
+                failure.tool_failed, guard.after_call(name, args, None, failed=True, call_id=call_id)
+            )
+            raise
+        except ToolRetryError as retry:
+            _annotate_part(retry.tool_retry, guard.after_call(name, args, None, failed=True, call_id=call_id))
+            raise
+        except Exception:
+            self._take_recovered(call_id)
+            guard.after_call(name, args, None, failed=True, call_id=call_id)
+            raise
+        decision = guard.after_call(name, args, result, failed=self._take_recovered(call_id), call_id=call_id)
+        return decision.annotate(result)
+
+    async def on_tool_execute_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        error: Exception,
+    ) -> Any:
+        with self._lock:
+            self._recovered[call.tool_call_id] = None
+            while len(self._recovered) > _MAX_FAILED_CALLS:
+                self._recovered.popitem(last=False)
+        raise error
+
+    def _take_recovered(self, call_id: str) -> bool:
+        with self._lock:
+            if call_id not in self._recovered:
+                return False
+            del self._recovered[call_id]
+            return True
+
+
+def _annotate_part(part: Any, decision: Decision) -> None:
+    """Warnings reach the model on failed calls too: the failure's message part carries them."""
+    content = getattr(part, "content", None)
+    if isinstance(content, str) and decision.action in ("warn", "halt"):
+        part.content = decision.annotate(content)
