@@ -278,5 +278,12 @@ class _ToolGuard:
     def failure(self, context: RunContextWrapper[Any], error: Exception) -> str | Awaitable[str] | None:
         self.failed.add(getattr(context, "tool_call_id", None))
         original = self._original_failure
-        result: str | Awaitable[str] | None = original(context, error) if original is not None else None
-        return result  # None: the tool had no failure function, so the SDK re-raises as before
+        if original is not None:
+            result: str | Awaitable[str] = original(context, error)
+            return result
+        # The tool has no failure function: the SDK re-raises as before, and no later hook of this
+        # call runs, so the failure is recorded here.
+        hooks = self.owner_for(context)
+        if hooks is not None:
+            hooks.after_call(context, self, None)
+        return None

@@ -13,6 +13,7 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, RunConfig, Runner, WebSearchTool, function_tool, set_tracing_disabled
+from agents.exceptions import UserError
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from otelguard import GuardConfig, GuardHalted
@@ -289,3 +290,15 @@ def test_metrics_and_spans_carry_the_framework_call_ids(rig: Rig, span_mode: str
     spans = rig.tool_spans()
     assert sorted(s.attributes["gen_ai.tool.call.id"] for s in spans) == ["call_a", "call_b"]  # type: ignore[index]
     assert all(s.attributes["otelguard.outcome"] == "ok" for s in spans)  # type: ignore[index]
+
+
+def test_a_tool_without_failure_function_still_raises_and_the_failure_is_recorded(rig: Rig) -> None:
+    @function_tool(failure_error_function=None)
+    def strict(x: int) -> str:
+        """Always fails."""
+        raise KeyError("x")
+
+    agent = Agent(name="a", tools=[strict], model=scripted(forever("strict", {"x": 1})))
+    with pytest.raises(UserError, match="Error running tool strict"):  # as without the adapter
+        run(agent, guard_agent(agent, telemetry=rig.telemetry()))
+    assert rig.sample("otelguard_tool_calls_total", agent="a", tool="strict", outcome="failed") == 1
