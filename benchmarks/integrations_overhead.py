@@ -36,10 +36,14 @@ def _langchain(calls: int) -> Build:
     from otelguard.integrations.langchain import GuardMiddleware
 
     class Scripted(BaseChatModel):
-        def _generate(self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any) -> ChatResult:
+        def _generate(
+            self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kw: Any
+        ) -> ChatResult:
             n = sum(isinstance(m, AIMessage) for m in messages)
             reply = (
-                AIMessage(content="", tool_calls=[{"name": "read_file", "args": {"path": f"f{n}"}, "id": f"c{n}"}])
+                AIMessage(
+                    content="", tool_calls=[{"name": "read_file", "args": {"path": f"f{n}"}, "id": f"c{n}"}]
+                )
                 if n < calls
                 else AIMessage(content="done")
             )
@@ -79,12 +83,23 @@ def _openai_agents(calls: int) -> Build:
             """Read a file."""
             return f"contents of {path}"
 
-        steps = [ModelStep(output=[function_call("read_file", {"path": f"f{n}"}, call_id=f"c{n}")]) for n in range(calls)]
+        steps = [
+            ModelStep(output=[function_call("read_file", {"path": f"f{n}"}, call_id=f"c{n}")])
+            for n in range(calls)
+        ]
 
         def run() -> None:
-            agent = Agent(name="bench", tools=[read_file], model=ScriptedModel([*steps, ModelStep(output=[assistant_message("done")])]))
+            agent = Agent(
+                name="bench",
+                tools=[read_file],
+                model=ScriptedModel([*steps, ModelStep(output=[assistant_message("done")])]),
+            )
             hooks = None if telemetry is False else guard_agent(agent, telemetry=telemetry)
-            asyncio.run(Runner.run(agent, "go", hooks=hooks, max_turns=calls + 5, run_config=RunConfig(tracing_disabled=True)))
+            asyncio.run(
+                Runner.run(
+                    agent, "go", hooks=hooks, max_turns=calls + 5, run_config=RunConfig(tracing_disabled=True)
+                )
+            )
 
         return run
 
@@ -95,6 +110,7 @@ def _pydantic_ai(calls: int) -> Build:
     from pydantic_ai import Agent
     from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models.function import AgentInfo, FunctionModel
+    from pydantic_ai.usage import UsageLimits
 
     from otelguard.integrations.pydantic_ai import GuardCapability
 
@@ -113,7 +129,7 @@ def _pydantic_ai(calls: int) -> Build:
             """Read a file."""
             return f"contents of {path}"
 
-        return lambda: agent.run_sync("go")
+        return lambda: agent.run_sync("go", usage_limits=UsageLimits(request_limit=None))
 
     return build
 
@@ -146,7 +162,11 @@ def measure(framework: str, calls: int, rounds: int) -> dict[str, Any]:
         for name in order:
             times[name].append(_seconds(variants[name]))
     plain = statistics.median(times["plain"])
-    figure: dict[str, Any] = {"framework": framework, "calls": calls, "plain_per_call_us": round(plain / calls * 1e6, 1)}
+    figure: dict[str, Any] = {
+        "framework": framework,
+        "calls": calls,
+        "plain_per_call_us": round(plain / calls * 1e6, 1),
+    }
     for name in ("guard", "guard_metrics_spans"):
         guarded = statistics.median(times[name])
         figure[f"{name}_added_per_call_us"] = round((guarded - plain) / calls * 1e6, 1)
@@ -161,7 +181,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--framework", choices=sorted(FRAMEWORKS), action="append")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args(argv)
-    figures = [measure(name, options.calls, options.rounds) for name in options.framework or sorted(FRAMEWORKS)]
+    figures = [
+        measure(name, options.calls, options.rounds) for name in options.framework or sorted(FRAMEWORKS)
+    ]
     if options.json:
         print(json.dumps(figures))
     else:

@@ -16,7 +16,9 @@ FRAMEWORKS = {
 
 
 def run_python(code: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-c", textwrap.dedent(code)], capture_output=True, text=True, timeout=120
+    )
 
 
 def test_import_otelguard_and_the_integrations_package_loads_no_framework() -> None:
