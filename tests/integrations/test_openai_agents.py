@@ -9,12 +9,16 @@ from dataclasses import dataclass
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 pytest.importorskip("agents")
 
 from agents import Agent, RunConfig, Runner, WebSearchTool, function_tool, set_tracing_disabled
 from agents.exceptions import UserError
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
+from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
 
 from otelguard import GuardConfig, GuardHalted
 from otelguard.integrations.openai_agents import guard_agent
@@ -302,3 +306,33 @@ def test_a_tool_without_failure_function_still_raises_and_the_failure_is_recorde
     with pytest.raises(UserError, match="Error running tool strict"):  # as without the adapter
         run(agent, guard_agent(agent, telemetry=rig.telemetry()))
     assert rig.sample("otelguard_tool_calls_total", agent="a", tool="strict", outcome="failed") == 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    name=st.text(max_size=20),
+    arguments=st.one_of(
+        st.text(max_size=30), st.builds(json.dumps, st.dictionaries(st.text(max_size=5), st.integers()))
+    ),
+    call_id=st.text(max_size=10),
+    output=st.one_of(st.none(), st.text(max_size=20), st.integers()),
+)
+def test_the_guardrails_never_raise_for_any_call(
+    name: str, arguments: str, call_id: str, output: Any
+) -> None:
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "results"
+
+    agent = Agent(name="a", tools=[web_search])
+    hooks = guard_agent(agent, UNATTENDED)
+    tool_guard = web_search._otelguard_tool_guard  # type: ignore[attr-defined]
+    for _ in range(7):
+        context = ToolContext(context=None, tool_name=name, tool_call_id=call_id, tool_arguments=arguments)
+        allowed = asyncio.run(tool_guard.check(ToolInputGuardrailData(context=context, agent=agent)))
+        if allowed.behavior["type"] == "allow":
+            asyncio.run(
+                tool_guard.check_output(ToolOutputGuardrailData(context=context, agent=agent, output=output))
+            )
+    assert len(hooks.sessions) == 1
