@@ -21,6 +21,8 @@
 
 from __future__ import annotations
 
+import copy
+import inspect
 import threading
 import weakref
 from collections import OrderedDict
@@ -42,10 +44,13 @@ try:
         ToolGuardrailFunctionOutput,
         ToolInputGuardrail,
         ToolOutputGuardrail,
-        default_tool_error_function,
     )
     from agents.handoffs import Handoff
-    from agents.tool import Tool, set_function_tool_failure_error_function
+    from agents.tool import (
+        Tool,
+        maybe_invoke_function_tool_failure_error_function,
+        set_function_tool_failure_error_function,
+    )
     from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("openai-agents", "openai-agents") from exc
@@ -209,7 +214,7 @@ class _ToolGuard:
         self.failed = _CallIds()
         self.finished = _CallIds()  # after_call made by the output guardrail, so not by on_tool_end
         self._original_failure: Callable[..., Any] | None = (
-            default_tool_error_function
+            _sdk_default_failure(tool)
             if tool._use_default_failure_error_function
             else tool._failure_error_function
         )
@@ -275,15 +280,33 @@ class _ToolGuard:
             )
         return ToolGuardrailFunctionOutput.allow()
 
-    def failure(self, context: RunContextWrapper[Any], error: Exception) -> str | Awaitable[str] | None:
+    async def failure(self, context: RunContextWrapper[Any], error: Exception) -> str | None:
         self.failed.add(getattr(context, "tool_call_id", None))
         original = self._original_failure
-        if original is not None:
-            result: str | Awaitable[str] = original(context, error)
-            return result
-        # The tool has no failure function: the SDK re-raises as before, and no later hook of this
-        # call runs, so the failure is recorded here.
-        hooks = self.owner_for(context)
-        if hooks is not None:
-            hooks.after_call(context, self, None)
-        return None
+        result = original(context, error) if original is not None else None
+        if inspect.isawaitable(result):
+            result = await result
+        if result is None:
+            # No message for the model: the SDK re-raises as before and no later hook of this call
+            # runs, so the failure is recorded here.
+            hooks = self.owner_for(context)
+            if hooks is not None:
+                hooks.after_call(context, self, None)
+            return None
+        return str(result)
+
+
+def _sdk_default_failure(
+    tool: FunctionTool,
+) -> Callable[[RunContextWrapper[Any], Exception], Awaitable[str | None]]:
+    """The SDK's own handling of a tool that uses the default failure function, kept whole (its
+    message, the run config's ``tool_error_formatter``, re-raising for programmatic callers), run on
+    a copy of the tool taken before otelguard replaced its failure function."""
+    original = copy.copy(tool)
+
+    async def failure(context: RunContextWrapper[Any], error: Exception) -> str | None:
+        return await maybe_invoke_function_tool_failure_error_function(
+            function_tool=original, context=context, error=error
+        )
+
+    return failure

@@ -336,3 +336,25 @@ def test_the_guardrails_never_raise_for_any_call(
                 tool_guard.check_output(ToolOutputGuardrailData(context=context, agent=agent, output=output))
             )
     assert len(hooks.sessions) == 1
+
+
+def test_the_run_configs_tool_error_formatter_still_writes_the_failure_message() -> None:
+    seen: list[list[str]] = []
+
+    @function_tool
+    def flaky(x: int) -> str:
+        """Always fails."""
+        raise KeyError("x")
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        seen.append(outputs(items))
+        return (
+            [function_call("flaky", {"x": 1}, call_id="c0")]
+            if not tool_rounds(items)
+            else [assistant_message("ok")]
+        )
+
+    agent = Agent(name="a", tools=[flaky], model=scripted(respond))
+    config = RunConfig(tracing_disabled=True, tool_error_formatter=lambda args: f"formatted {args.kind}")
+    asyncio.run(Runner.run(agent, "go", hooks=guard_agent(agent), run_config=config))
+    assert seen[-1] == ["formatted tool_exception"]
