@@ -4,15 +4,17 @@
 from __future__ import annotations
 
 import threading
+from collections import OrderedDict
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
 from otelguard.guard import DEFAULT_AGENT, Guard
 from otelguard.sessions import DEFAULT_MAX_SESSIONS, SessionPool
 
-__all__ = ["DEFAULT_SESSION", "GuardSessions", "Session", "missing_framework"]
+__all__ = ["DEFAULT_SESSION", "CallIds", "GuardSessions", "Session", "missing_framework"]
 
 DEFAULT_SESSION: Final = "default"
+MAX_TRACKED_CALLS: Final = 4096
 """The session key used when the framework gives the adapter no conversation id."""
 
 
@@ -23,15 +25,41 @@ def missing_framework(framework: str, extra: str) -> ImportError:
     )
 
 
+class CallIds:
+    """A bounded set of call ids an adapter must remember between two hooks of one call (calls
+    that never reach the second hook must not pile up: the oldest are forgotten first)."""
+
+    def __init__(self, limit: int = MAX_TRACKED_CALLS) -> None:
+        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._limit = limit
+        self._lock = threading.Lock()
+
+    def add(self, call_id: object) -> None:
+        if isinstance(call_id, str):
+            with self._lock:
+                self._ids[call_id] = None
+                while len(self._ids) > self._limit:
+                    self._ids.popitem(last=False)
+
+    def take(self, call_id: object) -> bool:
+        """Whether ``call_id`` was added (and not taken since); it is forgotten either way."""
+        with self._lock:
+            if not isinstance(call_id, str) or call_id not in self._ids:
+                return False
+            del self._ids[call_id]
+            return True
+
+
 class Session:
     """One conversation's guard, and which run of the framework its current turn belongs to."""
 
-    __slots__ = ("guard", "lock", "run")
+    __slots__ = ("guard", "lock", "paused", "run")
 
     def __init__(self, guard: Guard) -> None:
         self.guard = guard
         self.run: object = None
         self.lock = threading.Lock()
+        self.paused = CallIds()  # calls interrupted by the framework that will run again when resumed
 
     def enter_run(self, run: object, turn_id: str | None = None) -> bool:
         """Start a turn when ``run`` is not the run the current turn belongs to; ``True`` if it did."""

@@ -86,14 +86,14 @@ class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
-        session, name, args, call_id = self._call(request)
-        decision = session.guard.before_call(name, args, call_id=call_id)
-        if not decision.allows_execution:
-            return _refused(decision, name, call_id)
+        session, name, args, call_id, refused = self._start(request)
+        if refused is not None:
+            return refused
         try:
             result = handler(request)
         except GraphBubbleUp:
-            raise  # an interrupt or a parent command: control flow, not a failure
+            session.paused.add(call_id)  # an interrupt: control flow, not a failure
+            raise
         except Exception:
             session.guard.after_call(name, args, None, failed=True, call_id=call_id)
             raise
@@ -102,18 +102,28 @@ class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> ToolResult:
-        session, name, args, call_id = self._call(request)
-        decision = session.guard.before_call(name, args, call_id=call_id)
-        if not decision.allows_execution:
-            return _refused(decision, name, call_id)
+        session, name, args, call_id, refused = self._start(request)
+        if refused is not None:
+            return refused
         try:
             result = await handler(request)
         except GraphBubbleUp:
+            session.paused.add(call_id)
             raise
         except Exception:
             session.guard.after_call(name, args, None, failed=True, call_id=call_id)
             raise
         return _finish(session, name, args, call_id, result)
+
+    def _start(self, request: ToolCallRequest) -> tuple[Session, str, Any, str | None, ToolMessage | None]:
+        """The call's ``before_call``, unless it is an interrupted call running again on resume
+        (the guard already counted and allowed it)."""
+        session, name, args, call_id = self._call(request)
+        if session.paused.take(call_id):
+            return session, name, args, call_id, None
+        decision = session.guard.before_call(name, args, call_id=call_id)
+        refused = None if decision.allows_execution else _refused(decision, name, call_id)
+        return session, name, args, call_id, refused
 
     def _call(self, request: ToolCallRequest) -> tuple[Session, str, Any, str | None]:
         call = request.tool_call

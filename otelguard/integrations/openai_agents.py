@@ -32,7 +32,7 @@ from typing import Any, Final
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.errors import GuardHalted
-from otelguard.integrations._sessions import GuardSessions, Session, missing_framework
+from otelguard.integrations._sessions import CallIds, GuardSessions, Session, missing_framework
 from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 try:
@@ -60,7 +60,6 @@ __all__ = ["GuardRunHooks", "guard_agent"]
 SessionKey = Callable[[RunContextWrapper[Any]], object]
 _GUARDRAIL_NAME: Final = "otelguard"
 _TOOL_GUARD_ATTR: Final = "_otelguard_tool_guard"
-_MAX_TRACKED_CALLS: Final = 4096
 
 
 def guard_agent(
@@ -180,28 +179,6 @@ class GuardRunHooks(RunHooks[Any]):
         )
 
 
-class _CallIds:
-    """A bounded set of call ids (calls that never reach the hook that would take them must not pile up)."""
-
-    def __init__(self) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def add(self, call_id: object) -> None:
-        if isinstance(call_id, str):
-            with self._lock:
-                self._ids[call_id] = None
-                while len(self._ids) > _MAX_TRACKED_CALLS:
-                    self._ids.popitem(last=False)
-
-    def take(self, call_id: object) -> bool:
-        with self._lock:
-            if not isinstance(call_id, str) or call_id not in self._ids:
-                return False
-            del self._ids[call_id]
-            return True
-
-
 class _ToolGuard:
     """Installed once on a ``FunctionTool``: its input and output guardrails and its failure-function
     wrapper. Several ``guard_agent`` results may share a tool; each call goes to the hooks of its run.
@@ -211,8 +188,8 @@ class _ToolGuard:
         self.tool_name = tool.name
         self._owners: list[weakref.ref[GuardRunHooks]] = []
         self._lock = threading.Lock()
-        self.failed = _CallIds()
-        self.finished = _CallIds()  # after_call made by the output guardrail, so not by on_tool_end
+        self.failed = CallIds()
+        self.finished = CallIds()  # after_call made by the output guardrail, so not by on_tool_end
         self._original_failure: Callable[..., Any] | None = (
             _sdk_default_failure(tool)
             if tool._use_default_failure_error_function

@@ -19,14 +19,12 @@
 
 from __future__ import annotations
 
-import threading
-from collections import OrderedDict
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.errors import GuardHalted
-from otelguard.integrations._sessions import GuardSessions, Session, missing_framework
+from otelguard.integrations._sessions import CallIds, GuardSessions, Session, missing_framework
 from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 try:
@@ -54,7 +52,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 __all__ = ["GuardCapability"]
 
-_MAX_FAILED_CALLS: Final = 4096
 _NOT_RUN: Final = (SkipToolExecution, CallDeferred, ApprovalRequired)
 
 
@@ -70,9 +67,8 @@ class GuardCapability(AbstractCapability[Any]):
         max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
         self.sessions = GuardSessions(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
-        self._lock = threading.Lock()
         # Calls whose exception another capability turned into a result: still failures.
-        self._recovered: OrderedDict[str, None] = OrderedDict()
+        self._recovered = CallIds()
 
     def _session(self, ctx: RunContext[Any]) -> Session:
         return self.sessions.session(ctx.conversation_id)
@@ -121,10 +117,10 @@ class GuardCapability(AbstractCapability[Any]):
             _annotate_part(retry.tool_retry, guard.after_call(name, args, None, failed=True, call_id=call_id))
             raise
         except Exception:
-            self._take_recovered(call_id)
+            self._recovered.take(call_id)
             guard.after_call(name, args, None, failed=True, call_id=call_id)
             raise
-        decision = guard.after_call(name, args, result, failed=self._take_recovered(call_id), call_id=call_id)
+        decision = guard.after_call(name, args, result, failed=self._recovered.take(call_id), call_id=call_id)
         return decision.annotate(result)
 
     async def on_tool_execute_error(
@@ -136,18 +132,8 @@ class GuardCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         error: Exception,
     ) -> Any:
-        with self._lock:
-            self._recovered[call.tool_call_id] = None
-            while len(self._recovered) > _MAX_FAILED_CALLS:
-                self._recovered.popitem(last=False)
+        self._recovered.add(call.tool_call_id)
         raise error
-
-    def _take_recovered(self, call_id: str) -> bool:
-        with self._lock:
-            if call_id not in self._recovered:
-                return False
-            del self._recovered[call_id]
-            return True
 
 
 def _annotate_part(part: Any, decision: Decision) -> None:

@@ -299,6 +299,8 @@ def test_interrupts_pass_through_untouched_and_are_not_failures(rig: Rig) -> Non
     assert "__interrupt__" in first
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="failed") == 0
     out = agent.invoke(Command(resume="yes"), config)
+    # The resumed call is the same call: counted once in the turn, which the resumed run ends.
+    assert rig.sample("otelguard_turn_tool_calls_sum", agent="default") == 1
     assert out["messages"][-1].content == "ok"
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="ok") == 1
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="failed") == 0
