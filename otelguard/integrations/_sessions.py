@@ -11,7 +11,7 @@ from otelguard.config import GuardConfig
 from otelguard.guard import DEFAULT_AGENT, Guard
 from otelguard.sessions import DEFAULT_MAX_SESSIONS, SessionPool
 
-__all__ = ["DEFAULT_SESSION", "CallIds", "GuardSessions", "Session", "missing_framework"]
+__all__ = ["DEFAULT_SESSION", "CallIds", "GuardSessions", "Session", "error_result", "missing_framework"]
 
 DEFAULT_SESSION: Final = "default"
 MAX_TRACKED_CALLS: Final = 4096
@@ -25,29 +25,35 @@ def missing_framework(framework: str, extra: str) -> ImportError:
     )
 
 
+def error_result(error: BaseException) -> str:
+    """What a failed call returned when its result is an exception: compared with other failures'
+    results (the same error again), never exported."""
+    return f"{type(error).__name__}: {error}"
+
+
 class CallIds:
-    """A bounded set of call ids an adapter must remember between two hooks of one call (calls
-    that never reach the second hook must not pile up: the oldest are forgotten first)."""
+    """A bounded map of call id to a note, for what an adapter learns in one hook of a call and
+    needs in a later one. Calls that never reach the later hook must not pile up: the oldest are
+    forgotten first."""
 
     def __init__(self, limit: int = MAX_TRACKED_CALLS) -> None:
-        self._ids: OrderedDict[str, None] = OrderedDict()
+        self._notes: OrderedDict[str, str] = OrderedDict()
         self._limit = limit
         self._lock = threading.Lock()
 
-    def add(self, call_id: object) -> None:
+    def add(self, call_id: object, note: str = "") -> None:
         if isinstance(call_id, str):
             with self._lock:
-                self._ids[call_id] = None
-                while len(self._ids) > self._limit:
-                    self._ids.popitem(last=False)
+                self._notes[call_id] = note
+                while len(self._notes) > self._limit:
+                    self._notes.popitem(last=False)
 
-    def take(self, call_id: object) -> bool:
-        """Whether ``call_id`` was added (and not taken since); it is forgotten either way."""
+    def take(self, call_id: object) -> str | None:
+        """The note added for ``call_id`` (``None`` when there is none); it is forgotten."""
+        if not isinstance(call_id, str):
+            return None
         with self._lock:
-            if not isinstance(call_id, str) or call_id not in self._ids:
-                return False
-            del self._ids[call_id]
-            return True
+            return self._notes.pop(call_id, None)
 
 
 class Session:

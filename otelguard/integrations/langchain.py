@@ -19,7 +19,13 @@ from typing import Any, Final
 
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
-from otelguard.integrations._sessions import DEFAULT_SESSION, GuardSessions, Session, missing_framework
+from otelguard.integrations._sessions import (
+    DEFAULT_SESSION,
+    GuardSessions,
+    Session,
+    error_result,
+    missing_framework,
+)
 from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 try:
@@ -94,8 +100,8 @@ class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         except GraphBubbleUp:
             session.paused.add(call_id)  # an interrupt: control flow, not a failure
             raise
-        except Exception:
-            session.guard.after_call(name, args, None, failed=True, call_id=call_id)
+        except Exception as error:
+            session.guard.after_call(name, args, error_result(error), failed=True, call_id=call_id)
             raise
         return _finish(session, name, args, call_id, result)
 
@@ -110,8 +116,8 @@ class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         except GraphBubbleUp:
             session.paused.add(call_id)
             raise
-        except Exception:
-            session.guard.after_call(name, args, None, failed=True, call_id=call_id)
+        except Exception as error:
+            session.guard.after_call(name, args, error_result(error), failed=True, call_id=call_id)
             raise
         return _finish(session, name, args, call_id, result)
 
@@ -119,7 +125,7 @@ class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         """The call's ``before_call``, unless it is an interrupted call running again on resume
         (the guard already counted and allowed it)."""
         session, name, args, call_id = self._call(request)
-        if session.paused.take(call_id):
+        if session.paused.take(call_id) is not None:
             return session, name, args, call_id, None
         decision = session.guard.before_call(name, args, call_id=call_id)
         refused = None if decision.allows_execution else _refused(decision, name, call_id)

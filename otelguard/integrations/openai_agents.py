@@ -32,7 +32,7 @@ from typing import Any, Final
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.errors import GuardHalted
-from otelguard.integrations._sessions import CallIds, GuardSessions, Session, missing_framework
+from otelguard.integrations._sessions import CallIds, GuardSessions, Session, error_result, missing_framework
 from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 try:
@@ -165,16 +165,17 @@ class GuardRunHooks(RunHooks[Any]):
         tool_guard = getattr(tool, _TOOL_GUARD_ATTR, None)
         if not isinstance(tool_guard, _ToolGuard) or tool_guard.owner_for(context) is not self:
             return
-        if not tool_guard.finished.take(getattr(context, "tool_call_id", None)):
+        if tool_guard.finished.take(getattr(context, "tool_call_id", None)) is None:
             self.after_call(context, tool_guard, result)
 
     def after_call(self, context: RunContextWrapper[Any], tool_guard: _ToolGuard, result: object) -> Decision:
         call_id = getattr(context, "tool_call_id", None)
+        error = tool_guard.failed.take(call_id)
         return self.session_for(context).guard.after_call(
             tool_guard.tool_name,
             getattr(context, "tool_arguments", None),
-            result,
-            failed=tool_guard.failed.take(call_id),
+            result if error is None else error,  # the real error, not the SDK's generic message
+            failed=error is not None,
             call_id=call_id,
         )
 
@@ -188,7 +189,7 @@ class _ToolGuard:
         self.tool_name = tool.name
         self._owners: list[weakref.ref[GuardRunHooks]] = []
         self._lock = threading.Lock()
-        self.failed = CallIds()
+        self.failed = CallIds()  # call id -> the error, from the failure function
         self.finished = CallIds()  # after_call made by the output guardrail, so not by on_tool_end
         self._original_failure: Callable[..., Any] | None = (
             _sdk_default_failure(tool)
@@ -258,7 +259,7 @@ class _ToolGuard:
         return ToolGuardrailFunctionOutput.allow()
 
     async def failure(self, context: RunContextWrapper[Any], error: Exception) -> str | None:
-        self.failed.add(getattr(context, "tool_call_id", None))
+        self.failed.add(getattr(context, "tool_call_id", None), error_result(error))
         original = self._original_failure
         result = original(context, error) if original is not None else None
         if inspect.isawaitable(result):

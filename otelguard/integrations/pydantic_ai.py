@@ -22,9 +22,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision
 from otelguard.errors import GuardHalted
-from otelguard.integrations._sessions import CallIds, GuardSessions, Session, missing_framework
+from otelguard.guard import Guard
+from otelguard.integrations._sessions import CallIds, GuardSessions, Session, error_result, missing_framework
 from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 try:
@@ -109,18 +109,17 @@ class GuardCapability(AbstractCapability[Any]):
         except _NOT_RUN:
             raise  # deferred or skipped by another capability: the tool did not run
         except ToolFailedError as failure:
-            _annotate_part(
-                failure.tool_failed, guard.after_call(name, args, None, failed=True, call_id=call_id)
-            )
+            _annotate_part(failure.tool_failed, guard, name, args, call_id)
             raise
         except ToolRetryError as retry:
-            _annotate_part(retry.tool_retry, guard.after_call(name, args, None, failed=True, call_id=call_id))
+            _annotate_part(retry.tool_retry, guard, name, args, call_id)
             raise
-        except Exception:
+        except Exception as error:
             self._recovered.take(call_id)
-            guard.after_call(name, args, None, failed=True, call_id=call_id)
+            guard.after_call(name, args, error_result(error), failed=True, call_id=call_id)
             raise
-        decision = guard.after_call(name, args, result, failed=self._recovered.take(call_id), call_id=call_id)
+        recovered = self._recovered.take(call_id) is not None
+        decision = guard.after_call(name, args, result, failed=recovered, call_id=call_id)
         return decision.annotate(result)
 
     async def on_tool_execute_error(
@@ -136,8 +135,9 @@ class GuardCapability(AbstractCapability[Any]):
         raise error
 
 
-def _annotate_part(part: Any, decision: Decision) -> None:
-    """Warnings reach the model on failed calls too: the failure's message part carries them."""
+def _annotate_part(part: Any, guard: Guard, name: str, args: Any, call_id: str) -> None:
+    """Record a failure whose message part the model will read; a warning is appended to it."""
     content = getattr(part, "content", None)
+    decision = guard.after_call(name, args, content, failed=True, call_id=call_id)
     if isinstance(content, str) and decision.action in ("warn", "halt"):
         part.content = decision.annotate(content)
