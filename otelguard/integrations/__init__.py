@@ -1,10 +1,11 @@
-"""Framework adapters: one line puts a guard inside the agent framework you already run.
+"""Adapters that put a ``Guard`` inside an agent framework's own extension points.
 
 * ``otelguard.integrations.langchain`` — ``GuardMiddleware`` for ``langchain.agents.create_agent``
 * ``otelguard.integrations.openai_agents`` — ``guard_agent(agent)`` returns the ``RunHooks`` for ``Runner.run``
 * ``otelguard.integrations.pydantic_ai`` — ``GuardCapability`` for ``Agent(..., capabilities=[...])``
+* ``otelguard.integrations.hermes`` — the hermes-agent plugin
 
-This package imports nothing: each adapter module imports its framework when it is imported, and
-raises an ``ImportError`` naming the extra to install when the framework is missing. See
+Each adapter lives in its own module and imports its framework only when used; this package imports
+nothing. A missing framework raises an ``ImportError`` naming the extra to install. See
 ``docs/integrations.md``.
 """
