@@ -1,7 +1,8 @@
-"""Every python example of docs/integrations.md runs, with a scripted model that searches forever.
+"""Every example of docs/integrations.md runs, with a scripted model that searches forever.
 
-Each example takes the chat model as ``model``; here it is a scripted model of the example's framework
-that asks for two web searches per step, so each example ends at the turn cap of 50 with a halt.
+The examples take the chat model as ``model``, so they are fenced as ``py`` (the README's test runs
+``python`` blocks as they stand). Here ``model`` is a scripted model of the example's framework that
+asks for two web searches per step, so each example ends at the turn cap of 50 with a halt.
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from otelguard import Telemetry
 from otelguard.telemetry import core
 
 DOC = Path(__file__).resolve().parents[2] / "docs" / "integrations.md"
-BLOCKS = re.findall(r"```python\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
+BLOCKS = re.findall(r"```py\n(.*?)```", DOC.read_text(encoding="utf-8"), flags=re.DOTALL)
 
 
 def framework_of(block: str) -> str:
