@@ -107,7 +107,9 @@ class GuardCapability(AbstractCapability[Any]):
         try:
             result = await handler(args)
         except _NOT_RUN:
-            raise  # deferred or skipped by another capability: the tool did not run
+            # Deferred or skipped by another capability: the tool did not run (caps are refunded).
+            guard.after_call(name, args, None, cancelled=True, call_id=call_id)
+            raise
         except ToolFailedError as failure:
             _annotate_part(failure.tool_failed, guard, name, args, call_id)
             raise

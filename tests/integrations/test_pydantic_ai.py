@@ -10,7 +10,7 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent, ModelRetry, capture_run_messages
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry, capture_run_messages
 from pydantic_ai.capabilities import Instrumentation
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
@@ -295,3 +295,27 @@ def test_span_mode_own_opens_otelguards_span_under_pydantic_ai_span(rig: Rig) ->
     assert ours[0] is not theirs[0] and ours[0].parent is not None
     assert ours[0].parent.span_id == theirs[0].context.span_id
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="ok") == 1
+
+
+def test_a_deferred_call_is_recorded_as_cancelled_not_failed(rig: Rig) -> None:
+    from pydantic_ai.exceptions import ApprovalRequired
+
+    steps = [ModelResponse(parts=[call("web_search", {"query": "a"}, "d1")]), answer("done")]
+    capability = GuardCapability(telemetry=rig.telemetry())
+    agent = Agent(
+        scripted(lambda messages: steps[tool_rounds(messages)]),
+        capabilities=[capability],
+        output_type=[str, DeferredToolRequests],
+    )
+
+    @agent.tool_plain
+    def web_search(query: str) -> str:
+        """Search the web, after approval."""
+        raise ApprovalRequired()
+
+    result = agent.run_sync("look", conversation_id="c")
+    assert isinstance(result.output, DeferredToolRequests)
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="cancelled") == 1
+    )
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="failed") == 0
