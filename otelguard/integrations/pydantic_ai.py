@@ -1,0 +1,145 @@
+"""Pydantic AI: ``GuardCapability``, a capability for ``Agent(..., capabilities=[...])``.
+
+    agent = Agent(model, tools=[...], capabilities=[GuardCapability(GuardConfig(mode="unattended"))])
+
+* Every tool call goes through the guard around the tool's execution (``wrap_tool_execute``, which
+  encloses ``before_tool_execute``). A refused call never runs: it raises ``ToolFailed`` with the
+  synthetic result, which the model sees as the call's failed result. (Not ``ModelRetry``: that
+  would burn the tool's retry budget and end the run with ``UnexpectedModelBehavior``.)
+* Failures: a tool's own ``ToolFailed``/``ModelRetry`` (they arrive as ``ToolFailedError``/
+  ``ToolRetryError``) and any other exception (``on_tool_execute_error``, then handled as Pydantic
+  AI would without the capability). Warnings are appended to the result the model sees.
+* A turn is one agent run. After a ``block``/``halt`` the next ``before_model_request`` raises
+  ``otelguard.GuardHalted``, so the refused call's result is in the history and the run ends.
+* One guard per ``conversation_id`` (Pydantic AI always has one: given, inherited from the message
+  history, or new; a run without history is a new session).
+* Pydantic AI already traces ``execute_tool``: with ``span_mode: auto`` otelguard's attributes go
+  on that span instead of a second one.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from otelguard.config import GuardConfig
+from otelguard.errors import GuardHalted
+from otelguard.guard import Guard
+from otelguard.integrations._sessions import CallIds, GuardSessions, Session, error_result, missing_framework
+from otelguard.sessions import DEFAULT_MAX_SESSIONS
+
+try:
+    from pydantic_ai import RunContext
+    from pydantic_ai.capabilities import (
+        AbstractCapability,
+        ValidatedToolArgs,
+        WrapRunHandler,
+        WrapToolExecuteHandler,
+    )
+    from pydantic_ai.exceptions import (
+        ApprovalRequired,
+        CallDeferred,
+        SkipToolExecution,
+        ToolFailed,
+        ToolFailedError,
+        ToolRetryError,
+    )
+    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.models import ModelRequestContext
+    from pydantic_ai.run import AgentRunResult
+    from pydantic_ai.tools import ToolDefinition
+except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
+    raise missing_framework("pydantic-ai", "pydantic-ai") from exc
+
+__all__ = ["GuardCapability"]
+
+_NOT_RUN: Final = (SkipToolExecution, CallDeferred, ApprovalRequired)
+
+
+class GuardCapability(AbstractCapability[Any]):
+    """Guards every tool call of a Pydantic AI agent; see the module docstring."""
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        telemetry: Any = None,
+        agent: str | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+    ) -> None:
+        self.sessions = GuardSessions(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+        # Calls whose exception another capability turned into a result: still failures.
+        self._recovered = CallIds()
+
+    def _session(self, ctx: RunContext[Any]) -> Session:
+        return self.sessions.session(ctx.conversation_id)
+
+    async def wrap_run(self, ctx: RunContext[Any], *, handler: WrapRunHandler) -> AgentRunResult[Any]:
+        session = self._session(ctx)
+        run = object()
+        session.enter_run(run, turn_id=ctx.run_id)
+        try:
+            return await handler()
+        finally:
+            session.leave_run(run)
+
+    async def before_model_request(
+        self, ctx: RunContext[Any], request_context: ModelRequestContext
+    ) -> ModelRequestContext:
+        halt = self._session(ctx).guard.halt_decision
+        if halt is not None:
+            raise GuardHalted(halt)
+        return request_context
+
+    async def wrap_tool_execute(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        handler: WrapToolExecuteHandler,
+    ) -> Any:
+        guard = self._session(ctx).guard
+        name, call_id = call.tool_name, call.tool_call_id
+        decision = guard.before_call(name, args, call_id=call_id)
+        if not decision.allows_execution:
+            raise ToolFailed(decision.synthetic_result())
+        try:
+            result = await handler(args)
+        except _NOT_RUN:
+            # Deferred or skipped by another capability: the tool did not run (caps are refunded).
+            guard.after_call(name, args, None, cancelled=True, call_id=call_id)
+            raise
+        except ToolFailedError as failure:
+            _annotate_part(failure.tool_failed, guard, name, args, call_id)
+            raise
+        except ToolRetryError as retry:
+            _annotate_part(retry.tool_retry, guard, name, args, call_id)
+            raise
+        except Exception as error:
+            self._recovered.take(call_id)
+            guard.after_call(name, args, error_result(error), failed=True, call_id=call_id)
+            raise
+        recovered = self._recovered.take(call_id) is not None
+        decision = guard.after_call(name, args, result, failed=recovered, call_id=call_id)
+        return decision.annotate(result)
+
+    async def on_tool_execute_error(
+        self,
+        ctx: RunContext[Any],
+        *,
+        call: ToolCallPart,
+        tool_def: ToolDefinition,
+        args: ValidatedToolArgs,
+        error: Exception,
+    ) -> Any:
+        self._recovered.add(call.tool_call_id)
+        raise error
+
+
+def _annotate_part(part: Any, guard: Guard, name: str, args: Any, call_id: str) -> None:
+    """Record a failure whose message part the model will read; a warning is appended to it."""
+    content = getattr(part, "content", None)
+    decision = guard.after_call(name, args, content, failed=True, call_id=call_id)
+    if isinstance(content, str) and decision.action in ("warn", "halt"):
+        part.content = decision.annotate(content)

@@ -1,0 +1,391 @@
+"""GuardMiddleware inside a real ``langchain.agents.create_agent`` loop with a scripted chat model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import threading
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from pydantic import Field
+
+pytest.importorskip("langchain.agents")
+
+from langchain.agents import create_agent
+from langchain.agents.middleware import ToolCallRequest
+from langchain_core.language_models import BaseChatModel
+from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
+from langchain_core.outputs import ChatGeneration, ChatResult
+from langchain_core.tools import ToolException, tool
+from langgraph.checkpoint.memory import InMemorySaver
+from langgraph.types import Command, interrupt
+
+from otelguard import GuardConfig
+from otelguard.integrations.langchain import GuardMiddleware
+from tests.integrations.conftest import Rig
+
+Script = Callable[[list[BaseMessage]], AIMessage]
+
+
+class ScriptedChatModel(BaseChatModel):
+    """A chat model whose every answer comes from ``script(messages)``; records what it was shown."""
+
+    script: Script
+    seen: list[list[BaseMessage]] = Field(default_factory=list)
+
+    def _generate(
+        self, messages: list[BaseMessage], stop: Any = None, run_manager: Any = None, **kwargs: Any
+    ) -> ChatResult:
+        self.seen.append(list(messages))
+        return ChatResult(generations=[ChatGeneration(message=self.script(messages))])
+
+    @property
+    def _llm_type(self) -> str:
+        return "scripted"
+
+    def bind_tools(self, tools: Sequence[Any], **kwargs: Any) -> ScriptedChatModel:
+        return self
+
+
+def model(script: Script) -> ScriptedChatModel:
+    return ScriptedChatModel(script=script)
+
+
+def calls(*specs: tuple[str, dict[str, Any]], prefix: str = "call") -> AIMessage:
+    return AIMessage(
+        content="",
+        tool_calls=[
+            {"name": n, "args": a, "id": f"{prefix}_{i}", "type": "tool_call"}
+            for i, (n, a) in enumerate(specs)
+        ],
+    )
+
+
+def tool_turns(messages: list[BaseMessage]) -> int:
+    return sum(isinstance(m, AIMessage) and bool(m.tool_calls) for m in messages)
+
+
+def forever(name: str, args: dict[str, Any]) -> Script:
+    """A model that calls the same tool with the same arguments on every step."""
+    return lambda messages: calls((name, args), prefix=f"step{tool_turns(messages)}")
+
+
+class Counter:
+    def __init__(self) -> None:
+        self.n = 0
+        self.lock = threading.Lock()
+
+    def tick(self) -> int:
+        with self.lock:
+            self.n += 1
+            return self.n
+
+
+UNATTENDED = GuardConfig(mode="unattended")
+
+
+def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None:
+    ran = Counter()
+
+    @tool
+    def run_tests(path: str) -> str:
+        """Run the test suite."""
+        ran.tick()
+        raise ToolException("1 failed")
+
+    run_tests.handle_tool_error = True  # LangChain's own path: an error ToolMessage
+
+    chat = model(forever("run_tests", {"path": "tests/"}))
+    agent = create_agent(
+        chat, [run_tests], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
+    out = agent.invoke({"messages": [HumanMessage("fix the tests")]})
+
+    assert ran.n == 5  # exact_failure refuses the 6th identical failing call
+    tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in tool_messages] == ["error"] * 6
+    refused = json.loads(str(tool_messages[-1].content))
+    assert refused["otelguard"]["code"] == "exact_failure_block"
+    assert "[otelguard warn: exact_failure_warn]" in str(
+        tool_messages[1].content
+    )  # the model saw the warning
+    assert any("exact_failure_warn" in str(m.content) for m in chat.seen[-1] if isinstance(m, ToolMessage))
+    last = out["messages"][-1]
+    assert isinstance(last, AIMessage) and not last.tool_calls
+    assert str(last.content).startswith("Stopped by otelguard: ")
+    assert len(chat.seen) == 6  # no model call after the refusal
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
+    assert rig.sample("otelguard_turns_total", agent="default", outcome="halted") == 1
+
+
+def test_tool_exception_is_a_failure_and_propagates_as_without_the_middleware(rig: Rig) -> None:
+    @tool
+    def explode(x: int) -> str:
+        """Always raises."""
+        raise ValueError("boom")
+
+    agent = create_agent(
+        model(forever("explode", {"x": 1})),
+        [explode],
+        middleware=[GuardMiddleware(telemetry=rig.telemetry())],
+    )
+    with pytest.raises(ValueError, match="boom"):
+        agent.invoke({"messages": [HumanMessage("go")]})
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="explode", outcome="failed") == 1
+
+
+def test_sixty_parallel_web_searches_stop_at_the_turn_cap(rig: Rig) -> None:
+    ran = Counter()
+
+    @tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        ran.tick()
+        return f"results for {query}"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if tool_turns(messages):
+            return AIMessage(content="done")
+        return calls(*[("web_search", {"query": f"q{i}"}) for i in range(60)])
+
+    chat = model(script)
+    agent = create_agent(
+        chat, [web_search], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
+    out = agent.invoke({"messages": [HumanMessage("research")]})
+
+    assert ran.n == 50  # parallel calls in any order, and the cap never overshoots
+    refused = [m for m in out["messages"] if isinstance(m, ToolMessage) and m.status == "error"]
+    codes = sorted(json.loads(str(m.content))["otelguard"]["code"] for m in refused)
+    assert codes.count("cap_turn") == 1 and len(codes) == 10  # the rest: turn_halted
+    assert len(chat.seen) == 1
+    assert rig.sample("otelguard_cap_hits_total", agent="default", cap="web_search", scope="turn") == 1
+
+
+def test_sequential_web_searches_stop_at_the_turn_cap() -> None:
+    ran = Counter()
+
+    @tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return f"results {ran.tick()}"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        n = tool_turns(messages)
+        return (
+            calls(("web_search", {"query": f"q{n}"}), prefix=f"s{n}") if n < 60 else AIMessage(content="done")
+        )
+
+    chat = model(script)
+    agent = create_agent(chat, [web_search], middleware=[GuardMiddleware(UNATTENDED)])
+    out = agent.invoke({"messages": [HumanMessage("research")]})
+    assert ran.n == 50
+    assert len(chat.seen) == 51
+    assert "web searches" in str(out["messages"][-1].content)
+
+
+def test_a_batch_of_subagent_spawns_is_charged_by_its_size(rig: Rig) -> None:
+    batches: list[int] = []
+
+    @tool
+    def delegate_task(tasks: list[str]) -> str:
+        """Spawn one subagent per task."""
+        batches.append(len(tasks))
+        return "spawned"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        n = tool_turns(messages)
+        return calls(("delegate_task", {"tasks": [f"t{i}" for i in range(30)]}), prefix=f"s{n}")
+
+    agent = create_agent(
+        model(script), [delegate_task], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
+    out = agent.invoke({"messages": [HumanMessage("split the work")]})
+    assert batches == [30]  # 30 + 30 > 50: the second batch never ran
+    assert json.loads(str(out["messages"][-2].content))["otelguard"]["code"] == "cap_turn"
+    assert rig.sample("otelguard_subagent_spawns_total", agent="default") == 30
+
+
+def test_a_healthy_run_gets_only_allow_and_unchanged_results(rig: Rig) -> None:
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return f"contents of {path}"
+
+    @tool
+    def write_file(path: str, text: str) -> str:
+        """Write a file."""
+        return f"wrote {len(text)} bytes to {path}"
+
+    steps = [
+        calls(("read_file", {"path": "a.py"}), prefix="r"),
+        calls(("write_file", {"path": "a.py", "text": "x = 1"}), prefix="w"),
+        AIMessage(content="all done"),
+    ]
+    agent = create_agent(
+        model(lambda messages: steps[tool_turns(messages)]),
+        [read_file, write_file],
+        middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())],
+    )
+    out = agent.invoke({"messages": [HumanMessage("edit")]})
+    contents = [m.content for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert contents == ["contents of a.py", "wrote 5 bytes to a.py"]
+    assert out["messages"][-1].content == "all done"
+    assert not [s for s in rig.registry.collect() if s.name == "otelguard_decisions" and s.samples]
+    assert rig.sample("otelguard_turns_total", agent="default", outcome="completed") == 1
+
+
+def test_threads_do_not_share_counters_and_a_new_turn_clears_per_turn_state() -> None:
+    ran = Counter()
+
+    @tool
+    def run_tests(path: str) -> str:
+        """Run the test suite."""
+        ran.tick()
+        raise ToolException("1 failed")
+
+    run_tests.handle_tool_error = True  # LangChain's own path: an error ToolMessage
+
+    def three_then_stop(messages: list[BaseMessage]) -> AIMessage:
+        since_human = messages[max(i for i, m in enumerate(messages) if isinstance(m, HumanMessage)) :]
+        n = tool_turns(since_human)
+        return (
+            calls(("run_tests", {"path": "t"}), prefix=f"{len(messages)}")
+            if n < 4
+            else AIMessage(content="gave up")
+        )
+
+    middleware = GuardMiddleware(UNATTENDED)
+    agent = create_agent(
+        model(three_then_stop), [run_tests], middleware=[middleware], checkpointer=InMemorySaver()
+    )
+
+    def turn(thread: str) -> list[BaseMessage]:
+        out = agent.invoke({"messages": [HumanMessage("again")]}, {"configurable": {"thread_id": thread}})
+        return list(out["messages"])
+
+    turn("a")
+    turn("b")  # another thread: its own guard, so four failures stay under the block threshold
+    assert ran.n == 8
+    a = middleware.sessions.peek("a")
+    assert a is not None and a is not middleware.sessions.peek("b")
+    messages = turn("a")  # a new turn of thread a: the exact-failure count starts again
+    assert ran.n == 12
+    assert messages[-1].content == "gave up"
+    assert len(middleware.sessions) == 2
+
+
+def test_interrupts_pass_through_untouched_and_are_not_failures(rig: Rig) -> None:
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy after a human says yes."""
+        answer = interrupt({"question": "deploy?"})
+        return f"deployed: {answer}"
+
+    steps = [calls(("deploy", {"target": "prod"}), prefix="d"), AIMessage(content="ok")]
+    agent = create_agent(
+        model(lambda messages: steps[tool_turns(messages)]),
+        [deploy],
+        middleware=[GuardMiddleware(telemetry=rig.telemetry())],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    first = agent.invoke({"messages": [HumanMessage("ship it")]}, config)
+    assert "__interrupt__" in first
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="failed") == 0
+    out = agent.invoke(Command(resume="yes"), config)
+    # The resumed call is the same call: counted once in the turn, which the resumed run ends.
+    assert rig.sample("otelguard_turn_tool_calls_sum", agent="default") == 1
+    assert out["messages"][-1].content == "ok"
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="ok") == 1
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="failed") == 0
+
+
+@pytest.mark.parametrize("span_mode", ["auto", "own"])
+def test_metrics_and_spans_carry_the_framework_call_ids(rig: Rig, span_mode: str) -> None:
+    @tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "results"
+
+    steps = [
+        calls(("web_search", {"query": "a"}), ("web_search", {"query": "b"}), prefix="lc"),
+        AIMessage(content="done"),
+    ]
+    agent = create_agent(
+        model(lambda messages: steps[tool_turns(messages)]),
+        [web_search],
+        middleware=[GuardMiddleware(telemetry=rig.telemetry(span_mode), agent="researcher")],
+    )
+    agent.invoke({"messages": [HumanMessage("look")]})
+    assert rig.sample("otelguard_tool_calls_total", agent="researcher", tool="web_search", outcome="ok") == 2
+    spans = rig.tool_spans()
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in spans) == ["lc_0", "lc_1"]  # type: ignore[index]
+    assert {s.name for s in spans} == {"execute_tool web_search"}
+    assert all(s.attributes["otelguard.decision.code"] == "allow" for s in spans)  # type: ignore[index]
+
+
+def test_async_agents_are_guarded_too(rig: Rig) -> None:
+    ran = Counter()
+
+    @tool
+    async def web_search(query: str) -> str:
+        """Search the web."""
+        ran.tick()
+        return f"results for {query}"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        return (
+            AIMessage(content="done")
+            if tool_turns(messages)
+            else calls(*[("web_search", {"query": f"q{i}"}) for i in range(60)])
+        )
+
+    agent = create_agent(
+        model(script), [web_search], middleware=[GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())]
+    )
+    out = asyncio.run(agent.ainvoke({"messages": [HumanMessage("research")]}))
+    assert ran.n == 50
+    assert str(out["messages"][-1].content).startswith("Stopped by otelguard: ")
+
+
+def test_sessions_are_bounded_by_max_sessions() -> None:
+    agent = create_agent(
+        model(lambda messages: AIMessage(content="hi")),
+        [],
+        middleware=[middleware := GuardMiddleware(max_sessions=2)],
+    )
+    for thread in ("a", "b", "c"):
+        agent.invoke({"messages": [HumanMessage("hello")]}, {"configurable": {"thread_id": thread}})
+    assert len(middleware.sessions) == 2
+    assert middleware.sessions.peek("a") is None  # least recently used dropped first
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    name=st.text(max_size=20),
+    args=st.one_of(st.none(), st.text(), st.dictionaries(st.text(max_size=5), st.integers() | st.text())),
+    call_id=st.one_of(st.none(), st.text(max_size=10)),
+    content=st.one_of(st.text(), st.lists(st.dictionaries(st.just("text"), st.text(max_size=5)), max_size=2)),
+    status=st.sampled_from(["success", "error"]),
+)
+def test_wrap_tool_call_never_raises_for_any_call(
+    name: str, args: Any, call_id: str | None, content: Any, status: str
+) -> None:
+    middleware = GuardMiddleware(UNATTENDED)
+    request = ToolCallRequest(
+        tool_call={"name": name, "args": args, "id": call_id, "type": "tool_call"},
+        tool=None,
+        state={},
+        runtime=None,
+    )
+    for _ in range(7):  # enough repeats to warn and then refuse
+        out = middleware.wrap_tool_call(
+            request, lambda r: ToolMessage(content=content, tool_call_id=call_id or "", status=status)
+        )
+        assert isinstance(out, ToolMessage)

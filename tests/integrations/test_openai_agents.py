@@ -1,0 +1,360 @@
+"""guard_agent inside a real OpenAI Agents SDK ``Runner`` loop with the SDK's own scripted model."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner, WebSearchTool, function_tool, set_tracing_disabled
+from agents.exceptions import UserError
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.tool_context import ToolContext
+from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
+
+from otelguard import GuardConfig, GuardHalted
+from otelguard.integrations.openai_agents import guard_agent
+from tests.integrations.conftest import Rig
+
+set_tracing_disabled(True)  # the SDK's own trace exporter would try the network
+NO_TRACING = RunConfig(tracing_disabled=True)
+UNATTENDED = GuardConfig(mode="unattended")
+Respond = Callable[[list[dict[str, Any]]], Sequence[Any]]
+
+
+def scripted(respond: Respond, steps: int = 200) -> ScriptedModel:
+    """A model that answers each call with ``respond(input_items)``."""
+    return ScriptedModel([ModelStep.respond(lambda call: respond(_items(call))) for _ in range(steps)])
+
+
+def _items(call: ModelCall) -> list[dict[str, Any]]:
+    return (
+        [i if isinstance(i, dict) else i.model_dump() for i in call.input]
+        if isinstance(call.input, list)
+        else []
+    )
+
+
+def outputs(items: list[dict[str, Any]]) -> list[str]:
+    return [str(i.get("output")) for i in items if i.get("type") == "function_call_output"]
+
+
+def tool_rounds(items: list[dict[str, Any]]) -> int:
+    return len({i.get("call_id") for i in items if i.get("type") == "function_call"})
+
+
+def forever(name: str, args: dict[str, Any]) -> Respond:
+    return lambda items: [function_call(name, args, call_id=f"call_{tool_rounds(items)}")]
+
+
+@dataclass
+class Ran:
+    n: int = 0
+
+
+def run(agent: Agent[Any], hooks: Any, text: str = "go", context: Any = None) -> Any:
+    return asyncio.run(
+        Runner.run(agent, text, hooks=hooks, context=context, run_config=NO_TRACING, max_turns=200)
+    )
+
+
+def test_retry_forever_is_warned_then_refused_and_the_run_raises_guard_halted(rig: Rig) -> None:
+    ran = Ran()
+    seen: list[list[str]] = []
+
+    @function_tool
+    def run_tests(path: str) -> str:
+        """Run the test suite."""
+        ran.n += 1
+        raise RuntimeError("1 failed")
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        seen.append(outputs(items))
+        return forever("run_tests", {"path": "tests/"})(items)
+
+    agent = Agent(name="fixer", tools=[run_tests], model=scripted(respond))
+    hooks = guard_agent(agent, UNATTENDED, telemetry=rig.telemetry())
+    with pytest.raises(GuardHalted) as halted:
+        run(agent, hooks)
+
+    assert halted.value.decision.code == "exact_failure_block"
+    assert ran.n == 5
+    assert len(seen) == 6  # the model is not called again after the refusal
+    # The SDK's own failure message still reaches the model, and the refusal is in the history.
+    assert seen[-1][0] == "An error occurred while running the tool. Please try again."
+    assert all(
+        "[otelguard warn: exact_failure_warn]" in text for text in seen[-1][1:]
+    )  # warnings reach the model
+    assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="failed") == 5
+    assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="blocked") == 1
+    assert (
+        rig.sample(
+            "otelguard_decisions_total",
+            agent="fixer",
+            tool="run_tests",
+            action="warn",
+            code="exact_failure_warn",
+        )
+        == 4
+    )
+    assert rig.sample("otelguard_turns_total", agent="fixer", outcome="halted") == 1
+
+
+def test_the_refusal_reaches_the_model_as_the_call_result() -> None:
+    seen: list[list[str]] = []
+
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return f"results for {query}"
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        seen.append(outputs(items))
+        n = tool_rounds(items)
+        return (
+            [function_call("web_search", {"query": f"q{n}"}, call_id=f"c{n}")]
+            if n < 3
+            else [assistant_message("done")]
+        )
+
+    agent = Agent(name="r", tools=[web_search], model=scripted(respond))
+    config = GuardConfig(caps={"on_hit": "reject", "turn": {"web_search": 2}})
+    result = run(agent, guard_agent(agent, config))
+    assert result.final_output == "done"
+    refused = json.loads(seen[-1][-1])
+    assert (
+        refused["otelguard"]["code"] == "cap_turn"
+    )  # reject_content put the synthetic result in the history
+
+
+def test_sixty_parallel_web_searches_stop_at_the_turn_cap(rig: Rig) -> None:
+    ran = Ran()
+
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        ran.n += 1
+        return f"results for {query}"
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        if tool_rounds(items):
+            return [assistant_message("done")]
+        return [function_call("web_search", {"query": f"q{i}"}, call_id=f"c{i}") for i in range(60)]
+
+    agent = Agent(name="researcher", tools=[web_search, WebSearchTool()], model=scripted(respond))
+    with pytest.raises(GuardHalted) as halted:
+        run(agent, guard_agent(agent, UNATTENDED, telemetry=rig.telemetry()))
+    assert halted.value.decision.code == "cap_turn"
+    assert ran.n == 50
+    assert rig.sample("otelguard_cap_hits_total", agent="researcher", cap="web_search", scope="turn") == 1
+    assert rig.sample("otelguard_tool_calls_total", agent="researcher", tool="web_search", outcome="ok") == 50
+
+
+def test_a_batch_of_subagent_spawns_is_charged_by_its_size(rig: Rig) -> None:
+    batches: list[int] = []
+
+    @function_tool
+    def delegate_task(tasks: list[str]) -> str:
+        """Spawn one subagent per task."""
+        batches.append(len(tasks))
+        return "spawned"
+
+    agent = Agent(
+        name="boss",
+        tools=[delegate_task],
+        model=scripted(forever("delegate_task", {"tasks": [f"t{i}" for i in range(30)]})),
+    )
+    with pytest.raises(GuardHalted):
+        run(agent, guard_agent(agent, UNATTENDED, telemetry=rig.telemetry()))
+    assert batches == [30]
+    assert rig.sample("otelguard_subagent_spawns_total", agent="boss") == 30
+
+
+def test_a_healthy_run_gets_only_allow_and_unchanged_results(rig: Rig) -> None:
+    seen: list[list[str]] = []
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return f"contents of {path}"
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        seen.append(outputs(items))
+        n = tool_rounds(items)
+        return (
+            [function_call("read_file", {"path": f"f{n}.py"}, call_id=f"c{n}")]
+            if n < 3
+            else [assistant_message("ok")]
+        )
+
+    agent = Agent(name="reader", tools=[read_file], model=scripted(respond))
+    result = run(agent, guard_agent(agent, UNATTENDED, telemetry=rig.telemetry()))
+    assert result.final_output == "ok"
+    assert seen[-1] == ["contents of f0.py", "contents of f1.py", "contents of f2.py"]
+    assert rig.sample("otelguard_tool_calls_total", agent="reader", tool="read_file", outcome="ok") == 3
+    assert not any(s.samples for s in rig.registry.collect() if s.name == "otelguard_decisions")
+    assert rig.sample("otelguard_turns_total", agent="reader", outcome="completed") == 1
+
+
+@dataclass
+class Conversation:
+    conversation_id: str
+
+
+def test_sessions_do_not_share_counters_and_a_new_run_is_a_new_turn() -> None:
+    ran = Ran()
+
+    @function_tool
+    def run_tests(path: str) -> str:
+        """Run the test suite."""
+        ran.n += 1
+        raise RuntimeError("1 failed")
+
+    def three_then_stop(items: list[dict[str, Any]]) -> Sequence[Any]:
+        n = tool_rounds(items)
+        return (
+            [function_call("run_tests", {"path": "t"}, call_id=f"c{n}")]
+            if n < 4
+            else [assistant_message("gave up")]
+        )
+
+    agent = Agent(name="fixer", tools=[run_tests], model=scripted(three_then_stop, steps=20))
+    hooks = guard_agent(agent, UNATTENDED, session_key=lambda ctx: ctx.context.conversation_id)
+    for conversation in ("a", "b", "a"):  # four failures a run stay under the block threshold of five
+        assert run(agent, hooks, context=Conversation(conversation)).final_output == "gave up"
+    assert ran.n == 12
+    a, b = hooks.sessions.peek("a"), hooks.sessions.peek("b")
+    assert a is not None and b is not None and a is not b
+    assert len(hooks.sessions) == 2
+
+
+def test_a_custom_failure_function_is_kept() -> None:
+    seen: list[list[str]] = []
+
+    def explain(ctx: Any, error: Exception) -> str:
+        return f"tool failed: {type(error).__name__}"
+
+    @function_tool(failure_error_function=explain)
+    def flaky(x: int) -> str:
+        """Always fails."""
+        raise KeyError("x")
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        seen.append(outputs(items))
+        return (
+            [function_call("flaky", {"x": 1}, call_id="c0")]
+            if not tool_rounds(items)
+            else [assistant_message("ok")]
+        )
+
+    agent = Agent(name="a", tools=[flaky], model=scripted(respond))
+    hooks = guard_agent(agent)
+    run(agent, hooks)
+    assert seen[-1] == ["tool failed: KeyError"]
+    summary = hooks.sessions.session(None).guard.end_turn()
+    assert summary.tool_calls == 0  # the run's own turn already ended with the run
+
+
+def test_a_tool_shared_by_handoff_agents_is_guarded_once(rig: Rig) -> None:
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "results"
+
+    specialist = Agent(name="specialist", tools=[web_search])
+    triage = Agent(name="triage", tools=[web_search], handoffs=[specialist])
+    guard_agent(triage, telemetry=rig.telemetry())
+    guard_agent(triage, telemetry=rig.telemetry())
+    assert [g.name for g in web_search.tool_input_guardrails or ()] == ["otelguard"]
+
+
+@pytest.mark.parametrize("span_mode", ["auto", "own"])
+def test_metrics_and_spans_carry_the_framework_call_ids(rig: Rig, span_mode: str) -> None:
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "results"
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        if tool_rounds(items):
+            return [assistant_message("done")]
+        return [function_call("web_search", {"query": q}, call_id=f"call_{q}") for q in ("a", "b")]
+
+    agent = Agent(name="researcher", tools=[web_search], model=scripted(respond))
+    run(agent, guard_agent(agent, telemetry=rig.telemetry(span_mode)))
+    assert rig.sample("otelguard_tool_calls_total", agent="researcher", tool="web_search", outcome="ok") == 2
+    spans = rig.tool_spans()
+    assert sorted(s.attributes["gen_ai.tool.call.id"] for s in spans) == ["call_a", "call_b"]  # type: ignore[index]
+    assert all(s.attributes["otelguard.outcome"] == "ok" for s in spans)  # type: ignore[index]
+
+
+def test_a_tool_without_failure_function_still_raises_and_the_failure_is_recorded(rig: Rig) -> None:
+    @function_tool(failure_error_function=None)
+    def strict(x: int) -> str:
+        """Always fails."""
+        raise KeyError("x")
+
+    agent = Agent(name="a", tools=[strict], model=scripted(forever("strict", {"x": 1})))
+    with pytest.raises(UserError, match="Error running tool strict"):  # as without the adapter
+        run(agent, guard_agent(agent, telemetry=rig.telemetry()))
+    assert rig.sample("otelguard_tool_calls_total", agent="a", tool="strict", outcome="failed") == 1
+
+
+@settings(max_examples=50, deadline=None)
+@given(
+    name=st.text(max_size=20),
+    arguments=st.one_of(
+        st.text(max_size=30), st.builds(json.dumps, st.dictionaries(st.text(max_size=5), st.integers()))
+    ),
+    call_id=st.text(max_size=10),
+    output=st.one_of(st.none(), st.text(max_size=20), st.integers()),
+)
+def test_the_guardrails_never_raise_for_any_call(
+    name: str, arguments: str, call_id: str, output: Any
+) -> None:
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "results"
+
+    agent = Agent(name="a", tools=[web_search])
+    hooks = guard_agent(agent, UNATTENDED)
+    tool_guard = web_search._otelguard_tool_guard  # type: ignore[attr-defined]
+    for _ in range(7):
+        context = ToolContext(context=None, tool_name=name, tool_call_id=call_id, tool_arguments=arguments)
+        allowed = asyncio.run(tool_guard.check(ToolInputGuardrailData(context=context, agent=agent)))
+        if allowed.behavior["type"] == "allow":
+            asyncio.run(
+                tool_guard.check_output(ToolOutputGuardrailData(context=context, agent=agent, output=output))
+            )
+    assert len(hooks.sessions) == 1
+
+
+def test_the_run_configs_tool_error_formatter_still_writes_the_failure_message() -> None:
+    seen: list[list[str]] = []
+
+    @function_tool
+    def flaky(x: int) -> str:
+        """Always fails."""
+        raise KeyError("x")
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        seen.append(outputs(items))
+        return (
+            [function_call("flaky", {"x": 1}, call_id="c0")]
+            if not tool_rounds(items)
+            else [assistant_message("ok")]
+        )
+
+    agent = Agent(name="a", tools=[flaky], model=scripted(respond))
+    config = RunConfig(tracing_disabled=True, tool_error_formatter=lambda args: f"formatted {args.kind}")
+    asyncio.run(Runner.run(agent, "go", hooks=guard_agent(agent), run_config=config))
+    assert seen[-1] == ["formatted tool_exception"]
