@@ -11,6 +11,7 @@ from typing import Any, Final, Literal
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 __all__ = ["ErrorRecord", "HaltRecord", "InputReport", "ReplayReport", "SessionReport"]
 
@@ -169,7 +170,7 @@ def _inputs_table(report: ReplayReport) -> Table:
     for column in ("path", "format", "sessions", "errors"):
         table.add_column(column, justify="right" if column in ("sessions", "errors") else "left")
     for entry in list(report.inputs.values())[:_MAX_ROWS]:
-        table.add_row(entry.path, entry.format, str(entry.sessions), str(entry.errors))
+        _literal_row(table, entry.path, entry.format, str(entry.sessions), str(entry.errors))
     _more(table, len(report.inputs), "inputs")
     return table
 
@@ -181,7 +182,8 @@ def _sessions_table(report: ReplayReport) -> Table:
         table.add_column(column, justify="right")
     for session in report.sessions[:_MAX_ROWS]:
         warnings = sum(n for code, n in session.decisions.items() if code.endswith("_warn"))
-        table.add_row(
+        _literal_row(
+            table,
             session.session_id,
             str(session.turns),
             str(session.tool_calls),
@@ -199,7 +201,7 @@ def _decisions_table(report: ReplayReport, decisions: dict[str, int]) -> Table:
     table.add_column("action")
     table.add_column("count", justify="right")
     for code, count in sorted(decisions.items(), key=lambda item: (-item[1], item[0])):
-        table.add_row(code, "/".join(sorted(report.actions.get(code, ()))), str(count))
+        _literal_row(table, code, "/".join(sorted(report.actions.get(code, ()))), str(count))
     return table
 
 
@@ -208,7 +210,7 @@ def _counts_table(title: str, key: str, counts: dict[str, int]) -> Table:
     table.add_column(key)
     table.add_column("count", justify="right")
     for name, count in sorted(counts.items()):
-        table.add_row(name, str(count))
+        _literal_row(table, name, str(count))
     return table
 
 
@@ -224,7 +226,8 @@ def _halts_table(report: ReplayReport) -> Table:
         for halt in session.halts:
             if shown < _MAX_ROWS:
                 shown += 1
-                table.add_row(
+                _literal_row(
+                    table,
                     session.session_id,
                     str(halt.turn),
                     str(halt.call),
@@ -243,9 +246,14 @@ def _errors_table(report: ReplayReport) -> Table:
     table.add_column("reason")
     for error in report.errors[:_MAX_ROWS]:
         where = error.path if error.line is None else f"{error.path}:{error.line}"
-        table.add_row(where, error.reason)
+        _literal_row(table, where, error.reason)
     _more(table, report.errors_total, "errors")
     return table
+
+
+def _literal_row(table: Table, *cells: str) -> None:
+    """Cells hold names and ids from transcripts: shown as written, never read as rich markup."""
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def _more(table: Table, total: int, what: str) -> None:
