@@ -12,8 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-import yaml
-
+from otelguard.config_file import load_config_file
 from otelguard.errors import ConfigError
 
 __all__ = [
@@ -355,16 +354,9 @@ class GuardConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> GuardConfig:
-        """Read a YAML (or JSON) file. An empty file gives the defaults."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("<file>", str(path), f"must be a readable file ({exc.strerror})") from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("<file>", str(path), f"must be valid YAML ({exc})") from exc
-        return cls.from_mapping(data)
+        """Read a YAML (or JSON) file. An empty file gives the defaults. A hostile file (too big, not
+        UTF-8, a FIFO or device, an alias bomb, too deep) is a ``ConfigError``: see ``otelguard.config_file``."""
+        return cls.from_mapping(load_config_file(path))
 
     def to_mapping(self) -> dict[str, Any]:
         """The effective configuration as plain data (the signature key is never included)."""
