@@ -229,12 +229,14 @@ class TelemetrySettings:
     turn_spans: bool = False
     max_tool_values: int = 100
     max_signature_series: int = 200
+    max_series_per_metric: int = 2000
 
     def __post_init__(self) -> None:
         _choice("telemetry.span_mode", self.span_mode, SPAN_MODES)
         _bool("telemetry.turn_spans", self.turn_spans)
         _int("telemetry.max_tool_values", self.max_tool_values, 1)
         _int("telemetry.max_signature_series", self.max_signature_series, 1)
+        _int("telemetry.max_series_per_metric", self.max_series_per_metric, 1)
 
     @classmethod
     def parse(cls, value: Any, path: str = "telemetry") -> TelemetrySettings:
