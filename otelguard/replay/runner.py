@@ -13,7 +13,14 @@ from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
 from otelguard.replay.events import SessionKey, ToolCall
-from otelguard.replay.report import ErrorRecord, HaltRecord, InputReport, ReplayReport, SessionReport
+from otelguard.replay.report import (
+    MAX_DETAILED_SESSIONS,
+    ErrorRecord,
+    HaltRecord,
+    InputReport,
+    ReplayReport,
+    SessionReport,
+)
 
 __all__ = ["ReplayRunner"]
 
@@ -31,13 +38,19 @@ class _Session:
 class ReplayRunner:
     """The event sink that runs the guard. ``finish()`` closes what is open and returns the report."""
 
-    def __init__(self, config: GuardConfig, telemetry: Any = None, agent: str = "replay") -> None:
+    def __init__(
+        self,
+        config: GuardConfig,
+        telemetry: Any = None,
+        agent: str = "replay",
+        max_detailed_sessions: int = MAX_DETAILED_SESSIONS,
+    ) -> None:
         self._config = config
         self._telemetry = telemetry
         self._agent = agent
         self._open: dict[SessionKey, _Session] = {}
         self._seq = 0
-        self.report = ReplayReport()
+        self.report = ReplayReport(max_detailed_sessions=max_detailed_sessions)
 
     # EventSink -----------------------------------------------------------------------------
 
