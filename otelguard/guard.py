@@ -138,10 +138,14 @@ class Guard:
     def start_turn(self, turn_id: str | None = None, agent: str | None = None) -> None:
         """Begin a turn (ending the current one, if any); clears all per-turn state."""
         try:
-            if self._turn is not None:
-                self.end_turn()
+            # one lock hold ends the current turn and begins the next: from several threads, every
+            # turn begun is ended (and counted) exactly once
             with self._lock:
+                previous = self._turn
+                ended = self._summarise_locked(previous) if previous is not None else None
                 turn = self._begin_turn(turn_id, agent)
+            if ended is not None:
+                self._notify("on_turn_end", ended)
             self._notify_turn_start(turn)
         except Exception as exc:
             self._internal_error("start_turn", exc)
@@ -176,28 +180,31 @@ class Guard:
         try:
             with self._lock:
                 turn, self._turn = self._turn, None
-                if turn is not None:
-                    self._last_halt = turn.halt
                 if turn is None:
                     return TurnSummary(
                         turn_id=None, agent=self.agent, tool_calls=0, halted=False, halt_decision=None
                     )
-                summary = TurnSummary(
-                    turn_id=turn.turn_id,
-                    agent=turn.agent,
-                    tool_calls=turn.tool_calls,
-                    halted=turn.halt is not None,
-                    halt_decision=turn.halt,
-                    cap_usage=MappingProxyType(dict(self._caps.turn)),
-                    cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
-                    session_cap_usage=MappingProxyType(dict(self._caps.session)),
-                    decisions=MappingProxyType(dict(turn.decisions)),
-                )
+                summary = self._summarise_locked(turn)
             self._notify("on_turn_end", summary)
             return summary
         except Exception as exc:
             self._internal_error("end_turn", exc)
             return TurnSummary(turn_id=None, agent=self.agent, tool_calls=0, halted=False, halt_decision=None)
+
+    def _summarise_locked(self, turn: _Turn) -> TurnSummary:
+        """The summary of ``turn``, which is ending (called with the lock held)."""
+        self._last_halt = turn.halt
+        return TurnSummary(
+            turn_id=turn.turn_id,
+            agent=turn.agent,
+            tool_calls=turn.tool_calls,
+            halted=turn.halt is not None,
+            halt_decision=turn.halt,
+            cap_usage=MappingProxyType(dict(self._caps.turn)),
+            cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
+            session_cap_usage=MappingProxyType(dict(self._caps.session)),
+            decisions=MappingProxyType(dict(turn.decisions)),
+        )
 
     # calls -----------------------------------------------------------------------------------
 
