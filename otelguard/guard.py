@@ -9,6 +9,7 @@ loop.
 
 from __future__ import annotations
 
+import hashlib
 import importlib
 import logging
 import threading
@@ -56,7 +57,6 @@ class _Pending(NamedTuple):
     ``tokens`` holds the observers' ``on_call_start`` tokens once they are known (filled in place).
     """
 
-    args: Any
     sig: Signature
     turn: _Turn
     charges: tuple[Charge, ...]
@@ -66,6 +66,8 @@ class _Pending(NamedTuple):
     tokens: list[object]
 
 
+MAX_NAME_CHARS: Final = 256
+_NAME_PREFIX_CHARS: Final = 200
 _NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
 _new_pending = tuple.__new__
 _new_signature = tuple.__new__
@@ -217,6 +219,8 @@ class Guard:
 
     def _before_call(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
         name = tool_name if type(tool_name) is str else str(tool_name)
+        if len(name) > MAX_NAME_CHARS:
+            name = bounded_name(name)
         facts = self._facts.get(name) or self._catalog.facts(name)
         sig = _new_signature(Signature, (name, self._hasher.args_hash(args)))
         requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
@@ -238,11 +242,10 @@ class Guard:
                 if facts.caps_turn or facts.caps_session:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                 tokens = [] if self._start_observers else _NO_TOKENS
-                # Without a call id, after_call finds the call by the identity of its args object;
-                # with one, the args are not kept alive.
-                kept_args = args if call_id is None else None
+                # Without a call id, after_call finds the call by (tool, id(args)). The args are never
+                # kept alive: a host may drop a call without after_call, and big args would pile up.
                 pending = _new_pending(
-                    _Pending, (kept_args, sig, turn, charges, requested, decision, _time_ns(), tokens)
+                    _Pending, (sig, turn, charges, requested, decision, _time_ns(), tokens)
                 )
                 self._remember((name, id(args)) if call_id is None else _call_key(call_id), pending)
             else:
@@ -289,6 +292,8 @@ class Guard:
         call_id: str | None,
     ) -> Decision:
         name = tool_name if type(tool_name) is str else str(tool_name)
+        if len(name) > MAX_NAME_CHARS:
+            name = bounded_name(name)
         facts = self._facts.get(name) or self._catalog.facts(name)
         outcome: Outcome
         if refusal is not None:
@@ -300,7 +305,7 @@ class Guard:
             outcome = "failed" if failed else "ok"
         turn = self._turn or self._current_turn()
         with self._lock:
-            pending = self._take((name, id(args)) if call_id is None else _call_key(call_id), args)
+            pending = self._take((name, id(args)) if call_id is None else _call_key(call_id))
             if pending is not None:
                 sig = pending.sig
             else:
@@ -368,18 +373,17 @@ class Guard:
             if not oldest:
                 self._pending.popitem(last=False)
 
-    def _take(self, key: object, args: Any) -> _Pending | None:
+    def _take(self, key: object) -> _Pending | None:
         last = self._last_pending
-        if last is not None and self._last_key == key and (not isinstance(key, tuple) or last.args is args):
+        if last is not None and self._last_key == key:
             self._last_key, self._last_pending = None, None
             return last
         queue = self._pending.get(key)
         if not queue:
             return None
-        for i, pending in enumerate(queue):
-            if not isinstance(key, tuple) or pending.args is args:
-                return self._unqueue(key, queue, i)
-        return None
+        # Under (tool, id(args)) the newest call is taken: an older one under the same key belongs to
+        # an args object that was freed without its after_call, whose id was then reused.
+        return self._unqueue(key, queue, len(queue) - 1 if isinstance(key, tuple) else 0)
 
     def _take_by_signature(self, sig: Signature) -> _Pending | None:
         """The host passed an equal but not identical ``args`` object: match on the signature."""
@@ -468,7 +472,16 @@ class Guard:
 
 def _call_key(call_id: Any) -> object:
     """Pending calls are keyed by call id, or by ``(tool, id(args))`` (a tuple) without one."""
-    return call_id if isinstance(call_id, str) else str(call_id)
+    return bounded_name(call_id if isinstance(call_id, str) else str(call_id))
+
+
+def bounded_name(name: str) -> str:
+    """``name``, or beyond ``MAX_NAME_CHARS`` a prefix and a digest of the whole: tool names and call
+    ids are kept per signature and per pending call, so their length must not set the guard's memory."""
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f"{name[:_NAME_PREFIX_CHARS]}…{digest}"
 
 
 def _parsed(args: Any) -> Any:
