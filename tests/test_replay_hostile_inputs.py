@@ -3,6 +3,7 @@ files than the process may open. Each is bounded and answered, never a crash or 
 
 from __future__ import annotations
 
+import itertools
 import json
 import os
 import resource
@@ -16,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otelguard import GuardConfig
 from otelguard.replay import ReplayRunner, follow_inputs, replay_inputs
@@ -78,6 +81,24 @@ def test_splitter_joins_each_line_once_and_counts_over_long_ones() -> None:
     ]
     assert out == [b"abc", 13, b"ok"]
     assert splitter.pending_bytes == 0
+
+
+@given(
+    data=st.binary(max_size=200), cuts=st.lists(st.integers(0, 200), max_size=10), limit=st.integers(1, 20)
+)
+def test_splitter_matches_a_plain_split_whatever_the_chunking(
+    data: bytes, cuts: list[int], limit: int
+) -> None:
+    bounds = sorted({0, len(data), *(c for c in cuts if c <= len(data))})
+    splitter = LineSplitter(limit)
+    out: list[bytes | int] = []
+    for start, end in itertools.pairwise(bounds):
+        out += splitter.push(data[start:end])
+    out += splitter.finish()
+    lines = data.split(b"\n")
+    if lines[-1] == b"":
+        lines.pop()
+    assert out == [line if len(line) <= limit else len(line) for line in lines]
 
 
 def test_over_long_line_is_an_error_with_its_length_read_in_bounded_memory(tmp_path: Path) -> None:
