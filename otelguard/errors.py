@@ -31,6 +31,7 @@ def _bounded_repr() -> reprlib.Repr:
 
 
 _VALUE_REPR: Final = _bounded_repr()
+_MAX_KEY_CHARS: Final = 120
 
 
 class OtelGuardError(Exception):
@@ -47,7 +48,8 @@ class ConfigError(OtelGuardError, ValueError):
         self.key = key
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{key}: {_VALUE_REPR.repr(value)} is not allowed; {allowed}")
+        shown_key = key if len(key) <= _MAX_KEY_CHARS else f"{key[:_MAX_KEY_CHARS]}..."
+        super().__init__(f"{shown_key}: {_VALUE_REPR.repr(value)} is not allowed; {allowed}")
 
 
 class GuardHalted(OtelGuardError):

@@ -234,3 +234,12 @@ def test_any_yaml_ish_text_gives_a_config_or_a_one_line_config_error(
         GuardConfig.from_file(path)
     except ConfigError as exc:
         assert "\n" not in str(exc)
+
+
+def test_error_messages_bound_an_unknown_key_they_quote(tmp_path: Path) -> None:
+    path = tmp_path / "key.yaml"
+    path.write_text("k" * 50_000 + ": 1\n")
+    assert len(_error(path)) < 600
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_mapping({"k" * 50_000: 1})
+    assert len(str(info.value)) < 600
