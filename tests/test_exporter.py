@@ -1,4 +1,4 @@
-"""`serve_metrics` (SPEC §5): loopback by default, OpenMetrics on request, TLS, multi-process, bad input."""
+"""`serve_metrics`: loopback by default, OpenMetrics on request, TLS, multi-process, bad input."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The replay report: the SPEC §7 JSON document and the rich tables people read.
+"""The replay report: the data behind the JSON document (docs/replay.md) and the CLI's tables.
 
 It holds tool names, call ids, codes and counts only: never argument values, results or error texts.
 """
@@ -8,11 +8,7 @@ from __future__ import annotations
 import heapq
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
-
-from rich.console import Console
-from rich.table import Table
-from rich.text import Text
+from typing import Any, Final
 
 __all__ = ["ErrorRecord", "HaltRecord", "InputReport", "ReplayReport", "SessionReport"]
 
@@ -23,8 +19,6 @@ MAX_DETAILED_SESSIONS: Final = 10_000
 """Sessions whose detail (halts, call ids, anything a reader or the HTML report adds to a
 ``SessionReport``) is kept; the ones that halted or warned most are kept first. Every session is
 still counted in the totals, so memory does not grow with the number of sessions."""
-_MAX_ROWS: Final = 50
-"""Rows per table in the human report (``--json`` has everything)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,7 +26,7 @@ class HaltRecord:
     turn: int
     call: int
     call_id: str | None
-    tool: str
+    tool_name: str
     action: str
     code: str
 
@@ -100,7 +94,7 @@ def _halt_json(halt: HaltRecord) -> dict[str, Any]:
         "turn": halt.turn,
         "call": halt.call,
         "call_id": halt.call_id,
-        "tool": halt.tool,
+        "tool": halt.tool_name,
         "action": halt.action,
         "code": halt.code,
     }
@@ -176,7 +170,7 @@ class ReplayReport:
         }
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC §7 document (plus ``cap_hits`` and error/halt overflow counts)."""
+        """The replay document of docs/replay.md (plus ``cap_hits`` and error/halt overflow counts)."""
         doc: dict[str, Any] = {
             "inputs": [
                 {"path": i.path, "format": i.format, "sessions": i.sessions, "errors": i.errors}
@@ -191,118 +185,3 @@ class ReplayReport:
         if self.sessions_omitted:
             doc["sessions_omitted"] = self.sessions_omitted
         return doc
-
-    def render(self, console: Console) -> None:
-        totals = self.totals()
-        console.print(_inputs_table(self))
-        console.print(_sessions_table(self))
-        if totals["decisions"]:
-            console.print(_decisions_table(self, totals["decisions"]))
-        if totals["cap_hits"]:
-            console.print(_counts_table("cap hits", "cap", totals["cap_hits"]))
-        if totals["halts"]:
-            console.print(_halts_table(self))
-        if self.errors:
-            console.print(_errors_table(self))
-        console.print(
-            f"sessions: [bold]{totals['sessions']}[/], turns: [bold]{totals['turns']}[/], "
-            f"tool calls: [bold]{totals['tool_calls']}[/], would-be halts: [bold]{totals['halts']}[/], "
-            f"calls that would not have run: [bold]{totals['prevented_calls']}[/], "
-            f"input errors: [bold]{totals['errors']}[/]",
-            highlight=False,
-        )
-
-
-def _inputs_table(report: ReplayReport) -> Table:
-    table = Table(title="inputs", title_justify="left")
-    for column in ("path", "format", "sessions", "errors"):
-        table.add_column(column, justify="right" if column in ("sessions", "errors") else "left")
-    for entry in list(report.inputs.values())[:_MAX_ROWS]:
-        _literal_row(table, entry.path, entry.format, str(entry.sessions), str(entry.errors))
-    _more(table, len(report.inputs), "inputs")
-    return table
-
-
-def _sessions_table(report: ReplayReport) -> Table:
-    table = Table(title="sessions", title_justify="left")
-    table.add_column("session", overflow="fold")
-    for column in ("turns", "tool calls", "warnings", "halted turns", "not run"):
-        table.add_column(column, justify="right")
-    for session in report.sessions[:_MAX_ROWS]:
-        warnings = session.warnings
-        _literal_row(
-            table,
-            session.session_id,
-            str(session.turns),
-            str(session.tool_calls),
-            str(warnings),
-            str(session.halts_total),
-            str(session.prevented_calls),
-        )
-    _more(table, report.totals()["sessions"], "sessions")
-    return table
-
-
-def _decisions_table(report: ReplayReport, decisions: dict[str, int]) -> Table:
-    table = Table(title="decisions by code", title_justify="left")
-    table.add_column("code")
-    table.add_column("action")
-    table.add_column("count", justify="right")
-    for code, count in sorted(decisions.items(), key=lambda item: (-item[1], item[0])):
-        _literal_row(table, code, "/".join(sorted(report.actions.get(code, ()))), str(count))
-    return table
-
-
-def _counts_table(title: str, key: str, counts: dict[str, int]) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column(key)
-    table.add_column("count", justify="right")
-    for name, count in sorted(counts.items()):
-        _literal_row(table, name, str(count))
-    return table
-
-
-def _halts_table(report: ReplayReport) -> Table:
-    table = Table(title="would-be halts (first block/halt of each turn)", title_justify="left")
-    for column in ("session", "turn", "call", "call id", "tool", "action", "code"):
-        justify: Literal["left", "right"] = "right" if column in ("turn", "call") else "left"
-        table.add_column(column, justify=justify, overflow="fold")
-    shown = 0
-    total = report.totals()["halts"]
-    for session in report.sessions:
-        for halt in session.halts:
-            if shown < _MAX_ROWS:
-                shown += 1
-                _literal_row(
-                    table,
-                    session.session_id,
-                    str(halt.turn),
-                    str(halt.call),
-                    halt.call_id or "",
-                    halt.tool,
-                    halt.action,
-                    halt.code,
-                )
-    _more(table, total, "halts")
-    return table
-
-
-def _errors_table(report: ReplayReport) -> Table:
-    table = Table(title="input errors (skipped)", title_justify="left")
-    table.add_column("where")
-    table.add_column("reason")
-    for error in report.errors[:_MAX_ROWS]:
-        where = error.path if error.line is None else f"{error.path}:{error.line}"
-        _literal_row(table, where, error.reason)
-    _more(table, report.errors_total, "errors")
-    return table
-
-
-def _literal_row(table: Table, *cells: str) -> None:
-    """Cells hold names and ids from transcripts: shown as written, never read as rich markup."""
-    table.add_row(*(Text(cell) for cell in cells))
-
-
-def _more(table: Table, total: int, what: str) -> None:
-    if total > _MAX_ROWS:
-        table.caption = f"first {_MAX_ROWS} of {total} {what}; --json lists more"
