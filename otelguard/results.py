@@ -27,6 +27,7 @@ __all__ = ["DEFAULT_HELD_BYTES", "ResultMemory", "ResultSlot"]
 DEFAULT_HELD_BYTES: Final = 1 << 20
 _JSON_OPENERS: Final = (b"{", b"[")
 _xxh3: Final = xxhash.xxh3_128_intdigest
+_ERROR_CACHE_SIZE: Final = 256
 _ENTRY_OVERHEAD: Final = 200  # the queue entry itself, so many tiny results stay bounded too
 
 
@@ -50,6 +51,30 @@ class ResultMemory:
         self._budget = held_bytes
         self._held_total = 0
         self._held: deque[tuple[ResultSlot, Any, int]] = deque()
+        self._error_fingerprints: dict[int, int] = {}  # raw digest of a JSON error -> its fingerprint
+
+    def error_fingerprint(self, result: Any) -> int | None:
+        """The content fingerprint of a failed call's result; ``None`` when it carries no text (a
+        failure reported without a result, such as an exception, says nothing about which error)."""
+        if result is None:
+            return None
+        if isinstance(result, (str, bytes, bytearray)) and (not result or result.isspace()):
+            return None
+        raw = _raw_bytes(result)
+        if raw is None:
+            return self._fingerprints.structured(result)
+        raw_digest: int = _xxh3(raw)
+        if raw.lstrip()[:1] not in _JSON_OPENERS:
+            return raw_digest
+        # A loop repeats the same bytes: parse each distinct JSON error once (plain dict operations,
+        # so threads calling this outside the guard's lock never see a broken cache).
+        fingerprint = self._error_fingerprints.get(raw_digest)
+        if fingerprint is None:
+            fingerprint = self._fingerprints.json_text(raw, raw_digest)
+            if len(self._error_fingerprints) >= _ERROR_CACHE_SIZE:
+                self._error_fingerprints.clear()
+            self._error_fingerprints[raw_digest] = fingerprint
+        return fingerprint
 
     def reset(self) -> None:
         self._held.clear()
