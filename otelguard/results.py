@@ -15,6 +15,7 @@ the turn), which the bound exists to prevent.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any, Final
 
@@ -43,6 +44,18 @@ class ResultSlot:
         self.held: Any = None
 
 
+_BARE_EXIT_STATUS = re.compile(
+    rb"\s*(?:error:?\s*)?(?:exit(?:ed with)? (?:code|status)|return ?code)\s*[:=]?\s*-?\d+\s*", re.IGNORECASE
+)
+
+
+def _is_bare_exit_status(text: str | bytes | bytearray) -> bool:
+    if len(text) > 64:
+        return False
+    data = text.encode("utf-8", "replace") if isinstance(text, str) else bytes(text)
+    return _BARE_EXIT_STATUS.fullmatch(data) is not None
+
+
 class ResultMemory:
     """Compares results with their signature's previous result; one per guard, reset every turn."""
 
@@ -54,11 +67,14 @@ class ResultMemory:
         self._error_fingerprints: dict[int, int] = {}  # raw digest of a JSON error -> its fingerprint
 
     def error_fingerprint(self, result: Any) -> int | None:
-        """The content fingerprint of a failed call's result; ``None`` when it carries no text (a
-        failure reported without a result, such as an exception, says nothing about which error)."""
+        """The content fingerprint of a failed call's result; ``None`` when it says nothing about which
+        error it was: no result (an exception), blank text, or a bare exit status. Six different
+        ``grep``s that each find nothing all end in ``Exit code 1``; that is not one error repeated."""
         if result is None:
             return None
-        if isinstance(result, (str, bytes, bytearray)) and (not result or result.isspace()):
+        if isinstance(result, (str, bytes, bytearray)) and (
+            not result or result.isspace() or _is_bare_exit_status(result)
+        ):
             return None
         raw = _raw_bytes(result)
         if raw is None:

@@ -98,6 +98,21 @@ def test_failures_without_an_error_text_are_not_counted(empty: Any) -> None:
     assert codes(run_script(make_guard(), script)) == ["allow"] * 6
 
 
+@pytest.mark.parametrize("status", ["Exit code 1", "Error: Exit code 1", "exit status 2", "returncode: 1\n"])
+def test_a_bare_exit_status_is_not_an_error_text(status: str) -> None:
+    """Six different searches through a shell that each exit 1 with no output are not one error
+    repeated: a bare exit status says nothing about what failed."""
+    script = [fail(f"shell_{i}", {"command": f"grep -r pattern_{i} src"}, status) for i in range(6)]
+    assert codes(run_script(make_guard(hard_stop=True), script)) == ["allow"] * 6
+
+
+def test_an_exit_status_with_output_is_an_error_text() -> None:
+    """The same output after the exit status (a working directory that is gone) is the same error."""
+    gone = "Exit code 1\nPath /work/app does not exist"
+    script = [fail(f"shell_{i}", {"command": f"ls dir_{i}"}, gone) for i in range(3)]
+    assert codes(run_script(make_guard(), script))[-1] == "same_error_warn"
+
+
 def test_refusals_are_not_counted() -> None:
     """Refusals with the same text belong to the refusal detector, never to same_error."""
     script = [refuse(f"tool_{i}", {"q": fresh()}) for i in range(6)]
