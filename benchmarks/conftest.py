@@ -13,7 +13,8 @@ from typing import Any
 import pytest
 
 from otelguard.bench.runners import SpanPipeline
-from otelguard.bench.workloads import Call, workload_turns
+from otelguard.bench.workloads import workload_turns
+from otelguard.testing import ScriptedCall
 
 BENCH_CALLS = 5_000
 
@@ -26,10 +27,10 @@ def spans() -> Iterator[SpanPipeline]:
 
 
 @pytest.fixture(scope="session")
-def turns() -> Callable[[str], Sequence[Sequence[Call]]]:
-    cache: dict[str, Sequence[Sequence[Call]]] = {}
+def turns() -> Callable[[str], Sequence[Sequence[ScriptedCall]]]:
+    cache: dict[str, Sequence[Sequence[ScriptedCall]]] = {}
 
-    def get(workload: str) -> Sequence[Sequence[Call]]:
+    def get(workload: str) -> Sequence[Sequence[ScriptedCall]]:
         if workload not in cache:
             cache[workload] = workload_turns(
                 workload, BENCH_CALLS // 4 if workload == "large" else BENCH_CALLS
@@ -39,7 +40,9 @@ def turns() -> Callable[[str], Sequence[Sequence[Call]]]:
     return get
 
 
-def cycle_turns(turns: Sequence[Sequence[Call]]) -> Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]:
+def cycle_turns(
+    turns: Sequence[Sequence[ScriptedCall]],
+) -> Callable[[], tuple[tuple[Any, ...], dict[str, Any]]]:
     """A pytest-benchmark ``setup``: each round gets the next turn (and its index)."""
     counter = itertools.count()
 

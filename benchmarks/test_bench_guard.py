@@ -15,7 +15,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from otelguard.bench.runners import CONFIGURATIONS, Runner, SpanPipeline, runners_for
-from otelguard.bench.workloads import Call
+from otelguard.testing import ScriptedCall
 
 from .conftest import cycle_turns
 
@@ -36,7 +36,7 @@ def _runner(name: str, workload: str, spans: SpanPipeline) -> Runner:
 def test_turn_cost(
     benchmark: BenchmarkFixture,
     spans: SpanPipeline,
-    turns: Callable[[str], Sequence[Sequence[Call]]],
+    turns: Callable[[str], Sequence[Sequence[ScriptedCall]]],
     name: str,
     workload: str,
 ) -> None:

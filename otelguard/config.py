@@ -293,25 +293,7 @@ class GuardConfig:
         if self.hard_stop is not None:
             _bool("hard_stop", self.hard_stop)
         _bool("warnings", self.warnings)
-        stop_set_by_user = set(_mapping("hard_stop_after", self.hard_stop_after))
-        warn_set_by_user = set(_mapping("warn_after", self.warn_after))
-        if self.warn_after is DEFAULT_WARN_AFTER:
-            warn_set_by_user = set()
-        set_(self, "warn_after", self._thresholds("warn_after", self.warn_after, DEFAULT_WARN_AFTER))
-        set_(
-            self,
-            "hard_stop_after",
-            self._thresholds("hard_stop_after", self.hard_stop_after, DEFAULT_HARD_STOP_AFTER),
-        )
-        for name, stop_at in self.hard_stop_after.items():
-            warn_at = self.warn_after[name]
-            if warn_at <= stop_at:
-                continue
-            if name in stop_set_by_user and name not in warn_set_by_user:  # name the key the user set
-                raise ConfigError(
-                    f"hard_stop_after.{name}", stop_at, f"must be >= warn_after.{name} ({warn_at})"
-                )
-            raise ConfigError(f"warn_after.{name}", warn_at, f"must be <= hard_stop_after.{name} ({stop_at})")
+        self._set_thresholds()
         set_(self, "caps", CapsConfig.parse(self.caps))
         groups = _mapping("tool_groups", self.tool_groups)
         merged_groups = {
@@ -349,6 +331,29 @@ class GuardConfig:
         ):
             raise ConfigError("signature_key", "<hidden>", "expected a non-empty string or null")
         set_(self, "telemetry", TelemetrySettings.parse(self.telemetry))
+
+    def _set_thresholds(self) -> None:
+        """Merge ``warn_after`` and ``hard_stop_after`` over the defaults; a warning never comes after its stop."""
+        set_ = object.__setattr__
+        stop_set_by_user = set(_mapping("hard_stop_after", self.hard_stop_after))
+        warn_set_by_user = set(_mapping("warn_after", self.warn_after))
+        if self.warn_after is DEFAULT_WARN_AFTER:
+            warn_set_by_user = set()
+        set_(self, "warn_after", self._thresholds("warn_after", self.warn_after, DEFAULT_WARN_AFTER))
+        set_(
+            self,
+            "hard_stop_after",
+            self._thresholds("hard_stop_after", self.hard_stop_after, DEFAULT_HARD_STOP_AFTER),
+        )
+        for name, stop_at in self.hard_stop_after.items():
+            warn_at = self.warn_after[name]
+            if warn_at <= stop_at:
+                continue
+            if name in stop_set_by_user and name not in warn_set_by_user:  # name the key the user set
+                raise ConfigError(
+                    f"hard_stop_after.{name}", stop_at, f"must be >= warn_after.{name} ({warn_at})"
+                )
+            raise ConfigError(f"warn_after.{name}", warn_at, f"must be <= hard_stop_after.{name} ({stop_at})")
 
     @staticmethod
     def _thresholds(path: str, value: Any, defaults: Mapping[str, int]) -> Mapping[str, int]:

@@ -210,6 +210,23 @@ class TurnDetectors:
                 same_errors = self.errors.touch(error, int) + 1
                 self.errors[error] = same_errors
 
+        identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        if (
+            ok
+            and identical < self._quiet_identical
+            and state.no_progress < self._quiet_no_progress
+            and self.read_streak < self._quiet_read_streak
+            and self.write_streak < self._quiet_write_streak
+            and not self.cycle.runs_any()
+        ):
+            return None  # the common case: nothing can fire, skip the ordered checks
+        failures = _FailureCounts(tool_failures, refusals, same_errors)
+        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class)
+
+    def _track_progress(
+        self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
+    ) -> int:
+        """Advance no_progress, identical_call, the cycle window and the streaks; the identical count."""
         # no_progress (read tools)
         if tool_class == "read":
             if not ok:
@@ -237,18 +254,7 @@ class TurnDetectors:
         elif tool_class == "write":
             self.write_streak += 1
             self.read_streak = 0
-
-        if (
-            ok
-            and identical < self._quiet_identical
-            and state.no_progress < self._quiet_no_progress
-            and self.read_streak < self._quiet_read_streak
-            and self.write_streak < self._quiet_write_streak
-            and not self.cycle.runs_any()
-        ):
-            return None  # the common case: nothing can fire, skip the ordered checks
-        failures = _FailureCounts(tool_failures, refusals, same_errors)
-        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class)
+        return identical
 
     def _clear_after_success(self, tool: str, state: SignatureState, tool_class: ToolClass) -> None:
         """exact_failure: the signature's streak ends, and any successful write is progress;

@@ -277,14 +277,9 @@ class Guard:
         call_id: str | None,
     ) -> Decision:
         name, facts, turn = self._open(tool_name)
-        outcome: Outcome
-        if refusal is not None:
-            outcome = "refused"
-            refusal = refusal if isinstance(refusal, str) else str(refusal)
-        elif failed is None:
-            outcome = "failed" if looks_failed(result) else "ok"
-        else:
-            outcome = "failed" if failed else "ok"
+        outcome = _outcome(result, failed, refusal)
+        if refusal is not None and not isinstance(refusal, str):
+            refusal = str(refusal)
         error = self._results.error_fingerprint(result) if outcome == "failed" else None
         with self._lock:
             sig, pending = self._take_pending(name, args, call_id, facts.ignored_args)
@@ -402,3 +397,12 @@ def _turn_halted(sig: Signature, halt: Decision) -> Decision:
         limit=halt.limit,
         signature=sig,
     )
+
+
+def _outcome(result: Any, failed: bool | None, refusal: object) -> Outcome:
+    """A host's refusal wins; then its ``failed`` flag; without one, the fallback classifier decides."""
+    if refusal is not None:
+        return "refused"
+    if failed is None:
+        return "failed" if looks_failed(result) else "ok"
+    return "failed" if failed else "ok"

@@ -157,6 +157,32 @@ _TRUNCATED: Final = '"<truncated>"'
 _CYCLE: Final = '"<cycle>"'
 
 
+def _object_parts(item: Mapping[Any, Any]) -> list[Any]:
+    """A mapping as ``_canonical_slow``'s stack items: literals around its values, keys sorted."""
+    # Keys that stringify alike (1 and "1") are ordered by type, never by insertion.
+    pairs = [(_key_text(k), type(k).__name__, v) for k, v in _safe_items(item)]
+    pairs.sort(key=lambda entry: (entry[0], entry[1]))
+    parts: list[Any] = [_Literal("{")]
+    for i, (key, _, val) in enumerate(pairs):
+        if i:
+            parts.append(_Literal(","))
+        parts.append(_Literal(_json_string(key) + ":"))
+        parts.append(val)
+    parts.append(_Literal("}", id(item)))
+    return parts
+
+
+def _array_parts(item: list[Any] | tuple[Any, ...]) -> list[Any]:
+    """A list or tuple as ``_canonical_slow``'s stack items: literals around its elements."""
+    parts: list[Any] = [_Literal("[")]
+    for i, element in enumerate(item):
+        if i:
+            parts.append(_Literal(","))
+        parts.append(element)
+    parts.append(_Literal("]", id(item)))
+    return parts
+
+
 def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
     """Iterative canonical JSON for what orjson rejects. Never raises, always ends (only sets of sets
     recurse, and a RecursionError there becomes ``"<truncated>"``):
@@ -188,26 +214,10 @@ def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
             out.append(_TRUNCATED)
         elif isinstance(item, Mapping):
             budget[0] -= 1
-            # Keys that stringify alike (1 and "1") are ordered by type, never by insertion.
-            pairs = [(_key_text(k), type(k).__name__, v) for k, v in _safe_items(item)]
-            pairs.sort(key=lambda entry: (entry[0], entry[1]))
-            pending: list[Any] = [_Literal("{")]
-            for i, (key, _, val) in enumerate(pairs):
-                if i:
-                    pending.append(_Literal(","))
-                pending.append(_Literal(encode_str(key) + ":"))
-                pending.append(val)
-            pending.append(_Literal("}", id(item)))
-            stack.extend(reversed(pending))
+            stack.extend(reversed(_object_parts(item)))
         elif isinstance(item, (list, tuple)):
             budget[0] -= 1
-            pending = [_Literal("[")]
-            for i, element in enumerate(item):
-                if i:
-                    pending.append(_Literal(","))
-                pending.append(element)
-            pending.append(_Literal("]", id(item)))
-            stack.extend(reversed(pending))
+            stack.extend(reversed(_array_parts(item)))
         elif isinstance(item, (Set, frozenset)):
             budget[0] -= 1
             try:

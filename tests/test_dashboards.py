@@ -333,6 +333,70 @@ def test_generator_module_is_not_shadowing_anything() -> None:
     assert Path(sys.modules["otelguard_mixin"].__file__ or "").parent.parent == DASHBOARDS
 
 
+def _otelguard_series_labels() -> dict[str, set[str]]:
+    """Each exposed otelguard series name and the label names the telemetry gives it."""
+    from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
+
+    from otelguard.telemetry.metrics import families_for
+
+    series: dict[str, set[str]] = {}
+    for family in vars(families_for(CollectorRegistry())).values():
+        if not isinstance(family, Counter | Gauge | Histogram):
+            continue
+        labels = set(family._labelnames) | {"job", "instance"}
+        if isinstance(family, Counter):
+            series[f"{family._name}_total"] = labels
+        elif isinstance(family, Histogram):
+            series[f"{family._name}_bucket"] = labels | {"le"}
+            series[f"{family._name}_sum"] = series[f"{family._name}_count"] = labels
+        else:
+            series[family._name] = labels
+    return series
+
+
+def test_queries_select_and_group_only_by_labels_the_telemetry_exports(dashboard: dict[str, Any]) -> None:
+    """A label renamed in the telemetry but not in the dashboards or rules (or the reverse) fails here."""
+    series = _otelguard_series_labels()
+    import yaml
+
+    rules = [r["expr"] for g in yaml.safe_load(RULES_YAML.read_text())["groups"] for r in g["rules"]]
+    expressions = [walk.substitute(t.expr, SUBSTITUTIONS) for t in all_targets(dashboard)] + rules
+    selected: set[str] = set()
+
+    def raw_series(node: Any) -> list[str]:
+        found: list[str] = []
+        promql_parser.walk(
+            node, lambda n: found.append(n.name) if isinstance(n, promql_parser.VectorSelector) else None
+        )
+        return [name for name in found if name in series]
+
+    def visit(node: Any) -> None:
+        if isinstance(node, promql_parser.VectorSelector) and node.name in series:
+            names = {matcher.name for matcher in node.matchers.matchers}
+            assert names <= series[node.name], (node.name, names - series[node.name])
+            selected.update(names)
+        if isinstance(node, promql_parser.AggregateExpr) and node.modifier is not None:
+            grouped = set(node.modifier.labels)
+            for name in raw_series(node):
+                assert grouped <= series[name], (name, grouped - series[name])
+            selected.update(grouped)
+
+    for expr in expressions:
+        promql_parser.walk(promql_parser.parse(expr), visit)
+    assert selected >= {
+        "agent",
+        "tool",
+        "outcome",
+        "action",
+        "code",
+        "cap",
+        "scope",
+        "signature",
+        "stage",
+        "version",
+    }
+
+
 def test_the_loop_code_matcher_selects_exactly_the_loop_detector_codes() -> None:
     """The dashboard and rules select loop decisions by excluding the non-loop codes: every loop
     detector's code (same_error included) passes, caps, turn_halted, allow and internal errors do not."""

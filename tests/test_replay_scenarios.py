@@ -123,10 +123,12 @@ SCENARIOS = [
         [(1, 6, "toolu_06", "Read", "block", "no_progress_block")],
         2,
     ),
-    # a denial-like failure streak: "permission denied" text is a failure (a replay never sets
-    # refusal from result text), so the content-blind counter warns from 3, and the very same error
+    # a denial-like failure streak: free "permission denied" text is a failure (refusal is never
+    # guessed from result text), so the content-blind counter warns from 3, and the very same error
     # six times since the last successful write halts (same_error, before same_tool_failure's 8);
-    # the halt came from after_call, so only the three calls after it are prevented; never refusal_*
+    # the halt came from after_call, so only the three calls after it are prevented. Claude Code's
+    # own fixed denial text is different: it is a host-made result (docs/claude-code-results.md), so
+    # that transcript replays as refusals (permission_denied), warned from 2 and halted at 6.
     (
         "openai/denial_streak.jsonl",
         1,
@@ -147,8 +149,8 @@ SCENARIOS = [
         "claude-code/denial_streak.jsonl",
         1,
         9,
-        {"same_tool_failure_warn": 3, "same_error_halt": 1},
-        [(1, 6, "toolu_06", "Write", "halt", "same_error_halt")],
+        {"refusal_warn": 4, "refusal_halt": 1},
+        [(1, 6, "toolu_06", "Write", "halt", "refusal_halt")],
         3,
     ),
 ]

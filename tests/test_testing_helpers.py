@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import random
 import threading
 
 import pytest
@@ -156,3 +157,14 @@ def test_testing_helpers_test_an_agent_loop() -> None:
     assert guard.halt_decision is not None
     assert guard.halt_decision.code == "identical_call_halt"
     assert recorder.codes[-1] == "identical_call_halt"
+
+
+def test_the_demo_and_the_bench_script_calls_with_the_one_record() -> None:
+    """A scripted call has one record: the demo's scenarios and the bench's workloads yield ScriptedCall."""
+    from otelguard.bench.workloads import DistinctCalls, mixed_turns
+    from otelguard.demo.simulation import SCENARIOS
+
+    demo_calls = [call for scenario in SCENARIOS.values() for call in scenario(random.Random(3))]
+    bench_calls = [call for turn in mixed_turns(120) for call in turn] + [DistinctCalls().call(7)]
+    assert all(type(call) is ScriptedCall for call in demo_calls + bench_calls)
+    assert {call.call_id for call in bench_calls if call.call_id is None} == set()

@@ -28,17 +28,30 @@ from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 
 from . import rules
 from .queries import (
+    ACTION,
+    AGENT,
     BUILD_INFO,
+    CAP,
     CAP_HITS,
     CAP_USAGE_BUCKET,
+    CODE,
     DECISIONS,
     INTERNAL_ERRORS,
     LOOP_CODE_MATCHER,
+    OUTCOME,
+    SCOPE,
+    SIGNATURE,
     SIGNATURE_HITS,
+    STAGE,
     SUBAGENT_SPAWNS,
+    TARGET,
+    TOOL,
     TOOL_CALLS,
     TURN_TOOL_CALLS_BUCKET,
     TURNS,
+    VERSION,
+    by,
+    legend,
     rate,
     selector,
 )
@@ -48,7 +61,7 @@ TITLE = "otelguard / Overview"
 DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 Steps = list[tuple[float | None, str]]
-HALTED = 'outcome="halted"'
+HALTED = f'{OUTCOME}="halted"'
 # A ratio panel reads a recording rule: empty means "rules not loaded" (or no traffic), never 0.
 NO_RULES = "no data (rules loaded?)"
 # "Any at all" thresholds: the smallest rate a real event produces is far above 0.001 per minute.
@@ -246,7 +259,7 @@ def _top_row(ids: _Ids) -> list[stat.Panel]:
 
 def _halts_row(ids: _Ids) -> list[Any]:
     halted = rate(selector(TURNS, HALTED))
-    stops = selector(DECISIONS, 'action=~"block|halt"', 'code!="turn_halted"', tool=True)
+    stops = selector(DECISIONS, f'{ACTION}=~"block|halt"', f'{CODE}!="turn_halted"', tool=True)
     return [
         _row(ids, "Halts: which agent, why"),
         _timeseries(
@@ -254,7 +267,7 @@ def _halts_row(ids: _Ids) -> list[Any]:
             "Halted turns per minute by agent",
             "Turns ended by a block or halt decision, per agent.",
             "cpm",
-            [_query(f"sum by (agent) ({halted}) * 60", "{{agent}}")],
+            [_query(f"sum by ({AGENT}) ({halted}) * 60", legend(AGENT))],
         ),
         _timeseries(
             ids,
@@ -264,9 +277,9 @@ def _halts_row(ids: _Ids) -> list[Any]:
             "percentunit",
             [
                 _query(
-                    f"sum by (agent) ({selector(rules.HALTED_TURNS_RATE)})"
-                    f" / sum by (agent) ({selector(rules.TURNS_RATE)})",
-                    "{{agent}}",
+                    f"sum by ({AGENT}) ({selector(rules.HALTED_TURNS_RATE)})"
+                    f" / sum by ({AGENT}) ({selector(rules.TURNS_RATE)})",
+                    legend(AGENT),
                 )
             ],
             steps=[(None, "green"), (0.25, "red")],
@@ -277,7 +290,7 @@ def _halts_row(ids: _Ids) -> list[Any]:
             "The decisions that stopped calls or turns, by decision code (caps and loop detectors). "
             "Exemplars link to the trace of the call.",
             "cpm",
-            [_query(f"sum by (code) ({rate(stops)}) * 60", "{{code}}", exemplar=True)],
+            [_query(f"sum by ({CODE}) ({rate(stops)}) * 60", legend(CODE), exemplar=True)],
         ),
     ]
 
@@ -293,8 +306,8 @@ def _caps_row(ids: _Ids) -> list[Any]:
             "cpm",
             [
                 _query(
-                    f"sum by (cap, scope) ({rate(selector(CAP_HITS))}) * 60",
-                    "{{cap}} ({{scope}})",
+                    f"sum by ({by(CAP, SCOPE)}) ({rate(selector(CAP_HITS))}) * 60",
+                    f"{legend(CAP)} ({legend(SCOPE)})",
                     exemplar=True,
                 )
             ],
@@ -305,7 +318,12 @@ def _caps_row(ids: _Ids) -> list[Any]:
             "Cap hits per agent and cap over the last 5 minutes: the series OtelguardRunawaySearchLoop "
             "(web_search) and OtelguardRunawayDelegationLoop (subagents) page on when it stays above 0.",
             "cpm",
-            [_query(f"sum by (agent, cap) ({selector(rules.CAP_HITS_RATE)}) * 60", "{{agent}} · {{cap}}")],
+            [
+                _query(
+                    f"sum by ({by(AGENT, CAP)}) ({selector(rules.CAP_HITS_RATE)}) * 60",
+                    f"{legend(AGENT)} · {legend(CAP)}",
+                )
+            ],
         ),
         _timeseries(
             ids,
@@ -313,7 +331,7 @@ def _caps_row(ids: _Ids) -> list[Any]:
             "How close turns come to their cap: 95th percentile of the highest used/limit of each turn "
             "(1 = the turn reached its cap).",
             "percentunit",
-            [_query(f"histogram_quantile(0.95, sum by (cap, le) ({usage}))", "{{cap}} p95")],
+            [_query(f"histogram_quantile(0.95, sum by ({by(CAP, 'le')}) ({usage}))", f"{legend(CAP)} p95")],
             steps=[(None, "green"), (0.9, "orange"), (1, "red")],
         ),
         _cap_usage_heatmap(ids, usage),
@@ -322,7 +340,7 @@ def _caps_row(ids: _Ids) -> list[Any]:
             "Subagent spawns per minute by agent",
             "Subagents started by spawning tools (a batch counts each subagent).",
             "cpm",
-            [_query(f"sum by (agent) ({rate(selector(SUBAGENT_SPAWNS))}) * 60", "{{agent}}")],
+            [_query(f"sum by ({AGENT}) ({rate(selector(SUBAGENT_SPAWNS))}) * 60", legend(AGENT))],
             width=12,
         ),
     ]
@@ -352,7 +370,7 @@ def _cap_usage_heatmap(ids: _Ids, usage: str) -> heatmap.Panel:
 
 def _loops_row(ids: _Ids) -> list[Any]:
     loops = selector(DECISIONS, LOOP_CODE_MATCHER, tool=True)
-    warnings = selector(DECISIONS, 'action="warn"', LOOP_CODE_MATCHER, tool=True)
+    warnings = selector(DECISIONS, f'{ACTION}="warn"', LOOP_CODE_MATCHER, tool=True)
     return [
         _row(ids, "Loops: which code, which tool"),
         _timeseries(
@@ -363,7 +381,7 @@ def _loops_row(ids: _Ids) -> list[Any]:
             "any tool (same_error), repeated refusals, results or cycles. Exemplars link to the trace "
             "of the call.",
             "cpm",
-            [_query(f"sum by (code) ({rate(warnings)}) * 60", "{{code}}", exemplar=True)],
+            [_query(f"sum by ({CODE}) ({rate(warnings)}) * 60", legend(CODE), exemplar=True)],
         ),
         _timeseries(
             ids,
@@ -373,9 +391,9 @@ def _loops_row(ids: _Ids) -> list[Any]:
             "percentunit",
             [
                 _query(
-                    f"sum by (code) ({selector(rules.LOOP_DECISIONS_RATE)})"
+                    f"sum by ({CODE}) ({selector(rules.LOOP_DECISIONS_RATE)})"
                     f" / scalar(sum({selector(rules.TOOL_CALLS_RATE)}))",
-                    "{{code}}",
+                    legend(CODE),
                 )
             ],
             stacked=True,
@@ -386,7 +404,7 @@ def _loops_row(ids: _Ids) -> list[Any]:
             "Loop decisions per minute by tool",
             "Which tools the loop detectors fire on (warnings, blocks and halts). Exemplars link to traces.",
             "cpm",
-            [_query(f"sum by (tool) ({rate(loops)}) * 60", "{{tool}}", exemplar=True)],
+            [_query(f"sum by ({TOOL}) ({rate(loops)}) * 60", legend(TOOL), exemplar=True)],
         ),
         _signatures_table(ids),
     ]
@@ -396,13 +414,13 @@ def _signatures_table(ids: _Ids) -> table.Panel:
     # Over the whole dashboard range, not a rate: a signature that looped 20 minutes ago still matters
     # to the engineer reading this, and an instant rate would already have forgotten it.
     hits = selector(SIGNATURE_HITS, LOOP_CODE_MATCHER, tool=True)
-    expr = f"topk(20, sum by (agent, tool, code, signature) (increase({hits}[$__range]))) > 0"
+    expr = f"topk(20, sum by ({by(AGENT, TOOL, CODE, SIGNATURE)}) (increase({hits}[$__range]))) > 0"
     organize = model.DataTransformerConfig(
         id_val="organize",
         options={
             "excludeByName": {"Time": True},
-            "indexByName": {"agent": 0, "tool": 1, "code": 2, "signature": 3, "Value": 4},
-            "renameByName": {"signature": "signature (args hash)", "Value": "hits in range"},
+            "indexByName": {AGENT: 0, TOOL: 1, CODE: 2, SIGNATURE: 3, "Value": 4},
+            "renameByName": {SIGNATURE: f"{SIGNATURE} (args hash)", "Value": "hits in range"},
         },
     )
     return (
@@ -444,7 +462,7 @@ def _traffic_row(ids: _Ids) -> list[Any]:
             "no), blocked/rejected (otelguard said no), cancelled (the host dispatched it but it never "
             "ran, e.g. a parallel sibling cancelled after another call of the batch failed).",
             "cps",
-            [_query(f"sum by (outcome) ({calls})", "{{outcome}}")],
+            [_query(f"sum by ({OUTCOME}) ({calls})", legend(OUTCOME))],
             stacked=True,
         ),
         _timeseries(
@@ -460,14 +478,14 @@ def _traffic_row(ids: _Ids) -> list[Any]:
             "Tool calls per second by tool (top 10)",
             "The busiest tools.",
             "cps",
-            [_query(f"topk(10, sum by (tool) ({calls}))", "{{tool}}")],
+            [_query(f"topk(10, sum by ({TOOL}) ({calls}))", legend(TOOL))],
         ),
     ]
 
 
 def _health_row(ids: _Ids) -> list[Any]:
     errors = rate(selector(INTERNAL_ERRORS, agent=False))
-    versions = f"sum by (job, instance, version) ({selector(BUILD_INFO, agent=False)})"
+    versions = f"sum by ({by(TARGET, VERSION)}) ({selector(BUILD_INFO, agent=False)})"
     return [
         _row(ids, "otelguard health"),
         _timeseries(
@@ -476,7 +494,7 @@ def _health_row(ids: _Ids) -> list[Any]:
             "otelguard failed internally and allowed the call unchecked. OtelguardInternalErrors fires "
             "when this stays above 0 for 10 minutes.",
             "cpm",
-            [_query(f"sum by (stage) ({errors}) * 60", "{{stage}}")],
+            [_query(f"sum by ({STAGE}) ({errors}) * 60", legend(STAGE))],
             width=12,
             steps=OK_THEN_BAD,
         ),
@@ -519,8 +537,8 @@ def _variables() -> list[Any]:
         dash.DatasourceVariable("datasource").label("Data source").type("prometheus"),
         _variable("job", "Job", f"label_values({BUILD_INFO}, job)"),
         _variable("instance", "Instance", f'label_values({BUILD_INFO}{{job=~"$job"}}, instance)'),
-        _variable("agent", "Agent", f"label_values({TOOL_CALLS}{{{target}}}, agent)"),
-        _variable("tool", "Tool", f'label_values({TOOL_CALLS}{{{target}, agent=~"$agent"}}, tool)'),
+        _variable(AGENT, "Agent", f"label_values({TOOL_CALLS}{{{target}}}, {AGENT})"),
+        _variable(TOOL, "Tool", f'label_values({TOOL_CALLS}{{{target}, {AGENT}=~"${AGENT}"}}, {TOOL})'),
     ]
 
 

@@ -1,8 +1,8 @@
 """Metric names, label sets and selectors shared by the dashboard and the rules (docs/telemetry.md).
 
-Metric names and decision codes come from otelguard itself (``otelguard.telemetry.attributes``,
-``otelguard.decisions``), so a rename in the telemetry contract reaches the dashboard, the rules and
-their tests at once.
+Metric names, label names and decision codes come from otelguard itself
+(``otelguard.telemetry.attributes``, ``otelguard.decisions``), so a rename in the telemetry contract
+reaches the dashboard, the rules and their tests at once.
 """
 
 from __future__ import annotations
@@ -21,14 +21,25 @@ SIGNATURE_HITS = f"{attr.LOOP_SIGNATURE_HITS}_total"
 INTERNAL_ERRORS = f"{attr.INTERNAL_ERRORS}_total"
 BUILD_INFO = attr.BUILD_INFO
 
+AGENT = attr.LABEL_AGENT
+TOOL = attr.LABEL_TOOL
+OUTCOME = attr.LABEL_OUTCOME
+ACTION = attr.LABEL_ACTION
+CODE = attr.LABEL_CODE
+CAP = attr.LABEL_CAP
+SCOPE = attr.LABEL_SCOPE
+SIGNATURE = attr.LABEL_SIGNATURE
+STAGE = attr.LABEL_STAGE
+VERSION = attr.LABEL_VERSION
+
 # The loop rate excludes the codes no loop detector makes (rather than listing the loop codes), so
 # a loop detector added later counts inside it.
-LOOP_CODE_MATCHER = f'code!~"{"|".join(NON_LOOP_CODES)}"'
+LOOP_CODE_MATCHER = f'{CODE}!~"{"|".join(NON_LOOP_CODES)}"'
 
 # Labels the recording rules keep: the scrape's target plus the agent, so the dashboard's job,
 # instance and agent variables filter them exactly like the raw series.
 TARGET = "job, instance"
-AGENT_LEVEL = "job, instance, agent"
+AGENT_LEVEL = f"{TARGET}, {AGENT}"
 
 # Window of every recording rule and alert. Dashboard queries use $__rate_interval instead.
 RULE_WINDOW = "5m"
@@ -44,12 +55,27 @@ def selector(metric: str, *matchers: str, agent: bool = True, tool: bool = False
     if target:
         parts += ['job=~"$job"', 'instance=~"$instance"']
     if agent:
-        parts.append('agent=~"$agent"')
+        parts.append(f'{AGENT}=~"${AGENT}"')
     if tool:
-        parts.append('tool=~"$tool"')
+        parts.append(f'{TOOL}=~"${TOOL}"')
     parts += matchers
     return f"{metric}{{{', '.join(parts)}}}"
 
 
 def rate(series: str, window: str = "$__rate_interval") -> str:
     return f"rate({series}[{window}])"
+
+
+def by(*labels: str) -> str:
+    """The label list of a ``sum by (...)`` or ``on (...)`` clause."""
+    return ", ".join(labels)
+
+
+def legend(label: str) -> str:
+    """A Grafana legend placeholder for a label's value."""
+    return "{{" + label + "}}"
+
+
+def alert_label(label: str) -> str:
+    """An alert annotation placeholder for a label's value."""
+    return "{{ $labels." + label + " }}"

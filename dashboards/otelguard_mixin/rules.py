@@ -13,17 +13,24 @@ from typing import Any
 import yaml
 
 from .queries import (
+    AGENT,
     AGENT_LEVEL,
+    CAP,
     CAP_HITS,
+    CODE,
     DECISIONS,
     DELEGATION_CAP,
     INTERNAL_ERRORS,
     LOOP_CODE_MATCHER,
+    OUTCOME,
     RULE_WINDOW,
     SEARCH_CAP,
+    STAGE,
     TARGET,
     TOOL_CALLS,
     TURNS,
+    alert_label,
+    by,
 )
 
 RUNBOOK_BASE = "https://github.com/otelguard/otelguard/blob/main/docs/dashboards.md"
@@ -55,7 +62,7 @@ def _sum_rate(metric: str, by: str, matcher: str = "") -> str:
 
 
 def recording_rules() -> list[dict[str, Any]]:
-    agent_code = f"{AGENT_LEVEL}, code"
+    agent_code = by(AGENT_LEVEL, CODE)
     return [
         # Denominators; `> 0` below keeps an idle agent out of the ratios instead of recording NaN.
         {"record": TOOL_CALLS_RATE, "expr": _sum_rate(TOOL_CALLS, AGENT_LEVEL)},
@@ -74,11 +81,11 @@ def recording_rules() -> list[dict[str, Any]]:
         {"record": TURNS_RATE, "expr": _sum_rate(TURNS, AGENT_LEVEL)},
         {
             "record": HALTED_TURNS_RATE,
-            "expr": _sum_rate(TURNS, AGENT_LEVEL, 'outcome="halted"') + f" or {TURNS_RATE} * 0",
+            "expr": _sum_rate(TURNS, AGENT_LEVEL, f'{OUTCOME}="halted"') + f" or {TURNS_RATE} * 0",
         },
         {"record": HALTED_RATIO, "expr": f"{HALTED_TURNS_RATE} / ({TURNS_RATE} > 0)"},
-        {"record": CAP_HITS_RATE, "expr": _sum_rate(CAP_HITS, f"{AGENT_LEVEL}, cap")},
-        {"record": INTERNAL_ERRORS_RATE, "expr": _sum_rate(INTERNAL_ERRORS, f"{TARGET}, stage")},
+        {"record": CAP_HITS_RATE, "expr": _sum_rate(CAP_HITS, by(AGENT_LEVEL, CAP))},
+        {"record": INTERNAL_ERRORS_RATE, "expr": _sum_rate(INTERNAL_ERRORS, by(TARGET, STAGE))},
     ]
 
 
@@ -101,11 +108,11 @@ def _runaway_alert(name: str, cap: str, what: str) -> dict[str, Any]:
     # for 10 minutes means the agent keeps running away turn after turn, and someone must look.
     return _alert(
         name,
-        f'{CAP_HITS_RATE}{{cap="{cap}"}} * 60 > 0',
+        f'{CAP_HITS_RATE}{{{CAP}="{cap}"}} * 60 > 0',
         "10m",
         "critical",
         f"An agent keeps hitting its {cap} cap: runaway {what}.",
-        f"Agent {{{{ $labels.agent }}}} on {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) has hit "
+        f"Agent {alert_label(AGENT)} on {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) has hit "
         f"the {cap} cap in every 5-minute window for 10 minutes, now {{{{ $value | humanize }}}} cap "
         f"hits per minute. Its turns keep running away on {what} and the guard keeps stopping them.",
     )
@@ -122,7 +129,7 @@ def alerting_rules() -> list[dict[str, Any]]:
             "15m",
             "warning",
             "More than a quarter of an agent's turns are being halted.",
-            "{{ $value | humanizePercentage }} of the turns of agent {{ $labels.agent }} on "
+            f"{{{{ $value | humanizePercentage }}}} of the turns of agent {alert_label(AGENT)} on "
             "{{ $labels.instance }} (job {{ $labels.job }}) were halted by otelguard over the last "
             "5 minutes, for 15 minutes.",
         ),
@@ -132,7 +139,7 @@ def alerting_rules() -> list[dict[str, Any]]:
             "15m",
             "warning",
             "More than one tool call in ten of an agent gets a loop decision.",
-            "Agent {{ $labels.agent }} on {{ $labels.instance }} (job {{ $labels.job }}) gets a loop "
+            f"Agent {alert_label(AGENT)} on {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) gets a loop "
             "warning, block or halt on {{ $value | humanizePercentage }} of its tool calls, for 15 minutes.",
         ),
         _alert(
@@ -142,7 +149,7 @@ def alerting_rules() -> list[dict[str, Any]]:
             "warning",
             "otelguard keeps failing open on internal errors.",
             "otelguard on {{ $labels.instance }} (job {{ $labels.job }}) has raised internal errors at "
-            "stage {{ $labels.stage }} in every 5-minute window for 10 minutes, now {{ $value | humanize }} "
+            f"stage {alert_label(STAGE)} in every 5-minute window for 10 minutes, now {{{{ $value | humanize }}}} "
             "per minute. The affected calls were allowed unchecked.",
         ),
     ]

@@ -18,7 +18,8 @@ from prometheus_client import CollectorRegistry, generate_latest
 
 from otelguard import Guard
 from otelguard.bench.runners import Runner, guard_alone, metrics_guard
-from otelguard.bench.workloads import Call, DistinctCalls, looping_signatures
+from otelguard.bench.workloads import DistinctCalls, looping_signatures
+from otelguard.testing import ScriptedCall
 
 __all__ = [
     "Timing",
@@ -51,7 +52,7 @@ def percentile(values: Sequence[float], share: float) -> float:
     return ordered[rank - 1]
 
 
-def side_by_side(runners: Sequence[Runner], turns: Sequence[Sequence[Call]]) -> dict[str, Timing]:
+def side_by_side(runners: Sequence[Runner], turns: Sequence[Sequence[ScriptedCall]]) -> dict[str, Timing]:
     """Run every turn through every runner, interleaved; per-call time of each round."""
     for runner in runners:
         for index, turn in enumerate(turns[:_WARMUP_TURNS]):

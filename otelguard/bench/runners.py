@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, GuardConfig
-from otelguard.bench.workloads import Call
 from otelguard.telemetry import Telemetry
+from otelguard.testing import ScriptedCall
 
 __all__ = [
     "BENCH_KEY",
@@ -67,7 +67,7 @@ def bench_config() -> GuardConfig:
 class Runner(Protocol):
     name: str
 
-    def round(self, index: int, turn: Sequence[Call]) -> int: ...
+    def round(self, index: int, turn: Sequence[ScriptedCall]) -> int: ...
 
     def close(self) -> None: ...
 
@@ -78,7 +78,7 @@ class FloorRunner:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def round(self, index: int, turn: Sequence[Call]) -> int:
+    def round(self, index: int, turn: Sequence[ScriptedCall]) -> int:
         dumps, blake2b, xxh3, key = orjson.dumps, hashlib.blake2b, xxhash.xxh3_128_intdigest, _KEY_BYTES
         start = time.perf_counter_ns()
         for call in turn:
@@ -96,7 +96,7 @@ class NaiveFloorRunner:
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def round(self, index: int, turn: Sequence[Call]) -> int:
+    def round(self, index: int, turn: Sequence[ScriptedCall]) -> int:
         dumps, sha256 = json.dumps, hashlib.sha256
         start = time.perf_counter_ns()
         for call in turn:
@@ -109,8 +109,12 @@ class NaiveFloorRunner:
         pass
 
 
-def run_turn(guard: Guard, turn: Sequence[Call]) -> None:
-    """One turn the way a host drives the guard: start, before/after each call, end."""
+def run_turn(guard: Guard, turn: Sequence[ScriptedCall]) -> None:
+    """One turn the way a host drives the guard: start, before/after each call, end.
+
+    The same steps as ``otelguard.testing.play_call``, written out as its own timed loop so the bench
+    times the guard and not the driver's ``ScriptStep`` records.
+    """
     guard.start_turn()
     for call in turn:
         decision = guard.before_call(call.tool_name, call.args, call.call_id)
@@ -168,7 +172,7 @@ class GuardRunner:
         self._flush = flush
         self._guard: Guard | None = None
 
-    def round(self, index: int, turn: Sequence[Call]) -> int:
+    def round(self, index: int, turn: Sequence[ScriptedCall]) -> int:
         if self._guard is None or index % TURNS_PER_SESSION == 0:
             self._guard = self._make_guard()
         if self._host_tracer is not None:
@@ -183,7 +187,9 @@ class GuardRunner:
             self._flush()
         return elapsed
 
-    def _round_under_host_spans(self, guard: Guard, turn: Sequence[Call], tracer: trace.Tracer) -> int:
+    def _round_under_host_spans(
+        self, guard: Guard, turn: Sequence[ScriptedCall], tracer: trace.Tracer
+    ) -> int:
         # The host's spans are the host's cost: created and ended outside the timed section. Only
         # making each one current (a contextvar set/reset) is timed along with the guard.
         spans = [tracer.start_span(f"execute_tool {call.tool_name}") for call in turn]

@@ -1,9 +1,10 @@
 """Synthetic tool-call workloads for ``otelguard bench``.
 
 Every workload is generated before anything is timed, from a seeded RNG, so the guard configurations
-and the floors of one run see exactly the same calls. Argument dicts are distinct objects per call;
-the big strings inside them and the results come from pools, because the guard must hash their
-bytes whatever object holds them and the pools keep a large run's memory small.
+and the floors of one run see exactly the same calls, each an ``otelguard.testing.ScriptedCall``.
+Argument dicts are distinct objects per call; the big strings inside them and the results come from
+pools, because the guard must hash their bytes whatever object holds them and the pools keep a large
+run's memory small.
 
 * ``mixed``: 60% read tools with varied args, 20% terminal (some failures), 10% web_search, 10%
   writes; 3–6 keys of 50–200 character strings; results of 1–4 KB, half of them JSON. One call
@@ -17,15 +18,15 @@ from __future__ import annotations
 
 import random
 from collections.abc import Iterator
-from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
+from otelguard.testing import ScriptedCall
+
 __all__ = [
     "TURN_CALLS",
     "WORKLOADS",
-    "Call",
     "DistinctCalls",
     "large_turns",
     "looping_signatures",
@@ -51,17 +52,6 @@ _WORDS: Final = (
 
 _READ_TOOLS: Final = ("read_file", "search_files", "grep", "list_directory", "web_fetch", "web_extract")
 _WRITE_TOOLS: Final = ("write_file", "patch")
-
-
-@dataclass(frozen=True, slots=True)
-class Call:
-    """One tool call as a host would report it to the guard."""
-
-    tool_name: str
-    args: dict[str, Any]
-    result: str
-    failed: bool
-    call_id: str
 
 
 class _Text:
@@ -140,15 +130,17 @@ def _pick_tool(rng: random.Random, capped: bool = True) -> str:
     return rng.choice(_WRITE_TOOLS)
 
 
-def _turns(calls: int, seed: int, result_bytes: int, pool_size: int, pad_bytes: int) -> list[list[Call]]:
+def _turns(
+    calls: int, seed: int, result_bytes: int, pool_size: int, pad_bytes: int
+) -> list[list[ScriptedCall]]:
     rng = random.Random(seed)
     text = _Text(rng)
     plain, structured = _result_pool(rng, text, result_bytes, pool_size)
     pads = [text.sentence(pad_bytes, pad_bytes) for _ in range(16)] if pad_bytes else []
-    turns: list[list[Call]] = []
+    turns: list[list[ScriptedCall]] = []
     number = 0
     while number < calls:
-        turn: list[Call] = []
+        turn: list[ScriptedCall] = []
         for _ in range(min(TURN_CALLS, calls - number)):
             number += 1
             call_id = f"call_{number:08d}"
@@ -157,23 +149,27 @@ def _turns(calls: int, seed: int, result_bytes: int, pool_size: int, pad_bytes: 
                 result = (
                     earlier.result if rng.random() < _SAME_RESULT_SHARE else rng.choice(plain + structured)
                 )
-                turn.append(Call(earlier.tool_name, dict(earlier.args), result, earlier.failed, call_id))
+                turn.append(
+                    ScriptedCall(
+                        earlier.tool_name, dict(earlier.args), result, earlier.failed, call_id=call_id
+                    )
+                )
                 continue
             tool = _pick_tool(rng)
             failed = tool == "terminal" and rng.random() < _TERMINAL_FAILURE_SHARE
             args = _args_for(tool, text, rng, rng.choice(pads) if pads else None)
             result = rng.choice(structured if rng.random() < 0.5 else plain)
-            turn.append(Call(tool, args, result, failed, call_id))
+            turn.append(ScriptedCall(tool, args, result, failed, call_id=call_id))
         turns.append(turn)
     return turns
 
 
-def mixed_turns(calls: int, seed: int = 1) -> list[list[Call]]:
+def mixed_turns(calls: int, seed: int = 1) -> list[list[ScriptedCall]]:
     """The ``mixed`` workload as turns of ``TURN_CALLS`` calls."""
     return _turns(calls, seed, result_bytes=4096, pool_size=256, pad_bytes=0)
 
 
-def large_turns(calls: int, seed: int = 1) -> list[list[Call]]:
+def large_turns(calls: int, seed: int = 1) -> list[list[ScriptedCall]]:
     """The ``large`` workload: about 10 KB of arguments and 100 KB results per call."""
     return _turns(calls, seed, result_bytes=100_000, pool_size=24, pad_bytes=10_000)
 
@@ -198,7 +194,7 @@ class DistinctCalls:
         self._results = [structured[i] if i % 2 else plain[i] for i in range(period)]
         self.period = period
 
-    def call(self, n: int, shape: int | None = None) -> Call:
+    def call(self, n: int, shape: int | None = None) -> ScriptedCall:
         """Call number ``n``; ``shape`` picks the template (default ``n``) so windows can match."""
         index = (n if shape is None else shape) % self.period
         tool, template, failed = self._templates[index]
@@ -207,21 +203,21 @@ class DistinctCalls:
         # a new string each time: a guard that kept results alive would show in retained memory
         base = self._results[index]
         result = base[:-1] + f',"n":{n}}}' if base.startswith("{") else f"{base}\n# {n}"
-        return Call(tool, args, result, failed, f"call_{n:012d}")
+        return ScriptedCall(tool, args, result, failed, call_id=f"call_{n:012d}")
 
-    def calls(self, start: int, count: int) -> Iterator[Call]:
+    def calls(self, start: int, count: int) -> Iterator[ScriptedCall]:
         for n in range(start, start + count):
             yield self.call(n)
 
 
-def distinct_turns(calls: int, seed: int = 1) -> list[list[Call]]:
+def distinct_turns(calls: int, seed: int = 1) -> list[list[ScriptedCall]]:
     """The ``distinct`` workload as turns of ``TURN_CALLS`` calls."""
     source = DistinctCalls(seed)
     every = [source.call(n) for n in range(calls)]
     return [every[i : i + TURN_CALLS] for i in range(0, calls, TURN_CALLS)]
 
 
-def workload_turns(name: str, calls: int, seed: int = 1) -> list[list[Call]]:
+def workload_turns(name: str, calls: int, seed: int = 1) -> list[list[ScriptedCall]]:
     if name == "mixed":
         return mixed_turns(calls, seed)
     if name == "large":

@@ -19,11 +19,12 @@ from collections.abc import Callable
 from typing import Any
 
 from otelguard import ConfigError, GuardConfig
-from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
+from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.exporter import MetricsServer, serve_metrics
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
+from otelguard.testing import ScriptedCall
 
 __all__ = ["add_arguments", "run"]
 
@@ -91,7 +92,7 @@ def _start_agents(
     telemetry = Telemetry(tracer_provider=spans.provider)
     names = _agent_names(args.agents)
     tools = tuple(
-        sorted({step.tool_name for scenario in SCENARIOS.values() for step in _first_steps(scenario)})
+        sorted({call.tool_name for scenario in SCENARIOS.values() for call in _first_calls(scenario)})
     )
     for name in names:
         telemetry.prime(name, tools=tools, caps=tuple(config.caps.turn))
@@ -145,13 +146,13 @@ def _agent_names(count: int) -> list[str]:
     return names
 
 
-def _first_steps(scenario: Callable[..., Any]) -> list[Step]:
-    steps: list[Step] = []
-    for step in scenario(random.Random(0)):
-        steps.append(step)
-        if len(steps) >= 8:
+def _first_calls(scenario: Callable[..., Any]) -> list[ScriptedCall]:
+    calls: list[ScriptedCall] = []
+    for call in scenario(random.Random(0)):
+        calls.append(call)
+        if len(calls) >= 8:
             break
-    return steps
+    return calls
 
 
 def _handle_signals(stop: threading.Event) -> Callable[[], None]:

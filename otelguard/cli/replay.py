@@ -14,6 +14,7 @@ import signal
 import sys
 import threading
 from collections.abc import Callable, Iterator
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -34,6 +35,7 @@ from otelguard.replay import (
 )
 from otelguard.replay.lines import MAX_LINE_BYTES
 from otelguard.replay.report import MAX_DETAILED_SESSIONS
+from otelguard.replay.timeline import Timelines
 
 DEFAULT_JOB = "otelguard_replay"
 
@@ -50,6 +52,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     )
     parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
+    parser.add_argument(
+        "--html",
+        metavar="FILE",
+        help="also write a self-contained HTML report (timelines, decisions, halts, cap usage) to FILE",
+    )
     parser.add_argument("--agent", default="replay", help="the agent label on metrics (default: replay)")
     parser.add_argument(
         "--follow", action="store_true", help="keep reading new lines and new files, like tail -F"
@@ -105,12 +112,18 @@ def run(args: argparse.Namespace) -> int:
     stop = threading.Event()
     with _stop_on_signals(stop):
         try:
+            timelines = Timelines() if args.html else None
             runner = ReplayRunner(
-                config, telemetry, agent=args.agent, max_detailed_sessions=args.detail_sessions
+                config,
+                telemetry,
+                agent=args.agent,
+                timelines=timelines,
+                max_detailed_sessions=args.detail_sessions,
             )
             _replay(args, files, runner, stop)
             report = runner.finish()
             pushed = _push(args, registry)
+            written = timelines is None or _write_html(args.html, report, timelines)
             _print_report(report, as_json=args.json)
             if server is not None and not args.follow:
                 print(
@@ -120,7 +133,7 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if server is not None:
                 server.shutdown()
-    return 1 if report.errors_total or not pushed else 0
+    return 1 if report.errors_total or not pushed or not written else 0
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
@@ -134,6 +147,19 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--max-line-bytes must be at least 1 and --detail-sessions at least 0"
     if args.paths.count(STDIN) > 1:
         return "stdin (-) can be given only once"
+    if args.html is not None:
+        return _html_problem(args)
+    return None
+
+
+def _html_problem(args: argparse.Namespace) -> str | None:
+    if args.follow:
+        return "--html cannot be used with --follow (the report is written once, when the replay ends)"
+    target = Path(args.html)
+    if target.is_dir():
+        return f"--html {args.html} is a directory; give a file name"
+    if not target.parent.is_dir():
+        return f"--html {args.html}: directory {target.parent} does not exist"
     return None
 
 
@@ -193,6 +219,18 @@ def _push(args: argparse.Namespace, registry: Any) -> bool:
     except (OSError, ValueError) as exc:
         print(f"otelguard replay: push to {args.pushgateway} failed: {exc}", file=sys.stderr)
         return False
+    return True
+
+
+def _write_html(path: str, report: ReplayReport, timelines: Timelines) -> bool:
+    from otelguard.replay.html_report import write_html
+
+    try:
+        size = write_html(path, report, timelines)
+    except OSError as exc:
+        print(f"otelguard replay: cannot write --html {path}: {exc.strerror or exc}", file=sys.stderr)
+        return False
+    print(f"otelguard replay: wrote the HTML report to {path} ({size} bytes)", file=sys.stderr)
     return True
 
 

@@ -23,7 +23,7 @@ from otelguard.decisions import Decision
 from otelguard.guard import Guard
 from otelguard.testing import ScriptedCall, play_call
 
-__all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent", "Step"]
+__all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent"]
 
 AGENT_NAMES: Final = ("support-bot", "research-agent", "coder", "ops-cron", "sales-assistant", "triage")
 TURNS_PER_SESSION: Final = 8
@@ -31,54 +31,49 @@ TURNS_PER_SESSION: Final = 8
 MAX_STEPS_PER_TURN: Final = 120
 
 
-@dataclass(frozen=True, slots=True)
-class Step:
-    """One tool call the simulated model makes, and what the fake tool answers."""
-
-    tool_name: str
-    args: dict[str, Any]
-    result: str
-    failed: bool = False
-    refusal: str | None = None
-
-
 def _json(**fields: Any) -> str:
     return orjson.dumps(fields).decode()
 
 
-def healthy(rng: random.Random) -> Iterator[Step]:
+def healthy(rng: random.Random) -> Iterator[ScriptedCall]:
     path = rng.choice(("src/app.py", "src/models.py", "README.md", "tests/test_api.py"))
-    yield Step("search_files", {"pattern": "def handler", "path": "src"}, _json(matches=rng.randint(1, 9)))
-    yield Step("read_file", {"path": path}, f"# {path}\n" + "x = 1\n" * rng.randint(5, 50))
-    yield Step("patch", {"path": path, "diff": f"@@ -{rng.randint(1, 99)} +1 @@"}, _json(success=True))
-    yield Step(
+    yield ScriptedCall(
+        "search_files", {"pattern": "def handler", "path": "src"}, _json(matches=rng.randint(1, 9))
+    )
+    yield ScriptedCall("read_file", {"path": path}, f"# {path}\n" + "x = 1\n" * rng.randint(5, 50))
+    yield ScriptedCall(
+        "patch", {"path": path, "diff": f"@@ -{rng.randint(1, 99)} +1 @@"}, _json(success=True)
+    )
+    yield ScriptedCall(
         "terminal", {"command": "pytest -q"}, _json(exit_code=0, output=f"{rng.randint(10, 90)} passed")
     )
     if rng.random() < 0.5:
-        yield Step("web_search", {"query": f"python release notes {rng.randint(1, 999)}"}, _json(results=5))
+        yield ScriptedCall(
+            "web_search", {"query": f"python release notes {rng.randint(1, 999)}"}, _json(results=5)
+        )
 
 
-def failing_terminal(rng: random.Random) -> Iterator[Step]:
+def failing_terminal(rng: random.Random) -> Iterator[ScriptedCall]:
     """The model reruns the same failing test command without changing anything."""
     error = _json(exit_code=1, output="FAILED tests/test_api.py::test_login - AssertionError")
-    yield Step("read_file", {"path": "tests/test_api.py"}, "def test_login(): ...")
+    yield ScriptedCall("read_file", {"path": "tests/test_api.py"}, "def test_login(): ...")
     for _ in range(12):
-        yield Step("terminal", {"command": "pytest tests/test_api.py -x"}, error, failed=True)
+        yield ScriptedCall("terminal", {"command": "pytest tests/test_api.py -x"}, error, failed=True)
 
 
-def rereading_file(rng: random.Random) -> Iterator[Step]:
+def rereading_file(rng: random.Random) -> Iterator[ScriptedCall]:
     """The model reads the same file again and again, getting the same content."""
     content = "[server]\nport = 8080\nworkers = 4\n"
     for _ in range(10):
-        yield Step("read_file", {"path": "config/settings.toml"}, content)
+        yield ScriptedCall("read_file", {"path": "config/settings.toml"}, content)
 
 
-def denial_storm(rng: random.Random) -> Iterator[Step]:
+def denial_storm(rng: random.Random) -> Iterator[ScriptedCall]:
     """Every attempt is refused by the host's permission gate, with different arguments and texts."""
     category = rng.choice(("permission_denied", "sandbox_denied", "permission_required"))
     for i in range(12):
         target = f"/etc/service-{rng.randint(1, 10_000)}.conf"
-        yield Step(
+        yield ScriptedCall(
             "write_file",
             {"path": target, "content": f"enabled = {i % 2 == 0}"},
             f"{category.replace('_', ' ').capitalize()}: {target} is outside the workspace (attempt {i + 1})",
@@ -86,54 +81,58 @@ def denial_storm(rng: random.Random) -> Iterator[Step]:
         )
 
 
-def cycle(rng: random.Random) -> Iterator[Step]:
+def cycle(rng: random.Random) -> Iterator[ScriptedCall]:
     """A→B→A→B: the model bounces between two pages, each answer slightly different."""
     for i in range(12):
-        yield Step("browser_navigate", {"url": "https://shop.example/cart"}, _json(title="Cart", nonce=i))
-        yield Step("browser_click", {"ref": "checkout-button"}, _json(clicked=True, step=i))
+        yield ScriptedCall(
+            "browser_navigate", {"url": "https://shop.example/cart"}, _json(title="Cart", nonce=i)
+        )
+        yield ScriptedCall("browser_click", {"ref": "checkout-button"}, _json(clicked=True, step=i))
 
 
-def runaway_search(rng: random.Random) -> Iterator[Step]:
+def runaway_search(rng: random.Random) -> Iterator[ScriptedCall]:
     """Search after search with ever-new queries: only the per-turn web_search cap stops it."""
     topics = ("gpu prices", "llm benchmarks", "vector databases", "rust async", "kubernetes operators")
     for i in range(MAX_STEPS_PER_TURN):
         query = f"{rng.choice(topics)} {2020 + i % 7} comparison {i}"
-        yield Step("web_search", {"query": query}, _json(results=10, first=f"https://example.com/{i}"))
+        yield ScriptedCall(
+            "web_search", {"query": query}, _json(results=10, first=f"https://example.com/{i}")
+        )
 
 
-def delegation_storm(rng: random.Random) -> Iterator[Step]:
+def delegation_storm(rng: random.Random) -> Iterator[ScriptedCall]:
     """The model fans out to batches of subagents until the subagents cap refuses the next batch."""
     for i in range(30):
         tasks = [{"goal": f"research vendor {i * 5 + j}"} for j in range(5)]
-        yield Step("delegate_task", {"tasks": tasks}, _json(success=True, completed=len(tasks)))
+        yield ScriptedCall("delegate_task", {"tasks": tasks}, _json(success=True, completed=len(tasks)))
 
 
-def flaky_fetch(rng: random.Random) -> Iterator[Step]:
+def flaky_fetch(rng: random.Random) -> Iterator[ScriptedCall]:
     """One tool failing again and again with different URLs and different errors."""
     for i in range(10):
         url = f"https://api.example.com/v1/items/{rng.randint(1, 10**6)}"
         error = rng.choice(("Error: 502 Bad Gateway", "Error: timeout after 30s", "Error: connection reset"))
-        yield Step("web_fetch", {"url": url}, f"{error} (attempt {i + 1})", failed=True)
+        yield ScriptedCall("web_fetch", {"url": url}, f"{error} (attempt {i + 1})", failed=True)
 
 
-def repeated_message(rng: random.Random) -> Iterator[Step]:
+def repeated_message(rng: random.Random) -> Iterator[ScriptedCall]:
     """The same message sent again and again, the same acknowledgement each time."""
     for _ in range(8):
-        yield Step(
+        yield ScriptedCall(
             "send_message", {"channel": "#ops", "text": "Deploy finished"}, _json(ok=True, queued=True)
         )
 
 
-def unread_edits(rng: random.Random) -> Iterator[Step]:
+def unread_edits(rng: random.Random) -> Iterator[ScriptedCall]:
     """The model switches editing tools on files it never read: every one fails with the same error."""
     error = "Error: file has not been read yet. Read it first before writing to it."
     for i in range(13):
         tool = ("patch", "write_file", "edit_file")[i % 3]
         path = f"src/module_{rng.randint(1, 10**6)}.py"
-        yield Step(tool, {"path": path, "content": f"# rewrite {i}"}, error, failed=True)
+        yield ScriptedCall(tool, {"path": path, "content": f"# rewrite {i}"}, error, failed=True)
 
 
-Scenario = Callable[[random.Random], Iterator[Step]]
+Scenario = Callable[[random.Random], Iterator[ScriptedCall]]
 SCENARIOS: Final[dict[str, Scenario]] = {
     "runaway_search": runaway_search,
     "delegation_storm": delegation_storm,
@@ -257,10 +256,10 @@ class SimulatedAgent:
         guard.start_turn(turn_id=f"{self.name}-{self._turns}")
         # Some hosts ignore a halt once before giving up: that shows the `turn_halted` refusal.
         stubborn = self.rng.random() < 0.3
-        for number, step in enumerate(SCENARIOS[scenario](self.rng)):
+        for number, call in enumerate(SCENARIOS[scenario](self.rng)):
             if self.stop.wait(self.interval) or number >= MAX_STEPS_PER_TURN:
                 break
-            self.play(guard, scenario, step, f"call_{self._turns}_{number}")
+            self.play(guard, scenario, call, f"call_{self._turns}_{number}")
             if guard.halt_decision is not None:
                 if not stubborn:
                     break
@@ -268,11 +267,11 @@ class SimulatedAgent:
         summary = guard.end_turn()
         self.stats.record_turn(summary.halted)
 
-    def play(self, guard: Guard, scenario: str, step: Step, call_id: str) -> None:
+    def play(self, guard: Guard, scenario: str, call: ScriptedCall, call_id: str) -> None:
         self.stats.record_call()
-        played = play_call(
-            guard, ScriptedCall(step.tool_name, step.args, step.result, step.failed, step.refusal, call_id)
-        )
+        # The fake tools know whether they failed: an unset `failed` means they did not, so the
+        # guard's fallback classifier never guesses from the demo's texts.
+        played = play_call(guard, call._replace(failed=bool(call.failed), call_id=call_id))
         if played.ran and played.before.action != "allow":
             self.stats.record_decision(self.name, scenario, played.before)
         if played.decision.action != "allow":

@@ -24,6 +24,16 @@ from otelguard.replay.report import (
     ReplayReport,
     SessionReport,
 )
+from otelguard.replay.timeline import (
+    CANCELLED,
+    NOT_REPLAYED,
+    PREVENTED,
+    STOPPED,
+    SessionMarks,
+    Timelines,
+    mark_for,
+    session_rank,
+)
 from otelguard.testing import ScriptedCall, play_call
 
 __all__ = ["ReplayRunner"]
@@ -37,10 +47,14 @@ class _Session:
     turn_open: bool = False
     call_in_turn: int = 0
     halted: bool = False
+    marks: SessionMarks | None = None
 
 
 class ReplayRunner:
-    """The event sink that runs the guard. ``finish()`` closes what is open and returns the report."""
+    """The event sink that runs the guard. ``finish()`` closes what is open and returns the report.
+
+    With ``timelines`` it also records one mark per call for the HTML report (see ``timeline``).
+    """
 
     def __init__(
         self,
@@ -48,8 +62,10 @@ class ReplayRunner:
         telemetry: Any = None,
         agent: str = "replay",
         max_detailed_sessions: int = MAX_DETAILED_SESSIONS,
+        timelines: Timelines | None = None,
     ) -> None:
         self._config = config
+        self.timelines = timelines
         self._telemetry = telemetry
         self._agent = agent
         self._open: dict[SessionKey, _Session] = {}
@@ -71,14 +87,17 @@ class ReplayRunner:
         self._seq += 1
         guard = Guard(self._config, self._telemetry, agent=self._agent)
         report = SessionReport(session_id=key.session_id, path=key.path, seq=self._seq)
-        self._open[key] = _Session(self._seq, guard, report)
+        marks = None if self.timelines is None else SessionMarks()
+        self._open[key] = _Session(self._seq, guard, report, marks=marks)
         self._input(key.path).sessions += 1
 
     def start_turn(self, key: SessionKey) -> None:
         session = self._session(key)
         if session.turn_open:
-            session.guard.end_turn()
+            self._end_turn(session)
         session.report.turns += 1
+        if session.marks is not None:
+            session.marks.start_turn()
         session.guard.start_turn(turn_id=str(session.report.turns))
         session.turn_open = True
         session.call_in_turn = 0
@@ -93,9 +112,11 @@ class ReplayRunner:
         report.tool_calls += 1
         if session.halted:
             report.prevented_calls += 1
+            self._mark(session, PREVENTED)
             return
-        if not call.has_result:
-            return  # reported by the reader; its outcome would be a guess
+        if not call.has_result:  # reported by the reader; its outcome would be a guess
+            self._mark(session, CANCELLED if call.cancelled else NOT_REPLAYED)
+            return
         played = play_call(
             session.guard,
             ScriptedCall(
@@ -111,16 +132,23 @@ class ReplayRunner:
         if played.after is None:  # refused at before_call: this call would not have run
             report.prevented_calls += 1
         self._note(session, call, played.before)
-        if played.after is not None:
-            self._note(session, call, played.after)
+        if played.after is None:  # refused before it ran
+            self._mark(session, mark_for(played.before))
+            return
+        self._note(session, call, played.after)
+        self._mark(session, mark_for(played.after, cancelled=call.cancelled))
 
     def end_session(self, key: SessionKey) -> None:
         session = self._open.pop(key, None)
         if session is None:
             return
         if session.turn_open:
-            session.guard.end_turn()
+            self._end_turn(session)
         self.report.add_session(session.report)
+        if self.timelines is not None and session.marks is not None:
+            report = session.report
+            rank = session_rank(report.halts_total, report.decisions, session.seq)
+            self.timelines.offer(rank, session.seq, session.marks)
 
     def error(self, path: str, line: int | None, reason: str) -> None:
         self._input(path).errors += 1
@@ -136,6 +164,22 @@ class ReplayRunner:
 
     def open_sessions(self) -> list[SessionReport]:
         return [s.report for s in self._open.values()]
+
+    def _end_turn(self, session: _Session) -> None:
+        summary = session.guard.end_turn()
+        if self.timelines is not None:
+            self.timelines.add_turn(summary.cap_usage_ratio)
+
+    def _mark(self, session: _Session, mark: int) -> None:
+        """Record the call's mark when the HTML report is wanted; a call that halted its turn (it set
+        ``halted``, and only the halting call reaches here with it set) records its position."""
+        marks = session.marks
+        if marks is None:
+            return
+        marks.add(mark)
+        report = session.report
+        if mark == STOPPED and session.halted and report.halts_total <= len(report.halts):
+            marks.halt_here()
 
     def _note(self, session: _Session, call: ToolCall, decision: Decision) -> bool:
         """Count a non-allow decision; record the turn's first block/halt. True when the turn halts."""

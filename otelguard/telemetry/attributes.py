@@ -46,6 +46,18 @@ LOOP_SIGNATURE_HITS: Final = "otelguard_loop_signature_hits"
 INTERNAL_ERRORS: Final = "otelguard_internal_errors"
 BUILD_INFO: Final = "otelguard_build_info"
 
+# Prometheus label names (the dashboards and rules select and group by these same constants)
+LABEL_AGENT: Final = "agent"
+LABEL_TOOL: Final = "tool"
+LABEL_OUTCOME: Final = "outcome"
+LABEL_ACTION: Final = "action"
+LABEL_CODE: Final = "code"
+LABEL_CAP: Final = "cap"
+LABEL_SCOPE: Final = "scope"
+LABEL_SIGNATURE: Final = "signature"
+LABEL_STAGE: Final = "stage"
+LABEL_VERSION: Final = "version"
+
 TURN_TOOL_CALLS_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 CAP_USAGE_BUCKETS: Final = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 

@@ -55,64 +55,78 @@ class SignatureSeries:
         return len(self._series)
 
 
+def _build_info(registry: CollectorRegistry) -> Gauge:
+    """``otelguard_build_info``, at 1 for this process's otelguard version."""
+    # "max" keeps the gauge free of a pid label when PROMETHEUS_MULTIPROC_DIR is set
+    gauge = Gauge(
+        attr.BUILD_INFO,
+        "otelguard build information.",
+        (attr.LABEL_VERSION,),
+        registry=registry,
+        multiprocess_mode="max",
+    )
+    gauge.labels(__version__).set(1)
+    return gauge
+
+
 class MetricFamilies:
     """Every otelguard metric family on one registry (one owner per metric name)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
         self.tool_calls = Counter(
-            attr.TOOL_CALLS, "Guarded tool calls by outcome.", ("agent", "tool", "outcome"), registry=registry
+            attr.TOOL_CALLS,
+            "Guarded tool calls by outcome.",
+            (attr.LABEL_AGENT, attr.LABEL_TOOL, attr.LABEL_OUTCOME),
+            registry=registry,
         )
         self.decisions = Counter(
             attr.DECISIONS,
             "Non-allow guard decisions by action and code.",
-            ("agent", "tool", "action", "code"),
+            (attr.LABEL_AGENT, attr.LABEL_TOOL, attr.LABEL_ACTION, attr.LABEL_CODE),
             registry=registry,
         )
-        self.turns = Counter(attr.TURNS, "Agent turns by outcome.", ("agent", "outcome"), registry=registry)
+        self.turns = Counter(
+            attr.TURNS, "Agent turns by outcome.", (attr.LABEL_AGENT, attr.LABEL_OUTCOME), registry=registry
+        )
         self.cap_hits = Counter(
             attr.CAP_HITS,
             "Calls refused by a per-turn or per-session cap.",
-            ("agent", "cap", "scope"),
+            (attr.LABEL_AGENT, attr.LABEL_CAP, attr.LABEL_SCOPE),
             registry=registry,
         )
         self.subagent_spawns = Counter(
-            attr.SUBAGENT_SPAWNS, "Subagents spawned by calls that ran.", ("agent",), registry=registry
+            attr.SUBAGENT_SPAWNS,
+            "Subagents spawned by calls that ran.",
+            (attr.LABEL_AGENT,),
+            registry=registry,
         )
         self.turn_tool_calls = Histogram(
             attr.TURN_TOOL_CALLS_HISTOGRAM,
             "Tool calls per turn.",
-            ("agent",),
+            (attr.LABEL_AGENT,),
             buckets=attr.TURN_TOOL_CALLS_BUCKETS,
             registry=registry,
         )
         self.turn_cap_usage_ratio = Histogram(
             attr.TURN_CAP_USAGE_RATIO,
             "Highest used/limit of each turn cap reached in a turn.",
-            ("agent", "cap"),
+            (attr.LABEL_AGENT, attr.LABEL_CAP),
             buckets=attr.CAP_USAGE_BUCKETS,
             registry=registry,
         )
         self.loop_signature_hits = Counter(
             attr.LOOP_SIGNATURE_HITS,
             "Loop-detector decisions by call signature (bounded; least recently hit series removed first).",
-            ("agent", "tool", "code", "signature"),
+            (attr.LABEL_AGENT, attr.LABEL_TOOL, attr.LABEL_CODE, attr.LABEL_SIGNATURE),
             registry=registry,
         )
         self.internal_errors = Counter(
             attr.INTERNAL_ERRORS,
             "Internal guard errors (the call was allowed).",
-            ("stage",),
+            (attr.LABEL_STAGE,),
             registry=registry,
         )
-        # "max" keeps the gauge free of a pid label when PROMETHEUS_MULTIPROC_DIR is set
-        self.build_info = Gauge(
-            attr.BUILD_INFO,
-            "otelguard build information.",
-            ("version",),
-            registry=registry,
-            multiprocess_mode="max",
-        )
-        self.build_info.labels(__version__).set(1)
+        self.build_info = _build_info(registry)
         self.internal_error_children = {stage: self.internal_errors.labels(stage) for stage in attr.STAGES}
         self.signatures = SignatureSeries(self.loop_signature_hits)
         self.series = {family: SeriesBound() for family in _BOUNDED_FAMILIES}

@@ -1,0 +1,188 @@
+"""The HTML replay report in a real browser (headless chromium): it loads clean, fetches nothing, shows
+what it promises, runs nothing a transcript smuggles in, and draws a picture."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otelguard.cli import main
+from tests.browser import Page, png_pixels, run_chromium
+
+EXAMPLES = sorted((Path(__file__).parents[1] / "otelguard" / "data" / "examples").glob("*.jsonl"))
+HOSTILE_TOOLS = ("<script>alert(1)</script>", '"><img src=x onerror=alert(2)>')
+
+
+UNATTENDED = Path(__file__).parent / "fixtures" / "replay" / "unattended.yaml"
+
+
+def replay_to_html(
+    tmp_path: Path, paths: list[Path], capsys: pytest.CaptureFixture[str], *extra: str
+) -> tuple[Path, Any]:
+    page = tmp_path / "report.html"
+    code = main(["replay", *map(str, paths), "--json", "--html", str(page), *extra])
+    assert code == 0
+    return page, json.loads(capsys.readouterr().out)
+
+
+def hostile_transcript(tmp_path: Path) -> Path:
+    """An OpenAI transcript whose looping tools are named like markup, so they end up in timelines,
+    the halts table and the decisions chart."""
+    messages: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(12):
+        tool = HOSTILE_TOOLS[n % 2] if n < 2 else HOSTILE_TOOLS[0]
+        arguments = json.dumps({"q": "same"})
+        call = {
+            "id": f'c{n}"><b>x</b>',
+            "type": "function",
+            "function": {"name": tool, "arguments": arguments},
+        }
+        messages.append({"role": "assistant", "tool_calls": [call]})
+        messages.append({"role": "tool", "tool_call_id": call["id"], "content": "Error: failed"})
+    path = tmp_path / "<img src=x onerror=alert(3)>.jsonl"
+    path.write_text("".join(json.dumps(m) + "\n" for m in messages))
+    return path
+
+
+def open_report(page: Page, file: Path) -> None:
+    page.navigate(file.as_uri())
+
+
+def console_problems(page: Page) -> list[Any]:
+    problems: list[Any] = list(page.events("Runtime.exceptionThrown"))
+    problems += page.events("Runtime.consoleAPICalled")
+    problems += [e for e in page.events("Log.entryAdded") if e["entry"]["level"] in ("error", "warning")]
+    return problems
+
+
+def test_example_report_loads_clean_fetches_nothing_and_shows_every_part(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, doc = replay_to_html(tmp_path, EXAMPLES, capsys)
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        open_report(page, report)
+        assert console_problems(page) == []
+        requested = [e["request"]["url"] for e in page.events("Network.requestWillBeSent")]
+        assert requested == [report.as_uri()]
+        timelines = page.evaluate(
+            "[...document.querySelectorAll('figure.timeline')].map(f => f.dataset.session)"
+        )
+        assert sorted(timelines) == sorted(s["session_id"] for s in doc["sessions"])
+        halt_rows = page.evaluate("document.querySelectorAll('#halts tr.halt').length")
+        assert halt_rows == doc["totals"]["halts"]
+        bars = page.evaluate("[...document.querySelectorAll('#decisions g.bar')].map(g => g.dataset.code)")
+        assert sorted(bars) == sorted(doc["totals"]["decisions"])
+        labels = page.evaluate("[...document.querySelectorAll('text.halt')].map(t => t.textContent)")
+        assert sorted(labels) == sorted(h["code"] for s in doc["sessions"] for h in s["halts"])
+        legend = page.evaluate("[...document.querySelectorAll('#legend li')].map(li => li.dataset.class)")
+        assert {"allowed", "warned", "stopped", "prevented", "cancelled"} <= set(legend)
+        caps = page.evaluate(
+            "[...document.querySelectorAll('#cap-usage tr[data-cap]')].map(r => r.dataset.cap)"
+        )
+        assert caps == ["subagents", "web_search"]
+        # every drawn timeline is laid out with a real size (nothing collapsed to zero)
+        sizes = page.evaluate(
+            "[...document.querySelectorAll('figure.timeline svg')].map(s => s.getBoundingClientRect().width)"
+        )
+        assert sizes and min(sizes) > 100
+
+
+def test_hostile_names_render_as_text_and_never_run(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, doc = replay_to_html(
+        tmp_path, [hostile_transcript(tmp_path)], capsys, "--config", str(UNATTENDED)
+    )
+    assert doc["totals"]["halts"] >= 1
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        open_report(page, report)
+        assert page.events("Page.javascriptDialogOpening") == []
+        assert console_problems(page) == []
+        assert page.evaluate("document.scripts.length") == 0
+        assert page.evaluate("document.images.length") == 0
+        assert page.evaluate("document.querySelectorAll('b:not(figcaption > b)').length") == 0
+        text = page.evaluate("document.body.textContent")
+        tools = page.evaluate(
+            "[...document.querySelectorAll('#halts tr.halt td:nth-child(5)')].map(t => t.textContent)"
+        )
+        assert tools and set(tools) <= set(HOSTILE_TOOLS)
+        assert HOSTILE_TOOLS[0] in text
+        assert "<img src=x onerror=alert(3)>.jsonl" in text
+        requested = [e["request"]["url"] for e in page.events("Network.requestWillBeSent")]
+        assert requested == [report.as_uri()]
+
+
+def test_example_report_screenshot_is_not_blank(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    report, _ = replay_to_html(tmp_path, EXAMPLES, capsys)
+    with run_chromium(tmp_path, window=(1280, 900)) as browser:
+        page = browser.new_page()
+        open_report(page, report)
+        reply = page.send(
+            "Page.captureScreenshot",
+            format="png",
+            clip={"x": 0, "y": 0, "width": 1280, "height": 900, "scale": 0.25},
+        )
+    import base64
+
+    width, height, rows = png_pixels(base64.b64decode(reply["data"]))
+    assert (width, height) == (320, 225)
+    channels = len(rows[0]) // width
+    colours = {row[x : x + 3] for row in rows for x in range(0, len(row), channels)}
+    # a blank or error page has a handful of colours; text, bars and marks give hundreds
+    assert len(colours) > 50
+    darkish = sum(1 for row in rows for x in range(0, len(row), channels) if sum(row[x : x + 3]) < 384)
+    assert darkish > width * height // 100
+
+
+def colours(page: Page) -> tuple[str, str, str]:
+    return tuple(  # type: ignore[return-value]
+        page.evaluate(
+            "(() => { const b = getComputedStyle(document.body);"
+            " const m = getComputedStyle(document.querySelector('figure.timeline path.m0'));"
+            " return [b.backgroundColor, b.color, m.stroke]; })()"
+        )
+    )
+
+
+def test_light_and_dark_schemes_both_have_their_own_colours(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report, _ = replay_to_html(tmp_path, EXAMPLES, capsys)
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        schemes = {}
+        for scheme in ("light", "dark"):
+            page.send(
+                "Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": scheme}]
+            )
+            open_report(page, report)
+            schemes[scheme] = colours(page)
+    assert schemes["light"][0] == "rgb(255, 255, 255)"
+    assert schemes["dark"][0] != schemes["light"][0] and schemes["dark"][1] != schemes["light"][1]
+    assert schemes["dark"][2] != schemes["light"][2]
+
+
+def test_a_page_of_thousands_of_sessions_loads_clean_with_every_row(tmp_path: Path) -> None:
+    from otelguard.replay.html_report import write_html
+    from otelguard.replay.timeline import DEFAULT_KEEP
+    from tests.test_replay_html import big_replay
+
+    report, timelines = big_replay(4000, 20)
+    page_file = tmp_path / "big.html"
+    write_html(page_file, report, timelines)
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        open_report(page, page_file)
+        assert console_problems(page) == []
+        assert page.evaluate("document.querySelectorAll('figure.timeline').length") == DEFAULT_KEEP
+        rows = page.evaluate("document.querySelectorAll('#other-sessions tr.session').length")
+        assert rows == 4000 - DEFAULT_KEEP
+        # rows far below the fold are laid out once scrolled to (content-visibility only defers them)
+        last = "[...document.querySelectorAll('#other-sessions tr.session')].at(-1)"
+        page.evaluate(f"{last}.scrollIntoView()")
+        assert page.evaluate(f"{last}.getBoundingClientRect().height") > 0
