@@ -12,8 +12,7 @@ from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
-import yaml
-
+from otelguard.config_file import load_config_file
 from otelguard.errors import ConfigError
 
 __all__ = [
@@ -247,12 +246,14 @@ class TelemetrySettings:
     turn_spans: bool = False
     max_tool_values: int = 100
     max_signature_series: int = 200
+    max_series_per_metric: int = 2000
 
     def __post_init__(self) -> None:
         _choice("telemetry.span_mode", self.span_mode, SPAN_MODES)
         _bool("telemetry.turn_spans", self.turn_spans)
         _int("telemetry.max_tool_values", self.max_tool_values, 1)
         _int("telemetry.max_signature_series", self.max_signature_series, 1)
+        _int("telemetry.max_series_per_metric", self.max_series_per_metric, 1)
 
     @classmethod
     def parse(cls, value: Any, path: str = "telemetry") -> TelemetrySettings:
@@ -386,16 +387,9 @@ class GuardConfig:
 
     @classmethod
     def from_file(cls, path: str | Path) -> GuardConfig:
-        """Read a YAML (or JSON) file. An empty file gives the defaults."""
-        try:
-            text = Path(path).read_text(encoding="utf-8")
-        except OSError as exc:
-            raise ConfigError("<file>", str(path), f"must be a readable file ({exc.strerror})") from exc
-        try:
-            data = yaml.safe_load(text)
-        except yaml.YAMLError as exc:
-            raise ConfigError("<file>", str(path), f"must be valid YAML ({exc})") from exc
-        return cls.from_mapping(data)
+        """Read a YAML (or JSON) file. An empty file gives the defaults. A hostile file (too big, not
+        UTF-8, a FIFO or device, an alias bomb, too deep) is a ``ConfigError``: see ``otelguard.config_file``."""
+        return cls.from_mapping(load_config_file(path))
 
     def to_mapping(self) -> dict[str, Any]:
         """The effective configuration as plain data (the signature key is never included)."""

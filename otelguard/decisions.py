@@ -153,6 +153,12 @@ class Decision:
         """
         if self.action not in ("warn", "halt") or not self.message:
             return result
+        try:
+            return self._annotated(result)
+        except Exception:
+            return result  # a result that cannot be read or copied goes back as it came: never raise
+
+    def _annotated(self, result: Any) -> Any:
         if isinstance(result, str):
             return f"{result}\n\n[otelguard {self.action}: {self.code}] {self.message}"
         if isinstance(result, Mapping):

@@ -11,12 +11,28 @@ framework that has no other way to end a run.
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+import reprlib
+from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
     from otelguard.decisions import Decision
 
 __all__ = ["ConfigError", "GuardHalted", "OtelGuardError", "UsageError"]
+
+
+def _bounded_repr() -> reprlib.Repr:
+    """A bad value is quoted in the message, but a value read from a hostile file can be huge or
+    deeply nested: its repr is cut to a few elements and characters (``reprlib`` does no work past
+    the cut)."""
+    bounded = reprlib.Repr()
+    bounded.maxlevel = 3
+    bounded.maxstring = bounded.maxother = 80
+    bounded.maxlist = bounded.maxtuple = bounded.maxdict = bounded.maxset = bounded.maxfrozenset = 6
+    return bounded
+
+
+_VALUE_REPR: Final = _bounded_repr()
+_MAX_KEY_CHARS: Final = 120
 
 
 class OtelGuardError(Exception):
@@ -33,7 +49,8 @@ class ConfigError(OtelGuardError, ValueError):
         self.key = key
         self.value = value
         self.allowed = allowed
-        super().__init__(f"{key}: {value!r} is not allowed; {allowed}")
+        shown_key = key if len(key) <= _MAX_KEY_CHARS else f"{key[:_MAX_KEY_CHARS]}..."
+        super().__init__(f"{shown_key}: {_VALUE_REPR.repr(value)} is not allowed; {allowed}")
 
 
 class GuardHalted(OtelGuardError):

@@ -24,7 +24,13 @@ from otelguard.detectors import TurnDetectors
 from otelguard.observers import GuardObserver, ObserverGroup, TurnInfo, new_call_event
 from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key
 from otelguard.results import ResultMemory
-from otelguard.signatures import ArgsHasher, parse_json_args, resolve_signature_key
+from otelguard.signatures import (
+    MAX_NAME_CHARS,
+    ArgsHasher,
+    bounded_name,
+    parse_json_args,
+    resolve_signature_key,
+)
 from otelguard.tool_calls import call_context, wrap_tool
 
 if TYPE_CHECKING:
@@ -103,10 +109,14 @@ class Guard:
     def start_turn(self, turn_id: str | None = None, agent: str | None = None) -> None:
         """Begin a turn (ending the current one, if any); clears all per-turn state."""
         try:
-            if self._turn is not None:
-                self.end_turn()
+            # one lock hold ends the current turn and begins the next: from several threads, every
+            # turn begun is ended (and counted) exactly once
             with self._lock:
+                previous = self._turn
+                ended = self._summarise_locked(previous) if previous is not None else None
                 turn = self._begin_turn(turn_id, agent)
+            if ended is not None and self._observed:
+                self._observers.turn_ended(ended)
             self._notify_turn_start(turn)
         except Exception as exc:
             self._internal_error("start_turn", exc)
@@ -143,24 +153,28 @@ class Guard:
                     return TurnSummary(
                         turn_id=None, agent=self.agent, tool_calls=0, halted=False, halt_decision=None
                     )
-                self._last_halt = turn.halt
-                summary = TurnSummary(
-                    turn_id=turn.turn_id,
-                    agent=turn.agent,
-                    tool_calls=turn.tool_calls,
-                    halted=turn.halt is not None,
-                    halt_decision=turn.halt,
-                    cap_usage=MappingProxyType(dict(self._caps.turn)),
-                    cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
-                    session_cap_usage=MappingProxyType(dict(self._caps.session)),
-                    decisions=MappingProxyType(dict(turn.decisions)),
-                )
+                summary = self._summarise_locked(turn)
             if self._observed:
                 self._observers.turn_ended(summary)
             return summary
         except Exception as exc:
             self._internal_error("end_turn", exc)
             return TurnSummary(turn_id=None, agent=self.agent, tool_calls=0, halted=False, halt_decision=None)
+
+    def _summarise_locked(self, turn: TurnState) -> TurnSummary:
+        """The summary of ``turn``, which is ending (called with the lock held)."""
+        self._last_halt = turn.halt
+        return TurnSummary(
+            turn_id=turn.turn_id,
+            agent=turn.agent,
+            tool_calls=turn.tool_calls,
+            halted=turn.halt is not None,
+            halt_decision=turn.halt,
+            cap_usage=MappingProxyType(dict(self._caps.turn)),
+            cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
+            session_cap_usage=MappingProxyType(dict(self._caps.session)),
+            decisions=MappingProxyType(dict(turn.decisions)),
+        )
 
     # calls -----------------------------------------------------------------------------------
 
@@ -174,6 +188,8 @@ class Guard:
     def _open(self, tool_name: str) -> tuple[str, ToolFacts, TurnState]:
         """What both halves of a call start from: the tool's name, its facts and the current turn."""
         name = tool_name if type(tool_name) is str else str(tool_name)
+        if len(name) > MAX_NAME_CHARS:
+            name = bounded_name(name)
         facts = self._catalog.facts(name)
         return name, facts, self._turn or self._current_turn()
 
@@ -198,12 +214,8 @@ class Guard:
                 if facts.caps_turn or facts.caps_session:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                 tokens = [] if self._observe_starts else _NO_TOKENS
-                # Without a call id, after_call finds the call by the identity of its args object;
-                # with one, the args are not kept alive.
-                kept_args = args if call_id is None else None
-                pending = PendingCall(
-                    kept_args, sig, turn, charges, requested, decision, time.time_ns(), tokens
-                )
+                # found again by call id, or by (tool, id(args)): the args are never kept alive
+                pending = PendingCall(sig, turn, charges, requested, decision, time.time_ns(), tokens)
                 self._pending.add(call_key(name, args, call_id), pending)
             else:
                 turn.record(decision)
@@ -340,7 +352,7 @@ class Guard:
         self, name: str, args: Any, call_id: str | None, ignored: frozenset[str]
     ) -> tuple[Signature, PendingCall | None]:
         """The call's signature and its ``before_call`` record, if any (called under the lock)."""
-        pending = self._pending.take(call_key(name, args, call_id), args)
+        pending = self._pending.take(call_key(name, args, call_id))
         if pending is not None:
             return pending.sig, pending
         sig = Signature(name, self._hasher.args_hash(args, ignored))

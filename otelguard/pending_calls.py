@@ -13,6 +13,7 @@ from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otelguard.decisions import Decision, Signature
+from otelguard.signatures import bounded_name
 
 if TYPE_CHECKING:
     from otelguard.caps import Charge
@@ -44,11 +45,11 @@ class TurnState:
 class PendingCall(NamedTuple):
     """A call between ``before_call`` and ``after_call``: what must not be computed twice.
 
-    ``args`` is kept only for calls without a call id (they are found by its identity). ``tokens``
-    holds the observers' ``on_call_start`` tokens once they are known (filled in place).
+    The args are never kept, not even for calls without a call id (found by the args' identity): a
+    host may drop a call without its ``after_call``, and big args would pile up. ``tokens`` holds
+    the observers' ``on_call_start`` tokens once they are known (filled in place).
     """
 
-    args: Any
     sig: Signature
     turn: TurnState
     charges: tuple[Charge, ...]
@@ -62,7 +63,7 @@ def call_key(tool_name: str, args: Any, call_id: Any) -> object:
     """The key a pending call is kept under: its call id (a str), else ``(tool, id(args))`` (a tuple)."""
     if call_id is None:
         return (tool_name, id(args))
-    return call_id if isinstance(call_id, str) else str(call_id)
+    return bounded_name(call_id if isinstance(call_id, str) else str(call_id))
 
 
 class PendingCalls:
@@ -90,19 +91,17 @@ class PendingCalls:
             self._queue(self._last_key, self._last)
         self._last_key, self._last = key, pending
 
-    def take(self, key: object, args: Any) -> PendingCall | None:
-        """The call kept under ``key`` (and, for an args-identity key, holding this ``args`` object)."""
+    def take(self, key: object) -> PendingCall | None:
+        """The call kept under ``key``. Under an args-identity key the newest call is taken: an older
+        one belongs to an args object freed without its ``after_call``, whose id was reused."""
         last = self._last
-        if last is not None and self._last_key == key and (not isinstance(key, tuple) or last.args is args):
+        if last is not None and self._last_key == key:
             self._last_key, self._last = None, None
             return last
         queue = self._queues.get(key)
         if not queue:
             return None
-        for i, pending in enumerate(queue):
-            if not isinstance(key, tuple) or pending.args is args:
-                return self._unqueue(key, queue, i)
-        return None
+        return self._unqueue(key, queue, len(queue) - 1 if isinstance(key, tuple) else 0)
 
     def take_by_signature(self, sig: Signature) -> PendingCall | None:
         """The host passed an equal but not identical ``args`` object: match on the signature."""

@@ -22,7 +22,15 @@ import xxhash
 
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 
-__all__ = ["ArgsHasher", "ResultFingerprinter", "canonical_args", "parse_json_args", "resolve_signature_key"]
+__all__ = [
+    "MAX_NAME_CHARS",
+    "ArgsHasher",
+    "ResultFingerprinter",
+    "bounded_name",
+    "canonical_args",
+    "parse_json_args",
+    "resolve_signature_key",
+]
 
 logger = logging.getLogger("otelguard")
 
@@ -424,3 +432,16 @@ def _without_keys(value: Any, drop: frozenset[str]) -> Any:
         else:
             parent[slot] = node
     return root[0]
+
+
+MAX_NAME_CHARS: Final = 256
+_NAME_PREFIX_CHARS: Final = 200
+
+
+def bounded_name(name: str) -> str:
+    """``name``, or beyond ``MAX_NAME_CHARS`` a prefix and a digest of the whole: tool names and call
+    ids are kept per signature and per pending call, so their length must not set the guard's memory."""
+    if len(name) <= MAX_NAME_CHARS:
+        return name
+    digest = hashlib.blake2b(name.encode("utf-8", "surrogatepass"), digest_size=8).hexdigest()
+    return f"{name[:_NAME_PREFIX_CHARS]}…{digest}"

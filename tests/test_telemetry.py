@@ -302,7 +302,7 @@ def test_span_names_and_host_chosen_attributes_are_clipped(provider: Any) -> Non
     rig.guard.after_call("t" * 5_000, {"p": 1}, "ok", failed=False, call_id="c" * 5_000)
     (span,) = rig.spans()
     assert len(span.name) <= len("execute_tool ") + 256
-    assert len(span.attributes["gen_ai.tool.name"]) == 256
+    assert len(span.attributes["gen_ai.tool.name"]) <= 256  # long names are kept as a prefix and a digest
     assert len(span.attributes["gen_ai.tool.call.id"]) == 256
 
 

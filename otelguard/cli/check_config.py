@@ -8,6 +8,7 @@ import sys
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from otelguard import ConfigError, GuardConfig
 
@@ -28,10 +29,10 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(effective, indent=2, sort_keys=True))
         return 0
-    table = Table(title=f"effective config: {args.file}", show_header=True)
+    table = Table(title=Text(f"effective config: {args.file}"), show_header=True)
     table.add_column("key")
     table.add_column("value")
     for key, value in effective.items():
-        table.add_row(key, json.dumps(value))
+        table.add_row(Text(key), Text(json.dumps(value)))  # values come from the file: never markup
     Console().print(table)
     return 0

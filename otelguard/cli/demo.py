@@ -220,14 +220,15 @@ def _render(url: str, span_target: str, stats: DemoStats) -> Any:
     codes.add_column("code")
     codes.add_column("count", justify="right")
     for code, count in sorted(snap["codes"].items(), key=lambda item: -item[1]):
-        codes.add_row(code, str(count))
+        codes.add_row(Text(code), str(count))
     recent = Table(title="latest decisions", expand=False)
     for column in ("agent", "scenario", "tool", "action", "code", "count/limit"):
         recent.add_column(column)
     styles = {"warn": "yellow", "reject": "magenta", "block": "red", "halt": "bold red"}
     for row in reversed(snap["recent"]):
         recent.add_row(
-            row.agent, row.scenario, row.tool_name, Text(row.action, style=styles.get(row.action, "")), row.code,
+            Text(row.agent), Text(row.scenario), Text(row.tool_name), Text(row.action, style=styles.get(row.action, "")),
+            Text(row.code),
             f"{row.count}/{row.limit}",
         )  # fmt: skip
     return Group(header, codes, recent)

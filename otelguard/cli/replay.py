@@ -33,6 +33,8 @@ from otelguard.replay import (
     follow_inputs,
     replay_inputs,
 )
+from otelguard.replay.lines import MAX_LINE_BYTES
+from otelguard.replay.report import MAX_DETAILED_SESSIONS
 from otelguard.replay.timeline import Timelines
 
 DEFAULT_JOB = "otelguard_replay"
@@ -65,6 +67,21 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         metavar="SECONDS",
         help="with --follow: stop after this many seconds without new data (default: until SIGINT/SIGTERM)",
     )
+    parser.add_argument(
+        "--max-line-bytes",
+        type=int,
+        default=MAX_LINE_BYTES,
+        metavar="BYTES",
+        help=f"longest transcript line or .json document read; longer ones are input errors (default: {MAX_LINE_BYTES})",
+    )
+    parser.add_argument(
+        "--detail-sessions",
+        type=int,
+        default=MAX_DETAILED_SESSIONS,
+        metavar="N",
+        help="sessions listed in the report, those that halted or warned most first; the rest are only "
+        f"counted in the totals (default: {MAX_DETAILED_SESSIONS})",
+    )
     parser.add_argument("--serve", type=int, metavar="PORT", help="serve the replay's metrics on /metrics")
     parser.add_argument("--addr", default="127.0.0.1", help="address for --serve (default: 127.0.0.1)")
     parser.add_argument("--pushgateway", metavar="URL", help="push the metrics to this Pushgateway when done")
@@ -96,7 +113,13 @@ def run(args: argparse.Namespace) -> int:
     with _stop_on_signals(stop):
         try:
             timelines = Timelines() if args.html else None
-            runner = ReplayRunner(config, telemetry, agent=args.agent, timelines=timelines)
+            runner = ReplayRunner(
+                config,
+                telemetry,
+                agent=args.agent,
+                timelines=timelines,
+                max_detailed_sessions=args.detail_sessions,
+            )
             _replay(args, files, runner, stop)
             report = runner.finish()
             pushed = _push(args, registry)
@@ -120,6 +143,8 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
         return "--idle-timeout needs --follow"
     if args.idle_timeout is not None and args.idle_timeout <= 0:
         return f"--idle-timeout must be positive, got {args.idle_timeout}"
+    if args.max_line_bytes < 1 or args.detail_sessions < 0:
+        return "--max-line-bytes must be at least 1 and --detail-sessions at least 0"
     if args.paths.count(STDIN) > 1:
         return "stdin (-) can be given only once"
     if args.html is not None:
@@ -163,10 +188,12 @@ def _serve(args: argparse.Namespace, registry: Any) -> Any:
 
 def _replay(args: argparse.Namespace, files: list[str], runner: ReplayRunner, stop: threading.Event) -> None:
     if args.follow:
-        follow_inputs(args.paths, args.format, runner, stop, args.idle_timeout)
+        follow_inputs(
+            args.paths, args.format, runner, stop, args.idle_timeout, max_line_bytes=args.max_line_bytes
+        )
         return
     with _progress(files) as advance:
-        replay_inputs(files, args.format, runner, advance, stop)
+        replay_inputs(files, args.format, runner, advance, stop, max_line_bytes=args.max_line_bytes)
 
 
 @contextlib.contextmanager

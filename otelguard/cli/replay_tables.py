@@ -6,6 +6,7 @@ from typing import Final, Literal
 
 from rich.console import Console
 from rich.table import Table
+from rich.text import Text
 
 from otelguard.replay.report import ReplayReport
 
@@ -42,7 +43,7 @@ def _inputs_table(report: ReplayReport) -> Table:
     for column in ("path", "format", "sessions", "errors"):
         table.add_column(column, justify="right" if column in ("sessions", "errors") else "left")
     for entry in list(report.inputs.values())[:_MAX_ROWS]:
-        table.add_row(entry.path, entry.format, str(entry.sessions), str(entry.errors))
+        _literal_row(table, entry.path, entry.format, str(entry.sessions), str(entry.errors))
     _more(table, len(report.inputs), "inputs")
     return table
 
@@ -53,8 +54,9 @@ def _sessions_table(report: ReplayReport) -> Table:
     for column in ("turns", "tool calls", "warnings", "halted turns", "not run"):
         table.add_column(column, justify="right")
     for session in report.sessions[:_MAX_ROWS]:
-        warnings = sum(n for code, n in session.decisions.items() if code.endswith("_warn"))
-        table.add_row(
+        warnings = session.warnings
+        _literal_row(
+            table,
             session.session_id,
             str(session.turns),
             str(session.tool_calls),
@@ -62,7 +64,7 @@ def _sessions_table(report: ReplayReport) -> Table:
             str(session.halts_total),
             str(session.prevented_calls),
         )
-    _more(table, len(report.sessions), "sessions")
+    _more(table, report.totals()["sessions"], "sessions")
     return table
 
 
@@ -72,7 +74,7 @@ def _decisions_table(report: ReplayReport, decisions: dict[str, int]) -> Table:
     table.add_column("action")
     table.add_column("count", justify="right")
     for code, count in sorted(decisions.items(), key=lambda item: (-item[1], item[0])):
-        table.add_row(code, "/".join(sorted(report.actions.get(code, ()))), str(count))
+        _literal_row(table, code, "/".join(sorted(report.actions.get(code, ()))), str(count))
     return table
 
 
@@ -81,7 +83,7 @@ def _counts_table(title: str, key: str, counts: dict[str, int]) -> Table:
     table.add_column(key)
     table.add_column("count", justify="right")
     for name, count in sorted(counts.items()):
-        table.add_row(name, str(count))
+        _literal_row(table, name, str(count))
     return table
 
 
@@ -91,13 +93,13 @@ def _halts_table(report: ReplayReport) -> Table:
         justify: Literal["left", "right"] = "right" if column in ("turn", "call") else "left"
         table.add_column(column, justify=justify, overflow="fold")
     shown = 0
-    total = 0
+    total = report.totals()["halts"]
     for session in report.sessions:
-        total += session.halts_total
         for halt in session.halts:
             if shown < _MAX_ROWS:
                 shown += 1
-                table.add_row(
+                _literal_row(
+                    table,
                     session.session_id,
                     str(halt.turn),
                     str(halt.call),
@@ -116,9 +118,14 @@ def _errors_table(report: ReplayReport) -> Table:
     table.add_column("reason")
     for error in report.errors[:_MAX_ROWS]:
         where = error.path if error.line is None else f"{error.path}:{error.line}"
-        table.add_row(where, error.reason)
+        _literal_row(table, where, error.reason)
     _more(table, report.errors_total, "errors")
     return table
+
+
+def _literal_row(table: Table, *cells: str) -> None:
+    """Cells hold names and ids from transcripts: shown as written, never read as rich markup."""
+    table.add_row(*(Text(cell) for cell in cells))
 
 
 def _more(table: Table, total: int, what: str) -> None:

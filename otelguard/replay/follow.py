@@ -2,7 +2,9 @@
 
 Each file is read from its start, then polled for new complete lines (a line still being written
 waits for its newline). Directories are rescanned for new ``*.jsonl``/``*.json`` files; a file that
-is replaced or truncated is read again from its start as a new input. A file idle for
+is replaced or truncated is read again from its start as a new input. At most ``max_open_files()``
+files are open at once: past it, the one that had data least recently is closed (parked, as below).
+A FIFO is read as it is written and never parked. A file idle for
 ``park_after_s`` is closed (its sessions end, so their turns reach the metrics, and a directory of
 thousands of finished transcripts does not hold thousands of open files); if it grows again it is
 reopened where it stopped, as a new session. A ``.json`` file is a document, not a log: it is not
@@ -13,7 +15,9 @@ and read whole again, as a new input, each time it is rewritten. Follow ends whe
 
 from __future__ import annotations
 
+import errno
 import os
+import resource
 import threading
 import time
 from dataclasses import dataclass
@@ -21,14 +25,16 @@ from pathlib import Path
 from typing import IO, Final
 
 from otelguard.replay.events import EventSink
+from otelguard.replay.lines import MAX_LINE_BYTES, READ_CHUNK, LineSplitter, is_regular, open_nonblocking
 from otelguard.replay.sources import STDIN, InputFile, replay_inputs, transcript_files
 
 __all__ = ["follow_inputs"]
 
 _POLL_S: Final = 0.2
-_READ_CHUNK: Final = 1 << 16
+_READ_CHUNK: Final = READ_CHUNK
 _SETTLE_S: Final = 0.5  # a .json document is read once it has not been modified for this long
 PARK_AFTER_S: Final = 300.0
+MAX_OPEN_FILES: Final = 256
 
 
 @dataclass(frozen=True, slots=True)
@@ -39,49 +45,57 @@ class _Parked:
 
 
 class _Tailed:
-    def __init__(self, path: str, fmt: str, sink: EventSink, parked: _Parked | None = None) -> None:
+    def __init__(
+        self, path: str, fmt: str, sink: EventSink, parked: _Parked | None, max_line_bytes: int
+    ) -> None:
         self.path = path
-        self.stream: IO[bytes] = open(path, "rb")  # noqa: SIM115 - lives across polls, closed in close()
+        self.stream: IO[bytes] = open_nonblocking(path)
+        self.regular = is_regular(self.stream)
         self.inode = os.fstat(self.stream.fileno()).st_ino
-        self.source = InputFile(path, fmt, sink)
-        if parked is not None and parked.inode == self.inode:
-            self.stream.seek(parked.offset)
+        self.offset = 0
+        self.source = InputFile(path, fmt, sink, max_line_bytes)
+        if parked is not None and parked.inode == self.inode and self.regular:
+            self.offset = self.stream.seek(parked.offset)
             self.source.line = parked.lines
-        self.partial = b""
         self.broken = False
         self.last_data = time.monotonic()
 
-    def read_available(self) -> bool:
-        """Feed every complete line written since the last poll; True when there was new data."""
+    def read_available(self, stop: threading.Event) -> bool:
+        """Feed every complete line written since the last poll; True when there was new data.
+        Ends early when ``stop`` is set, so a signal is answered even in the middle of a big read."""
         got = False
-        while chunk := self.stream.read(_READ_CHUNK):
+        while not stop.is_set():
+            try:
+                chunk = os.read(self.stream.fileno(), _READ_CHUNK)
+            except BlockingIOError:  # a pipe or FIFO with nothing new
+                break
+            if not chunk:  # end of file for now (or a FIFO with no writer at the moment)
+                break
             got = True
-            lines = (self.partial + chunk).split(b"\n")
-            self.partial = lines.pop()
-            for line in lines:
-                self.source.feed_line(line)
+            self.offset += len(chunk)
+            self.source.feed_chunk(chunk)
         if got:
             self.last_data = time.monotonic()
         return got
 
     def replaced(self) -> bool:
+        if not self.regular:
+            return False
         try:
             stat = os.stat(self.path)
         except OSError:
             return False  # gone for now (rotation in progress): keep what we have
-        return stat.st_ino != self.inode or stat.st_size < self.stream.tell()
+        return stat.st_ino != self.inode or stat.st_size < self.offset
 
     def park(self) -> _Parked:
         """Close the file but remember where the last complete line ended."""
-        parked = _Parked(self.inode, self.stream.tell() - len(self.partial), self.source.line)
-        self.partial = b""
+        parked = _Parked(self.inode, self.offset - self.source.lines.pending_bytes, self.source.line)
+        self.source.lines = LineSplitter(self.source.lines.limit)  # the partial line is read again
         self.close()
         return parked
 
     def close(self) -> None:
-        if self.partial.strip():  # a last line without its newline is still a line
-            self.source.feed_line(self.partial)
-        self.partial = b""
+        self.source.finish_lines()
         self.stream.close()
         self.source.close()
 
@@ -112,11 +126,16 @@ class _Document:
 
 
 class _Follower:
-    def __init__(self, paths: list[str], fmt: str, sink: EventSink, park_after_s: float) -> None:
+    def __init__(
+        self, paths: list[str], fmt: str, sink: EventSink, park_after_s: float, stop: threading.Event
+    ) -> None:
         self.paths = paths
         self.fmt = fmt
         self.sink = sink
         self.park_after_s = park_after_s
+        self.stop = stop
+        self.max_open = max_open_files()
+        self.max_line_bytes = MAX_LINE_BYTES
         self.tailed: dict[str, _Tailed] = {}
         self.parked: dict[str, _Parked] = {}
         self.documents: dict[str, _Document] = {}
@@ -124,6 +143,8 @@ class _Follower:
     def poll(self) -> bool:
         got = False
         for path in _current_files(self.paths):
+            if self.stop.is_set():
+                break
             if path.endswith(".json"):
                 document = self.documents.get(path)
                 if document is None:
@@ -134,7 +155,7 @@ class _Follower:
             if entry is None or entry.broken:
                 continue
             try:
-                got = entry.read_available() or got
+                got = entry.read_available(self.stop) or got
             except OSError as exc:
                 self.sink.error(path, None, f"cannot read: {exc.strerror or type(exc).__name__}")
                 entry.broken = True
@@ -153,11 +174,25 @@ class _Follower:
         parked = self.parked.get(path)
         if parked is not None and not _grew(path, parked):
             return None
+        if len(self.tailed) >= self.max_open:
+            self._park_least_recent()
         try:
-            entry = self.tailed[path] = _Tailed(path, self.fmt, self.sink, self.parked.pop(path, None))
-        except OSError:
-            return None  # not there yet (tail -F waits for it)
+            entry = _Tailed(path, self.fmt, self.sink, self.parked.get(path), self.max_line_bytes)
+        except OSError as exc:
+            if exc.errno in (errno.EMFILE, errno.ENFILE):  # other code holds files too: make room
+                self._park_least_recent()
+            return None  # not there yet (tail -F waits for it), or tried again on the next poll
+        self.parked.pop(path, None)
+        self.tailed[path] = entry
         return entry
+
+    def _park_least_recent(self) -> None:
+        """Close the file that had data least recently (it is reopened at its offset if it grows):
+        the files open at once stay under ``max_open_files()`` however many are followed."""
+        regular = [entry for entry in self.tailed.values() if entry.regular]
+        if regular:
+            idle = min(regular, key=lambda entry: entry.last_data)
+            self.parked[idle.path] = self.tailed.pop(idle.path).park()
 
     def close(self) -> None:
         for entry in self.tailed.values():
@@ -182,11 +217,13 @@ def follow_inputs(
     stop: threading.Event,
     idle_timeout_s: float | None = None,
     park_after_s: float = PARK_AFTER_S,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> None:
-    """Tail ``paths`` (files, directories, ``-``) until ``stop`` is set or the input stays idle."""
-    if STDIN in paths:
-        replay_inputs([STDIN], fmt, sink, stop=stop)  # stdin is followed by reading it to its end
-    follower = _Follower(paths, fmt, sink, park_after_s)
+    """Tail ``paths`` (files, directories, FIFOs, ``-``) until ``stop`` is set or the input stays idle."""
+    if STDIN in paths:  # stdin is followed by reading it to its end
+        replay_inputs([STDIN], fmt, sink, stop=stop, max_line_bytes=max_line_bytes)
+    follower = _Follower(paths, fmt, sink, park_after_s, stop)
+    follower.max_line_bytes = max_line_bytes
     last_data = time.monotonic()
     try:
         while not stop.is_set():
@@ -200,6 +237,18 @@ def follow_inputs(
                 stop.wait(_POLL_S)
     finally:
         follower.close()
+
+
+def max_open_files() -> int:
+    """Transcripts kept open at once: a quarter of the process's file limit (the rest is for the
+    metrics server, sockets and the host), at most ``MAX_OPEN_FILES``."""
+    try:
+        soft, _ = resource.getrlimit(resource.RLIMIT_NOFILE)
+    except (OSError, ValueError):
+        return MAX_OPEN_FILES
+    if soft == resource.RLIM_INFINITY:
+        return MAX_OPEN_FILES
+    return max(4, min(MAX_OPEN_FILES, soft // 4))
 
 
 def _current_files(paths: list[str]) -> list[str]:

@@ -5,6 +5,7 @@ It holds tool names, call ids, codes and counts only: never argument values, res
 
 from __future__ import annotations
 
+import heapq
 from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
@@ -14,6 +15,10 @@ __all__ = ["ErrorRecord", "HaltRecord", "InputReport", "ReplayReport", "SessionR
 MAX_LISTED: Final = 1000
 """Halts per session and errors per run kept in the report; the rest are counted as omitted so a
 huge input cannot grow the report without bound."""
+MAX_DETAILED_SESSIONS: Final = 10_000
+"""Sessions whose detail (halts, call ids, anything a reader or the HTML report adds to a
+``SessionReport``) is kept; the ones that halted or warned most are kept first. Every session is
+still counted in the totals, so memory does not grow with the number of sessions."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -54,6 +59,15 @@ class SessionReport:
     halts_total: int = 0
     prevented_calls: int = 0
 
+    @property
+    def warnings(self) -> int:
+        return sum(n for code, n in self.decisions.items() if code.endswith("_warn"))
+
+    def detail_rank(self) -> tuple[int, int, int]:
+        """Higher ranks keep their detail when there are too many sessions: halts, then warnings,
+        then the earlier session."""
+        return (self.halts_total, self.warnings, -self.seq)
+
     def add_halt(self, halt: HaltRecord) -> None:
         self.halts_total += 1
         if len(self.halts) < MAX_LISTED:
@@ -87,16 +101,52 @@ def _halt_json(halt: HaltRecord) -> dict[str, Any]:
 
 
 @dataclass(slots=True)
+class _Totals:
+    sessions: int = 0
+    turns: int = 0
+    tool_calls: int = 0
+    halts: int = 0
+    prevented_calls: int = 0
+    decisions: Counter[str] = field(default_factory=Counter)
+    cap_hits: Counter[str] = field(default_factory=Counter)
+
+    def add(self, session: SessionReport) -> None:
+        self.sessions += 1
+        self.turns += session.turns
+        self.tool_calls += session.tool_calls
+        self.halts += session.halts_total
+        self.prevented_calls += session.prevented_calls
+        self.decisions.update(session.decisions)
+        self.cap_hits.update(session.cap_hits)
+
+
+@dataclass(slots=True)
 class ReplayReport:
     inputs: dict[str, InputReport] = field(default_factory=dict)
-    sessions: list[SessionReport] = field(default_factory=list)
     errors: list[ErrorRecord] = field(default_factory=list)
     errors_total: int = 0
     actions: dict[str, set[str]] = field(default_factory=dict)
     """The actions seen per decision code (caps are ``block`` or ``reject`` depending on config)."""
+    max_detailed_sessions: int = MAX_DETAILED_SESSIONS
+    _detailed: list[tuple[tuple[int, int, int], int, SessionReport]] = field(default_factory=list)
+    _totals: _Totals = field(default_factory=_Totals)
+
+    @property
+    def sessions(self) -> list[SessionReport]:
+        """The sessions whose detail was kept (all of them, up to ``max_detailed_sessions``), in order."""
+        return sorted((entry[2] for entry in self._detailed), key=lambda s: s.seq)
+
+    @property
+    def sessions_omitted(self) -> int:
+        return self._totals.sessions - len(self._detailed)
 
     def add_session(self, session: SessionReport) -> None:
-        self.sessions.append(session)
+        self._totals.add(session)
+        entry = (session.detail_rank(), -self._totals.sessions, session)  # unique: never compares sessions
+        if len(self._detailed) < self.max_detailed_sessions:
+            heapq.heappush(self._detailed, entry)
+        elif entry[:2] > self._detailed[0][:2]:
+            heapq.heapreplace(self._detailed, entry)  # the lowest-ranked kept session is only counted
 
     def add_error(self, error: ErrorRecord) -> None:
         self.errors_total += 1
@@ -104,22 +154,18 @@ class ReplayReport:
             self.errors.append(error)
 
     def sort_sessions(self) -> None:
-        self.sessions.sort(key=lambda s: s.seq)
+        """Kept for callers; ``sessions`` is always in session order."""
 
     def totals(self) -> dict[str, Any]:
-        decisions: Counter[str] = Counter()
-        cap_hits: Counter[str] = Counter()
-        for session in self.sessions:
-            decisions.update(session.decisions)
-            cap_hits.update(session.cap_hits)
+        totals = self._totals
         return {
-            "sessions": len(self.sessions),
-            "turns": sum(s.turns for s in self.sessions),
-            "tool_calls": sum(s.tool_calls for s in self.sessions),
-            "halts": sum(s.halts_total for s in self.sessions),
-            "prevented_calls": sum(s.prevented_calls for s in self.sessions),
-            "decisions": dict(sorted(decisions.items())),
-            "cap_hits": dict(sorted(cap_hits.items())),
+            "sessions": totals.sessions,
+            "turns": totals.turns,
+            "tool_calls": totals.tool_calls,
+            "halts": totals.halts,
+            "prevented_calls": totals.prevented_calls,
+            "decisions": dict(sorted(totals.decisions.items())),
+            "cap_hits": dict(sorted(totals.cap_hits.items())),
             "errors": self.errors_total,
         }
 
@@ -136,4 +182,6 @@ class ReplayReport:
         }
         if self.errors_total > len(self.errors):
             doc["errors_omitted"] = self.errors_total - len(self.errors)
+        if self.sessions_omitted:
+            doc["sessions_omitted"] = self.sessions_omitted
         return doc

@@ -16,7 +16,14 @@ from typing import Any
 from otelguard import Decision, Guard, GuardConfig
 from otelguard import decisions as codes
 from otelguard.replay.events import SessionKey, ToolCall
-from otelguard.replay.report import ErrorRecord, HaltRecord, InputReport, ReplayReport, SessionReport
+from otelguard.replay.report import (
+    MAX_DETAILED_SESSIONS,
+    ErrorRecord,
+    HaltRecord,
+    InputReport,
+    ReplayReport,
+    SessionReport,
+)
 from otelguard.replay.timeline import (
     CANCELLED,
     NOT_REPLAYED,
@@ -54,6 +61,7 @@ class ReplayRunner:
         config: GuardConfig,
         telemetry: Any = None,
         agent: str = "replay",
+        max_detailed_sessions: int = MAX_DETAILED_SESSIONS,
         timelines: Timelines | None = None,
     ) -> None:
         self._config = config
@@ -62,7 +70,7 @@ class ReplayRunner:
         self._agent = agent
         self._open: dict[SessionKey, _Session] = {}
         self._seq = 0
-        self.report = ReplayReport()
+        self.report = ReplayReport(max_detailed_sessions=max_detailed_sessions)
 
     # EventSink -----------------------------------------------------------------------------
 

@@ -7,12 +7,11 @@ read in parts. Whether a file is one document is read from its content, whatever
 
 from __future__ import annotations
 
-import os
 import sys
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
-from typing import IO, Any, Final, Protocol
+from typing import Any, Final, Protocol
 
 import orjson
 
@@ -20,6 +19,7 @@ from otelguard.errors import UsageError
 from otelguard.replay.chat import ANTHROPIC, OPENAI, ChatReader
 from otelguard.replay.claude_code import CLAUDE_CODE, ClaudeCodeReader
 from otelguard.replay.events import EventSink
+from otelguard.replay.lines import MAX_LINE_BYTES, LineSplitter, open_nonblocking, read_chunks
 from otelguard.replay.mini_swe_agent import MINI_SWE_AGENT, MiniSweAgentReader, is_mini_swe_agent_messages
 from otelguard.replay.openhands import OPENHANDS, OpenHandsReader, is_openhands_event
 from otelguard.replay.swe_agent import SWE_AGENT, SweAgentReader, is_swe_agent_trajectory
@@ -125,10 +125,11 @@ class InputFile:
     """One input's state: its line count, its format (detected from the first record under ``auto``)
     and its reader. Lines are pushed in, so the same object serves one-shot reads and ``--follow``."""
 
-    def __init__(self, path: str, fmt: str, sink: EventSink) -> None:
+    def __init__(self, path: str, fmt: str, sink: EventSink, max_line_bytes: int = MAX_LINE_BYTES) -> None:
         self.path = path
         self.sink = sink
         self.line = 0
+        self.lines = LineSplitter(max_line_bytes)
         self._fmt = fmt
         self._reader: _Reader | None = None
         self._dead = False
@@ -136,6 +137,27 @@ class InputFile:
         sink.describe_input(path, fmt if fmt != AUTO else "unknown")
         if fmt != AUTO:
             self._reader = self._make_reader(fmt)
+
+    def feed_chunk(self, chunk: bytes) -> None:
+        """Bytes as read: every line they complete is fed (an over-long one reported)."""
+        for item in self.lines.push(chunk):
+            self._feed_item(item)
+
+    def finish_lines(self) -> None:
+        """The input ended: a last line without its newline is still a line."""
+        for item in self.lines.finish():
+            self._feed_item(item)
+
+    def _feed_item(self, item: bytes | int) -> None:
+        if isinstance(item, bytes):
+            self.feed_line(item)
+            return
+        self.line += 1
+        self.sink.error(
+            self.path,
+            self.line,
+            f"line of {item:,} bytes exceeds the limit of {self.lines.limit:,}; line skipped",
+        )
 
     def feed_line(self, raw: bytes) -> None:
         self.line += 1
@@ -206,77 +228,90 @@ def replay_inputs(
     sink: EventSink,
     progress: Callable[[int], None] | None = None,
     stop: threading.Event | None = None,
+    max_line_bytes: int = MAX_LINE_BYTES,
 ) -> None:
     """Read every file to its end, one after the other; ``progress`` gets the bytes read since its
-    last call. Setting ``stop`` ends the reading early (what was read is still reported)."""
+    last call. Setting ``stop`` ends the reading early (what was read is still reported). Pipes and
+    FIFOs are streamed; a line longer than ``max_line_bytes`` is an error, not a crash."""
     stop = stop or threading.Event()
     for path in files:
         if stop.is_set():
             break
-        source = InputFile(path, fmt, sink)
+        source = InputFile(path, fmt, sink, max_line_bytes)
         try:
             if path == STDIN:
-                _feed_stream(source, sys.stdin.buffer, progress, stop)
+                _feed_stream(source, read_chunks(sys.stdin.buffer, stop), progress)
             else:
-                with open(path, "rb") as stream:
-                    _feed_file(source, stream, progress, stop)
+                with open_nonblocking(path) as stream:
+                    _feed_file(source, read_chunks(stream, stop), progress)
         except OSError as exc:
             sink.error(path, None, f"cannot read: {exc.strerror or type(exc).__name__}")
         finally:
             source.close()
 
 
-def _feed_file(
-    source: InputFile, stream: IO[bytes], progress: Callable[[int], None] | None, stop: threading.Event
-) -> None:
-    if _is_document(stream, source.path.endswith(_DOCUMENT_SUFFIXES)):
-        stream.seek(0)
-        _feed_document(source, stream)
-        if progress is not None:
-            progress(os.fstat(stream.fileno()).st_size)
-        return
-    stream.seek(0)
-    _feed_stream(source, stream, progress, stop)
-
-
-def _feed_stream(
-    source: InputFile, stream: IO[bytes], progress: Callable[[int], None] | None, stop: threading.Event
-) -> None:
+def _feed_stream(source: InputFile, chunks: Iterator[bytes], progress: Callable[[int], None] | None) -> None:
     pending = 0
-    for raw in _lines(stream):
-        if stop.is_set():
-            break
-        source.feed_line(raw)
-        pending += len(raw)
+    for chunk in chunks:
+        source.feed_chunk(chunk)
+        pending += len(chunk)
         if progress is not None and pending >= _PROGRESS_EVERY_BYTES:
             progress(pending)
             pending = 0
+    source.finish_lines()
     if progress is not None and pending:
         progress(pending)
 
 
-def _lines(stream: IO[bytes]) -> Iterator[bytes]:
-    # readline on a buffered binary file: one line in memory at a time
-    yield from iter(stream.readline, b"")
+def _feed_file(source: InputFile, chunks: Iterator[bytes], progress: Callable[[int], None] | None) -> None:
+    """A file is one document to parse whole when its first non-blank line is an array (of messages
+    or events), or is not a whole JSON value but opens one (a pretty-printed document; a ``.json`` or
+    ``.traj`` file whose first line is not a whole value is a document whatever it opens); otherwise
+    it is JSON lines. Decided from the bytes read so far, so a pipe needs no seek."""
+    head: list[bytes] = []
+    size = 0
+    first_line: bytes | int | None = None
+    splitter = LineSplitter(source.lines.limit)
+    for chunk in chunks:
+        head.append(chunk)
+        size += len(chunk)
+        first_line = next(
+            (line for line in splitter.push(chunk) if not isinstance(line, bytes) or line.strip()), None
+        )
+        if first_line is not None:
+            break
+    if first_line is None:
+        first_line = next(splitter.finish(), None)  # the whole input, ended without a newline
+    document_suffix = source.path.endswith(_DOCUMENT_SUFFIXES)
+    if isinstance(first_line, bytes) and _starts_document(first_line.strip(), document_suffix):
+        _feed_document(source, head, chunks, size)
+        if progress is not None:
+            progress(size)
+        return
+    _feed_stream(source, _chain(head, chunks), progress)
 
 
-def _is_document(stream: IO[bytes], document_suffix: bool) -> bool:
-    """True when a file is one document to parse whole: its first non-blank line is an array (of
-    messages or events), or is not a whole JSON value but opens one (a pretty-printed document). A
-    ``.json``/``.traj`` file whose first line is not a whole value is a document whatever it opens."""
-    for raw in _lines(stream):
-        line = raw.strip()
-        if line:
-            try:
-                return isinstance(orjson.loads(line), list)
-            except orjson.JSONDecodeError:
-                return document_suffix or line in _DOCUMENT_OPENINGS
-    return False
+def _chain(head: list[bytes], chunks: Iterator[bytes]) -> Iterator[bytes]:
+    yield from head
+    yield from chunks
 
 
-def _feed_document(source: InputFile, stream: IO[bytes]) -> None:
-    raw = stream.read(MAX_DOCUMENT_BYTES + 1)
-    if len(raw) > MAX_DOCUMENT_BYTES:
+def _starts_document(line: bytes, document_suffix: bool) -> bool:
+    if not line:
+        return False
+    try:
+        return isinstance(orjson.loads(line), list)
+    except orjson.JSONDecodeError:
+        return document_suffix or line in _DOCUMENT_OPENINGS
+
+
+def _feed_document(source: InputFile, head: list[bytes], chunks: Iterator[bytes], size: int) -> None:
+    for chunk in chunks:
+        size += len(chunk)
+        if size > MAX_DOCUMENT_BYTES:
+            break
+        head.append(chunk)
+    if size > MAX_DOCUMENT_BYTES:
         source.sink.error(
             source.path,
             None,
@@ -285,7 +320,7 @@ def _feed_document(source: InputFile, stream: IO[bytes]) -> None:
         )
         return
     try:
-        document = orjson.loads(raw)
+        document = orjson.loads(b"".join(head))
     except orjson.JSONDecodeError as exc:
         source.sink.error(
             source.path, exc.lineno, f"invalid JSON document (column {exc.colno}); file skipped"

@@ -23,7 +23,7 @@ from otelguard.config import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, Decision, TurnSummary
 from otelguard.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.telemetry import attributes as attr
-from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for
+from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
 
 __all__ = ["GuardTelemetry", "Telemetry"]
 
@@ -64,19 +64,21 @@ class Telemetry:
         turn_spans: bool | None = None,
         max_tool_values: int | None = None,
         max_signature_series: int | None = None,
+        max_series_per_metric: int | None = None,
     ) -> None:
         overrides: dict[str, Any] = {
             "span_mode": span_mode,
             "turn_spans": turn_spans,
             "max_tool_values": max_tool_values,
             "max_signature_series": max_signature_series,
+            "max_series_per_metric": max_series_per_metric,
         }
         self._overrides = {k: v for k, v in overrides.items() if v is not None}
         TelemetrySettings(**self._overrides)  # raises ConfigError naming telemetry.<key>
         self._tracer = trace.get_tracer("otelguard", __version__, tracer_provider=tracer_provider)
         self.registry: CollectorRegistry = registry if registry is not None else REGISTRY
         self._families = families_for(self.registry)
-        self._spaces: dict[int, LabelSpace] = {}
+        self._spaces: dict[tuple[int, int], LabelSpace] = {}
 
     @classmethod
     def default(cls) -> Telemetry:
@@ -95,13 +97,13 @@ class Telemetry:
     def bind(self, settings: TelemetrySettings | None = None) -> GuardTelemetry:
         """A per-guard observer (the guard calls this once with ``config.telemetry``)."""
         effective = self.settings(settings)
-        return GuardTelemetry(self._tracer, self._space(effective.max_tool_values), effective)
+        return GuardTelemetry(self._tracer, self._space(effective), effective)
 
     def prime(
         self, agent: str = "default", *, tools: tuple[str, ...] = (), caps: tuple[str, ...] = ()
     ) -> None:
         """Create zero-valued series for an agent so dashboards and alerts see data before any call."""
-        space = self._space(self.settings().max_tool_values)
+        space = self._space(self.settings())
         for outcome in ("completed", "halted"):
             space.turns(agent, outcome)
         space.per_agent("subagent_spawns", agent)
@@ -114,10 +116,11 @@ class Telemetry:
             for scope in ("turn", "session"):
                 space.cap_hits(agent, cap, scope)
 
-    def _space(self, limit: int) -> LabelSpace:
-        space = self._spaces.get(limit)
+    def _space(self, settings: TelemetrySettings) -> LabelSpace:
+        key = (settings.max_tool_values, settings.max_series_per_metric)
+        space = self._spaces.get(key)
         if space is None:
-            space = self._spaces.setdefault(limit, LabelSpace(self._families, limit))
+            space = self._spaces.setdefault(key, LabelSpace(self._families, *key))
         return space
 
 
@@ -314,8 +317,9 @@ _MAX_ATTRIBUTE_LENGTH: Final = 256
 
 
 def _clip(text: str) -> str:
-    """Host-chosen names (tools, agents, call ids) are bounded on spans like labels are in metrics."""
-    return text if len(text) <= _MAX_ATTRIBUTE_LENGTH else text[:_MAX_ATTRIBUTE_LENGTH]
+    """Host-chosen names (tools, agents, call ids) are bounded and valid UTF-8 on spans, like labels
+    are in metrics."""
+    return valid_utf8(text if len(text) <= _MAX_ATTRIBUTE_LENGTH else text[:_MAX_ATTRIBUTE_LENGTH])
 
 
 def _end_attributes(call: CallEvent, outcome: str) -> dict[str, Any]:
@@ -336,7 +340,7 @@ def _event_attributes(decision: Decision) -> dict[str, Any]:
         attr.DECISION_LIMIT: decision.limit,
     }
     if decision.cap is not None:
-        attributes[attr.DECISION_CAP] = decision.cap
+        attributes[attr.DECISION_CAP] = _clip(decision.cap)
     return attributes
 
 

@@ -8,6 +8,7 @@ per ``max_tool_values``). The hot path is a tuple, a dict lookup and an ``inc``.
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections import OrderedDict
@@ -18,7 +19,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from otelguard._version import __version__
 from otelguard.telemetry import attributes as attr
 
-__all__ = ["LabelBound", "LabelSpace", "MetricFamilies", "families_for"]
+__all__ = ["LabelBound", "LabelSpace", "MetricFamilies", "SeriesBound", "families_for", "valid_utf8"]
 
 Exemplar = dict[str, str] | None
 SignatureLabels = tuple[str, str, str, str]
@@ -128,6 +129,7 @@ class MetricFamilies:
         self.build_info = _build_info(registry)
         self.internal_error_children = {stage: self.internal_errors.labels(stage) for stage in attr.STAGES}
         self.signatures = SignatureSeries(self.loop_signature_hits)
+        self.series = {family: SeriesBound() for family in _BOUNDED_FAMILIES}
 
     def internal_error(self, stage: str) -> None:
         child = self.internal_error_children.get(stage)
@@ -135,6 +137,17 @@ class MetricFamilies:
             child = self.internal_errors.labels(stage)
         child.inc()
 
+
+_BOUNDED_FAMILIES: Final = (
+    "tool_calls",
+    "decisions",
+    "turns",
+    "cap_hits",
+    "subagent_spawns",
+    "turn_tool_calls",
+    "turn_cap_usage_ratio",
+)
+"""Families labelled by host-chosen values; the signature family has its own (smaller) bound."""
 
 _FAMILIES: Final[weakref.WeakKeyDictionary[CollectorRegistry, MetricFamilies]] = weakref.WeakKeyDictionary()
 _FAMILIES_LOCK: Final = threading.Lock()
@@ -156,11 +169,19 @@ def families_for(registry: CollectorRegistry) -> MetricFamilies:
 
 
 MAX_LABEL_LENGTH: Final = 128
+_SURROGATE: Final = re.compile("[\ud800-\udfff]")
+
+
+def valid_utf8(text: str) -> str:
+    """``text`` with every lone surrogate replaced by U+FFFD. A model can emit one in a tool name
+    (``json.loads('"\\udce9"')``); exported as is, it would make every scrape and every OTLP batch
+    holding it fail to encode."""
+    return text if text.isascii() else _SURROGATE.sub("\ufffd", text)
 
 
 class LabelBound:
-    """Maps raw label values to themselves for the first ``limit`` distinct values, then to ``_other``.
-    A value longer than ``MAX_LABEL_LENGTH`` characters is ``_other`` from the start."""
+    """Maps raw label values to themselves (made valid UTF-8) for the first ``limit`` distinct values,
+    then to ``_other``. A value longer than ``MAX_LABEL_LENGTH`` characters is ``_other`` from the start."""
 
     __slots__ = ("_known", "_limit", "_lock")
 
@@ -178,85 +199,103 @@ class LabelBound:
             if label is not None:
                 return label
             if len(self._known) < self._limit and len(value) <= MAX_LABEL_LENGTH:
-                self._known[value] = value
-                return value
+                label = valid_utf8(value)
+                self._known[value] = label
+                return label
         return attr.OTHER
 
     def __len__(self) -> int:
         return len(self._known)
 
 
+class SeriesBound:
+    """At most ``limit`` label sets in one family: past it, a new label set has its host-chosen
+    values (agent, tool, cap) replaced by ``_other`` and keeps its code-constant ones (outcome,
+    action, code, scope), so counts are never lost and the family stays bounded whatever the mix.
+
+    The ``_other`` label sets are not counted against the bound: there are only as many as there are
+    combinations of code constants.
+    """
+
+    __slots__ = ("_admitted", "_lock")
+
+    def __init__(self) -> None:
+        self._admitted: set[tuple[str, ...]] = set()
+        self._lock = threading.Lock()
+
+    def admit(self, labels: tuple[str, ...], host_chosen: int, limit: int) -> tuple[str, ...]:
+        if labels in self._admitted:
+            return labels
+        with self._lock:
+            if labels in self._admitted:
+                return labels
+            if len(self._admitted) < limit:
+                self._admitted.add(labels)
+                return labels
+        return (attr.OTHER,) * host_chosen + labels[host_chosen:]
+
+    def __len__(self) -> int:
+        return len(self._admitted)
+
+
 class LabelSpace:
     """Bounded label values and cached metric children for one ``Telemetry`` and bound.
 
-    Children are cached by the raw values only while both are within their bound (they map to
-    themselves), so the caches stay as bounded as the label values.
+    Children are cached by the raw values only while every value is within its bound (they map to
+    themselves), so the caches stay as bounded as the label values and the series per family.
     """
 
-    def __init__(self, families: MetricFamilies, limit: int) -> None:
+    def __init__(self, families: MetricFamilies, limit: int, max_series: int = 2000) -> None:
         self.families = families
+        self.max_series = max_series
         self.agent = LabelBound(limit)
         self.tool = LabelBound(limit)
         self.cap = LabelBound(limit)
-        self._tool_calls: dict[tuple[str, str, str], Any] = {}
-        self._decisions: dict[tuple[str, str, str, str], Any] = {}
-        self._by_agent: dict[tuple[str, ...], Any] = {}
+        self._children: dict[tuple[str, ...], Any] = {}
 
     def tool_calls(self, agent: str, tool: str, outcome: str) -> Any:
-        key = (agent, tool, outcome)
-        child = self._tool_calls.get(key)
+        child = self._children.get(("tool_calls", agent, tool, outcome))  # the hot path: one lookup
         if child is None:
-            agent_label, tool_label = self.agent(agent), self.tool(tool)
-            child = self.families.tool_calls.labels(agent_label, tool_label, outcome)
-            if agent_label == agent and tool_label == tool:
-                self._tool_calls[key] = child
+            child = self._child("tool_calls", (self.agent, self.tool), (agent, tool), (outcome,))
         return child
 
     def decisions(self, agent: str, tool: str, action: str, code: str) -> Any:
-        key = (agent, tool, action, code)
-        child = self._decisions.get(key)
+        child = self._children.get(("decisions", agent, tool, action, code))
         if child is None:
-            agent_label, tool_label = self.agent(agent), self.tool(tool)
-            child = self.families.decisions.labels(agent_label, tool_label, action, code)
-            if agent_label == agent and tool_label == tool:
-                self._decisions[key] = child
+            child = self._child("decisions", (self.agent, self.tool), (agent, tool), (action, code))
         return child
 
     def per_agent(self, family: str, agent: str) -> Any:
         """Child of a family labelled by ``agent`` only (``subagent_spawns``, ``turn_tool_calls``)."""
-        key = (family, agent)
-        child = self._by_agent.get(key)
-        if child is None:
-            agent_label = self.agent(agent)
-            child = getattr(self.families, family).labels(agent_label)
-            if agent_label == agent:
-                self._by_agent[key] = child
-        return child
+        return self._child(family, (self.agent,), (agent,), ())
 
     def turns(self, agent: str, outcome: str) -> Any:
-        return self._cached("turns", agent, outcome, self.families.turns, (self.agent, None))
+        return self._child("turns", (self.agent,), (agent,), (outcome,))
 
     def cap_hits(self, agent: str, cap: str, scope: str) -> Any:
-        return self._cached("cap_hits", agent, cap, self.families.cap_hits, (self.agent, self.cap), scope)
+        return self._child("cap_hits", (self.agent, self.cap), (agent, cap), (scope,))
 
     def cap_usage(self, agent: str, cap: str) -> Any:
-        return self._cached(
-            "cap_usage", agent, cap, self.families.turn_cap_usage_ratio, (self.agent, self.cap)
-        )
+        return self._child("turn_cap_usage_ratio", (self.agent, self.cap), (agent, cap), ())
 
-    def _cached(
-        self, family: str, first: str, second: str, metric: Any, bounds: tuple[Any, Any], *rest: str
+    def _child(
+        self,
+        family: str,
+        bounds: tuple[LabelBound, ...],
+        host_chosen: tuple[str, ...],
+        constants: tuple[str, ...],
     ) -> Any:
-        """A child labelled by two bounded values (plus fixed ones), cached while both are in bounds."""
-        key = (family, first, second, *rest)
-        child = self._by_agent.get(key)
-        if child is None:
-            first_bound, second_bound = bounds
-            first_label = first_bound(first)
-            second_label = second_bound(second) if second_bound is not None else second
-            child = metric.labels(first_label, second_label, *rest)
-            if first_label == first and second_label == second:
-                self._by_agent[key] = child
+        """The child for host-chosen values (each bounded by its ``LabelBound``) followed by code
+        constants, within the family's series bound; cached while nothing was replaced."""
+        key = (family, *host_chosen, *constants)
+        child = self._children.get(key)
+        if child is not None:
+            return child
+        bounded = tuple(bound(value) for bound, value in zip(bounds, host_chosen, strict=True))
+        labels = self.families.series[family].admit((*bounded, *constants), len(bounded), self.max_series)
+        child = getattr(self.families, family).labels(*labels)
+        if labels == (*host_chosen, *constants):
+            self._children[key] = child
         return child
 
     def signature_hit(
