@@ -20,7 +20,7 @@ from typing import Any
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
-from otelguard.exporter import MetricsServer, serve_metrics
+from otelguard.metrics_server import MetricsServer, serve_metrics
 from otelguard.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.export import SpanExport, span_export_from_env
