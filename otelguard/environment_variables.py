@@ -11,3 +11,11 @@ OTELGUARD_REQUIRE_E2E = "OTELGUARD_REQUIRE_E2E"
 
 PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multi-process directory; when set, ``serve_metrics`` aggregates worker files."""
+
+OTELGUARD_TOKEN = "OTELGUARD_TOKEN"
+"""Bearer token for ``otelguard serve``'s ``/v1/`` endpoints (``--token`` takes precedence); the hook
+command sends it too. ``/metrics`` and ``/healthz`` stay open."""
+
+OTELGUARD_URL = "OTELGUARD_URL"
+"""Where ``otelguard hook claude-code`` finds the sidecar (``--url`` takes precedence); default
+``http://127.0.0.1:9464``."""
