@@ -216,7 +216,9 @@ def test_shutdown_closes_open_connections_and_frees_the_port(echo_server: HttpSe
     sock.close()
     assert not [t for t in server_threads() if t.name.endswith("-loop") and t.is_alive()]
     with socket.socket() as again:
-        again.bind(("127.0.0.1", echo_server.port))  # the port is free again
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as any server would
+        again.bind(("127.0.0.1", echo_server.port))
+        again.listen()  # the port is free again
 
 
 def test_binds_loopback_by_default_with_a_real_backlog(echo_server: HttpServer) -> None:
