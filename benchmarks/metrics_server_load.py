@@ -88,7 +88,9 @@ def listen_drops() -> int:
             break
     else:
         return -1
-    values = [ln for ln in Path("/proc/net/netstat").read_text().splitlines() if ln.startswith("TcpExt:")][1].split()
+    values = [ln for ln in Path("/proc/net/netstat").read_text().splitlines() if ln.startswith("TcpExt:")][
+        1
+    ].split()
     return int(values[names.index("ListenDrops")])
 
 

@@ -22,7 +22,7 @@ import orjson
 
 from otelguard import decisions as codes
 from otelguard.caps import CapLedger, Charge
-from otelguard.classify import ToolCatalog, looks_failed
+from otelguard.classify import catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
@@ -92,7 +92,7 @@ class Guard:
         self.agent = agent or DEFAULT_AGENT
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
-        self._catalog = ToolCatalog(self.config)
+        self._catalog = catalog_for(self.config)
         self._facts = self._catalog.cache
         self._caps = CapLedger(self.config.caps.on_hit)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)

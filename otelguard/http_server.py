@@ -18,7 +18,7 @@ import ssl
 import threading
 from collections.abc import Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from http import HTTPStatus
 from types import MappingProxyType
 from typing import Final
@@ -27,6 +27,7 @@ __all__ = ["HttpServer", "Request", "Response", "ServerLimits"]
 
 _HEAD_END: Final = b"\r\n\r\n"
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_MAX_DISCARD_BYTES: Final = 64 << 20
 
 
 @dataclass(frozen=True, slots=True)
@@ -74,13 +75,6 @@ class _BadRequest(Exception):
         self.reason = reason
 
 
-@dataclass(slots=True)
-class _Connection:
-    writer: asyncio.StreamWriter
-    idle_since: float | None = None
-    handled: int = field(default=0)
-
-
 class HttpServer:
     """A running server; ``shutdown()`` (or leaving a ``with`` block) stops it and closes every connection.
 
@@ -101,19 +95,19 @@ class HttpServer:
         name: str = "otelguard-http",
     ) -> None:
         self.limits = limits or ServerLimits()
-        self._handler = handler
-        self._inline = inline
+        self.handler = handler
+        self.inline = inline
         self._tls = tls
-        self._name = name
         family = socket.AF_INET6 if ":" in addr else socket.AF_INET
         self._socket = socket.create_server((addr, port), family=family, backlog=self.limits.backlog)
         host, bound_port = self._socket.getsockname()[:2]
         self.addr: str = str(host)
         self.port: int = int(bound_port)
         self.scheme = "https" if tls is not None else "http"
-        self._executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
-        self._loop = asyncio.new_event_loop()
-        self._connections: dict[asyncio.StreamWriter, _Connection] = {}
+        self.executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
+        self.loop = asyncio.new_event_loop()
+        self.connections: dict[_Connection, None] = {}
+        self.stopping = False
         self._server: asyncio.base_events.Server | None = None
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
@@ -121,46 +115,45 @@ class HttpServer:
         self._thread.start()
         self._ready.wait()
         if self._startup_error is not None:
-            self._executor.shutdown(wait=False)
+            self.executor.shutdown(wait=False)
             raise self._startup_error
 
     @property
     def open_connections(self) -> int:
-        return len(self._connections)
+        return len(self.connections)
 
     def _run(self) -> None:
-        asyncio.set_event_loop(self._loop)
+        asyncio.set_event_loop(self.loop)
         try:
-            self._server = self._loop.run_until_complete(
-                asyncio.start_server(
-                    self._serve_connection,
+            self._server = self.loop.run_until_complete(
+                self.loop.create_server(
+                    lambda: _Connection(self),
                     sock=self._socket,
                     ssl=self._tls,
                     ssl_handshake_timeout=self.limits.handshake_timeout_seconds if self._tls else None,
                     backlog=self.limits.backlog,
-                    limit=self.limits.max_header_bytes,
                 )
             )
         except BaseException as exc:  # reported to the constructor's caller
             self._startup_error = exc
             self._ready.set()
-            self._loop.close()
+            self.loop.close()
             return
         self._ready.set()
         try:
-            self._loop.run_forever()
+            self.loop.run_forever()
         finally:
-            self._loop.close()
+            self.loop.close()
 
     def shutdown(self) -> None:
-        if self._loop.is_closed() or not self._thread.is_alive():
+        if self.loop.is_closed() or not self._thread.is_alive():
             return
-        future = asyncio.run_coroutine_threadsafe(self._close(), self._loop)
+        future = asyncio.run_coroutine_threadsafe(self._close(), self.loop)
         with contextlib.suppress(Exception):
             future.result(5)
-        self._loop.call_soon_threadsafe(self._loop.stop)
+        self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
-        self._executor.shutdown(wait=False, cancel_futures=True)
+        self.executor.shutdown(wait=False, cancel_futures=True)
 
     close = shutdown
 
@@ -171,97 +164,226 @@ class HttpServer:
         self.shutdown()
 
     async def _close(self) -> None:
+        self.stopping = True
+        # Stop accepting first, and let connections already accepted reach connection_made (where
+        # they see ``stopping`` and abort): closing the asyncio server before that would leak them.
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self._socket.fileno())
+        for _ in range(5):
+            await asyncio.sleep(0)
         if self._server is not None:
             self._server.close()
-        for writer in list(self._connections):
-            writer.close()
-        tasks = [t for t in asyncio.all_tasks(self._loop) if t is not asyncio.current_task()]
-        for task in tasks:
-            task.cancel()
-        await asyncio.gather(*tasks, return_exceptions=True)
+        for connection in list(self.connections):
+            connection.abort()
+        await asyncio.sleep(0)
 
-    # connections ------------------------------------------------------------------------------
-
-    def _make_room(self) -> bool:
+    def make_room(self) -> bool:
         """At the connection limit, close the connection idle the longest; False when none is idle."""
-        if len(self._connections) < self.limits.max_connections:
+        if len(self.connections) < self.limits.max_connections:
             return True
-        idle = [c for c in self._connections.values() if c.idle_since is not None]
+        idle = [c for c in self.connections if c.idle_since is not None]
         if not idle:
             return False
-        oldest = min(idle, key=lambda c: c.idle_since or 0.0)
-        oldest.writer.close()
-        del self._connections[oldest.writer]
+        min(idle, key=lambda c: c.idle_since or 0.0).abort()
         return True
 
-    async def _serve_connection(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        if not self._make_room():
-            writer.close()
+
+class _Connection(asyncio.Protocol):
+    """One client connection: buffers bytes, answers complete requests in order, enforces the limits.
+
+    Timers, one at a time: idle (no request started), read (a started request must complete), write
+    (a client that stops reading its answer). While a request is on the worker pool, later requests
+    wait in the buffer (answers keep their order); past the size limits, reading pauses.
+    """
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.busy = False
+        self.paused_writing = False
+        self.closing = False
+        self.continued = False
+        self.idle_since: float | None = None
+        self.discarded = -1  # >= 0: answered and closing; the rest of an over-long body is read and dropped
+        self._timer: asyncio.TimerHandle | None = None
+
+    # asyncio.Protocol --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.server.stopping or not self.server.make_room():
+            transport.abort()
             return
-        connection = _Connection(writer)
-        self._connections[writer] = connection
-        try:
-            await self._requests(reader, connection)
-        except (ConnectionError, asyncio.IncompleteReadError, asyncio.TimeoutError, ssl.SSLError, OSError):
-            pass  # the client went away or was too slow: nothing to answer
-        finally:
-            self._connections.pop(writer, None)
-            writer.close()
+        self.server.connections[self] = None
+        self._wait_for_request()
 
-    async def _requests(self, reader: asyncio.StreamReader, connection: _Connection) -> None:
-        limits = self.limits
-        loop = self._loop
-        writer = connection.writer
-        while True:
-            connection.idle_since = loop.time()
-            try:
-                head = await asyncio.wait_for(reader.readuntil(_HEAD_END), limits.idle_timeout_seconds)
-            except asyncio.IncompleteReadError:
-                return  # closed between requests
-            except asyncio.LimitOverrunError:
-                await self._send(writer, _error(431, "request headers too large"), keep_alive=False)
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self._cancel_timer()
+        self.server.connections.pop(self, None)
+
+    def data_received(self, data: bytes) -> None:
+        if self.discarded >= 0:
+            self.discarded += len(data)
+            if self.discarded > _MAX_DISCARD_BYTES:
+                self.abort()
+            return
+        self.buffer += data
+        if len(self.buffer) > self.limits.max_header_bytes + self.limits.max_body_bytes and self.transport:
+            self.transport.pause_reading()  # a client sending far ahead of its answers
+        if not self.busy and not self.paused_writing:
+            self._process()
+
+    def eof_received(self) -> bool | None:
+        if self.discarded >= 0 or (not self.busy and not self.buffer):
+            return None  # close now
+        return True  # answer what is in flight, then close
+
+    def pause_writing(self) -> None:
+        self.paused_writing = True
+        self._set_timer(self.limits.write_timeout_seconds)
+
+    def resume_writing(self) -> None:
+        self.paused_writing = False
+        if not self.busy:
+            self._process()
+
+    def abort(self) -> None:
+        self.closing = True
+        self.server.connections.pop(self, None)  # now: its connection_lost comes on a later loop turn
+        if self.transport is not None:
+            self.transport.abort()
+
+    # requests ---------------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Answer every complete request in the buffer, in order, until one goes to the workers."""
+        while not self.busy and not self.closing and not self.paused_writing:
+            head_end = self.buffer.find(_HEAD_END)
+            if head_end < 0:
+                if len(self.buffer) > self.limits.max_header_bytes:
+                    self._send(_error(431, "request headers too large"), keep_alive=False)
+                elif self.buffer:
+                    self._set_timer(self.limits.read_timeout_seconds)
+                else:
+                    self._wait_for_request()
                 return
-            connection.idle_since = None
+            if head_end > self.limits.max_header_bytes:
+                self._send(_error(431, "request headers too large"), keep_alive=False)
+                return
             try:
-                request, keep_alive = _parse_head(head, limits.max_body_bytes)
-                length = int(request.headers.get("content-length", "0"))
-                if length:
-                    if request.headers.get("expect", "").lower() == "100-continue":
-                        writer.write(_CONTINUE)
-                    body = await asyncio.wait_for(reader.readexactly(length), limits.read_timeout_seconds)
-                    request = Request(request.method, request.path, request.query, request.headers, body)
+                request, keep_alive = _parse_head(
+                    bytes(self.buffer[: head_end + 4]), self.limits.max_body_bytes
+                )
             except _BadRequest as exc:
-                await self._send(writer, _error(exc.status, exc.reason), keep_alive=False)
+                if exc.status == 413:
+                    self._refuse_body(exc.reason)
+                else:
+                    self._send(_error(exc.status, exc.reason), keep_alive=False)
                 return
-            response = await self._answer(request)
-            keep_alive = keep_alive and not response.close
-            await self._send(writer, response, keep_alive, head_only=request.method == "HEAD")
-            connection.handled += 1
-            if not keep_alive:
+            length = int(request.headers.get("content-length", "0"))
+            end = head_end + 4 + length
+            if len(self.buffer) < end:
+                if not self.continued and request.headers.get("expect", "").lower() == "100-continue":
+                    self.continued = True
+                    self._write(_CONTINUE)
+                self._set_timer(self.limits.read_timeout_seconds)
+                if self.transport is not None:
+                    self.transport.resume_reading()
                 return
+            if length:
+                request = Request(
+                    request.method,
+                    request.path,
+                    request.query,
+                    request.headers,
+                    bytes(self.buffer[head_end + 4 : end]),
+                )
+            del self.buffer[:end]
+            self.continued = False
+            self._cancel_timer()
+            self.idle_since = None
+            self._dispatch(request, keep_alive)
+        if self.transport is not None and not self.busy and not self.closing:
+            self.transport.resume_reading()
 
-    async def _answer(self, request: Request) -> Response:
-        try:
-            if self._inline is not None and self._inline(request):
-                return self._handler(request)
-            return await self._loop.run_in_executor(self._executor, self._handler, request)
-        except Exception:  # a handler bug answers 500 and never names what failed
-            return _error(500, "internal error")
+    def _refuse_body(self, reason: str) -> None:
+        """Answer 413, then read and drop what the client still sends for a while before closing: a
+        client that writes its whole body before reading (most do) then sees the answer instead of a
+        broken pipe. Bounded in bytes and time."""
+        self.discarded = 0
+        self.buffer.clear()
+        self._write(_head(_error(413, reason), keep_alive=False) + f"{reason}\n".encode())
+        if self.transport is not None and self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._set_timer(self.limits.read_timeout_seconds)
 
-    async def _send(
-        self, writer: asyncio.StreamWriter, response: Response, keep_alive: bool, head_only: bool = False
-    ) -> None:
-        reason = _reason(response.status)
-        lines = [
-            f"HTTP/1.1 {response.status} {reason}",
-            f"Content-Type: {response.content_type}",
-            f"Content-Length: {len(response.body)}",
-            "Connection: keep-alive" if keep_alive else "Connection: close",
-        ]
-        lines.extend(f"{name}: {value}" for name, value in response.headers)
-        head = ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
-        writer.write(head if head_only else head + response.body)
-        await asyncio.wait_for(writer.drain(), self.limits.write_timeout_seconds)
+    def _dispatch(self, request: Request, keep_alive: bool) -> None:
+        head_only = request.method == "HEAD"
+        server = self.server
+        if server.inline is not None and server.inline(request):
+            self._send(_answer(server.handler, request), keep_alive, head_only)
+            return
+        self.busy = True
+        future = self.loop.run_in_executor(server.executor, _answer, server.handler, request)
+        future.add_done_callback(lambda done: self._answered(done, keep_alive, head_only))
+
+    def _answered(self, done: asyncio.Future[Response], keep_alive: bool, head_only: bool) -> None:
+        self.busy = False
+        if self.closing or done.cancelled():
+            return
+        self._send(done.result(), keep_alive, head_only)
+        if not self.closing:
+            self._process()
+
+    def _send(self, response: Response, keep_alive: bool, head_only: bool = False) -> None:
+        keep_alive = keep_alive and not response.close
+        head = _head(response, keep_alive)
+        self._write(head if head_only else head + response.body)
+        if not keep_alive and self.transport is not None:
+            self.closing = True
+            self.transport.close()  # after the answer is flushed
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    # timers -----------------------------------------------------------------------------------
+
+    def _wait_for_request(self) -> None:
+        self.idle_since = self.loop.time()
+        self._set_timer(self.limits.idle_timeout_seconds)
+
+    def _set_timer(self, seconds: float) -> None:
+        self._cancel_timer()
+        self._timer = self.loop.call_later(seconds, self.abort)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _head(response: Response, keep_alive: bool) -> bytes:
+    lines = [
+        f"HTTP/1.1 {response.status} {_reason(response.status)}",
+        f"Content-Type: {response.content_type}",
+        f"Content-Length: {len(response.body)}",
+        "Connection: keep-alive" if keep_alive else "Connection: close",
+    ]
+    lines.extend(f"{name}: {value}" for name, value in response.headers)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _answer(handler: Handler, request: Request) -> Response:
+    try:
+        return handler(request)
+    except Exception:  # a handler bug answers 500 and never names what failed
+        return _error(500, "internal error")
 
 
 def _parse_head(head: bytes, max_body_bytes: int) -> tuple[Request, bool]:

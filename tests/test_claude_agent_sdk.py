@@ -19,7 +19,9 @@ def base(event: str) -> dict[str, Any]:
     return {"session_id": "sdk-1", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp", "hook_event_name": event}
 
 
-def call(mapping: dict[str, Any], event: str, input_data: dict[str, Any], tool_use_id: str | None = None) -> Any:
+def call(
+    mapping: dict[str, Any], event: str, input_data: dict[str, Any], tool_use_id: str | None = None
+) -> Any:
     callback = mapping[event][0].hooks[0]
     return asyncio.run(callback(input_data, tool_use_id, {"signal": None}))
 
@@ -41,7 +43,9 @@ def test_a_looping_agent_is_warned_denied_and_stopped() -> None:
     outputs = []
     for index in range(6):
         tool = {"tool_name": "Bash", "tool_input": {"command": "make"}}
-        before = call(mapping, "PreToolUse", {**base("PreToolUse"), **tool, "tool_use_id": f"t{index}"}, f"t{index}")
+        before = call(
+            mapping, "PreToolUse", {**base("PreToolUse"), **tool, "tool_use_id": f"t{index}"}, f"t{index}"
+        )
         outputs.append(before)
         if "hookSpecificOutput" in before:
             break
@@ -59,9 +63,19 @@ def test_a_looping_agent_is_warned_denied_and_stopped() -> None:
 def test_a_refused_call_is_denied_with_the_reason_and_never_allowed_explicitly() -> None:
     mapping = guard_hooks(GuardConfig(signature_key="k", caps={"turn": {"web_search": 1}}))
     call(mapping, "UserPromptSubmit", {**base("UserPromptSubmit"), "prompt": "p"})
-    first = {**base("PreToolUse"), "tool_name": "WebSearch", "tool_input": {"query": "a"}, "tool_use_id": "t1"}
+    first = {
+        **base("PreToolUse"),
+        "tool_name": "WebSearch",
+        "tool_input": {"query": "a"},
+        "tool_use_id": "t1",
+    }
     assert call(mapping, "PreToolUse", first, "t1") == {}  # allowed: no permissionDecision at all
-    done = {**base("PostToolUse"), "tool_name": "WebSearch", "tool_input": {"query": "a"}, "tool_response": "r"}
+    done = {
+        **base("PostToolUse"),
+        "tool_name": "WebSearch",
+        "tool_input": {"query": "a"},
+        "tool_response": "r",
+    }
     assert call(mapping, "PostToolUse", {**done, "tool_use_id": "t1"}, "t1") == {}
     second = {**first, "tool_input": {"query": "b"}, "tool_use_id": "t2"}
     denied = call(mapping, "PreToolUse", second, "t2")
@@ -74,7 +88,10 @@ def test_the_tool_use_id_argument_is_the_call_id_when_the_input_lacks_it() -> No
     mapping = guard_hooks(CONFIG)
     data = {**base("PreToolUse"), "tool_name": "Read", "tool_input": {"file_path": "/a"}}
     assert call(mapping, "PreToolUse", data, "t1") == {}
-    assert call(mapping, "PostToolUse", {**data, "hook_event_name": "PostToolUse", "tool_response": "x"}, "t1") == {}
+    assert (
+        call(mapping, "PostToolUse", {**data, "hook_event_name": "PostToolUse", "tool_response": "x"}, "t1")
+        == {}
+    )
 
 
 def test_an_unreadable_input_lets_the_call_go_ahead() -> None:

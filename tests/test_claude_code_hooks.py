@@ -40,12 +40,19 @@ def pre(tool: str, args: Any, call_id: str, **extra: Any) -> dict[str, Any]:
 
 
 def post(tool: str, args: Any, call_id: str, response: Any = "ok", **extra: Any) -> dict[str, Any]:
-    return payload("PostToolUse", tool_name=tool, tool_input=args, tool_use_id=call_id, tool_response=response, **extra)
+    return payload(
+        "PostToolUse", tool_name=tool, tool_input=args, tool_use_id=call_id, tool_response=response, **extra
+    )
 
 
 def failure(tool: str, args: Any, call_id: str, **extra: Any) -> dict[str, Any]:
     return payload(
-        "PostToolUseFailure", tool_name=tool, tool_input=args, tool_use_id=call_id, error="Exit code 2", **extra
+        "PostToolUseFailure",
+        tool_name=tool,
+        tool_input=args,
+        tool_use_id=call_id,
+        error="Exit code 2",
+        **extra,
     )
 
 
@@ -229,7 +236,9 @@ def test_hook_output_for_each_action() -> None:
 
 JSON = st.recursive(
     st.none() | st.booleans() | st.integers() | st.text(max_size=20),
-    lambda children: st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3),
+    lambda children: (
+        st.lists(children, max_size=3) | st.dictionaries(st.text(max_size=5), children, max_size=3)
+    ),
     max_leaves=10,
 )
 

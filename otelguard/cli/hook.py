@@ -84,7 +84,12 @@ def _parse(argv: list[str]) -> tuple[str, float, bool, bool] | None:
         return None
     if argv[0] != "claude-code":
         raise _Failed(f"unknown agent {argv[0]!r}; expected claude-code")
-    url, url_given, timeout, print_settings = os.environ.get(OTELGUARD_URL) or DEFAULT_URL, False, DEFAULT_TIMEOUT_SECONDS, False
+    url, url_given, timeout, print_settings = (
+        os.environ.get(OTELGUARD_URL) or DEFAULT_URL,
+        False,
+        DEFAULT_TIMEOUT_SECONDS,
+        False,
+    )
     rest = list(argv[1:])
     while rest:
         arg = rest.pop(0)

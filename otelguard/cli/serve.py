@@ -23,7 +23,9 @@ from otelguard.telemetry import Telemetry
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument("--port", type=int, default=9464, help="port for /v1/, /metrics and /healthz (default: 9464)")
+    parser.add_argument(
+        "--port", type=int, default=9464, help="port for /v1/, /metrics and /healthz (default: 9464)"
+    )
     parser.add_argument("--addr", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
     parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
     parser.add_argument(

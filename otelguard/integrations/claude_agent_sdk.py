@@ -68,7 +68,9 @@ def guard_hooks(
     max_sessions: int = DEFAULT_MAX_SESSIONS,
 ) -> dict[str, list[HookMatcherDict]]:
     """The ``hooks=`` mapping for ``ClaudeAgentOptions``: one guard per SDK session, bounded."""
-    hooks = ClaudeCodeHooks(config, telemetry=telemetry, agent=agent or "claude-agent-sdk", max_sessions=max_sessions)
+    hooks = ClaudeCodeHooks(
+        config, telemetry=telemetry, agent=agent or "claude-agent-sdk", max_sessions=max_sessions
+    )
 
     async def on_hook(input_data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:
         payload = dict(input_data) if isinstance(input_data, dict) else {}
@@ -80,9 +82,7 @@ def guard_hooks(
             return {}  # a payload the guard cannot read: the call goes ahead, as without the guard
         return sdk_output(output)
 
-    return {
-        event: [HookMatcherDict(matcher=None, hooks=[on_hook], timeout=None)] for event in SDK_EVENTS
-    }
+    return {event: [HookMatcherDict(matcher=None, hooks=[on_hook], timeout=None)] for event in SDK_EVENTS}
 
 
 def sdk_output(output: dict[str, Any] | None) -> dict[str, Any]:

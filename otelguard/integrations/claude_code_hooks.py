@@ -189,7 +189,9 @@ class ClaudeCodeHooks:
             return hook_output(event, guard.before_call(tool_name, args, call_id=call_id))
         if event == "PostToolUse":
             result = payload.get("tool_response")
-            return hook_output(event, guard.after_call(tool_name, args, result, failed=False, call_id=call_id))
+            return hook_output(
+                event, guard.after_call(tool_name, args, result, failed=False, call_id=call_id)
+            )
         if payload.get("is_interrupt") is True:
             # The user interrupted the call: it did not fail. A guard that cannot record a
             # cancellation is left alone (the pending call is dropped when the turn ends).
@@ -225,7 +227,7 @@ def stop_reason(decision: Decision) -> str:
 
 def _text(payload: Mapping[str, Any], field: str) -> str:
     value = payload.get(field)
-    if not isinstance(value, str) or not value or len(value) > MAX_ID_CHARS and field != "tool_name":
+    if not isinstance(value, str) or not value or (len(value) > MAX_ID_CHARS and field != "tool_name"):
         raise HookPayloadError(field, f"a string of 1 to {MAX_ID_CHARS} characters")
     return value
 
