@@ -126,15 +126,40 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
     bare = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, check=True)
     imported = imported_modules(result.stderr) - imported_modules(bare.stderr)
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
-    assert ours == {"otelguard", "otelguard._version", "otelguard.cli", "otelguard.cli.hook", "otelguard.environment_variables"}
+    assert ours == {
+        "otelguard",
+        "otelguard._version",
+        "otelguard.cli",
+        "otelguard.cli.hook",
+        "otelguard.environment_variables",
+    }
     assert {name.split(".")[0] for name in imported} - {"otelguard"} <= set(sys.stdlib_module_names)
-    for heavy in ("argparse", "json", "ssl", "asyncio", "orjson", "yaml", "rich", "opentelemetry", "prometheus_client"):
+    for heavy in (
+        "argparse",
+        "json",
+        "ssl",
+        "asyncio",
+        "orjson",
+        "yaml",
+        "rich",
+        "opentelemetry",
+        "prometheus_client",
+    ):
         assert heavy not in {name.split(".")[0] for name in imported}
 
 
 def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "otelguard", "hook", "claude-code", "--print-settings", "--url", "http://10.0.0.5:9464"],
+        [
+            sys.executable,
+            "-m",
+            "otelguard",
+            "hook",
+            "claude-code",
+            "--print-settings",
+            "--url",
+            "http://10.0.0.5:9464",
+        ],
         capture_output=True,
         timeout=TIMEOUT,
         check=True,
@@ -147,12 +172,18 @@ def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:
         assert handler["command"] == "otelguard hook claude-code --url http://10.0.0.5:9464"
         assert handler["timeout"] > 2  # Claude Code's own timeout above the hook's: the hook fails open
         assert ("matcher" in entry) == (event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"))
-    assert json.loads(settings_block(None))["hooks"]["Stop"][0]["hooks"][0]["command"] == "otelguard hook claude-code"
+    assert (
+        json.loads(settings_block(None))["hooks"]["Stop"][0]["hooks"][0]["command"]
+        == "otelguard hook claude-code"
+    )
 
 
 @pytest.mark.parametrize(
-    "args", [["codex"], ["claude-code", "--timeout", "soon"], ["claude-code", "--bogus"], ["claude-code", "--url"]]
+    "args",
+    [["codex"], ["claude-code", "--timeout", "soon"], ["claude-code", "--bogus"], ["claude-code", "--url"]],
 )
 def test_usage_errors_exit_2_with_usage(args: list[str]) -> None:
-    result = subprocess.run([sys.executable, "-m", "otelguard", "hook", *args], capture_output=True, timeout=TIMEOUT)
+    result = subprocess.run(
+        [sys.executable, "-m", "otelguard", "hook", *args], capture_output=True, timeout=TIMEOUT
+    )
     assert result.returncode == 2 and b"usage: otelguard hook claude-code" in result.stderr

@@ -29,9 +29,12 @@ from tests.e2e import free_port, stop_process, wait_until
 
 ROOT = Path(__file__).parent
 CONFIG = ROOT / "fixtures" / "replay" / "unattended.yaml"
-TRANSCRIPTS = sorted((ROOT / "fixtures" / "replay" / "claude-code").glob("*.jsonl")) + sorted(
-    (ROOT / "data" / "real" / "claude-code").glob("*.jsonl")
-)
+REAL = ROOT / "data" / "real" / "claude-code"
+# Public transcripts: one whose subagent halts (the agent_id path), one of permission rejections.
+REAL_TRANSCRIPTS = [REAL / "cc_subagent_sibling_reads.jsonl", REAL / "cc_short_rejections.jsonl"]
+TRANSCRIPTS = sorted((ROOT / "fixtures" / "replay" / "claude-code").glob("*.jsonl")) + [
+    path for path in REAL_TRANSCRIPTS if path.exists()
+]
 TIMEOUT = 60.0
 Halt = tuple[str, int, int, str]  # session, turn, call, code
 
@@ -97,7 +100,10 @@ class HookFeed:
         tool = getattr(call, "tool_name", None) or call.tool  # type: ignore[attr-defined]
         fields = {"tool_name": tool, "tool_input": call.args, "tool_use_id": call.call_id}
         answer = self.send(key, "PreToolUse", **fields)
-        if self._halted(key, answer) or answer.get("hookSpecificOutput", {}).get("permissionDecision") == "deny":
+        if (
+            self._halted(key, answer)
+            or answer.get("hookSpecificOutput", {}).get("permissionDecision") == "deny"
+        ):
             return
         if call.failed:
             answer = self.send(key, "PostToolUseFailure", error=str(call.result), **fields)
@@ -127,7 +133,7 @@ class HookFeed:
 
     @staticmethod
     def _agent_id(key: SessionKey) -> str | None:
-        parent, sep, root = key.session_id.partition(":")
+        _, sep, root = key.session_id.partition(":")
         return root if sep else None
 
     def send(self, key: SessionKey, event: str, **fields: Any) -> dict[str, Any]:
