@@ -232,3 +232,27 @@ def test_a_bad_config_or_a_busy_port_is_exit_2_with_one_line(tmp_path: Path) -> 
         assert busy.returncode == 2 and b"already in use" in busy.stderr
     finally:
         stop_process(running.process)
+
+
+def test_spans_go_to_otlp_when_an_endpoint_is_set(tmp_path: Path) -> None:
+    from tests.test_telemetry_otlp import Receiver
+
+    receiver = Receiver()
+    import threading
+
+    threading.Thread(target=receiver.serve_forever, daemon=True).start()
+    try:
+        endpoint = f"http://127.0.0.1:{receiver.server_address[1]}"
+        running = start_serve(tmp_path, env={"OTEL_EXPORTER_OTLP_ENDPOINT": endpoint})
+        call = {"session_id": "o", "tool_name": "terminal", "args": {"c": "CANARY-otlp"}, "call_id": "c1"}
+        running.post("/v1/before_call", call)
+        running.post("/v1/after_call", {**call, "result": "ok", "failed": False})
+        running.process.send_signal(signal.SIGTERM)
+        assert running.process.wait(TIMEOUT) == 0  # shutdown flushes the queued spans
+        spans = receiver.spans()
+        assert [span.name for _, span in spans] == ["execute_tool terminal"]
+        assert spans[0][0]["service.name"] == "otelguard-serve"
+        assert b"CANARY" not in b"".join(r.SerializeToString() for r in receiver.requests)
+    finally:
+        receiver.shutdown()
+        receiver.server_close()

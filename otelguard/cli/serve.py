@@ -20,6 +20,7 @@ from otelguard.metrics_server import bind, tls_context
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
 from otelguard.sidecar import Sidecar
 from otelguard.telemetry import Telemetry
+from otelguard.telemetry.export import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -43,12 +44,20 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--keyfile", help="PEM key of --certfile")
 
 
+def _span_export() -> SpanExport | None:
+    """Spans over OTLP when ``OTEL_EXPORTER_OTLP_*`` says where; otherwise metrics only (no span cost)."""
+    if any(os.environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
+        return span_export_from_env("otelguard-serve")
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
+    spans = _span_export()
     try:
         config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
         sidecar = Sidecar(
             config,
-            telemetry=Telemetry(registry=REGISTRY),
+            telemetry=Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY),
             registry=REGISTRY,
             token=args.token or os.environ.get(OTELGUARD_TOKEN) or None,
             max_sessions=args.max_sessions,
@@ -60,6 +69,8 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ConfigError as exc:
         print(f"otelguard serve: {' '.join(str(exc).split())}", file=sys.stderr)
+        if spans is not None:
+            spans.shutdown()
         return 2
     stop = threading.Event()
 
@@ -78,4 +89,6 @@ def run(args: argparse.Namespace) -> int:
     while not stop.wait(3600):
         pass
     server.shutdown()
+    if spans is not None:
+        spans.shutdown()  # flushes what is queued, within a time bound
     return 0
