@@ -249,6 +249,7 @@ class _Connection(asyncio.Protocol):
 
     def resume_writing(self) -> None:
         self.paused_writing = False
+        self._cancel_timer()
         if not self.busy:
             self._process()
 

@@ -187,3 +187,9 @@ def test_usage_errors_exit_2_with_usage(args: list[str]) -> None:
         [sys.executable, "-m", "otelguard", "hook", *args], capture_output=True, timeout=TIMEOUT
     )
     assert result.returncode == 2 and b"usage: otelguard hook claude-code" in result.stderr
+
+
+def test_the_settings_block_shown_in_the_docs_is_the_real_one() -> None:
+    text = (Path(__file__).parent.parent / "docs" / "claude-code.md").read_text(encoding="utf-8")
+    shown = text.split("prints the block to paste:", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    assert json.loads(shown) == json.loads(settings_block(None))
