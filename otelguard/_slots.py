@@ -1,7 +1,9 @@
 """Fast construction of frozen slotted dataclasses for the per-call hot path.
 
 A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``; filling the slots
-through their descriptors builds the same immutable object in a third of the time.
+through their descriptors builds the same immutable object in a third of the time. Kept because it
+pays: built the plain way, the allow decision and the call events make ``otelguard bench``'s
+guard_alone_mixed about 8% slower (the bench's ratio to the floor, measured side by side).
 """
 
 from __future__ import annotations

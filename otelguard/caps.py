@@ -1,4 +1,4 @@
-"""Per-turn and per-session caps on runaway-prone tools (SPEC §4 "Caps", §4.1)."""
+"""Per-turn and per-session caps on runaway-prone tools (docs/configuration.md, "Caps")."""
 
 from __future__ import annotations
 

@@ -11,9 +11,9 @@ from typing import Any, Final
 import orjson
 
 from otelguard.config import GuardConfig
-from otelguard.observers import ToolClass
+from otelguard.decisions import ToolClass
 
-__all__ = ["NamePatterns", "ToolCatalog", "catalog_for", "looks_failed"]
+__all__ = ["NamePatterns", "ToolCatalog", "ToolFacts", "catalog_for", "looks_failed"]
 
 _MAX_CACHED_NAMES: Final = 4096
 _GLOB_CHARS: Final = frozenset("*?[")
@@ -33,7 +33,9 @@ class NamePatterns:
         return name in self._exact or any(fnmatchcase(name, g) for g in self._globs)
 
 
-class _ToolFacts:
+class ToolFacts:
+    """What the config says about one tool name: its class, its caps, whether it spawns subagents."""
+
     __slots__ = ("caps_session", "caps_turn", "failure_tolerant", "spawn_arg", "tool_class")
 
     def __init__(
@@ -67,23 +69,23 @@ class ToolCatalog:
         self._turn_limits = tuple((k, v) for k, v in config.caps.turn.items() if v > 0)
         self._session_limits = tuple((k, v) for k, v in config.caps.session.items() if v > 0)
         self._spawn = dict(config.spawn_tools)
-        self.cache: dict[str, _ToolFacts] = {}
+        self._cache: dict[str, ToolFacts] = {}
         self._lock = threading.Lock()
 
-    def facts(self, name: str) -> _ToolFacts:
-        facts = self.cache.get(name)
+    def facts(self, name: str) -> ToolFacts:
+        facts = self._cache.get(name)
         if facts is None:
             facts = self._compute(name)
             with self._lock:
-                if len(self.cache) >= _MAX_CACHED_NAMES:
-                    self.cache.clear()  # cleared in place: guards hold a reference to this dict
-                self.cache[name] = facts
+                if len(self._cache) >= _MAX_CACHED_NAMES:
+                    self._cache.clear()
+                self._cache[name] = facts
         return facts
 
     def tool_class(self, name: str) -> ToolClass:
         return self.facts(name).tool_class
 
-    def _compute(self, name: str) -> _ToolFacts:
+    def _compute(self, name: str) -> ToolFacts:
         tool_class: ToolClass
         if self._write.matches(name):
             tool_class = "write"
@@ -93,7 +95,7 @@ class ToolCatalog:
             tool_class = "read"
         else:
             tool_class = "unknown"
-        return _ToolFacts(
+        return ToolFacts(
             tool_class=tool_class,
             failure_tolerant=self._tolerant.matches(name),
             caps_turn=tuple((k, v) for k, v in self._turn_limits if self._cap_matchers[k].matches(name)),
@@ -103,7 +105,7 @@ class ToolCatalog:
             spawn_arg=self._spawn.get(name, False),
         )
 
-    def spawn_count(self, facts: _ToolFacts, parsed_args: Any) -> int:
+    def spawn_count(self, facts: ToolFacts, parsed_args: Any) -> int:
         """Subagents a spawn tool starts: the batch list's length (list or JSON-string list), else 1."""
         if facts.spawn_arg is False:
             return 0

@@ -1,4 +1,4 @@
-"""Guard configuration: defaults, merging, hermes-agent aliases, and validation (SPEC §4).
+"""Guard configuration: defaults, merging, hermes-agent aliases, and validation (docs/configuration.md).
 
 Every error is a ``ConfigError`` naming the dotted key path, the bad value and what is allowed.
 """

@@ -16,14 +16,19 @@ __all__ = [
     "ACTIONS",
     "CODES",
     "LOOP_CODES",
+    "NON_LOOP_CODES",
     "Action",
     "Decision",
+    "Outcome",
     "Signature",
+    "ToolClass",
     "TurnSummary",
 ]
 
 Action = Literal["allow", "warn", "reject", "block", "halt"]
 ACTIONS: Final = ("allow", "warn", "reject", "block", "halt")
+ToolClass = Literal["read", "write", "poll", "unknown"]
+Outcome = Literal["ok", "failed", "refused", "blocked", "rejected"]
 
 ALLOW: Final = "allow"
 INTERNAL_ERROR: Final = "internal_error"
@@ -68,8 +73,14 @@ CODES: Final = (
 )
 """Every decision code, stable: they are metric label values."""
 
-LOOP_CODES: Final = frozenset(CODES[5:])
-"""Codes produced by the loop detectors (not allow, internal errors, halted turns or caps)."""
+NON_LOOP_CODES: Final = (CAP_TURN, CAP_SESSION, TURN_HALTED, INTERNAL_ERROR)
+"""Refusal and failure codes that no loop detector makes: caps are budgets, ``turn_halted`` repeats an
+earlier halt, ``internal_error`` is the guard failing open. Telemetry, the dashboards' loop rate and
+replay all take the loop codes as "every code but ``allow`` and these", so a detector added later
+counts as a loop without touching them."""
+
+LOOP_CODES: Final = frozenset(CODES) - {ALLOW, *NON_LOOP_CODES}
+"""Codes produced by the loop detectors."""
 
 
 class Signature(NamedTuple):

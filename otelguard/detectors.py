@@ -1,4 +1,4 @@
-"""The loop detectors of SPEC §4: per-turn state, ``before_call`` refusals and ``after_call`` verdicts.
+"""The loop detectors (docs/detectors.md): per-turn state, ``before_call`` refusals and ``after_call`` verdicts.
 
 Pure and single-threaded: the guard serialises access under its lock. Memory is bounded: state per
 signature, per tool and per (tool, refusal category) lives in LRU maps of ``max_tracked_signatures``.
@@ -12,8 +12,7 @@ from typing import Final, Generic, TypeVar
 
 from otelguard import decisions as codes
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision, Signature
-from otelguard.observers import Outcome, ToolClass
+from otelguard.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.results import ResultSlot
 
 __all__ = ["SignatureState", "TurnDetectors"]
@@ -148,7 +147,7 @@ class TurnDetectors:
     # before_call -----------------------------------------------------------------------------
 
     def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
-        """The hard-stop refusals, in SPEC order: exact_failure, no_progress, cycle."""
+        """The hard-stop refusals, in precedence order: exact_failure, no_progress, cycle."""
         if not self.hard_stop:
             return None
         state = self.signatures.get(sig)

@@ -12,6 +12,16 @@ OTELGUARD_REQUIRE_E2E = "OTELGUARD_REQUIRE_E2E"
 PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multi-process directory; when set, ``serve_metrics`` aggregates worker files."""
 
+OTELGUARD_CONFIG = "OTELGUARD_CONFIG"
+"""Path of a config file (YAML) for plugins that cannot take arguments, such as the hermes-agent
+plugin. Unset: the default configuration."""
+
+OTELGUARD_METRICS_PORT = "OTELGUARD_METRICS_PORT"
+"""When set, the hermes-agent plugin serves ``/metrics`` on this port (loopback) in its process."""
+
+OTELGUARD_AGENT = "OTELGUARD_AGENT"
+"""The ``agent`` label the hermes-agent plugin uses (default ``hermes``)."""
+
 OTELGUARD_TOKEN = "OTELGUARD_TOKEN"
 """Bearer token for ``otelguard serve``'s ``/v1/`` endpoints (``--token`` takes precedence); the hook
 command sends it too. ``/metrics`` and ``/healthz`` stay open."""

@@ -2,7 +2,8 @@
 
     OtelGuardError
      ├── ConfigError      bad configuration: names the key path, the value and what is allowed
-     └── GuardHalted      raised by a framework adapter whose framework can only stop a run by raising
+     ├── GuardHalted      raised by a framework adapter whose framework can only stop a run by raising
+     └── UsageError       a command-line input that cannot be used at all (the CLI exits 2)
 
 Guard decisions are return values, never exceptions; ``GuardHalted`` only carries one out of a
 framework that has no other way to end a run.
@@ -15,7 +16,7 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     from otelguard.decisions import Decision
 
-__all__ = ["ConfigError", "GuardHalted", "OtelGuardError"]
+__all__ = ["ConfigError", "GuardHalted", "OtelGuardError", "UsageError"]
 
 
 class OtelGuardError(Exception):
@@ -45,3 +46,7 @@ class GuardHalted(OtelGuardError):
     def __init__(self, decision: Decision) -> None:
         self.decision = decision
         super().__init__(decision.message)
+
+
+class UsageError(OtelGuardError):
+    """A command-line input that cannot be used at all (exit 2)."""

@@ -1,4 +1,4 @@
-"""Serving ``/metrics``: a pure rendering function and a small server around it.
+"""Serving ``/metrics``: a pure rendering function and the shared bounded server around it (docs/telemetry.md).
 
 ``render`` picks the exposition format from the scraper's ``Accept`` header (OpenMetrics, which
 carries exemplars, when asked; Prometheus text otherwise). ``serve_metrics`` runs on the shared

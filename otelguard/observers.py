@@ -1,21 +1,21 @@
 """How the guard reports what it decided to whoever observes it (telemetry, tests, hosts).
 
-Observers run in registration order from an immutable tuple, outside the guard's lock. An error in
-one is logged once and never reaches the tool loop.
+Observers run in registration order from an immutable tuple (an ``ObserverGroup``), outside the
+guard's lock. An error in one is logged once and never reaches the tool loop.
 """
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, Protocol, runtime_checkable
 
 from otelguard._slots import positional_factory
-from otelguard.decisions import Decision, Signature, TurnSummary
+from otelguard.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
 
-__all__ = ["CallEvent", "GuardObserver", "Outcome", "ToolClass", "TurnInfo"]
+__all__ = ["CallEvent", "GuardObserver", "ObserverGroup", "Outcome", "ToolClass", "TurnInfo"]
 
-ToolClass = Literal["read", "write", "poll", "unknown"]
-Outcome = Literal["ok", "failed", "refused", "blocked", "rejected"]
+logger = logging.getLogger("otelguard")
 
 
 @dataclass(frozen=True, slots=True)
@@ -50,22 +50,119 @@ class CallEvent:
     """Wall-clock time of the call's ``before_call`` (``time.time_ns()``); 0 when unknown."""
 
 
-@runtime_checkable
-class GuardObserver(Protocol):
-    """What the guard calls. An observer may also set ``wants_call_start = False``: the guard then
-    skips ``on_call_start`` for allowed calls and passes ``None`` as their token."""
+class GuardObserver:
+    """What the guard calls; subclass it and override the hooks you need (each is a no-op here).
 
-    def on_turn_start(self, turn: TurnInfo) -> None: ...
+    ``wants_call_start = False`` says the observer has no use for the start of an allowed call: the
+    guard then skips ``on_call_start`` for it and passes ``None`` as that call's token. An object
+    that does not subclass ``GuardObserver`` but has these five methods is accepted too, and gets
+    every call start.
+    """
+
+    wants_call_start: bool = True
+
+    def on_turn_start(self, turn: TurnInfo) -> None:
+        """A turn began."""
 
     def on_call_start(self, call: CallEvent) -> object:
         """Return a token; the guard hands it back to ``on_call_end`` for the same call."""
-        ...
+        return None
 
-    def on_call_end(self, call: CallEvent, token: object) -> None: ...
+    def on_call_end(self, call: CallEvent, token: object) -> None:
+        """A call ended (at once, for a refused call)."""
 
-    def on_turn_end(self, summary: TurnSummary) -> None: ...
+    def on_turn_end(self, summary: TurnSummary) -> None:
+        """A turn ended."""
 
-    def on_internal_error(self, stage: str) -> None: ...
+    def on_internal_error(self, stage: str) -> None:
+        """The guard (or another observer) hit an internal error in ``stage``; the call was allowed."""
+
+
+class ObserverGroup:
+    """All of one guard's observers as one, the way OpenTelemetry's ``SynchronousMultiSpanProcessor``
+    owns its span processors: it calls each in registration order, keeps the call-start tokens in
+    step with the observers, and turns an observer's error into one log line (per place and error
+    type) and an ``on_internal_error`` for the others. It never raises.
+    """
+
+    __slots__ = ("_observers", "_reported", "_starters", "any", "wants_call_start")
+
+    def __init__(self, observers: Iterable[GuardObserver]) -> None:
+        self._observers = tuple(observers)
+        self._starters = tuple(_wants_call_start(o) for o in self._observers)
+        self._reported: set[tuple[str, str]] = set()
+        self.any = bool(self._observers)
+        """Whether there is anyone to tell: the guard builds no events otherwise."""
+        self.wants_call_start = any(self._starters)
+        """Whether some observer wants the start of an allowed call."""
+
+    def turn_started(self, turn: TurnInfo) -> None:
+        for observer in self._observers:
+            try:
+                observer.on_turn_start(turn)
+            except Exception as exc:
+                self._observer_failed(observer, "on_turn_start", exc)
+
+    def call_started(self, event: CallEvent) -> tuple[object, ...]:
+        """Each observer's token for this call, in observer order (``None`` for those not asked)."""
+        tokens: list[object] = []
+        for observer, wants in zip(self._observers, self._starters, strict=True):
+            token = None
+            if wants:
+                try:
+                    token = observer.on_call_start(event)
+                except Exception as exc:
+                    self._observer_failed(observer, "on_call_start", exc)
+            tokens.append(token)
+        return tuple(tokens)
+
+    def call_ended(self, event: CallEvent, tokens: Sequence[object]) -> None:
+        for i, observer in enumerate(self._observers):
+            try:
+                observer.on_call_end(event, tokens[i] if i < len(tokens) else None)
+            except Exception as exc:
+                self._observer_failed(observer, "on_call_end", exc)
+
+    def turn_ended(self, summary: TurnSummary) -> None:
+        for observer in self._observers:
+            try:
+                observer.on_turn_end(summary)
+            except Exception as exc:
+                self._observer_failed(observer, "on_turn_end", exc)
+
+    def internal_error(self, stage: str, exc: BaseException) -> None:
+        """The guard itself failed in ``stage``: log it once and tell every observer."""
+        self._log_once(stage, exc)
+        self._report(stage, skip=None)
+
+    def _observer_failed(self, observer: GuardObserver, method: str, exc: Exception) -> None:
+        self._log_once(f"observer {type(observer).__name__}.{method}", exc)
+        self._report("observer", skip=observer)
+
+    def _report(self, stage: str, skip: object) -> None:
+        for observer in self._observers:
+            if observer is skip:
+                continue
+            try:
+                observer.on_internal_error(stage)
+            except Exception as exc:
+                self._log_once(f"observer {type(observer).__name__}.on_internal_error", exc)
+
+    def _log_once(self, where: str, exc: BaseException) -> None:
+        # Only the exception type: its message may quote argument values or results.
+        key = (where, type(exc).__name__)
+        if key in self._reported:
+            return
+        self._reported.add(key)
+        logger.error(
+            "otelguard internal error in %s (%s); the call was allowed and the agent loop goes on",
+            where,
+            type(exc).__name__,
+        )
+
+
+def _wants_call_start(observer: object) -> bool:
+    return observer.wants_call_start if isinstance(observer, GuardObserver) else True
 
 
 new_call_event = positional_factory(CallEvent)

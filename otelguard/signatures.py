@@ -1,4 +1,4 @@
-"""Canonical arguments, keyed argument hashes, and result fingerprints (SPEC §2).
+"""Canonical arguments, keyed argument hashes, and result fingerprints (docs/detectors.md).
 
 The hot path is ``orjson.dumps(args, OPT_SORT_KEYS)`` plus one keyed BLAKE2b. Whatever orjson
 rejects (lone surrogates, non-string keys, huge ints, sets, bytes, nesting past its depth limit)

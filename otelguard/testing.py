@@ -24,15 +24,15 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otelguard.decisions import Decision, TurnSummary
-from otelguard.observers import CallEvent, Outcome, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo
 
 if TYPE_CHECKING:
     from otelguard.guard import Guard
 
-__all__ = ["RecordingObserver", "ScriptStep", "ScriptedCall", "codes", "run_script"]
+__all__ = ["RecordingObserver", "ScriptStep", "ScriptedCall", "codes", "play_call", "run_script"]
 
 
-class RecordingObserver:
+class RecordingObserver(GuardObserver):
     """A ``GuardObserver`` that records what the guard reports. Safe to share between threads.
 
     Every accessor returns a snapshot (a tuple), so a test can keep a reference while the guard goes on.
@@ -171,6 +171,25 @@ def _as_call(spec: CallSpec) -> ScriptedCall:
     return ScriptedCall(*spec)
 
 
+def play_call(guard: Guard, call: ScriptedCall) -> ScriptStep:
+    """One call the way a host makes it: ``before_call``; then, unless refused, ``after_call``.
+
+    The one driver of a guard in otelguard: scripts, the demo's agents and replay all call it.
+    """
+    before = guard.before_call(call.tool_name, call.args, call_id=call.call_id)
+    after: Decision | None = None
+    if before.allows_execution:
+        after = guard.after_call(
+            call.tool_name,
+            call.args,
+            call.result,
+            failed=call.failed,
+            refusal=call.refusal,
+            call_id=call.call_id,
+        )
+    return ScriptStep(call=call, before=before, after=after)
+
+
 def run_script(guard: Guard, calls: Iterable[CallSpec]) -> list[ScriptStep]:
     """Feed calls through ``guard`` the way a host does and return one ``ScriptStep`` per call.
 
@@ -178,22 +197,7 @@ def run_script(guard: Guard, calls: Iterable[CallSpec]) -> list[ScriptStep]:
     refusal, call_id)`` cut after any field (missing ones take ``ScriptedCall``'s defaults). A call
     the guard refuses is not run: it gets no ``after_call``. The script does not start or end turns.
     """
-    steps: list[ScriptStep] = []
-    for spec in calls:
-        call = _as_call(spec)
-        before = guard.before_call(call.tool_name, call.args, call_id=call.call_id)
-        after: Decision | None = None
-        if before.allows_execution:
-            after = guard.after_call(
-                call.tool_name,
-                call.args,
-                call.result,
-                failed=call.failed,
-                refusal=call.refusal,
-                call_id=call.call_id,
-            )
-        steps.append(ScriptStep(call=call, before=before, after=after))
-    return steps
+    return [play_call(guard, _as_call(spec)) for spec in calls]
 
 
 def codes(steps: Iterable[ScriptStep]) -> list[str]:

@@ -1,4 +1,4 @@
-"""`otelguard bench` smoke tests: it runs with small N and prints the SPEC §7 document.
+"""`otelguard bench` smoke tests: it runs with small N and prints the bench document (docs/overhead.md).
 
 No timing asserts: the numbers belong to the machine. These tests pin the document's shape, the
 figure names, and that each measurement really exercises what it claims to.
@@ -27,7 +27,7 @@ def _bench_json(capsys: pytest.CaptureFixture[str], *extra: str) -> dict[str, An
 
 
 def test_json_document_has_every_spec_field_and_figure(capsys: pytest.CaptureFixture[str]) -> None:
-    """SPEC §7: calls, floor_us, naive_floor_us, figures (the six names), growth, memory, series."""
+    """The document: calls, floor_us, naive_floor_us, figures (the six names), growth, memory, series."""
     document = _bench_json(capsys)
     assert document["calls"] == 200
     assert set(document["floor_us"]) == {"mixed", "large"}

@@ -1,4 +1,4 @@
-"""Per-turn and per-session caps (SPEC §4 "Caps", §4.1): keys, groups, globs, batches, refunds, on_hit."""
+"""Per-turn and per-session caps: keys, groups, globs, batches, refunds, on_hit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""`otelguard check-config`: exit codes and output (SPEC §7)."""
+"""`otelguard check-config`: exit codes and output."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""GuardConfig: defaults, merging, hermes-agent aliases and every ConfigError path (SPEC §4, §4.1)."""
+"""GuardConfig: defaults, merging, hermes-agent aliases and every ConfigError path (docs/configuration.md)."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from otelguard.config import GuardConfig
 from otelguard.errors import ConfigError
 from otelguard.testing import RecordingObserver
 
-SPEC_WARN_AFTER = {
+DEFAULT_WARN_AFTER = {
     "exact_failure": 2,
     "same_tool_failure": 3,
     "refusal": 2,
@@ -23,7 +23,7 @@ SPEC_WARN_AFTER = {
     "read_only_streak": 40,
     "write_streak": 30,
 }
-SPEC_HARD_STOP_AFTER = {
+DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,
     "same_tool_failure": 8,
     "refusal": 6,
@@ -31,17 +31,17 @@ SPEC_HARD_STOP_AFTER = {
     "identical_call": 5,
     "cycle": 3,
 }
-SPEC_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
+DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
 
 
 # -- defaults ------------------------------------------------------------------------------------
 
 
 def test_default_thresholds_match_the_spec_table() -> None:
-    """warn_after and hard_stop_after default to the numbers of the SPEC §4 table."""
+    """warn_after and hard_stop_after default to the numbers of the table in docs/detectors.md."""
     config = GuardConfig()
-    assert dict(config.warn_after) == SPEC_WARN_AFTER
-    assert dict(config.hard_stop_after) == SPEC_HARD_STOP_AFTER
+    assert dict(config.warn_after) == DEFAULT_WARN_AFTER
+    assert dict(config.hard_stop_after) == DEFAULT_HARD_STOP_AFTER
 
 
 def test_default_scalars_match_the_spec() -> None:
@@ -52,7 +52,7 @@ def test_default_scalars_match_the_spec() -> None:
     assert config.warnings is True
     assert config.max_tracked_signatures == 4096
     assert config.signature_key is None
-    assert list(config.volatile_result_keys) == SPEC_VOLATILE
+    assert list(config.volatile_result_keys) == DEFAULT_VOLATILE
 
 
 def test_default_caps_groups_and_spawn_tools_match_the_spec() -> None:
@@ -111,7 +111,7 @@ def test_repr_never_shows_the_signature_key() -> None:
     assert "sekrit-key-value-123" not in repr(config)
 
 
-# -- merging (§4.1) ------------------------------------------------------------------------------
+# -- merging ------------------------------------------------------------------------------------
 
 
 def test_threshold_maps_merge_key_by_key() -> None:
@@ -120,7 +120,7 @@ def test_threshold_maps_merge_key_by_key() -> None:
     assert config.warn_after["exact_failure"] == 3
     assert config.hard_stop_after["cycle"] == 4
     assert {k: v for k, v in config.warn_after.items() if k != "exact_failure"} == {
-        k: v for k, v in SPEC_WARN_AFTER.items() if k != "exact_failure"
+        k: v for k, v in DEFAULT_WARN_AFTER.items() if k != "exact_failure"
     }
     assert config.hard_stop_after["exact_failure"] == 5
 
@@ -508,7 +508,7 @@ def test_cap_keys_may_be_any_tool_name_or_glob() -> None:
     assert config.caps.turn["mcp__*__query"] == 4
 
 
-# -- tool classes (SPEC §2), as the guard's observers see them -----------------------------------
+# -- tool classes, as the the guard's observers see them -----------------------------------
 
 DEFAULT_CLASSES = {
     "read": [

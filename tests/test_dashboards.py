@@ -1,4 +1,4 @@
-"""The Grafana dashboard (SPEC §6): generated from code, no drift, loads into the foundation SDK's
+"""The Grafana dashboard: generated from code, no drift, loads into the foundation SDK's
 model without loss, valid PromQL on $__rate_interval, exemplars where the metrics carry them; and the
 `otelguard dashboards|rules export` commands that ship it."""
 
@@ -17,14 +17,14 @@ import promql_parser
 import pytest
 
 from otelguard.cli import main
-from otelguard.cli.export import shipped_files
+from otelguard.cli.shipped_files import shipped_files
 
 REPO = Path(__file__).resolve().parent.parent
 DASHBOARDS = REPO / "dashboards"
 DASHBOARD_JSON = DASHBOARDS / "otelguard-overview.json"
 RULES_YAML = DASHBOARDS / "prometheus" / "otelguard-rules.yaml"
 
-# Metrics whose counter increments carry exemplars (SPEC §5).
+# Metrics whose counter increments carry exemplars (docs/telemetry.md).
 EXEMPLAR_METRICS = ("otelguard_decisions_total", "otelguard_cap_hits_total")
 
 
@@ -190,7 +190,7 @@ def test_exemplars_enabled_exactly_where_the_metric_has_them(dashboard: dict[str
         assert target.exemplar == (raw_exemplar_metric and graph), target.panel_title
 
 
-SPEC_PANELS = {
+REQUIRED_PANELS = {
     "tool-call rate by outcome": "Tool calls per second by outcome",
     "loop-warning rate by code": "Loop warnings per minute by code",
     "loop rate (decisions per tool call) by code": "Loop rate by code (per tool call)",
@@ -207,7 +207,7 @@ SPEC_PANELS = {
 
 def test_spec_panels_are_present(dashboard: dict[str, Any]) -> None:
     titles = {p["title"]: p for p in dashboard["panels"]}
-    for what, title in SPEC_PANELS.items():
+    for what, title in REQUIRED_PANELS.items():
         assert title in titles, what
     assert titles["Top looping signatures"]["type"] == "table"
     assert titles["Cap usage distribution"]["type"] == "heatmap"

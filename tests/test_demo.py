@@ -1,4 +1,4 @@
-"""`otelguard demo` (SPEC §7): served /metrics, what it produces, clean exits, and a real Prometheus."""
+"""`otelguard demo`: served /metrics, what it produces, clean exits, and a real Prometheus."""
 
 from __future__ import annotations
 
@@ -141,7 +141,7 @@ def test_demo_exports_spans_over_otlp_when_the_variables_are_set(tmp_path: Path)
 
 @pytest.mark.e2e
 def test_real_prometheus_scrapes_the_demo_with_exemplars(tmp_path: Path) -> None:
-    """SPEC §7: within 30 s the demo has hit both turn caps, halted a turn and made >= 6 codes."""
+    """Within 30 s the demo has hit both turn caps, halted a turn and made >= 6 codes."""
     promtool = require_binary("promtool")
     with run_demo(tmp_path, duration=120) as demo, run_prometheus(tmp_path, [demo.target]) as prom:
         started = time.time()

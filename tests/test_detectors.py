@@ -1,4 +1,4 @@
-"""The loop detectors of SPEC §4 and §4.1: thresholds, reset rules, counting, precedence, halted turns."""
+"""The loop detectors (docs/detectors.md): thresholds, reset rules, counting, precedence, halted turns."""
 
 from __future__ import annotations
 
@@ -863,6 +863,6 @@ def test_messages_name_the_tool_and_the_count() -> None:
             continue
         assert str(decision.count) in decision.message, decision.code
         if decision.code.startswith("cap_"):
-            continue  # SPEC's own cap example names the cap ("50 web searches"), checked in test_caps
+            continue  # the documented cap example names the cap ("50 web searches"), checked in test_caps
         assert decision.tool_name in decision.message, decision.code
         assert str(decision.count) in decision.message, decision.code

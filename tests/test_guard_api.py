@@ -1,4 +1,4 @@
-"""The public Guard API (SPEC §3, §4.1): Decision, call(), wrap(), turns and summaries, fallback classifier."""
+"""The public Guard API: Decision, call(), wrap(), turns and summaries, fallback classifier."""
 
 from __future__ import annotations
 
@@ -72,7 +72,7 @@ def test_decision_fields() -> None:
 
 
 def test_allow_decision_carries_the_signature() -> None:
-    """Every decision, allow included, names its tool and carries its Signature (SPEC §3 fields, §4.1)."""
+    """Every decision, allow included, names its tool and carries its Signature."""
     guard, recorder = make_guard()
     decision = guard.before_call("read_file", {"path": "a"})
     assert decision.action == "allow"

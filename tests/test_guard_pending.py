@@ -15,8 +15,8 @@ def test_calls_that_never_finish_stay_bounded_under_one_key() -> None:
     guard.start_turn()
     for _ in range(200_000):
         guard.before_call("list_directory")
-    assert guard._pending_count <= 256
-    assert sum(len(queue) for queue in guard._pending.values()) == guard._pending_count
+    assert guard._pending._count <= 256
+    assert sum(len(queue) for queue in guard._pending._queues.values()) == guard._pending._count
 
 
 def test_an_unfinished_call_does_not_pin_its_turn() -> None:
@@ -51,7 +51,7 @@ def test_a_late_after_call_of_an_earlier_turn_is_still_recorded() -> None:
 
 
 def test_halt_decision_stays_after_end_turn_until_the_next_turn() -> None:
-    """SPEC §4: the first block/halt of a turn stays until the next turn (end_turn does not clear it)."""
+    """The first block/halt of a turn stays until the next turn (end_turn does not clear it)."""
     guard = Guard(GuardConfig(signature_key=KEY, mode="unattended"))
     guard.start_turn()
     for _ in range(6):

@@ -1,4 +1,4 @@
-"""Provenance (SPEC §3, §4.1): a refusal is decided only from ``refusal=``, never from result text."""
+"""Provenance: a refusal is decided only from ``refusal=``, never from result text."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The public surface (SPEC §3, STYLE 1 and 5): a pinned, sorted __all__ and no side effects on import."""
+"""The public surface: a pinned, sorted __all__ and no side effects on import."""
 
 from __future__ import annotations
 
@@ -10,11 +10,11 @@ from pathlib import Path
 
 import otelguard
 
-SPEC_NAMES = {"ConfigError", "Decision", "Guard", "GuardConfig", "GuardHalted", "Signature", "TurnSummary"}
-"""Names SPEC §3/§4.1 use as ``otelguard.X`` or ``from otelguard import X``."""
+CORE_NAMES = {"ConfigError", "Decision", "Guard", "GuardConfig", "GuardHalted", "Signature", "TurnSummary"}
+"""Names the docs use as ``otelguard.X`` or ``from otelguard import X``."""
 
 TELEMETRY_NAMES = {"Telemetry", "serve_metrics"}
-"""SPEC §5: ``otelguard.serve_metrics(...)`` and ``Telemetry(...)`` (the ``telemetry=`` argument of §3)."""
+"""``otelguard.serve_metrics(...)`` and ``Telemetry(...)`` (the ``telemetry=`` argument of ``Guard``)."""
 
 
 def test_all_is_sorted() -> None:
@@ -41,11 +41,11 @@ def test_all_lists_every_public_attribute() -> None:
 
 def test_spec_names_are_exported() -> None:
     """Guard, GuardConfig, Decision, ConfigError, Signature and TurnSummary are importable from otelguard."""
-    assert set(otelguard.__all__) >= SPEC_NAMES
+    assert set(otelguard.__all__) >= CORE_NAMES
 
 
 def test_telemetry_names_are_exported() -> None:
-    """Telemetry and serve_metrics are importable from otelguard (SPEC §5)."""
+    """Telemetry and serve_metrics are importable from otelguard."""
     assert set(otelguard.__all__) >= TELEMETRY_NAMES
 
 

@@ -31,7 +31,7 @@ class Recorder:
 
     def tool_call(self, key: SessionKey, call: ToolCall) -> None:
         self.events.append(
-            ("call", key.session_id, call.call_id, call.tool, call.result, call.failed, call.has_result)
+            ("call", key.session_id, call.call_id, call.tool_name, call.result, call.failed, call.has_result)
         )
 
     def end_session(self, key: SessionKey) -> None:

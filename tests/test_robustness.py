@@ -1,4 +1,4 @@
-"""Robustness (SPEC §3): the guard never raises into the agent loop, is thread-safe and bounded in memory."""
+"""Robustness: the guard never raises into the agent loop, is thread-safe and bounded in memory."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The Prometheus rules (SPEC §6): promtool accepts them, every alert and recording rule has a promtool
+"""The Prometheus rules: promtool accepts them, every alert and recording rule has a promtool
 unit test (firing on the runaway pattern, silent on a healthy agent and on a single non-sustained
 event), and the unit tests really pin the rules (they fail when a `for:` is dropped)."""
 

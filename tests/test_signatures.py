@@ -1,4 +1,4 @@
-"""Signatures and result fingerprints (SPEC §2, §4.1): canonical args, keyed args_hash, fingerprints."""
+"""Signatures and result fingerprints: canonical args, keyed args_hash, fingerprints."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Spans (SPEC §5 "Spans"): names, kinds, attributes, status and parentage per outcome and span_mode."""
+"""Spans (docs/telemetry.md): names, kinds, attributes, status and parentage per outcome and span_mode."""
 
 from __future__ import annotations
 
@@ -180,7 +180,7 @@ def test_current_recording_span_gets_attributes_and_decision_events(
     assert attrs["gen_ai.tool.name"]
     events = [dict(e.attributes or {}) for e in host.events if e.name == "otelguard.decision"]
     assert [e["otelguard.decision.code"] for e in events][-1:] == ([] if action == "allow" else [code])
-    # SPEC §4.1 status rules hold on the host's span too
+    # the span status rules hold on the host's span too
     if error_type is not None:
         assert host.status.status_code is StatusCode.ERROR
         assert attrs["error.type"] == error_type
@@ -307,7 +307,7 @@ def test_span_names_and_host_chosen_attributes_are_clipped(provider: Any) -> Non
 
 
 def test_auto_mode_decides_at_before_call(provider: Any) -> None:
-    """SPEC §5: the span current when before_call runs gets the attributes, even if after_call runs
+    """The span current when before_call runs gets the attributes, even if after_call runs
     outside it; a span that becomes current only later is not touched."""
     rig = make_rig(provider, "auto")
     tracer = rig.provider.get_tracer("host")

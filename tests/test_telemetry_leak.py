@@ -1,4 +1,4 @@
-"""Nothing raw leaves the process (SPEC §5): canaries in args, results, error texts and refusal texts
+"""Nothing raw leaves the process: canaries in args, results, error texts and refusal texts
 never appear in spans, events, attributes, metric samples, labels, exemplars, /metrics or logs."""
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Prometheus metrics (SPEC §5 table): one test per metric and label, read from a private registry."""
+"""Prometheus metrics (the table in docs/telemetry.md): one test per metric and label, read from a private registry."""
 
 from __future__ import annotations
 
@@ -370,5 +370,5 @@ def test_telemetry_true_shares_one_label_bound_per_process() -> None:
         Guard(GuardConfig(signature_key=KEY), telemetry=True),
         Guard(GuardConfig(), telemetry=True),
     )
-    assert first._observers[0]._space is second._observers[0]._space  # type: ignore[attr-defined]
+    assert first._observers._observers[0]._space is second._observers._observers[0]._space  # type: ignore[attr-defined]
     assert Telemetry.default() is Telemetry.default()

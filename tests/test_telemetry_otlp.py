@@ -18,7 +18,7 @@ from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, GuardConfig
 from otelguard.telemetry import Telemetry
-from otelguard.telemetry.export import NoopSpanExporter, span_export_from_env
+from otelguard.telemetry.tracer_setup import NoopSpanExporter, span_export_from_env
 from tests.e2e import free_port
 
 

@@ -1,4 +1,4 @@
-"""The ``otelguard-overview`` Grafana dashboard (SPEC §6), built with grafana-foundation-sdk.
+"""The ``otelguard-overview`` Grafana dashboard (docs/dashboards.md), built with grafana-foundation-sdk.
 
 Layout follows how an on-call engineer reads it: the top row answers "is anything halting or hitting
 caps right now?" in six numbers; the rows below drill down by agent, cap, loop code, signature and

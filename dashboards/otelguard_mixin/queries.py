@@ -1,27 +1,29 @@
-"""Metric names, label sets and selectors shared by the dashboard and the rules (SPEC §5).
+"""Metric names, label sets and selectors shared by the dashboard and the rules (docs/telemetry.md).
 
-One place spells every metric name, so a rename in the telemetry contract is a one-line change here
-and the dashboard, the rules and their tests follow.
+Metric names and decision codes come from otelguard itself (``otelguard.telemetry.attributes``,
+``otelguard.decisions``), so a rename in the telemetry contract reaches the dashboard, the rules and
+their tests at once.
 """
 
 from __future__ import annotations
 
-TOOL_CALLS = "otelguard_tool_calls_total"
-DECISIONS = "otelguard_decisions_total"
-TURNS = "otelguard_turns_total"
-CAP_HITS = "otelguard_cap_hits_total"
-SUBAGENT_SPAWNS = "otelguard_subagent_spawns_total"
-TURN_TOOL_CALLS_BUCKET = "otelguard_turn_tool_calls_bucket"
-CAP_USAGE_BUCKET = "otelguard_turn_cap_usage_ratio_bucket"
-SIGNATURE_HITS = "otelguard_loop_signature_hits_total"
-INTERNAL_ERRORS = "otelguard_internal_errors_total"
-BUILD_INFO = "otelguard_build_info"
+from otelguard.decisions import NON_LOOP_CODES
+from otelguard.telemetry import attributes as attr
 
-# Decision codes that do not come from a loop detector: caps are budgets, turn_halted repeats an
-# earlier halt, internal_error is the guard failing open. Excluding them (rather than listing the
-# loop codes) keeps a loop detector added later inside the loop rate.
-NON_LOOP_CODES = "cap_turn|cap_session|turn_halted|internal_error"
-LOOP_CODE_MATCHER = f'code!~"{NON_LOOP_CODES}"'
+TOOL_CALLS = f"{attr.TOOL_CALLS}_total"
+DECISIONS = f"{attr.DECISIONS}_total"
+TURNS = f"{attr.TURNS}_total"
+CAP_HITS = f"{attr.CAP_HITS}_total"
+SUBAGENT_SPAWNS = f"{attr.SUBAGENT_SPAWNS}_total"
+TURN_TOOL_CALLS_BUCKET = f"{attr.TURN_TOOL_CALLS_HISTOGRAM}_bucket"
+CAP_USAGE_BUCKET = f"{attr.TURN_CAP_USAGE_RATIO}_bucket"
+SIGNATURE_HITS = f"{attr.LOOP_SIGNATURE_HITS}_total"
+INTERNAL_ERRORS = f"{attr.INTERNAL_ERRORS}_total"
+BUILD_INFO = attr.BUILD_INFO
+
+# The loop rate excludes the codes no loop detector makes (rather than listing the loop codes), so
+# a loop detector added later counts inside it.
+LOOP_CODE_MATCHER = f'code!~"{"|".join(NON_LOOP_CODES)}"'
 
 # Labels the recording rules keep: the scrape's target plus the agent, so the dashboard's job,
 # instance and agent variables filter them exactly like the raw series.
@@ -31,7 +33,7 @@ AGENT_LEVEL = "job, instance, agent"
 # Window of every recording rule and alert. Dashboard queries use $__rate_interval instead.
 RULE_WINDOW = "5m"
 
-# Cap keys of the default tool groups (SPEC §4) that have a dedicated alert.
+# Cap keys of the default tool groups (docs/configuration.md) that have a dedicated alert.
 SEARCH_CAP = "web_search"
 DELEGATION_CAP = "subagents"
 

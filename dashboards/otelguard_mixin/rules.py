@@ -1,4 +1,4 @@
-"""Prometheus recording rules and alerts (SPEC §6), rendered to ``otelguard-rules.yaml``.
+"""Prometheus recording rules and alerts (docs/dashboards.md), rendered to ``otelguard-rules.yaml``.
 
 Recording rules hold the ratios the dashboard and the alerts share, so a panel and the alert that
 pages on it can never disagree. Names follow ``level:metric:operation``; every rule keeps ``job``,

@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from typing import Any
 
 # Characters Grafana's Prometheus data source escapes in a multi-value regex variable.
-_REGEX_SPECIAL = re.compile(r"([\\^$*+?.()|{}\[\]])")
+_REGEX_METACHARS = re.compile(r"([\\^$*+?.()|{}\[\]])")
 _VARIABLE = re.compile(r"\$(\w+)|\$\{(\w+)\}")
 
 
@@ -51,7 +51,7 @@ def _panels(panels: Sequence[Mapping[str, Any]]) -> Iterator[Mapping[str, Any]]:
 def grafana_regex(values: Sequence[str]) -> str:
     """What Grafana puts in ``=~"$var"`` for a multi-value selection."""
     # Two backslashes: the regex escape itself, escaped again for the PromQL string literal.
-    escaped = [_REGEX_SPECIAL.sub(r"\\\\\1", value) for value in values]
+    escaped = [_REGEX_METACHARS.sub(r"\\\\\1", value) for value in values]
     return escaped[0] if len(escaped) == 1 else f"({'|'.join(escaped)})"
 
 

@@ -1,6 +1,6 @@
 """``otelguard bench``: the guard's per-call cost as ratios to the floor, its memory and its series.
 
-``run_bench(BenchOptions(...))`` returns the SPEC §7 document (a dict). Without a workload it runs
+``run_bench(BenchOptions(...))`` returns the bench document (a dict; docs/overhead.md). Without a workload it runs
 the standard figures (every configuration on ``mixed``, the guard alone on ``large``); with one, every
 configuration on that workload. Retained memory, growth and series are measured apart from the
 timed rounds and scale with their own options so a smoke run stays fast.
@@ -30,7 +30,7 @@ FIGURE_NAMES: Final = (
     "guard_metrics_spans_auto_mixed",
     "guard_metrics_spans_decisions_mixed",
 )
-"""The standard figures (SPEC §7), in the order they are printed."""
+"""The standard figures (docs/overhead.md), in the order they are printed."""
 
 TARGETS: Final = {
     "guard_alone_mixed": 3.0,
@@ -42,7 +42,7 @@ TARGETS: Final = {
     "retained_bytes_after_1m_distinct": 4_000_000,
     "series_after_100k_signatures": 2000,
 }
-"""Upper bounds from issue 6: figures as ratios to the floor, the rest in their own units."""
+"""The overhead budget (docs/overhead.md): figures as ratios to the floor, the rest in their own units."""
 
 _LARGE_SHARE: Final = 4  # a large call costs ~10x a mixed one: a quarter of the calls is plenty
 

@@ -24,8 +24,8 @@ COMMANDS = {
     "hook": ("hook", "the command for Claude Code's hooks: stdin payload -> sidecar -> stdout"),
     "check-config": ("check_config", "validate a config file and print the effective config"),
     "bench": ("bench", "measure the guard's per-call cost against the floor"),
-    "dashboards": ("export", "export the shipped Grafana dashboard"),
-    "rules": ("export", "export the shipped Prometheus rules"),
+    "dashboards": ("shipped_files", "export the shipped Grafana dashboard"),
+    "rules": ("shipped_files", "export the shipped Prometheus rules"),
 }
 
 

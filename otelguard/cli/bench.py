@@ -1,7 +1,7 @@
 """``otelguard bench``: measure the guard's per-call cost against the floor, its memory and series.
 
 Human output is a rich table (each figure, its ratio to the floor, the issue-6 target, met or not);
-``--json`` prints the SPEC §7 document. Progress goes to stderr. Exit code 0 whenever the bench ran:
+``--json`` prints the bench document (docs/overhead.md). Progress goes to stderr. Exit code 0 whenever the bench ran:
 missing a target is a finding, not an input error.
 """
 
@@ -68,7 +68,9 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         "--sidecar-pairs", type=_positive, default=SidecarOptions().pairs_per_client, metavar="N",
         help=f"with --sidecar: before+after pairs per client, 8 clients (default {SidecarOptions().pairs_per_client:,})",
     )  # fmt: skip
-    parser.add_argument("--json", action="store_true", help="print the JSON document (SPEC §7) on stdout")
+    parser.add_argument(
+        "--json", action="store_true", help="print the JSON document (see docs/overhead.md) on stdout"
+    )
 
 
 def run(args: argparse.Namespace) -> int:

@@ -19,11 +19,11 @@ from collections.abc import Callable
 from typing import Any
 
 from otelguard import ConfigError, GuardConfig
+from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.metrics_server import MetricsServer, serve_metrics
-from otelguard.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent, Step
 from otelguard.telemetry import Telemetry
-from otelguard.telemetry.export import SpanExport, span_export_from_env
+from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
 
 __all__ = ["add_arguments", "run"]
 
@@ -90,7 +90,9 @@ def _start_agents(
 ) -> list[threading.Thread]:
     telemetry = Telemetry(tracer_provider=spans.provider)
     names = _agent_names(args.agents)
-    tools = tuple(sorted({step.tool for scenario in SCENARIOS.values() for step in _first_steps(scenario)}))
+    tools = tuple(
+        sorted({step.tool_name for scenario in SCENARIOS.values() for step in _first_steps(scenario)})
+    )
     for name in names:
         telemetry.prime(name, tools=tools, caps=tuple(config.caps.turn))
     interval = len(names) / args.rate
@@ -224,7 +226,7 @@ def _render(url: str, span_target: str, stats: DemoStats) -> Any:
     styles = {"warn": "yellow", "reject": "magenta", "block": "red", "halt": "bold red"}
     for row in reversed(snap["recent"]):
         recent.add_row(
-            row.agent, row.scenario, row.tool, Text(row.action, style=styles.get(row.action, "")), row.code,
+            row.agent, row.scenario, row.tool_name, Text(row.action, style=styles.get(row.action, "")), row.code,
             f"{row.count}/{row.limit}",
         )  # fmt: skip
     return Group(header, codes, recent)

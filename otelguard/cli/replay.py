@@ -1,4 +1,4 @@
-"""`otelguard replay PATH...`: run recorded agent transcripts through the guard (SPEC §7).
+"""`otelguard replay PATH...`: run recorded agent transcripts through the guard (docs/replay.md).
 
 Exit codes: 0 success, 1 the replay ran but inputs had errors (or the push failed), 2 usage or
 configuration error. ``--json`` prints exactly one JSON document on stdout; progress goes to stderr.
@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from otelguard import ConfigError, GuardConfig
+from otelguard.cli.replay_tables import render_report
 from otelguard.replay import (
     AUTO,
     FORMATS,
@@ -176,7 +177,7 @@ def _print_report(report: ReplayReport, *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        report.render(Console())
+        render_report(report, Console())
 
 
 @contextlib.contextmanager

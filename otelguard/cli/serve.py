@@ -20,7 +20,7 @@ from otelguard.metrics_server import bind, tls_context
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
 from otelguard.sidecar import Sidecar
 from otelguard.telemetry import Telemetry
-from otelguard.telemetry.export import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
+from otelguard.telemetry.tracer_setup import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:

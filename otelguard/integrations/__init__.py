@@ -1,4 +1,5 @@
-"""Adapters that put a guard inside an agent framework's own extension point.
+"""Adapters that put a ``Guard`` inside an agent framework's own extension points.
 
-Importing this package imports no framework; each adapter module imports its framework lazily.
+Each adapter lives in its own module and imports its framework only when used; this package imports
+nothing.
 """

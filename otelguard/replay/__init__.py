@@ -1,7 +1,7 @@
 """Replaying recorded agent transcripts through the guard (``otelguard replay``).
 
 Readers per format stream lines into a normalised event stream (``events``); the runner feeds it to
-one ``Guard`` per session; the report is the SPEC §7 document and its tables.
+one ``Guard`` per session; the report is the document of docs/replay.md and its tables.
 """
 
 from otelguard.replay.events import EventSink, SessionKey, ToolCall

@@ -31,7 +31,7 @@ class ToolCall:
     """
 
     call_id: str | None
-    tool: str
+    tool_name: str
     args: Any
     line: int
     result: Any = None

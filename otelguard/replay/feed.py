@@ -107,7 +107,7 @@ class SessionFeed:
             slot, call = self._pending.popitem(last=False)
             if not call.has_result:
                 which = call.call_id if call.call_id is not None else "(legacy function call)"
-                self.error(call.line, f"tool call {which} ({call.tool}) has no result; not replayed")
+                self.error(call.line, f"tool call {which} ({call.tool_name}) has no result; not replayed")
             self._emit(slot, call)
         self._legacy.clear()
 

@@ -1,4 +1,4 @@
-"""The replay report: the SPEC §7 JSON document and the rich tables people read.
+"""The replay report: the data behind the JSON document (docs/replay.md) and the CLI's tables.
 
 It holds tool names, call ids, codes and counts only: never argument values, results or error texts.
 """
@@ -7,18 +7,13 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass, field
-from typing import Any, Final, Literal
-
-from rich.console import Console
-from rich.table import Table
+from typing import Any, Final
 
 __all__ = ["ErrorRecord", "HaltRecord", "InputReport", "ReplayReport", "SessionReport"]
 
 MAX_LISTED: Final = 1000
 """Halts per session and errors per run kept in the report; the rest are counted as omitted so a
 huge input cannot grow the report without bound."""
-_MAX_ROWS: Final = 50
-"""Rows per table in the human report (``--json`` has everything)."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -26,7 +21,7 @@ class HaltRecord:
     turn: int
     call: int
     call_id: str | None
-    tool: str
+    tool_name: str
     action: str
     code: str
 
@@ -85,7 +80,7 @@ def _halt_json(halt: HaltRecord) -> dict[str, Any]:
         "turn": halt.turn,
         "call": halt.call,
         "call_id": halt.call_id,
-        "tool": halt.tool,
+        "tool": halt.tool_name,
         "action": halt.action,
         "code": halt.code,
     }
@@ -129,7 +124,7 @@ class ReplayReport:
         }
 
     def to_json(self) -> dict[str, Any]:
-        """The SPEC §7 document (plus ``cap_hits`` and error/halt overflow counts)."""
+        """The replay document of docs/replay.md (plus ``cap_hits`` and error/halt overflow counts)."""
         doc: dict[str, Any] = {
             "inputs": [
                 {"path": i.path, "format": i.format, "sessions": i.sessions, "errors": i.errors}
@@ -142,112 +137,3 @@ class ReplayReport:
         if self.errors_total > len(self.errors):
             doc["errors_omitted"] = self.errors_total - len(self.errors)
         return doc
-
-    def render(self, console: Console) -> None:
-        totals = self.totals()
-        console.print(_inputs_table(self))
-        console.print(_sessions_table(self))
-        if totals["decisions"]:
-            console.print(_decisions_table(self, totals["decisions"]))
-        if totals["cap_hits"]:
-            console.print(_counts_table("cap hits", "cap", totals["cap_hits"]))
-        if totals["halts"]:
-            console.print(_halts_table(self))
-        if self.errors:
-            console.print(_errors_table(self))
-        console.print(
-            f"sessions: [bold]{totals['sessions']}[/], turns: [bold]{totals['turns']}[/], "
-            f"tool calls: [bold]{totals['tool_calls']}[/], would-be halts: [bold]{totals['halts']}[/], "
-            f"calls that would not have run: [bold]{totals['prevented_calls']}[/], "
-            f"input errors: [bold]{totals['errors']}[/]",
-            highlight=False,
-        )
-
-
-def _inputs_table(report: ReplayReport) -> Table:
-    table = Table(title="inputs", title_justify="left")
-    for column in ("path", "format", "sessions", "errors"):
-        table.add_column(column, justify="right" if column in ("sessions", "errors") else "left")
-    for entry in list(report.inputs.values())[:_MAX_ROWS]:
-        table.add_row(entry.path, entry.format, str(entry.sessions), str(entry.errors))
-    _more(table, len(report.inputs), "inputs")
-    return table
-
-
-def _sessions_table(report: ReplayReport) -> Table:
-    table = Table(title="sessions", title_justify="left")
-    table.add_column("session", overflow="fold")
-    for column in ("turns", "tool calls", "warnings", "halted turns", "not run"):
-        table.add_column(column, justify="right")
-    for session in report.sessions[:_MAX_ROWS]:
-        warnings = sum(n for code, n in session.decisions.items() if code.endswith("_warn"))
-        table.add_row(
-            session.session_id,
-            str(session.turns),
-            str(session.tool_calls),
-            str(warnings),
-            str(session.halts_total),
-            str(session.prevented_calls),
-        )
-    _more(table, len(report.sessions), "sessions")
-    return table
-
-
-def _decisions_table(report: ReplayReport, decisions: dict[str, int]) -> Table:
-    table = Table(title="decisions by code", title_justify="left")
-    table.add_column("code")
-    table.add_column("action")
-    table.add_column("count", justify="right")
-    for code, count in sorted(decisions.items(), key=lambda item: (-item[1], item[0])):
-        table.add_row(code, "/".join(sorted(report.actions.get(code, ()))), str(count))
-    return table
-
-
-def _counts_table(title: str, key: str, counts: dict[str, int]) -> Table:
-    table = Table(title=title, title_justify="left")
-    table.add_column(key)
-    table.add_column("count", justify="right")
-    for name, count in sorted(counts.items()):
-        table.add_row(name, str(count))
-    return table
-
-
-def _halts_table(report: ReplayReport) -> Table:
-    table = Table(title="would-be halts (first block/halt of each turn)", title_justify="left")
-    for column in ("session", "turn", "call", "call id", "tool", "action", "code"):
-        justify: Literal["left", "right"] = "right" if column in ("turn", "call") else "left"
-        table.add_column(column, justify=justify, overflow="fold")
-    shown = 0
-    total = 0
-    for session in report.sessions:
-        total += session.halts_total
-        for halt in session.halts:
-            if shown < _MAX_ROWS:
-                shown += 1
-                table.add_row(
-                    session.session_id,
-                    str(halt.turn),
-                    str(halt.call),
-                    halt.call_id or "",
-                    halt.tool,
-                    halt.action,
-                    halt.code,
-                )
-    _more(table, total, "halts")
-    return table
-
-
-def _errors_table(report: ReplayReport) -> Table:
-    table = Table(title="input errors (skipped)", title_justify="left")
-    table.add_column("where")
-    table.add_column("reason")
-    for error in report.errors[:_MAX_ROWS]:
-        where = error.path if error.line is None else f"{error.path}:{error.line}"
-        table.add_row(where, error.reason)
-    _more(table, report.errors_total, "errors")
-    return table
-
-
-def _more(table: Table, total: int, what: str) -> None:
-    if total > _MAX_ROWS:
-        table.caption = f"first {_MAX_ROWS} of {total} {what}; --json lists more"

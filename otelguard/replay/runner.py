@@ -12,8 +12,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
+from otelguard import decisions as codes
 from otelguard.replay.events import SessionKey, ToolCall
 from otelguard.replay.report import ErrorRecord, HaltRecord, InputReport, ReplayReport, SessionReport
+from otelguard.testing import ScriptedCall, play_call
 
 __all__ = ["ReplayRunner"]
 
@@ -79,14 +81,13 @@ class ReplayRunner:
             return
         if not call.has_result:
             return  # reported by the reader; its outcome would be a guess
-        guard = session.guard
-        decision = guard.before_call(call.tool, call.args, call_id=call.call_id)
-        if self._note(session, call, decision) or not decision.allows_execution:
-            return
-        decision = guard.after_call(
-            call.tool, call.args, call.result, failed=call.failed, call_id=call.call_id
+        played = play_call(
+            session.guard,
+            ScriptedCall(call.tool_name, call.args, call.result, call.failed, None, call.call_id),
         )
-        self._note(session, call, decision)
+        self._note(session, call, played.before)
+        if played.after is not None:
+            self._note(session, call, played.after)
 
     def end_session(self, key: SessionKey) -> None:
         session = self._open.pop(key, None)
@@ -113,11 +114,11 @@ class ReplayRunner:
 
     def _note(self, session: _Session, call: ToolCall, decision: Decision) -> bool:
         """Count a non-allow decision; record the turn's first block/halt. True when the turn halts."""
-        if decision.code == "allow":
+        if decision.code == codes.ALLOW:
             return False
         report = session.report
         report.decisions[decision.code] += 1
-        if decision.cap is not None and decision.code in ("cap_turn", "cap_session"):
+        if decision.cap is not None and decision.code in (codes.CAP_TURN, codes.CAP_SESSION):
             report.cap_hits[decision.cap] += 1
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
         if not decision.should_halt:
@@ -128,7 +129,7 @@ class ReplayRunner:
                 turn=report.turns,
                 call=session.call_in_turn,
                 call_id=call.call_id,
-                tool=call.tool,
+                tool_name=call.tool_name,
                 action=decision.action,
                 code=decision.code,
             )

@@ -15,6 +15,7 @@ from typing import IO, Any, Final, Protocol
 
 import orjson
 
+from otelguard.errors import UsageError
 from otelguard.replay.chat import ANTHROPIC, OPENAI, ChatReader
 from otelguard.replay.claude_code import CLAUDE_CODE, ClaudeCodeReader
 from otelguard.replay.events import EventSink
@@ -38,10 +39,6 @@ _CLAUDE_CODE_TYPES: Final = frozenset(
     {"user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation"}
 )
 _PROGRESS_EVERY_BYTES: Final = 1 << 20
-
-
-class UsageError(Exception):
-    """A command-line input that cannot be used at all (exit 2)."""
 
 
 def detect_format(record: Any) -> str | None:

@@ -1,4 +1,4 @@
-"""OpenTelemetry spans and Prometheus metrics for every guard decision (SPEC §5).
+"""OpenTelemetry spans and Prometheus metrics for every guard decision (contract: docs/telemetry.md).
 
 ``Telemetry`` is what ``Guard(config, telemetry=...)`` accepts; ``bind`` gives the guard its observer.
 """

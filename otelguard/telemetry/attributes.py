@@ -1,4 +1,4 @@
-"""Span names, attribute names and metric names otelguard emits (SPEC §5).
+"""Span names, attribute names and metric names otelguard emits (docs/telemetry.md).
 
 The GenAI names follow the OpenTelemetry GenAI semantic conventions; they are spelled out here
 rather than imported so otelguard does not depend on the (unstable) semantic-conventions package.

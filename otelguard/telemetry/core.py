@@ -1,4 +1,4 @@
-"""``Telemetry``: turns guard decisions into OpenTelemetry spans and Prometheus metrics (SPEC §5).
+"""``Telemetry``: turns guard decisions into OpenTelemetry spans and Prometheus metrics (docs/telemetry.md).
 
 One ``Telemetry`` may serve many guards: ``bind(settings)`` returns a per-guard observer that holds
 the turn span, while metric families, label bounds and the signature-series bound are shared.
@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from otelguard._version import __version__
 from otelguard.config import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, Decision, TurnSummary
-from otelguard.observers import CallEvent, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for
 
@@ -52,7 +52,7 @@ class Telemetry:
 
     ``tracer_provider``/``registry`` default to the global OTel provider and prometheus_client's
     default registry. Keyword settings left at ``None`` come from the guard config's ``telemetry:``
-    section (SPEC §4.1). Never installs a global provider.
+    section (see docs/configuration.md). Never installs a global provider.
     """
 
     def __init__(
@@ -121,7 +121,7 @@ class Telemetry:
         return space
 
 
-class GuardTelemetry:
+class GuardTelemetry(GuardObserver):
     """The observer one guard reports to (``GuardObserver``). Safe to call from many threads."""
 
     def __init__(self, tracer: trace.Tracer, space: LabelSpace, settings: TelemetrySettings) -> None:
@@ -300,7 +300,7 @@ class GuardTelemetry:
 
 
 def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | None:
-    """``error.type`` per SPEC §4.1, on otelguard's own span and on a host's span alike."""
+    """``error.type`` as docs/telemetry.md defines it, on otelguard's own span and on a host's span alike."""
     if decision.action in _REFUSING_ACTIONS:
         return decision.code
     if outcome == "failed":

@@ -1,4 +1,4 @@
-"""Prometheus metric families (SPEC §5), bounded label values and the bounded signature series.
+"""Prometheus metric families (docs/telemetry.md), bounded label values and the bounded signature series.
 
 Families are created once per registry and shared by every ``Telemetry`` that uses the registry,
 so creating two ``Telemetry()`` objects on the default registry does not register the names twice.

@@ -21,6 +21,7 @@ import orjson
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
+from otelguard.testing import ScriptedCall, play_call
 
 __all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent", "Step"]
 
@@ -34,7 +35,7 @@ MAX_STEPS_PER_TURN: Final = 120
 class Step:
     """One tool call the simulated model makes, and what the fake tool answers."""
 
-    tool: str
+    tool_name: str
     args: dict[str, Any]
     result: str
     failed: bool = False
@@ -143,7 +144,7 @@ _WEIGHTS: Final = {name: (6 if name == "healthy" else 1) for name in SCENARIOS}
 class DecisionRow:
     agent: str
     scenario: str
-    tool: str
+    tool_name: str
     action: str
     code: str
     count: int
@@ -259,12 +260,10 @@ class SimulatedAgent:
 
     def play(self, guard: Guard, scenario: str, step: Step, call_id: str) -> None:
         self.stats.record_call()
-        decision = guard.before_call(step.tool, step.args, call_id=call_id)
-        if decision.allows_execution:
-            if decision.action != "allow":
-                self.stats.record_decision(self.name, scenario, decision)
-            decision = guard.after_call(
-                step.tool, step.args, step.result, failed=step.failed, refusal=step.refusal, call_id=call_id
-            )
-        if decision.action != "allow":
-            self.stats.record_decision(self.name, scenario, decision)
+        played = play_call(
+            guard, ScriptedCall(step.tool_name, step.args, step.result, step.failed, step.refusal, call_id)
+        )
+        if played.ran and played.before.action != "allow":
+            self.stats.record_decision(self.name, scenario, played.before)
+        if played.decision.action != "allow":
+            self.stats.record_decision(self.name, scenario, played.decision)

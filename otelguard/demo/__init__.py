@@ -1,0 +1,1 @@
+"""The demo's simulated agents (``otelguard demo``): scenarios played through a real guard."""

@@ -1,0 +1,220 @@
+"""hermes-agent plugin: a ``Guard`` per hermes session, fed by hermes' own tool-call hooks.
+
+Installed with otelguard, hermes discovers it through the ``hermes_agent.plugins`` entry point; enable
+it with ``hermes plugins enable otelguard``. hermes calls ``register(ctx)`` once per process; the
+plugin then answers:
+
+* ``pre_tool_call`` → ``before_call``; a refused call returns ``{"action": "block", "message": ...}``,
+  which hermes hands to the model as the tool result without running the tool;
+* ``post_tool_call`` → ``after_call`` with hermes' ``status``: ``ok`` succeeded, ``error`` failed,
+  ``blocked`` refused by another plugin (category ``plugin_block``; a call this guard refused itself
+  is not reported twice);
+* ``transform_tool_result`` (hermes runs it right after ``post_tool_call``) appends a warning's or
+  halt's guidance to the result the model sees (``Decision.annotate``);
+* ``pre_llm_call`` and a new ``turn_id`` start a turn; ``on_session_end`` (hermes fires it at the end
+  of every conversation run) ends it; ``on_session_finalize`` forgets the session.
+
+Configuration comes from the environment, since hermes passes plugins no arguments:
+``OTELGUARD_CONFIG`` (a config file), ``OTELGUARD_METRICS_PORT`` (serve ``/metrics`` on loopback),
+``OTELGUARD_AGENT`` (the ``agent`` label, default ``hermes``). This module never imports hermes.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Final, Generic, Protocol, TypeVar
+
+from otelguard.config import GuardConfig
+from otelguard.decisions import Decision
+from otelguard.environment_variables import OTELGUARD_AGENT, OTELGUARD_CONFIG, OTELGUARD_METRICS_PORT
+from otelguard.errors import ConfigError
+from otelguard.guard import Guard
+from otelguard.sessions import DEFAULT_MAX_SESSIONS, SessionPool
+
+__all__ = ["HermesGuardPlugin", "register"]
+
+V = TypeVar("V")
+
+logger = logging.getLogger("otelguard")
+
+DEFAULT_AGENT: Final = "hermes"
+PLUGIN_BLOCK: Final = "plugin_block"
+_CALL_MEMORY: Final = 1024
+"""Calls remembered between two hooks of the same call (a refusal, a warning to annotate)."""
+
+
+class HookRegistry(Protocol):
+    """The part of hermes' ``PluginContext`` the plugin uses."""
+
+    def register_hook(self, hook_name: str, callback: Callable[..., Any]) -> None: ...
+
+
+class _Session:
+    __slots__ = ("guard", "in_turn", "lock", "turn_id")
+
+    def __init__(self, guard: Guard) -> None:
+        self.guard = guard
+        self.turn_id = ""
+        self.in_turn = False
+        self.lock = threading.Lock()
+
+
+class _BoundedCallMap(Generic[V]):
+    """The last ``_CALL_MEMORY`` calls' entries, oldest dropped first; thread-safe."""
+
+    def __init__(self) -> None:
+        self._entries: OrderedDict[tuple[str, str], V] = OrderedDict()
+        self._lock = threading.Lock()
+
+    def put(self, key: tuple[str, str], value: V) -> None:
+        with self._lock:
+            self._entries[key] = value
+            while len(self._entries) > _CALL_MEMORY:
+                self._entries.popitem(last=False)
+
+    def take_value(self, key: tuple[str, str]) -> tuple[bool, V | None]:
+        with self._lock:
+            if key not in self._entries:
+                return False, None
+            return True, self._entries.pop(key)
+
+    def take(self, key: tuple[str, str]) -> bool:
+        return self.take_value(key)[0]
+
+
+class HermesGuardPlugin:
+    """The hook callbacks, one ``Guard`` per hermes ``session_id`` in a bounded pool."""
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        telemetry: Any = None,
+        agent: str | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+    ) -> None:
+        self.config = config if config is not None else GuardConfig()
+        self.agent = agent or DEFAULT_AGENT
+        self._telemetry = telemetry
+        self._sessions: SessionPool[_Session] = SessionPool(self._new_session, max_sessions=max_sessions)
+        self._refused = _BoundedCallMap[None]()
+        self._to_annotate = _BoundedCallMap[Decision]()
+
+    @classmethod
+    def from_environment(cls, environ: Mapping[str, str] = os.environ) -> HermesGuardPlugin:
+        """The plugin as ``OTELGUARD_CONFIG``, ``OTELGUARD_METRICS_PORT`` and ``OTELGUARD_AGENT`` say."""
+        config_path = environ.get(OTELGUARD_CONFIG)
+        config = GuardConfig.from_file(config_path) if config_path else GuardConfig()
+        port_text = environ.get(OTELGUARD_METRICS_PORT)
+        if port_text:
+            from otelguard import serve_metrics
+
+            try:
+                port = int(port_text)
+            except ValueError:
+                raise ConfigError(OTELGUARD_METRICS_PORT, port_text, "expected a port number") from None
+            serve_metrics(port=port)
+        return cls(config, telemetry=True, agent=environ.get(OTELGUARD_AGENT))
+
+    def _new_session(self, session_id: str) -> _Session:
+        return _Session(Guard(self.config, self._telemetry, agent=self.agent))
+
+    def _session_for_turn(self, session_id: str, turn_id: str) -> _Session:
+        session = self._sessions.get(session_id or "")
+        with session.lock:
+            # hermes leaves turn_id empty where it has none: such calls continue the current turn.
+            if not session.in_turn or (turn_id and turn_id != session.turn_id):
+                session.guard.start_turn(turn_id=turn_id or None, agent=self.agent)
+                session.turn_id = turn_id
+                session.in_turn = True
+        return session
+
+    def on_pre_llm_call(self, *, session_id: str = "", turn_id: str = "", **_: Any) -> None:
+        self._session_for_turn(session_id, turn_id)
+
+    def on_pre_tool_call(
+        self,
+        *,
+        tool_name: str,
+        args: Any = None,
+        session_id: str = "",
+        tool_call_id: str = "",
+        turn_id: str = "",
+        **_: Any,
+    ) -> dict[str, str] | None:
+        session = self._session_for_turn(session_id, turn_id)
+        decision = session.guard.before_call(tool_name, args, call_id=tool_call_id or None)
+        if decision.allows_execution:
+            return None
+        if tool_call_id:
+            self._refused.put((session_id, tool_call_id), None)
+        return {"action": "block", "message": decision.synthetic_result()}
+
+    def on_post_tool_call(
+        self,
+        *,
+        tool_name: str,
+        args: Any = None,
+        result: Any = None,
+        session_id: str = "",
+        tool_call_id: str = "",
+        turn_id: str = "",
+        status: str | None = None,
+        error_type: str | None = None,
+        **_: Any,
+    ) -> None:
+        if status == "blocked" and tool_call_id and self._refused.take((session_id, tool_call_id)):
+            return
+        session = self._session_for_turn(session_id, turn_id)
+        call_id = tool_call_id or None
+        if status == "blocked":
+            refusal = error_type or PLUGIN_BLOCK
+            decision = session.guard.after_call(tool_name, args, result, refusal=refusal, call_id=call_id)
+        else:
+            failed = status == "error"
+            decision = session.guard.after_call(tool_name, args, result, failed=failed, call_id=call_id)
+        if decision.action in ("warn", "halt"):
+            self._to_annotate.put((session_id, tool_call_id), decision)
+
+    def on_transform_tool_result(
+        self, *, result: Any = None, session_id: str = "", tool_call_id: str = "", **_: Any
+    ) -> str | None:
+        found, decision = self._to_annotate.take_value((session_id, tool_call_id))
+        if not found or decision is None or not isinstance(result, str):
+            return None
+        annotated: str = decision.annotate(result)
+        return annotated
+
+    def on_turn_end(self, *, session_id: str = "", **_: Any) -> None:
+        session = self._sessions.peek(session_id or "")
+        if session is None:
+            return
+        with session.lock:
+            if session.in_turn:
+                session.guard.end_turn()
+                session.in_turn = False
+
+    def on_session_finalize(self, *, session_id: str = "", **_: Any) -> None:
+        session = self._sessions.pop(session_id or "")
+        if session is not None:
+            with session.lock:
+                if session.in_turn:
+                    session.guard.end_turn()
+                    session.in_turn = False
+
+    def register(self, ctx: HookRegistry) -> None:
+        ctx.register_hook("pre_llm_call", self.on_pre_llm_call)
+        ctx.register_hook("pre_tool_call", self.on_pre_tool_call)
+        ctx.register_hook("post_tool_call", self.on_post_tool_call)
+        ctx.register_hook("transform_tool_result", self.on_transform_tool_result)
+        ctx.register_hook("on_session_end", self.on_turn_end)
+        ctx.register_hook("on_session_finalize", self.on_session_finalize)
+
+
+def register(ctx: HookRegistry) -> None:
+    """hermes-agent's plugin entry point: guard every tool call of this process's sessions."""
+    HermesGuardPlugin.from_environment().register(ctx)

@@ -1,0 +1,217 @@
+"""The import rules of the package (docs/architecture.md), read from the source with ``ast``.
+
+Module-level imports only: imports inside functions (the lazy ones) and under ``if TYPE_CHECKING:``
+are not edges. ``from otelguard import X`` is an edge to the module the lazy package namespace
+loads ``X`` from.
+"""
+
+from __future__ import annotations
+
+import ast
+import subprocess
+import sys
+from functools import cache
+from pathlib import Path
+
+import otelguard
+
+PACKAGE_DIR = Path(otelguard.__file__).parent
+
+CORE = {
+    "otelguard.caps",
+    "otelguard.classify",
+    "otelguard.config",
+    "otelguard.decisions",
+    "otelguard.detectors",
+    "otelguard.errors",
+    "otelguard.guard",
+    "otelguard.observers",
+    "otelguard.pending_calls",
+    "otelguard.results",
+    "otelguard.sessions",
+    "otelguard.signatures",
+    "otelguard.tool_calls",
+}
+"""The guard itself: what every host loads."""
+
+OUTER = ("telemetry", "cli", "replay", "bench", "integrations", "demo", "metrics_server", "exporter")
+"""Packages and modules built on the core; the core imports none of them."""
+
+MAX_DEPTH = 5
+HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client")
+
+
+def _module_name(path: Path) -> str:
+    parts = list(path.relative_to(PACKAGE_DIR.parent).with_suffix("").parts)
+    if parts[-1] == "__init__":
+        parts.pop()
+    return ".".join(parts)
+
+
+@cache
+def _modules() -> dict[str, Path]:
+    return {_module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+def _is_type_checking(test: ast.expr) -> bool:
+    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
+        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING"
+    )
+
+
+def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+    found: list[ast.Import | ast.ImportFrom] = []
+    pending: list[ast.stmt] = list(tree.body)
+    while pending:
+        node = pending.pop()
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found.append(node)
+        elif isinstance(node, ast.If) and not _is_type_checking(node.test):
+            pending.extend(node.body + node.orelse)
+        elif isinstance(node, ast.Try):
+            pending.extend(node.body + node.orelse + node.finalbody)
+            for handler in node.handlers:
+                pending.extend(handler.body)
+    return found
+
+
+def _lazy_homes() -> dict[str, str]:
+    homes: dict[str, str] = otelguard._HOMES  # type: ignore[attr-defined]
+    return homes
+
+
+def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
+    modules = _modules()
+    if isinstance(node, ast.Import):
+        return {alias.name for alias in node.names if alias.name in modules}
+    base = node.module or ""
+    if node.level:
+        package = module if _modules()[module].name == "__init__.py" else module.rpartition(".")[0]
+        for _ in range(node.level - 1):
+            package = package.rpartition(".")[0]
+        base = f"{package}.{base}" if base else package
+    targets: set[str] = set()
+    for alias in node.names:
+        if f"{base}.{alias.name}" in modules:
+            targets.add(f"{base}.{alias.name}")  # a submodule
+        elif base == "otelguard" and alias.name in _lazy_homes():
+            targets.add(_lazy_homes()[alias.name])
+        elif base in modules:
+            targets.add(base)
+    return targets
+
+
+@cache
+def _graph() -> dict[str, frozenset[str]]:
+    graph: dict[str, frozenset[str]] = {}
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        edges: set[str] = set()
+        for node in _module_level_imports(tree):
+            edges |= _targets(module, node)
+        edges.discard(module)
+        graph[module] = frozenset(edges)
+    return graph
+
+
+def _is_outer(module: str) -> bool:
+    parts = module.split(".")
+    return len(parts) > 1 and parts[1] in OUTER
+
+
+def test_the_graph_sees_the_core() -> None:
+    """The reader finds every core module and the imports between them (a broken reader finds none)."""
+    graph = _graph()
+    assert set(graph) >= CORE
+    assert "otelguard.pending_calls" in graph["otelguard.guard"]
+    assert "otelguard.decisions" in graph["otelguard.observers"]
+    # TYPE_CHECKING imports are not edges: tool_calls names Guard only for the type checker
+    assert "otelguard.guard" not in graph["otelguard.tool_calls"]
+
+
+def test_the_core_imports_nothing_built_on_it() -> None:
+    """guard, detectors, caps, config, signatures, results, decisions, classify, observers, tool_calls,
+    pending_calls, errors and sessions import nothing from telemetry, cli, replay, bench,
+    integrations, demo or the metrics server."""
+    graph = _graph()
+    offences = {module: sorted(t for t in graph[module] if _is_outer(t)) for module in CORE}
+    assert {m: t for m, t in offences.items() if t} == {}
+
+
+def test_no_import_cycles() -> None:
+    """No module reaches itself through module-level imports."""
+    graph = _graph()
+    state: dict[str, int] = {}  # 1: on the current path, 2: done
+    cycles: list[list[str]] = []
+
+    def visit(module: str, path: list[str]) -> None:
+        state[module] = 1
+        for target in sorted(graph.get(module, ())):
+            if state.get(target) == 1:
+                cycles.append([*path[path.index(target) :], target])
+            elif target not in state:
+                visit(target, [*path, target])
+        state[module] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+def _depth(module: str, graph: dict[str, frozenset[str]], memo: dict[str, int]) -> int:
+    if module not in memo:
+        memo[module] = 1 + max((_depth(t, graph, memo) for t in graph.get(module, ())), default=-1)
+    return memo[module]
+
+
+def test_import_chains_from_the_package_root_are_short() -> None:
+    """From ``otelguard`` (its public names included) no import chain is longer than five steps."""
+    graph = dict(_graph())
+    graph["otelguard"] = graph["otelguard"] | frozenset(_lazy_homes().values())
+    assert _depth("otelguard", graph, {}) <= MAX_DEPTH
+
+
+def test_importing_otelguard_loads_nothing_heavy() -> None:
+    """``python -X importtime -c "import otelguard"`` shows neither rich nor the OpenTelemetry SDK nor
+    prometheus_client."""
+    done = subprocess.run(
+        [sys.executable, "-X", "importtime", "-c", "import otelguard"],
+        capture_output=True,
+        text=True,
+        check=True,
+        cwd=PACKAGE_DIR.parent,
+    )
+    loaded = {line.rpartition("|")[2].strip() for line in done.stderr.splitlines() if "|" in line}
+    assert "otelguard" in loaded
+    heavy = sorted(name for name in loaded if any(name == h or name.startswith(f"{h}.") for h in HEAVY))
+    assert heavy == []
+
+
+def test_the_guard_loads_without_telemetry() -> None:
+    """A guard without telemetry runs a call without loading OpenTelemetry, prometheus_client or rich."""
+    code = (
+        "import sys\n"
+        "from otelguard import Guard\n"
+        "g = Guard(); g.before_call('read_file', {'p': 1}); g.after_call('read_file', {'p': 1}, 'x')\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('rich', 'opentelemetry', 'prometheus_client')))\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd=PACKAGE_DIR.parent
+    )
+    assert done.stdout.strip() == "[]"
+
+
+def test_only_the_cli_imports_rich() -> None:
+    """Tables and colours are the command line's: no module outside ``otelguard.cli`` imports rich."""
+    users = []
+    for module, path in _modules().items():
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module:
+                names = [node.module]
+            if any(n == "rich" or n.startswith("rich.") for n in names):
+                users.append(module)
+    assert sorted(m for m in set(users) if not m.startswith("otelguard.cli")) == []
+    assert "otelguard.cli.replay_tables" in users
