@@ -253,12 +253,12 @@ def test_forced_format_reads_the_file_as_that_format(capsys: pytest.CaptureFixtu
 def test_readme_example_output_is_the_real_output(
     capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """The output pasted in the README's replay section is what the command prints today."""
+    """The output pasted in the docs' replay section is what the command prints today."""
     command = "$ otelguard replay otelguard/data/examples/claude-code-runaway-search.jsonl\n"
     root = Path(__file__).parent.parent
-    documents = [root / "README.md"]
+    documents = [root / "README.md", root / "docs" / "replay.md"]
     pasted = [p.read_text() for p in documents if command in p.read_text()]
-    assert pasted, "the README no longer shows `otelguard replay` on the bundled example"
+    assert pasted, "the docs no longer show `otelguard replay` on the bundled example"
     monkeypatch.setenv("COLUMNS", "110")
     monkeypatch.chdir(root)
     assert main(["replay", "otelguard/data/examples/claude-code-runaway-search.jsonl"]) == 0

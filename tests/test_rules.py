@@ -15,13 +15,14 @@ import pytest
 import yaml
 
 from tests.e2e import require_binary
+from tests.markdown_docs import anchors
 
 REPO = Path(__file__).resolve().parent.parent
 PROMETHEUS_DIR = REPO / "dashboards" / "prometheus"
 RULES_YAML = PROMETHEUS_DIR / "otelguard-rules.yaml"
 PACKAGE_RULES_YAML = REPO / "otelguard" / "data" / "prometheus" / "otelguard-rules.yaml"
 TESTS_DIR = PROMETHEUS_DIR / "tests"
-README = REPO / "README.md"
+DASHBOARDS_DOC = REPO / "docs" / "dashboards.md"
 
 ALERTS = {
     "OtelguardRunawaySearchLoop": "runaway_search_loop.yaml",
@@ -78,7 +79,7 @@ def test_spec_alerts_exist_with_severity_summary_description_runbook() -> None:
         assert "{{" not in annotations["summary"], "summary is plain text"
         assert "{{ $labels." in annotations["description"] and "{{ $value" in annotations["description"]
         assert annotations["runbook_url"].startswith(
-            "https://github.com/otelguard/otelguard/blob/main/README.md#"
+            "https://github.com/otelguard/otelguard/blob/main/docs/dashboards.md#"
         )
         assert re.fullmatch(r"\d+m", rule["for"]), "every alert waits before firing"
 
@@ -93,19 +94,12 @@ def test_runaway_alerts_page_and_key_on_their_cap() -> None:
         assert f'cap="{cap}"' in found[name]["expr"]
 
 
-def github_anchor(heading: str) -> str:
-    """The anchor GitHub gives a README heading: lower-case, punctuation dropped, spaces to '-'."""
-    text = re.sub(r"[^\w\- ]", "", heading.strip().lower())
-    return text.replace(" ", "-")
-
-
-def test_runbook_urls_point_at_readme_sections_that_exist() -> None:
-    headings = re.findall(r"^#{1,6} (.+)$", README.read_text(encoding="utf-8"), flags=re.M)
-    anchors = {github_anchor(h) for h in headings}
+def test_runbook_urls_point_at_runbook_sections_that_exist() -> None:
+    sections = anchors(DASHBOARDS_DOC)
     for name, rule in alerts().items():
         anchor = rule["annotations"]["runbook_url"].rsplit("#", 1)[1]
-        assert anchor in anchors, f"{name}: no README heading for #{anchor}"
-    assert "dashboards-and-alerts" in anchors
+        assert anchor == name.lower()
+        assert anchor in sections, f"{name}: no heading for #{anchor} in docs/dashboards.md"
 
 
 def test_recording_rules_are_named_level_metric_operation() -> None:

@@ -97,7 +97,7 @@ class HookFeed:
         stream.call += 1
         if stream.halted or not call.has_result:
             return
-        tool = getattr(call, "tool_name", None) or call.tool  # type: ignore[attr-defined]
+        tool = call.tool_name
         fields = {"tool_name": tool, "tool_input": call.args, "tool_use_id": call.call_id}
         answer = self.send(key, "PreToolUse", **fields)
         if (

@@ -264,7 +264,7 @@ def test_signature_series_stay_bounded_after_10000_distinct_looping_signatures(t
         value(registry, "otelguard_tool_calls_total", agent=AGENT, tool="terminal", outcome="failed")
         == 20_000
     )
-    # the figure for the README's closing note
+    # the figure docs/telemetry.md quotes ("Bounds")
     (tmp_path / "series.txt").write_text(str(total_series))
     print(f"series after 10,000 looping signatures: {len(hits)} signature series, {total_series} samples")
     assert total_series < 1000

@@ -536,7 +536,7 @@ def build_dashboard() -> dash.Dashboard:
         .link(
             dash.DashboardLink("Runbooks")
             .type(model.DashboardLinkType.LINK)
-            .url(f"{rules.RUNBOOK_BASE}#dashboards-and-alerts")
+            .url(f"{rules.RUNBOOK_BASE}#runbooks")
             .icon("doc")
             .target_blank(True)
         )
