@@ -34,9 +34,10 @@ class NamePatterns:
 
 
 class ToolFacts:
-    """What the config says about one tool name: its class, its caps, whether it spawns subagents."""
+    """What the config says about one tool name: its class, its caps, whether it spawns subagents,
+    which of its arguments are cosmetic."""
 
-    __slots__ = ("caps_session", "caps_turn", "failure_tolerant", "spawn_arg", "tool_class")
+    __slots__ = ("caps_session", "caps_turn", "failure_tolerant", "ignored_args", "spawn_arg", "tool_class")
 
     def __init__(
         self,
@@ -45,12 +46,14 @@ class ToolFacts:
         caps_turn: tuple[tuple[str, int], ...],
         caps_session: tuple[tuple[str, int], ...],
         spawn_arg: str | bool | None,
+        ignored_args: frozenset[str] = frozenset(),
     ) -> None:
         self.tool_class = tool_class
         self.failure_tolerant = failure_tolerant
         self.caps_turn = caps_turn
         self.caps_session = caps_session
         self.spawn_arg = spawn_arg  # False: not a spawn tool; None: always one; str: batch argument
+        self.ignored_args = ignored_args  # top-level argument keys left out of the signature
 
 
 class ToolCatalog:
@@ -69,6 +72,11 @@ class ToolCatalog:
         self._turn_limits = tuple((k, v) for k, v in config.caps.turn.items() if v > 0)
         self._session_limits = tuple((k, v) for k, v in config.caps.session.items() if v > 0)
         self._spawn = dict(config.spawn_tools)
+        self._ignore = tuple(
+            (NamePatterns((pattern,)), frozenset(keys))
+            for pattern, keys in config.ignore_args.items()
+            if keys
+        )
         self._cache: dict[str, ToolFacts] = {}
         self._lock = threading.Lock()
 
@@ -103,6 +111,7 @@ class ToolCatalog:
                 (k, v) for k, v in self._session_limits if self._cap_matchers[k].matches(name)
             ),
             spawn_arg=self._spawn.get(name, False),
+            ignored_args=frozenset().union(*(keys for names, keys in self._ignore if names.matches(name))),
         )
 
     def spawn_count(self, facts: ToolFacts, parsed_args: Any) -> int:

@@ -18,6 +18,7 @@ from otelguard.errors import ConfigError
 
 __all__ = [
     "DEFAULT_HARD_STOP_AFTER",
+    "DEFAULT_IGNORE_ARGS",
     "DEFAULT_WARN_AFTER",
     "SPAN_MODES",
     "CapsConfig",
@@ -40,6 +41,7 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cycle": 2,
         "read_only_streak": 40,
         "write_streak": 30,
+        "same_error": 3,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -50,6 +52,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "no_progress": 5,
         "identical_call": 5,
         "cycle": 3,
+        "same_error": 6,
     }
 )
 
@@ -83,6 +86,10 @@ DEFAULT_TOOL_GROUPS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
 DEFAULT_SPAWN_TOOLS: Final[Mapping[str, str | None]] = MappingProxyType(
     {"delegate_task": "tasks", "Task": None, "Agent": None, "spawn_agent": None}
 )
+DEFAULT_IGNORE_ARGS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
+    # Claude Code's free-text labels: the same command retried with a new description is the same call.
+    {"Bash": ("description",), "Task": ("description",), "Agent": ("description",)}
+)
 DEFAULT_VOLATILE_RESULT_KEYS: Final = (
     "duration_seconds",
     "duration_ms",
@@ -93,7 +100,8 @@ DEFAULT_VOLATILE_RESULT_KEYS: Final = (
 
 _TOP_KEYS: Final = (
     "mode", "hard_stop", "warnings", "warn_after", "hard_stop_after", "caps", "tool_groups", "tools",
-    "spawn_tools", "volatile_result_keys", "max_tracked_signatures", "signature_key", "telemetry",
+    "spawn_tools", "ignore_args", "volatile_result_keys", "max_tracked_signatures", "signature_key",
+    "telemetry",
 )  # fmt: skip
 _HERMES_FLAT: Final = {
     "exact_failure_warn_after": ("warn_after", "exact_failure"),
@@ -155,6 +163,15 @@ def _names(path: str, value: Any) -> tuple[str, ...]:
         if not isinstance(item, str) or not item:
             raise ConfigError(f"{path}[{i}]", item, "expected a non-empty string")
     return tuple(value)
+
+
+def _argument_keys(path: str, value: Any) -> tuple[str, ...]:
+    if isinstance(value, str) or not isinstance(value, (list, tuple)):
+        raise ConfigError(path, value, "expected a list of top-level argument names")
+    for i, item in enumerate(value):
+        if not isinstance(item, str) or not item:
+            raise ConfigError(f"{path}[{i}]", item, "expected a non-empty argument name")
+    return tuple(dict.fromkeys(value))
 
 
 def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
@@ -263,6 +280,7 @@ class GuardConfig:
     tool_groups: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_TOOL_GROUPS)
     tools: ToolClasses = field(default_factory=ToolClasses)
     spawn_tools: Mapping[str, str | None] = field(default_factory=lambda: DEFAULT_SPAWN_TOOLS)
+    ignore_args: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_IGNORE_ARGS)
     volatile_result_keys: tuple[str, ...] = DEFAULT_VOLATILE_RESULT_KEYS
     max_tracked_signatures: int = 4096
     signature_key: str | None = field(default=None, repr=False)
@@ -308,6 +326,14 @@ class GuardConfig:
                     f"spawn_tools.{key}", arg, "expected the name of the batch-list argument, or null"
                 )
         set_(self, "spawn_tools", MappingProxyType({**DEFAULT_SPAWN_TOOLS, **spawn}))
+        ignore = _mapping("ignore_args", self.ignore_args)
+        if "" in ignore:
+            raise ConfigError("ignore_args", "", "expected tool names or fnmatch globs as keys")
+        merged_ignore = {
+            **DEFAULT_IGNORE_ARGS,
+            **{k: _argument_keys(f"ignore_args.{k}", v) for k, v in ignore.items()},
+        }
+        set_(self, "ignore_args", MappingProxyType(merged_ignore))
         keys = self.volatile_result_keys
         if (
             isinstance(keys, str)
@@ -388,6 +414,7 @@ class GuardConfig:
                 "failure_tolerant": list(self.tools.failure_tolerant),
             },
             "spawn_tools": dict(self.spawn_tools),
+            "ignore_args": {k: list(v) for k, v in self.ignore_args.items()},
             "volatile_result_keys": list(self.volatile_result_keys),
             "max_tracked_signatures": self.max_tracked_signatures,
             "signature_key": "<set>" if self.signature_key else None,

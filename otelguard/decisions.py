@@ -28,7 +28,7 @@ __all__ = [
 Action = Literal["allow", "warn", "reject", "block", "halt"]
 ACTIONS: Final = ("allow", "warn", "reject", "block", "halt")
 ToolClass = Literal["read", "write", "poll", "unknown"]
-Outcome = Literal["ok", "failed", "refused", "blocked", "rejected"]
+Outcome = Literal["ok", "failed", "refused", "blocked", "rejected", "cancelled"]
 
 ALLOW: Final = "allow"
 INTERNAL_ERROR: Final = "internal_error"
@@ -49,6 +49,8 @@ CYCLE_WARN: Final = "cycle_warn"
 CYCLE_BLOCK: Final = "cycle_block"
 READ_ONLY_STREAK_WARN: Final = "read_only_streak_warn"
 WRITE_STREAK_WARN: Final = "write_streak_warn"
+SAME_ERROR_WARN: Final = "same_error_warn"
+SAME_ERROR_HALT: Final = "same_error_halt"
 
 CODES: Final = (
     ALLOW,
@@ -70,6 +72,8 @@ CODES: Final = (
     CYCLE_BLOCK,
     READ_ONLY_STREAK_WARN,
     WRITE_STREAK_WARN,
+    SAME_ERROR_WARN,
+    SAME_ERROR_HALT,
 )
 """Every decision code, stable: they are metric label values."""
 

@@ -1,14 +1,15 @@
 """The loop detectors (docs/detectors.md): per-turn state, ``before_call`` refusals and ``after_call`` verdicts.
 
 Pure and single-threaded: the guard serialises access under its lock. Memory is bounded: state per
-signature, per tool and per (tool, refusal category) lives in LRU maps of ``max_tracked_signatures``.
+signature, per tool, per (tool, refusal category) and per error fingerprint lives in LRU maps of
+``max_tracked_signatures`` entries.
 """
 
 from __future__ import annotations
 
 from collections import OrderedDict
 from collections.abc import Callable
-from typing import Final, Generic, TypeVar
+from typing import Final, Generic, NamedTuple, TypeVar
 
 from otelguard import decisions as codes
 from otelguard.config import GuardConfig
@@ -40,6 +41,14 @@ class _Lru(OrderedDict[K, V], Generic[K, V]):
         else:
             self.move_to_end(key)
         return value
+
+
+class _FailureCounts(NamedTuple):
+    """How many failures the call just recorded has counted, per failure detector."""
+
+    tool_failures: int  # same_tool_failure: failures and refusals of the tool
+    refusals: int  # refusal: refusals of the (tool, category)
+    same_errors: int  # same_error: failures with this call's error fingerprint
 
 
 class SignatureState(ResultSlot):
@@ -120,6 +129,8 @@ class TurnDetectors:
         self.signatures: _Lru[Signature, SignatureState] = _Lru(capacity)
         self.tool_failures: _Lru[str, int] = _Lru(capacity)
         self.refusals: _Lru[tuple[str, str], int] = _Lru(capacity)
+        # same_error: failures per error fingerprint since the turn's last successful write
+        self.errors: _Lru[int, int] = _Lru(capacity)
         self.write_epoch = 0
         # Below these counts an ok call cannot make any detector fire.
         self._quiet_identical = min(self.warn_after["identical_call"], self.stop_after["identical_call"])
@@ -180,18 +191,24 @@ class TurnDetectors:
         outcome: Outcome,
         refusal: str | None,
         same_result: bool,
+        error: int | None = None,
     ) -> Decision | None:
         """Update every detector with the call's outcome; return the first decision that fires, if any.
 
         ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
-        signature's previous ok call returned.
+        signature's previous ok call returned; ``error`` is a failed call's error fingerprint
+        (``None`` for a failure without a result, which no error count can match).
         """
         ok = outcome == "ok"
+        same_errors = 0
         if ok:
             self._clear_after_success(sig.tool_name, state, tool_class)
             tool_failures = refusals = 0
         else:
             tool_failures, refusals = self._count_failure(sig.tool_name, state, outcome, refusal)
+            if outcome == "failed" and error is not None:
+                same_errors = self.errors.touch(error, int) + 1
+                self.errors[error] = same_errors
 
         # no_progress (read tools)
         if tool_class == "read":
@@ -230,7 +247,8 @@ class TurnDetectors:
             and not self.cycle.runs_any()
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
-        return self._verdict(sig, state, failure_tolerant, tool_failures, refusals, identical, tool_class)
+        failures = _FailureCounts(tool_failures, refusals, same_errors)
+        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class)
 
     def _clear_after_success(self, tool: str, state: SignatureState, tool_class: ToolClass) -> None:
         """exact_failure: the signature's streak ends, and any successful write is progress;
@@ -238,6 +256,8 @@ class TurnDetectors:
         state.exact_failures = 0
         if tool_class == "write":
             self.write_epoch += 1
+            if self.errors:
+                self.errors.clear()
         if self.tool_failures:
             self.tool_failures.pop(tool, None)
         if self.refusals:
@@ -266,31 +286,36 @@ class TurnDetectors:
         sig: Signature,
         state: SignatureState,
         failure_tolerant: bool,
-        tool_failures: int,
-        refusals: int,
+        failures: _FailureCounts,
         identical: int,
         tool_class: ToolClass,
     ) -> Decision | None:
         warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
+        tool_failures, refusals, same_errors = failures
         if hard and refusals >= stop["refusal"]:
             return _decision("halt", codes.REFUSAL_HALT, sig, refusals, stop["refusal"])
         if hard and not failure_tolerant and tool_failures >= stop["same_tool_failure"]:
             return _decision(
                 "halt", codes.SAME_TOOL_FAILURE_HALT, sig, tool_failures, stop["same_tool_failure"]
             )
+        # failure_tolerant does not exempt: the very same error again and again is a loop whatever ran
+        if hard and same_errors >= stop["same_error"]:
+            return _decision("halt", codes.SAME_ERROR_HALT, sig, same_errors, stop["same_error"])
         if hard and identical >= stop["identical_call"]:
             return _decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
         if not self.config.warnings:
             return None
-        failures = self._exact_failures(state)
-        if failures and failures >= warn["exact_failure"]:
-            return _decision("warn", codes.EXACT_FAILURE_WARN, sig, failures, warn["exact_failure"])
+        exact = self._exact_failures(state)
+        if exact and exact >= warn["exact_failure"]:
+            return _decision("warn", codes.EXACT_FAILURE_WARN, sig, exact, warn["exact_failure"])
         if refusals and refusals >= warn["refusal"]:
             return _decision("warn", codes.REFUSAL_WARN, sig, refusals, warn["refusal"])
         if tool_failures and tool_failures >= warn["same_tool_failure"]:
             return _decision(
                 "warn", codes.SAME_TOOL_FAILURE_WARN, sig, tool_failures, warn["same_tool_failure"]
             )
+        if same_errors and same_errors >= warn["same_error"]:
+            return _decision("warn", codes.SAME_ERROR_WARN, sig, same_errors, warn["same_error"])
         if tool_class == "read" and state.no_progress >= warn["no_progress"]:
             return _decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
         if identical and identical >= warn["identical_call"]:
@@ -333,6 +358,11 @@ _MESSAGES: Final = {
     "ending with {tool}). Break the cycle: try something different or report back.",
     codes.CYCLE_BLOCK: "Not run: this call to {tool} would continue a cycle of {period} calls already "
     "repeated {count} times. Try something different or report back.",
+    codes.SAME_ERROR_WARN: "{count} calls failed with the very same error since the last successful "
+    "change (the last: {tool}). Changing the tool or the arguments does not fix it: read the error "
+    "and fix its cause first.",
+    codes.SAME_ERROR_HALT: "Stopping this turn: {count} calls failed with the very same error (limit "
+    "{limit}, the last: {tool}). Tell the user what the error is instead of calling more tools.",
     codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row (the last: {tool}) without changing "
     "anything. Act on what you found or report back.",
     codes.WRITE_STREAK_WARN: "{count} changing calls in a row (the last: {tool}) without reading anything "

@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
-import orjson
-
 from otelguard import decisions as codes
 from otelguard.caps import CapLedger, Charge
 from otelguard.classify import ToolFacts, catalog_for, looks_failed
@@ -26,7 +24,7 @@ from otelguard.detectors import TurnDetectors
 from otelguard.observers import GuardObserver, ObserverGroup, TurnInfo, new_call_event
 from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key
 from otelguard.results import ResultMemory
-from otelguard.signatures import ArgsHasher, resolve_signature_key
+from otelguard.signatures import ArgsHasher, parse_json_args, resolve_signature_key
 from otelguard.tool_calls import call_context, wrap_tool
 
 if TYPE_CHECKING:
@@ -181,7 +179,7 @@ class Guard:
 
     def _before_call(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
         name, facts, turn = self._open(tool_name)
-        sig = Signature(name, self._hasher.args_hash(args))
+        sig = Signature(name, self._hasher.args_hash(args, facts.ignored_args))
         requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
         pending = None
         with self._lock:
@@ -242,9 +240,17 @@ class Guard:
         failed: bool | None = None,
         refusal: str | None = None,
         call_id: str | None = None,
+        cancelled: bool = False,
     ) -> Decision:
-        """Record how an allowed call ended; return the detectors' verdict (allow, warn or halt)."""
+        """Record how an allowed call ended; return the detectors' verdict (allow, warn or halt).
+
+        ``cancelled=True``: the host dispatched the call but it never ran (a cancelled sibling of a
+        parallel batch, a user interrupt). Neither a failure nor a success: no detector counts it, its
+        cap charge is refunded, the decision is ``allow``; ``failed`` and ``refusal`` are ignored.
+        """
         try:
+            if cancelled:
+                return self._cancelled(tool_name, args, call_id)
             return self._after_call(tool_name, args, result, failed, refusal, call_id)
         except Exception as exc:
             return self._internal_error("after_call", exc, tool_name)
@@ -267,14 +273,9 @@ class Guard:
             outcome = "failed" if looks_failed(result) else "ok"
         else:
             outcome = "failed" if failed else "ok"
+        error = self._results.error_fingerprint(result) if outcome == "failed" else None
         with self._lock:
-            pending = self._pending.take(call_key(name, args, call_id), args)
-            if pending is not None:
-                sig = pending.sig
-            else:
-                sig = Signature(name, self._hasher.args_hash(args))
-                if call_id is None:
-                    pending = self._pending.take_by_signature(sig)
+            sig, pending = self._take_pending(name, args, call_id, facts.ignored_args)
             state = turn.detectors.state(sig)
             same = (
                 outcome == "ok"
@@ -284,7 +285,7 @@ class Guard:
             if outcome == "refused" and pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
             verdict = turn.detectors.record_after(
-                sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same
+                sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same, error
             )
             if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
                 decision = pending.before if pending is not None else codes.allow_decision(name, sig)
@@ -314,6 +315,44 @@ class Guard:
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision
 
+    def _cancelled(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
+        name, facts, turn = self._open(tool_name)
+        with self._lock:
+            sig, pending = self._take_pending(name, args, call_id, facts.ignored_args)
+            if pending is not None:
+                self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+        decision = pending.before if pending is not None else codes.allow_decision(name, sig)
+        if self._observed:
+            spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
+            event = new_call_event(
+                name,
+                facts.tool_class,
+                sig,
+                call_id,
+                turn.agent,
+                turn.turn_id,
+                decision,
+                decision,
+                "cancelled",
+                None,
+                spawned,
+                started,
+            )
+            self._observers.call_ended(event, pending.tokens if pending is not None else ())
+        return decision
+
+    def _take_pending(
+        self, name: str, args: Any, call_id: str | None, ignored: frozenset[str]
+    ) -> tuple[Signature, PendingCall | None]:
+        """The call's signature and its ``before_call`` record, if any (called under the lock)."""
+        pending = self._pending.take(call_key(name, args, call_id), args)
+        if pending is not None:
+            return pending.sig, pending
+        sig = Signature(name, self._hasher.args_hash(args, ignored))
+        if call_id is None:
+            pending = self._pending.take_by_signature(sig)
+        return sig, pending
+
     def call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> call_context:
         """``with guard.call(name, args) as call:`` — ``call.allowed``, ``call.finish(result, ...)``."""
         return call_context(self, tool_name, args, call_id)
@@ -335,12 +374,7 @@ class Guard:
 
 
 def _parsed(args: Any) -> Any:
-    if isinstance(args, (str, bytes)):
-        try:
-            return orjson.loads(args)
-        except orjson.JSONDecodeError:
-            return None
-    return args
+    return parse_json_args(args) if isinstance(args, (str, bytes)) else args
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

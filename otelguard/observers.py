@@ -31,7 +31,8 @@ class CallEvent:
     At ``on_call_start``: ``decision`` is the ``before_call`` decision and ``outcome`` is ``None``
     for an allowed call, ``blocked``/``rejected`` for a refused one (then ``on_call_end`` follows at
     once). At ``on_call_end``: ``decision`` is the call's final decision (``after_call``'s for a call
-    that ran), ``before`` the ``before_call`` decision.
+    that ran), ``before`` the ``before_call`` decision; ``outcome`` ``cancelled`` is a call the host
+    dispatched but never ran (its decision is the ``before_call`` allow).
     """
 
     tool_name: str

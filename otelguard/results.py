@@ -15,6 +15,7 @@ the turn), which the bound exists to prevent.
 
 from __future__ import annotations
 
+import re
 from collections import deque
 from typing import Any, Final
 
@@ -27,6 +28,7 @@ __all__ = ["DEFAULT_HELD_BYTES", "ResultMemory", "ResultSlot"]
 DEFAULT_HELD_BYTES: Final = 1 << 20
 _JSON_OPENERS: Final = (b"{", b"[")
 _xxh3: Final = xxhash.xxh3_128_intdigest
+_ERROR_CACHE_SIZE: Final = 256
 _ENTRY_OVERHEAD: Final = 200  # the queue entry itself, so many tiny results stay bounded too
 
 
@@ -42,6 +44,18 @@ class ResultSlot:
         self.held: Any = None
 
 
+_BARE_EXIT_STATUS = re.compile(
+    rb"\s*(?:error:?\s*)?(?:exit(?:ed with)? (?:code|status)|return ?code)\s*[:=]?\s*-?\d+\s*", re.IGNORECASE
+)
+
+
+def _is_bare_exit_status(text: str | bytes | bytearray) -> bool:
+    if len(text) > 64:
+        return False
+    data = text.encode("utf-8", "replace") if isinstance(text, str) else bytes(text)
+    return _BARE_EXIT_STATUS.fullmatch(data) is not None
+
+
 class ResultMemory:
     """Compares results with their signature's previous result; one per guard, reset every turn."""
 
@@ -50,6 +64,33 @@ class ResultMemory:
         self._budget = held_bytes
         self._held_total = 0
         self._held: deque[tuple[ResultSlot, Any, int]] = deque()
+        self._error_fingerprints: dict[int, int] = {}  # raw digest of a JSON error -> its fingerprint
+
+    def error_fingerprint(self, result: Any) -> int | None:
+        """The content fingerprint of a failed call's result; ``None`` when it says nothing about which
+        error it was: no result (an exception), blank text, or a bare exit status. Six different
+        ``grep``s that each find nothing all end in ``Exit code 1``; that is not one error repeated."""
+        if result is None:
+            return None
+        if isinstance(result, (str, bytes, bytearray)) and (
+            not result or result.isspace() or _is_bare_exit_status(result)
+        ):
+            return None
+        raw = _raw_bytes(result)
+        if raw is None:
+            return self._fingerprints.structured(result)
+        raw_digest: int = _xxh3(raw)
+        if raw.lstrip()[:1] not in _JSON_OPENERS:
+            return raw_digest
+        # A loop repeats the same bytes: parse each distinct JSON error once (plain dict operations,
+        # so threads calling this outside the guard's lock never see a broken cache).
+        fingerprint = self._error_fingerprints.get(raw_digest)
+        if fingerprint is None:
+            fingerprint = self._fingerprints.json_text(raw, raw_digest)
+            if len(self._error_fingerprints) >= _ERROR_CACHE_SIZE:
+                self._error_fingerprints.clear()
+            self._error_fingerprints[raw_digest] = fingerprint
+        return fingerprint
 
     def reset(self) -> None:
         self._held.clear()

@@ -9,6 +9,7 @@ never raises.
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import os
@@ -21,7 +22,7 @@ import xxhash
 
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 
-__all__ = ["ArgsHasher", "ResultFingerprinter", "canonical_args", "resolve_signature_key"]
+__all__ = ["ArgsHasher", "ResultFingerprinter", "canonical_args", "parse_json_args", "resolve_signature_key"]
 
 logger = logging.getLogger("otelguard")
 
@@ -58,25 +59,89 @@ def _utf8(text: str) -> bytes:
         return text.encode("utf-8", "surrogatepass")
 
 
-def canonical_args(args: Any) -> bytes:
+def canonical_args(args: Any, ignored: frozenset[str] = frozenset()) -> bytes:
     """Canonical bytes of tool arguments: compact JSON, keys sorted at every level, UTF-8.
 
     ``None`` is ``{}``; a string is parsed as JSON (OpenAI sends arguments as a string) and, when it
-    does not parse, used raw.
+    does not parse, used raw. A JSON string and the value it encodes give the same bytes, lone
+    surrogates and integers past 64 bits included. ``ignored`` names top-level keys of a mapping
+    left out (cosmetic arguments such as a free-text ``description``).
     """
     if args is None:
         return _EMPTY
     if isinstance(args, (str, bytes, bytearray, memoryview)):
-        try:
-            args = orjson.loads(args)
-        except (orjson.JSONDecodeError, TypeError):
-            return _utf8(args) if isinstance(args, str) else bytes(args)
-        if args is None:
-            return _EMPTY
+        return _canonical_text(args, ignored)
+    return _canonical_value(args, ignored)
+
+
+def _canonical_value(value: Any, ignored: frozenset[str]) -> bytes:
+    if ignored and isinstance(value, Mapping):
+        value = _without_top_level(value, ignored)
     try:
-        return orjson.dumps(args, option=_SORT)
+        return orjson.dumps(value, option=_SORT)
     except (TypeError, orjson.JSONEncodeError):
-        return _canonical_slow(args)
+        return _canonical_slow(value)
+
+
+def _canonical_text(text: str | bytes | bytearray | memoryview, ignored: frozenset[str]) -> bytes:
+    try:
+        value = orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError):
+        # orjson refuses lone surrogates that json.dumps writes (escaped or raw): read them as it does
+        value = _stdlib_loads(text)
+        if value is _NOT_JSON:
+            return _utf8(text) if isinstance(text, str) else bytes(text)
+        return _EMPTY if value is None else _canonical_value(value, ignored)
+    canonical = _EMPTY if value is None else _canonical_value(value, ignored)
+    if _has_exponent(canonical):
+        # orjson reads an integer past 64 bits as a float (printed with an exponent, like every
+        # float of that size): read the text again exactly, as the mapping it encodes would hash.
+        exact = _stdlib_loads(text)
+        if exact is not _NOT_JSON and exact is not None:
+            return _canonical_value(exact, ignored)
+    return canonical
+
+
+_NOT_JSON: Final = object()
+_EXPONENT: Final = b"e+"
+_DIGITS: Final = frozenset(b"0123456789")
+
+
+def _has_exponent(canonical: bytes) -> bool:
+    """Whether a number with a positive exponent may be in the bytes (a string value holding, say,
+    ``"3e+4"`` only costs a second parse)."""
+    at = canonical.find(_EXPONENT)
+    while at > 0:
+        if canonical[at - 1] in _DIGITS:
+            return True
+        at = canonical.find(_EXPONENT, at + 2)
+    return False
+
+
+def parse_json_args(text: str | bytes | bytearray | memoryview) -> Any:
+    """JSON-string arguments parsed as the hash reads them (lone surrogates included); ``None`` when
+    they are not JSON."""
+    try:
+        return orjson.loads(text)
+    except (orjson.JSONDecodeError, TypeError):
+        value = _stdlib_loads(text)
+        return None if value is _NOT_JSON else value
+
+
+def _stdlib_loads(text: str | bytes | bytearray | memoryview) -> Any:
+    try:
+        return json.loads(bytes(text) if isinstance(text, memoryview) else text)
+    except (ValueError, TypeError, RecursionError):
+        return _NOT_JSON
+
+
+def _without_top_level(mapping: Mapping[Any, Any], ignored: frozenset[str]) -> Mapping[Any, Any]:
+    try:
+        if ignored.isdisjoint(mapping):
+            return mapping
+        return {key: value for key, value in mapping.items() if key not in ignored}
+    except Exception:  # a hostile mapping: hash it whole rather than fail the call
+        return mapping
 
 
 _MAX_CONTAINERS: Final = 100_000
@@ -161,7 +226,8 @@ def _scalar_json(item: bool | str | int | float | None) -> str:
         return _json_string(item)
     if isinstance(item, int):
         return int.__repr__(item) if abs(item) < 10**4000 else _json_string(f"<int {item.bit_length()} bits>")
-    return repr(item) if math.isfinite(item) else "null"
+    # orjson's own float text, so a value hashes alike whichever encoder it went through
+    return orjson.dumps(float(item)).decode() if math.isfinite(item) else "null"
 
 
 class _Literal:
@@ -189,8 +255,21 @@ def _json_string(text: str) -> str:
     return '"' + "".join(chars) + '"'
 
 
+_KEY_CONSTANTS: Final = {True: "true", False: "false", None: "null"}
+
+
 def _key_text(key: Any) -> str:
-    return key if isinstance(key, str) else _safe_str(key)
+    """A non-string key as ``json.dumps`` writes it, so the mapping and its JSON text hash alike."""
+    if isinstance(key, str):
+        return key
+    if key is None or isinstance(key, bool):
+        return _KEY_CONSTANTS[key]
+    if isinstance(key, (int, float)):
+        try:
+            return json.dumps(key)
+        except ValueError:  # an int past the interpreter's digit limit
+            return _safe_str(key)
+    return _safe_str(key)
 
 
 def _safe_str(value: Any) -> str:
@@ -228,14 +307,15 @@ class ArgsHasher:
         h.update(canonical)
         return h.hexdigest()
 
-    def args_hash(self, args: Any) -> str:
-        if type(args) is dict:
+    def args_hash(self, args: Any, ignored: frozenset[str] = frozenset()) -> str:
+        """``ignored``: top-level keys left out of the canonical arguments (the tool's cosmetic ones)."""
+        if type(args) is dict and (not ignored or ignored.isdisjoint(args)):
             try:
                 canonical = orjson.dumps(args, option=_SORT)
             except (TypeError, orjson.JSONEncodeError):
                 canonical = _canonical_slow(args)
         else:
-            canonical = canonical_args(args)
+            canonical = canonical_args(args, ignored)
         h = self._keyed.copy()
         h.update(canonical)
         return h.hexdigest()

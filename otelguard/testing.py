@@ -130,7 +130,8 @@ class RecordingObserver(GuardObserver):
 
 
 class ScriptedCall(NamedTuple):
-    """One tool call of a script. ``failed=None`` lets the guard's fallback classifier decide."""
+    """One tool call of a script. ``failed=None`` lets the guard's fallback classifier decide;
+    ``cancelled=True`` is a call the host dispatched but never ran."""
 
     tool_name: str
     args: Any = None
@@ -138,6 +139,7 @@ class ScriptedCall(NamedTuple):
     failed: bool | None = None
     refusal: str | None = None
     call_id: str | None = None
+    cancelled: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -186,6 +188,7 @@ def play_call(guard: Guard, call: ScriptedCall) -> ScriptStep:
             failed=call.failed,
             refusal=call.refusal,
             call_id=call.call_id,
+            cancelled=call.cancelled,
         )
     return ScriptStep(call=call, before=before, after=after)
 
@@ -194,8 +197,9 @@ def run_script(guard: Guard, calls: Iterable[CallSpec]) -> list[ScriptStep]:
     """Feed calls through ``guard`` the way a host does and return one ``ScriptStep`` per call.
 
     Each call is a ``ScriptedCall``, a tool name, or a tuple ``(tool_name, args, result, failed,
-    refusal, call_id)`` cut after any field (missing ones take ``ScriptedCall``'s defaults). A call
-    the guard refuses is not run: it gets no ``after_call``. The script does not start or end turns.
+    refusal, call_id, cancelled)`` cut after any field (missing ones take ``ScriptedCall``'s defaults).
+    A call the guard refuses is not run: it gets no ``after_call``. The script does not start or end
+    turns.
     """
     return [play_call(guard, _as_call(spec)) for spec in calls]
 

@@ -29,13 +29,23 @@ class GuardedCall:
         self.allowed = decision.allows_execution
         self.finished = False
 
-    def finish(self, result: Any, failed: bool | None = None, refusal: str | None = None) -> Decision:
-        """Report the result of an allowed call; returns (and stores) the ``after_call`` decision."""
+    def finish(
+        self, result: Any, failed: bool | None = None, refusal: str | None = None, *, cancelled: bool = False
+    ) -> Decision:
+        """Report the result of an allowed call; returns (and stores) the ``after_call`` decision.
+
+        ``cancelled=True``: the call was dispatched but never ran (see ``Guard.after_call``)."""
         if not self.allowed or self.finished:
             return self.decision
         self.finished = True
         self.decision = self._guard.after_call(
-            self.tool_name, self.args, result, failed=failed, refusal=refusal, call_id=self.call_id
+            self.tool_name,
+            self.args,
+            result,
+            failed=failed,
+            refusal=refusal,
+            call_id=self.call_id,
+            cancelled=cancelled,
         )
         return self.decision
 

@@ -22,6 +22,7 @@ DEFAULT_WARN_AFTER = {
     "cycle": 2,
     "read_only_streak": 40,
     "write_streak": 30,
+    "same_error": 3,
 }
 DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,
@@ -30,6 +31,7 @@ DEFAULT_HARD_STOP_AFTER = {
     "no_progress": 5,
     "identical_call": 5,
     "cycle": 3,
+    "same_error": 6,
 }
 DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
 

@@ -331,3 +331,17 @@ def test_export_usage_errors_exit_2(tmp_path: Path, capsys: pytest.CaptureFixtur
 def test_generator_module_is_not_shadowing_anything() -> None:
     """The generator's helper package lives under dashboards/, never inside the shipped package."""
     assert Path(sys.modules["otelguard_mixin"].__file__ or "").parent.parent == DASHBOARDS
+
+
+def test_the_loop_code_matcher_selects_exactly_the_loop_detector_codes() -> None:
+    """The dashboard and rules select loop decisions by excluding the non-loop codes: every loop
+    detector's code (same_error included) passes, caps, turn_halted, allow and internal errors do not."""
+    from otelguard_mixin.queries import LOOP_CODE_MATCHER
+
+    from otelguard.decisions import CODES, LOOP_CODES
+
+    pattern = re.fullmatch(r'code!~"([^"]*)"', LOOP_CODE_MATCHER)
+    assert pattern is not None
+    excluded = re.compile(f"^(?:{pattern.group(1)})$")
+    assert {"same_error_warn", "same_error_halt"} <= LOOP_CODES
+    assert {code for code in CODES if not excluded.match(code)} - {"allow"} == set(LOOP_CODES)

@@ -36,9 +36,10 @@ def ok(tool: str, args: Any = None, result: Any = None) -> tuple[Any, ...]:
     )
 
 
-def fail(tool: str, args: Any = None, text: str = "Error: boom") -> tuple[Any, ...]:
-    """A failed call; fresh arguments unless given."""
-    return (tool, args if args is not None else {"k": fresh()}, text, True)
+def fail(tool: str, args: Any = None, text: str | None = None) -> tuple[Any, ...]:
+    """A failed call; fresh arguments and a fresh error text unless given (the same error text
+    again and again is what same_error counts)."""
+    return (tool, args if args is not None else {"k": fresh()}, text or f"Error: boom {fresh()}", True)
 
 
 def refuse(tool: str, args: Any = None, category: str = "permission_denied") -> tuple[Any, ...]:
@@ -775,6 +776,11 @@ def test_warnings_false_and_hard_stop_off_allows_everything() -> None:
         (pattern("tool_a", "tool_b", repeats=2), pattern("tool_a", "tool_b", repeats=2), "cycle"),
         (reads(39), reads(39), "read_only_streak"),
         (writes(29), writes(29), "write_streak"),
+        (
+            [(f"editor_{i}", {"k": fresh()}, "Error: same", True) for i in range(5)],
+            [(f"editor_{i}", {"k": fresh()}, "Error: same", True) for i in range(5)],
+            "same_error",
+        ),
     ],
 )
 def test_detector_state_is_cleared_by_start_turn(
@@ -813,6 +819,7 @@ def canary_scripts() -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
         ({}, [("flaky_api", args(0), res, True)] * 5 + [("flaky_api", args(0), res, True)]),
         ({}, [("web_fetch", args(i), f"{res}{i}", True) for i in range(8)]),
         ({}, [("write_file", args(i), res, None, "permission_denied") for i in range(6)]),
+        ({}, [(f"editor_{i}", args(i), res, True) for i in range(6)]),
         ({}, [("read_file", args(0), CANARY_RESULT, False)] * 6),
         ({}, [("write_file", args(0), CANARY_RESULT, False)] * 5),
         ({}, [(t, args(t), f"{CANARY_RESULT}{i}", False) for i in range(4) for t in ("tool_a", "tool_b")]),
@@ -839,7 +846,7 @@ def test_canary_scripts_cover_every_non_allow_code() -> None:
         "exact_failure_warn", "exact_failure_block", "same_tool_failure_warn", "same_tool_failure_halt",
         "refusal_warn", "refusal_halt", "no_progress_warn", "no_progress_block", "identical_call_warn",
         "identical_call_halt", "cycle_warn", "cycle_block", "read_only_streak_warn", "write_streak_warn",
-        "cap_turn", "turn_halted",
+        "same_error_warn", "same_error_halt", "cap_turn", "turn_halted",
     }  # fmt: skip
 
 

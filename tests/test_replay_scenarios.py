@@ -30,14 +30,15 @@ SCENARIOS = [
     ("openai/healthy.jsonl", 2, 4, {}, [], 0),
     ("anthropic/healthy.jsonl", 2, 3, {}, [], 0),
     ("claude-code/healthy.jsonl", 2, 4, {}, [], 0),
-    # a failing command retried unchanged: warns from the 2nd failure, the 6th run is refused
+    # a failing command retried unchanged: warns from the 2nd failure, the 6th run is refused (it and
+    # the 7th are prevented)
     (
         "openai/retry_failing_command.jsonl",
         1,
         7,
         {"exact_failure_warn": 4, "exact_failure_block": 1},
         [(1, 6, "call_6", "terminal", "block", "exact_failure_block")],
-        1,
+        2,
     ),
     (
         "anthropic/retry_failing_command.json",
@@ -45,7 +46,7 @@ SCENARIOS = [
         7,
         {"exact_failure_warn": 4, "exact_failure_block": 1},
         [(1, 6, "toolu_06", "terminal", "block", "exact_failure_block")],
-        1,
+        2,
     ),
     (
         "claude-code/retry_failing_command.jsonl",
@@ -53,7 +54,7 @@ SCENARIOS = [
         7,
         {"exact_failure_warn": 4, "exact_failure_block": 1},
         [(1, 6, "toolu_06", "Bash", "block", "exact_failure_block")],
-        1,
+        2,
     ),
     # a runaway web-search turn: the 6th search exceeds the turn cap of 5
     (
@@ -62,7 +63,7 @@ SCENARIOS = [
         7,
         {"cap_turn": 1},
         [(1, 6, "call_6", "web_search", "block", "cap_turn")],
-        1,
+        2,
     ),
     (
         "anthropic/runaway_search.jsonl",
@@ -70,7 +71,7 @@ SCENARIOS = [
         7,
         {"cap_turn": 1},
         [(1, 6, "srvtoolu_06", "web_search", "block", "cap_turn")],
-        1,
+        2,
     ),
     (
         "claude-code/runaway_search.jsonl",
@@ -78,7 +79,7 @@ SCENARIOS = [
         7,
         {"cap_turn": 1},
         [(1, 6, "toolu_06", "WebSearch", "block", "cap_turn")],
-        1,
+        2,
     ),
     # a delegation storm: batches of 2+1 subagents fill the cap of 3, the next batch of 2 is refused
     (
@@ -87,7 +88,7 @@ SCENARIOS = [
         4,
         {"cap_turn": 1},
         [(1, 3, "call_3", "delegate_task", "block", "cap_turn")],
-        1,
+        2,
     ),
     (
         "anthropic/delegation_storm.jsonl",
@@ -95,7 +96,7 @@ SCENARIOS = [
         5,
         {"cap_turn": 1},
         [(1, 4, "toolu_04", "spawn_agent", "block", "cap_turn")],
-        1,
+        2,
     ),
     # a read loop: the same read returns the same content; warns from the 2nd, refuses the 6th
     (
@@ -104,7 +105,7 @@ SCENARIOS = [
         7,
         {"no_progress_warn": 4, "no_progress_block": 1},
         [(1, 6, "call_6", "read_file", "block", "no_progress_block")],
-        1,
+        2,
     ),
     (
         "anthropic/read_loop.jsonl",
@@ -112,7 +113,7 @@ SCENARIOS = [
         7,
         {"no_progress_warn": 4, "no_progress_block": 1},
         [(1, 6, "toolu_06", "read_file", "block", "no_progress_block")],
-        1,
+        2,
     ),
     (
         "claude-code/read_loop.jsonl",
@@ -120,33 +121,35 @@ SCENARIOS = [
         7,
         {"no_progress_warn": 4, "no_progress_block": 1},
         [(1, 6, "toolu_06", "Read", "block", "no_progress_block")],
-        1,
+        2,
     ),
     # a denial-like failure streak: "permission denied" text is a failure (a replay never sets
-    # refusal), so the content-blind counter warns from 3 and halts at 8; never refusal_*
+    # refusal from result text), so the content-blind counter warns from 3, and the very same error
+    # six times since the last successful write halts (same_error, before same_tool_failure's 8);
+    # the halt came from after_call, so only the three calls after it are prevented; never refusal_*
     (
         "openai/denial_streak.jsonl",
         1,
         9,
-        {"same_tool_failure_warn": 5, "same_tool_failure_halt": 1},
-        [(1, 8, None, "write_file", "halt", "same_tool_failure_halt")],
-        1,
+        {"same_tool_failure_warn": 3, "same_error_halt": 1},
+        [(1, 6, None, "write_file", "halt", "same_error_halt")],
+        3,
     ),
     (
         "anthropic/denial_streak.jsonl",
         1,
         9,
-        {"same_tool_failure_warn": 5, "same_tool_failure_halt": 1},
-        [(1, 8, "toolu_08", "write_file", "halt", "same_tool_failure_halt")],
-        1,
+        {"same_tool_failure_warn": 3, "same_error_halt": 1},
+        [(1, 6, "toolu_06", "write_file", "halt", "same_error_halt")],
+        3,
     ),
     (
         "claude-code/denial_streak.jsonl",
         1,
         9,
-        {"same_tool_failure_warn": 5, "same_tool_failure_halt": 1},
-        [(1, 8, "toolu_08", "Write", "halt", "same_tool_failure_halt")],
-        1,
+        {"same_tool_failure_warn": 3, "same_error_halt": 1},
+        [(1, 6, "toolu_06", "Write", "halt", "same_error_halt")],
+        3,
     ),
 ]
 
@@ -192,7 +195,7 @@ def test_claude_code_delegation_storm_with_sidechains(capsys: pytest.CaptureFixt
     assert main_session["session_id"] == "4e0b3f5d-storm"
     assert (main_session["turns"], main_session["tool_calls"]) == (1, 5)
     assert halts(main_session) == [(1, 4, "toolu_04", "Task", "block", "cap_turn")]
-    assert main_session["prevented_calls"] == 1
+    assert main_session["prevented_calls"] == 2  # the refused 4th call and the 5th
     assert main_session["cap_hits"] == {"subagents": 1}
     assert [s["session_id"] for s in sidechains] == ["4e0b3f5d-storm:4e0b-0007", "4e0b3f5d-storm:4e0b-0011"]
     assert all((s["turns"], s["tool_calls"], s["decisions"]) == (1, 1, {}) for s in sidechains)
@@ -217,11 +220,14 @@ def test_directory_is_searched_recursively(capsys: pytest.CaptureFixture[str]) -
     totals = doc["totals"]
     assert totals["sessions"] == 20  # 18 files, plus two sidechains
     assert totals["halts"] == 15
-    assert totals["prevented_calls"] == 15
+    # 12 turns refused a call at before_call (it and the call after it) and 3 halted from after_call
+    # (the three calls after it): 12 * 2 + 3 * 3
+    assert totals["prevented_calls"] == 33
 
 
 def test_bundled_example(capsys: pytest.CaptureFixture[str]) -> None:
-    """The shipped Claude Code example: turn 2's 51st web search hits the default cap of 50; 4 never run."""
+    """The shipped Claude Code example: turn 2's 51st web search hits the default cap of 50; it and the
+    4 calls after it never run."""
     code, doc = replay_json(capsys, str(EXAMPLES / "claude-code-runaway-search.jsonl"))
     assert code == 0
     [session] = doc["sessions"]
@@ -229,7 +235,7 @@ def test_bundled_example(capsys: pytest.CaptureFixture[str]) -> None:
     assert [(h["turn"], h["call"], h["tool"], h["code"]) for h in session["halts"]] == [
         (2, 51, "WebSearch", "cap_turn")
     ]
-    assert session["prevented_calls"] == 4
+    assert session["prevented_calls"] == 5
     assert session["decisions"] == {"cap_turn": 1, "exact_failure_warn": 2, "read_only_streak_warn": 11}
 
 
@@ -238,7 +244,8 @@ def test_human_report_lists_halts_and_totals(capsys: pytest.CaptureFixture[str])
     out = capsys.readouterr().out
     assert code == 0
     assert "would-be halts" in out and "cap_turn" in out and "web_search" in out
-    assert "would-be halts: 1, calls that would not have run: 1" in " ".join(out.split())
+    # the refused 6th search and the 7th call after it
+    assert "would-be halts: 1, calls that would not have run: 2" in " ".join(out.split())
 
 
 def test_forced_format_reads_the_file_as_that_format(capsys: pytest.CaptureFixture[str]) -> None:

@@ -45,17 +45,21 @@ def pushgateway(tmp_path: Path) -> Iterator[str]:
 def check_metrics_match_report(samples: list[tuple[str, dict[str, str], float]], doc: dict[str, Any]) -> None:
     totals = doc["totals"]
     decisions: Counter[str] = Counter()
-    calls = halted = 0.0
+    calls = refused = halted = 0.0
     for name, labels, value in samples:
         if name == "otelguard_decisions_total":
             decisions[labels["code"]] += int(value)
             assert labels["agent"] == "replay"
         elif name == "otelguard_tool_calls_total":
             calls += value
+            if labels["outcome"] in ("blocked", "rejected"):
+                refused += value
         elif name == "otelguard_turns_total" and labels["outcome"] == "halted":
             halted += value
     assert +decisions == Counter(totals["decisions"])
-    assert calls == totals["tool_calls"] - totals["prevented_calls"]
+    # a call refused at before_call reached the guard (and its metrics) and is also prevented
+    assert refused > 0
+    assert calls == totals["tool_calls"] - totals["prevented_calls"] + refused
     assert halted == totals["halts"]
 
 

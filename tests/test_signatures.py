@@ -386,3 +386,60 @@ def test_sets_nested_thousands_deep_do_not_raise() -> None:
     for _ in range(5_000):
         nested = frozenset([nested])
     assert canonical_args({"s": nested}).startswith(b'{"s":[')
+
+
+# -- a JSON string and the value it encodes hash alike -------------------------------------------
+
+# Any JSON-able value: every string (lone surrogates included), every integer (past 64 bits too),
+# finite floats, and the non-string keys json.dumps accepts. A top-level string is left out: a
+# string argument is read as JSON text, so it is not "the value it encodes".
+_any_text = st.text(alphabet=st.characters(codec=None), max_size=12)
+_any_scalar = (
+    st.none() | st.booleans() | st.integers() | st.floats(allow_nan=False, allow_infinity=False) | _any_text
+)
+_any_key = _any_text | st.integers() | st.booleans() | st.none() | st.floats(allow_nan=False)
+_any_value = st.recursive(
+    _any_scalar,
+    lambda inner: st.lists(inner, max_size=4) | st.dictionaries(_any_key, inner, max_size=4),
+    max_leaves=12,
+)
+
+
+def _json_keys_unique(value: Any) -> bool:
+    """False when two keys of one mapping are written alike by json.dumps (1 and "1")."""
+    if isinstance(value, dict):
+        written = {json.dumps({key: None}) for key in value}
+        return len(written) == len(value) and all(_json_keys_unique(v) for v in value.values())
+    if isinstance(value, list):
+        return all(_json_keys_unique(v) for v in value)
+    return True
+
+
+@given(_any_value.filter(lambda v: not isinstance(v, str)).filter(_json_keys_unique))
+def test_a_json_string_hashes_like_the_value_it_encodes(value: Any) -> None:
+    """hash(value) == hash(json.dumps(value)) for any JSON-able value, and neither raises."""
+    expected = args_hash(value)
+    assert HEX16.match(expected)
+    assert args_hash(json.dumps(value)) == expected
+    assert args_hash(json.dumps(value, ensure_ascii=False)) == expected
+    assert args_hash(json.dumps(value).encode()) == expected
+
+
+def test_lone_surrogate_argument_hashes_like_its_json_string() -> None:
+    """{"q": "\\ud800"} and json.dumps of it give the same args_hash (orjson refuses the escape)."""
+    assert args_hash({"q": "\ud800"}) == args_hash(json.dumps({"q": "\ud800"}))
+    assert args_hash({"q": "\ud800"}) != args_hash({"q": "\ud801"})
+
+
+def test_integers_past_64_bits_hash_exactly_from_json_text() -> None:
+    """An integer past 64 bits in JSON text is read exactly, not as a float: neighbours differ."""
+    big = 2**64 + 1
+    assert args_hash(json.dumps({"n": big})) == args_hash({"n": big})
+    assert args_hash(json.dumps({"n": big})) != args_hash(json.dumps({"n": big + 1}))
+    assert args_hash("[-9223372036854775809]") == args_hash([-(2**63) - 1])
+
+
+def test_exponents_in_numbers_and_in_strings_keep_parity() -> None:
+    """Floats with exponents and strings that merely contain "e+" hash like their JSON text."""
+    for value in ({"x": 1e300, "y": -2.5e16}, {"q": "coffee+tea 3e+4"}, [1e22, "v1e+5", 2**70]):
+        assert args_hash(json.dumps(value)) == args_hash(value)

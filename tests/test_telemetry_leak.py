@@ -55,7 +55,8 @@ class ExplodingObserver:
 
 
 def run_leaky_session(guard: Guard, host_tracer: Any) -> list[Decision]:
-    """Every path: allow, warns, blocks, halts, refusals (category and free text), caps, cycles."""
+    """Every path: allow, warns, blocks, halts, refusals (category and free text), caps, cycles,
+    repeated errors across tools, cancelled calls."""
     decisions: list[Decision] = []
 
     def call(tool: str, args: Any, result: Any, **kw: Any) -> None:
@@ -95,6 +96,11 @@ def run_leaky_session(guard: Guard, host_tracer: Any) -> list[Decision]:
             call("web_fetch", {"url": f"{c['arg']}{i}"}, f"Error: {c['error']}", failed=True)
         call("web_fetch", {"url": c["arg"]}, ExplodingResult(), failed=None)
     call("read_file", {"path": c["arg"]}, ExplodingResult())
+    guard.start_turn(turn_id="turn-8")
+    for i in range(6):  # the very same error from different tools: same_error warns, then halts
+        call(f"editor_{i}", {"file_path": f"/{c['arg']}/{i}"}, f"Error: {c['error']}", failed=True)
+    guard.start_turn(turn_id="turn-9")
+    call("Read", {"file_path": c["arg"]}, f"{c['result']} cancelled", failed=True, cancelled=True)
     guard.end_turn()
     return decisions
 
@@ -155,6 +161,7 @@ def test_no_canary_leaves_the_process(span_mode: str, caplog: pytest.LogCaptureF
     # the scan must have covered something real on every channel
     codes = {d.code for d in decisions}
     assert {"exact_failure_block", "refusal_halt", "cycle_warn", "cap_turn", "no_progress_warn"} <= codes
+    assert {"same_error_warn", "same_error_halt"} <= codes and 'outcome="cancelled"' in blob
     assert len(spans) >= 1 and "otelguard_decisions_total" in blob and "# {" in blob
     assert any(r.name == "otelguard" for r in caplog.records)
     assert registry.get_sample_value("otelguard_internal_errors_total", {"stage": "observer"})

@@ -182,6 +182,32 @@ def test_loop_signature_hits_total_labels_the_args_hash_for_loop_decisions_only(
     ]
 
 
+def test_same_error_decisions_are_loop_signature_hits() -> None:
+    """same_error is a loop detector: its warn and halt land in the signature-hits counter."""
+    registry = CollectorRegistry()
+    guard = make(registry)
+    not_read = "File has not been read yet. Read it first before writing to it."
+    decisions = [
+        call(guard, f"editor_{i}", {"file_path": f"/src/{i}.py"}, not_read, failed=True) for i in range(6)
+    ]
+    assert [d.code for d in decisions[2:]] == ["same_error_warn"] * 3 + ["same_error_halt"]
+    hits = {
+        (s.labels["tool"], s.labels["code"]) for s in samples(registry, "otelguard_loop_signature_hits_total")
+    }
+    assert hits == {(f"editor_{i}", "same_error_warn") for i in (2, 3, 4)} | {("editor_5", "same_error_halt")}
+    assert (
+        value(
+            registry,
+            "otelguard_decisions_total",
+            agent=AGENT,
+            tool="editor_5",
+            action="halt",
+            code="same_error_halt",
+        )
+        == 1
+    )
+
+
 def test_internal_errors_total_starts_at_zero_for_every_stage_and_counts() -> None:
     registry = CollectorRegistry()
     telemetry = Telemetry(registry=registry)

@@ -139,7 +139,7 @@ def test_run_script_rejects_malformed_calls() -> None:
     """A tuple with too many fields is a ValueError (a bug in the script, not in the guard)."""
     guard, _ = make_guard()
     with pytest.raises(ValueError):
-        run_script(guard, [("a", None, None, None, None, None, "extra")])
+        run_script(guard, [("a", None, None, None, None, None, False, "extra")])
 
 
 def test_testing_helpers_test_an_agent_loop() -> None:

@@ -359,7 +359,9 @@ def _loops_row(ids: _Ids) -> list[Any]:
             ids,
             "Loop warnings per minute by code",
             "Warnings from the loop detectors (the model is told it is repeating itself), by decision "
-            "code. Exemplars link to the trace of the call.",
+            "code: the same failing call, a tool failing again and again, the very same error from "
+            "any tool (same_error), repeated refusals, results or cycles. Exemplars link to the trace "
+            "of the call.",
             "cpm",
             [_query(f"sum by (code) ({rate(warnings)}) * 60", "{{code}}", exemplar=True)],
         ),
@@ -439,7 +441,8 @@ def _traffic_row(ids: _Ids) -> list[Any]:
             ids,
             "Tool calls per second by outcome",
             "Guarded tool calls by outcome: ok, failed (ran and failed), refused (a host policy said "
-            "no), blocked/rejected (otelguard said no).",
+            "no), blocked/rejected (otelguard said no), cancelled (the host dispatched it but it never "
+            "ran, e.g. a parallel sibling cancelled after another call of the batch failed).",
             "cps",
             [_query(f"sum by (outcome) ({calls})", "{{outcome}}")],
             stacked=True,

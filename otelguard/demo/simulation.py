@@ -1,9 +1,9 @@
 """Simulated agents for ``otelguard demo``: realistic turns run through a real ``Guard``.
 
 Each agent is a thread that plays scenarios (a healthy turn, a failing test loop, a model re-reading
-one file, a denial storm, an A→B→A→B cycle, a runaway web search, a delegation storm...) the way a
-host would: ``before_call``, run the fake tool unless refused, ``after_call``, and stop the turn
-when the guard halts it. The first pass plays the loop scenarios in an order that shows every kind
+one file, a denial storm, an A→B→A→B cycle, a runaway web search, a delegation storm, edits of
+files never read that all fail with the same error...) the way a host would: ``before_call``, run
+the fake tool unless refused, ``after_call``, and stop the turn when the guard halts it. The first pass plays the loop scenarios in an order that shows every kind
 of decision within seconds; then scenarios are drawn at random (``seed``), mostly healthy.
 """
 
@@ -124,6 +124,15 @@ def repeated_message(rng: random.Random) -> Iterator[Step]:
         )
 
 
+def unread_edits(rng: random.Random) -> Iterator[Step]:
+    """The model switches editing tools on files it never read: every one fails with the same error."""
+    error = "Error: file has not been read yet. Read it first before writing to it."
+    for i in range(13):
+        tool = ("patch", "write_file", "edit_file")[i % 3]
+        path = f"src/module_{rng.randint(1, 10**6)}.py"
+        yield Step(tool, {"path": path, "content": f"# rewrite {i}"}, error, failed=True)
+
+
 Scenario = Callable[[random.Random], Iterator[Step]]
 SCENARIOS: Final[dict[str, Scenario]] = {
     "runaway_search": runaway_search,
@@ -135,6 +144,7 @@ SCENARIOS: Final[dict[str, Scenario]] = {
     "cycle": cycle,
     "flaky_fetch": flaky_fetch,
     "repeated_message": repeated_message,
+    "unread_edits": unread_edits,
 }
 _FIRST_PASS: Final = tuple(SCENARIOS)
 _WEIGHTS: Final = {name: (6 if name == "healthy" else 1) for name in SCENARIOS}

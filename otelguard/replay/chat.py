@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from typing import Any, Final
 
+from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
 
@@ -36,6 +37,7 @@ class _ChatSession:
             return
         role = msg.get("role")
         if role == "assistant":
+            self.feed.tick()
             self._assistant(line, msg, where)
         elif role == "user":
             self._user(line, msg.get("content"), where)
@@ -72,9 +74,10 @@ class _ChatSession:
         content = block.get("content")
         if block.get("type") != "tool_result":  # server tool results: errors are typed, not flagged
             failed = isinstance(content, dict) and str(content.get("type", "")).endswith("_error")
+            self.feed.add_result(call_id, result_text(content), failed, line)
         else:
-            failed = block.get("is_error") is True
-        self.feed.add_result(call_id, result_text(content), failed, line)
+            # request bodies captured from Claude Code carry its host-made results too
+            add_tool_result(self.feed, call_id, result_text(content), block.get("is_error") is True, line)
 
     def _tool_result(self, line: int, msg: dict[str, Any], where: str) -> None:
         self.reader.saw(OPENAI)
@@ -85,9 +88,6 @@ class _ChatSession:
         self.feed.add_result(call_id, result_text(msg.get("content")), None, line)
 
     def _assistant(self, line: int, msg: dict[str, Any], where: str) -> None:
-        # The model only speaks again once it has every result it asked for: earlier calls still
-        # unanswered now never will be.
-        self.feed.drain()
         tool_calls = msg.get("tool_calls")
         if tool_calls is not None:
             self._openai_calls(line, tool_calls, where)
@@ -149,7 +149,9 @@ class ChatReader:
     """Reads one OpenAI or Anthropic transcript file, record by record.
 
     Message lines form one session per file (id: the file's stem, or ``stdin``); a conversation line
-    (``{"messages": [...]}``) is a session of its own (id: its ``session_id``/``id``, else
+    (``{"messages": [...]}``, a tau-bench result ``{"task_id", "trial", "traj": [...]}``, a ToolBench
+    answer ``{"answer_generation": {"train_messages": [...]}}``) is a
+    session of its own (id: its ``session_id``/``id``, ``task-<task_id>-trial-<trial>``, else
     ``<stem>:<line>``).
     """
 
@@ -171,7 +173,11 @@ class ChatReader:
 
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, dict) and "messages" in record and "role" not in record:
-            self._conversation(line, record)
+            self._conversation(line, record, record["messages"], "messages")
+        elif isinstance(record, dict) and "traj" in record and "role" not in record:
+            self._conversation(line, record, record["traj"], "traj")
+        elif isinstance(record, dict) and isinstance(record.get("answer_generation"), dict):
+            self._toolbench(line, record["answer_generation"])
         elif isinstance(record, dict) and "role" in record:
             if self._file_session is None:
                 self._file_session = _ChatSession(self, SessionKey(self.path, self._session_id))
@@ -186,17 +192,36 @@ class ChatReader:
             self._file_session.feed.close()
             self._file_session = None
 
-    def _conversation(self, line: int, record: dict[str, Any]) -> None:
-        messages = record["messages"]
+    def _conversation(self, line: int, record: dict[str, Any], messages: Any, field: str) -> None:
         if not isinstance(messages, list):
-            self.sink.error(self.path, line, f"messages is {type_name(messages)}, expected an array")
+            self.sink.error(self.path, line, f"{field} is {type_name(messages)}, expected an array")
             return
-        ident = record.get("session_id", record.get("id"))
-        session_id = ident if isinstance(ident, str) and ident else f"{self._session_id}:{line}"
-        session = _ChatSession(self, SessionKey(self.path, session_id))
+        session = _ChatSession(self, SessionKey(self.path, self._conversation_id(line, record)))
         for index, msg in enumerate(messages):
-            session.message(line, msg, f"messages[{index}].")
+            session.message(line, msg, f"{field}[{index}].")
         session.feed.close()
+
+    def _toolbench(self, line: int, answer: dict[str, Any]) -> None:
+        """A ToolBench answer: ``train_messages`` holds the conversation as it grew, step by step;
+        the last, longest list is the whole run (legacy ``function_call`` messages)."""
+        steps = answer.get("train_messages")
+        if not isinstance(steps, list) or not steps or not isinstance(steps[-1], list):
+            where = "answer_generation.train_messages"
+            self.sink.error(
+                self.path, line, f"{where} is {type_name(steps)}, expected an array of message arrays"
+            )
+            return
+        self._conversation(line, {}, steps[-1], "answer_generation.train_messages[-1]")
+
+    def _conversation_id(self, line: int, record: dict[str, Any]) -> str:
+        ident = record.get("session_id", record.get("id"))
+        if isinstance(ident, str) and ident:
+            return ident
+        task = record.get("task_id")  # a tau-bench result: one conversation per task and trial
+        if isinstance(task, (int, str)) and not isinstance(task, bool):
+            trial = record.get("trial")
+            return f"task-{task}" if trial is None else f"task-{task}-trial-{trial}"
+        return f"{self._session_id}:{line}"
 
 
 def _shape(record: Any) -> str:

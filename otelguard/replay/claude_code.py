@@ -10,6 +10,7 @@ from __future__ import annotations
 from collections import OrderedDict
 from typing import Any, Final
 
+from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
 
@@ -33,8 +34,7 @@ class _Session:
     def assistant(self, line: int, message: dict[str, Any]) -> None:
         message_id = message.get("id")
         if message_id is None or message_id != self._message_id:
-            # a new assistant message: results for the previous one's calls can no longer come
-            self.feed.drain()
+            self.feed.tick()  # one message split over several lines counts once
         self._message_id = message_id
         content = message.get("content")
         if not isinstance(content, list):
@@ -69,7 +69,7 @@ class _Session:
                     self.feed.error(line, f"message.content[{index}].tool_use_id is {type_name(call_id)}")
                     continue
                 failed = block.get("is_error") is True
-                self.feed.add_result(call_id, result_text(block.get("content")), failed, line)
+                add_tool_result(self.feed, call_id, result_text(block.get("content")), failed, line)
             elif not (
                 isinstance(block, dict)
                 and isinstance(block.get("text"), str)

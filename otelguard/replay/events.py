@@ -27,7 +27,8 @@ class ToolCall:
 
     ``failed`` is ``None`` when the format has no error flag (OpenAI): the guard's fallback classifier
     decides then. ``has_result`` is false for a call the transcript never answered; such a call is
-    reported and never fed to the guard, because its outcome would have to be guessed.
+    reported and never fed to the guard, because its outcome would have to be guessed. ``cancelled``
+    marks a call the host cancelled before it ran; ``refusal`` is the category of a host refusal.
     """
 
     call_id: str | None
@@ -37,6 +38,8 @@ class ToolCall:
     result: Any = None
     failed: bool | None = None
     has_result: bool = False
+    cancelled: bool = False
+    refusal: str | None = None
 
 
 class EventSink(Protocol):

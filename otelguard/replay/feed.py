@@ -4,6 +4,7 @@ order the calls were made, and report calls the transcript never answered."""
 from __future__ import annotations
 
 from collections import OrderedDict, deque
+from collections.abc import Callable
 from typing import Any, Final
 
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
@@ -12,6 +13,12 @@ __all__ = ["SessionFeed", "result_text", "type_name"]
 
 _RECENT_IDS: Final = 1024
 """How many answered call ids a session remembers, to recognise a duplicated transcript line."""
+MAX_WAIT_MESSAGES: Final = 64
+"""A call still unanswered after this many more model messages is reported as "no result": real
+request bodies sometimes carry a result a model message or two late, never dozens. Results and tool
+output do not advance the count, so a parallel batch of any size has all the time it needs."""
+MAX_PENDING_CALLS: Final = 4096
+"""Calls waiting for results per session; past it the oldest is reported, so memory stays flat."""
 
 
 def type_name(value: Any) -> str:
@@ -47,15 +54,19 @@ def result_text(content: Any) -> Any:
 class SessionFeed:
     """One session's pending tool calls between the reader and the sink.
 
-    Calls wait in the order they were made until their results arrive (results of a parallel batch may
-    come in any order); the front of the queue is released as soon as it is answered. ``drain`` releases
-    everything, reporting the calls that never got a result.
+    Calls wait in the order they were made until their results arrive, matched by call id wherever
+    the result sits (results of a parallel batch may come in any order, or a message late); the front
+    of the queue is released as soon as it is answered. ``tick`` counts model messages: a call still
+    unanswered ``MAX_WAIT_MESSAGES`` model messages later is reported and released. ``drain``
+    releases everything, reporting the calls that never got a result.
     """
 
     def __init__(self, sink: EventSink, key: SessionKey, *, dedupe: bool = False) -> None:
         self.sink = sink
         self.key = key
         self._pending: OrderedDict[str, ToolCall] = OrderedDict()
+        self._made_at: dict[str, int] = {}
+        self._messages = 0
         self._legacy: deque[str] = deque()
         self._serial = 0
         # Claude Code sometimes writes the same message twice (resumed sessions); its call ids are
@@ -68,24 +79,43 @@ class SessionFeed:
         self.sink.error(self.key.path, line, reason)
 
     def start_turn(self) -> None:
+        """A new user request: a call of the previous turn still unanswered never will be."""
         self.drain()
         self.sink.start_turn(self.key)
 
-    def add_call(self, call: ToolCall) -> None:
-        if call.call_id is None:
+    def tick(self) -> None:
+        """One more model message; report the calls that waited too long."""
+        self._messages += 1
+        self._expire(lambda slot: self._messages - self._made_at.get(slot, 0) > MAX_WAIT_MESSAGES)
+
+    def add_call(self, call: ToolCall, slot: str | None = None) -> None:
+        """Queue a call; ``slot`` (default: the call id) is the key its result is matched by."""
+        slot = slot if slot is not None else call.call_id
+        if slot is None:
             self._serial += 1
             slot = f"\0legacy{self._serial}"
             self._legacy.append(slot)
         else:
-            slot = call.call_id
             if self._dedupe and (slot in self._answered or slot in self._pending):
                 return
             if slot in self._pending:
                 self.error(call.line, f"tool call id {slot} repeats a call still waiting for its result")
                 return
         self._pending[slot] = call
+        self._made_at[slot] = self._messages
+        if len(self._pending) > MAX_PENDING_CALLS:
+            self._expire(lambda _slot: len(self._pending) > MAX_PENDING_CALLS)
 
-    def add_result(self, call_id: str | None, result: Any, failed: bool | None, line: int) -> None:
+    def add_result(
+        self,
+        call_id: str | None,
+        result: Any,
+        failed: bool | None,
+        line: int,
+        *,
+        cancelled: bool = False,
+        refusal: str | None = None,
+    ) -> None:
         """Attach a result to its call; ``call_id=None`` answers the oldest unanswered legacy call."""
         if call_id is None:
             slot = self._oldest_legacy()
@@ -99,16 +129,19 @@ class SessionFeed:
             self.error(line, f"tool result without its call ({which})")
             return
         call.result, call.failed, call.has_result = result, failed, True
+        call.cancelled, call.refusal = cancelled, refusal
         self._release_ready()
+
+    def has_pending(self, slot: str) -> bool:
+        return slot in self._pending
+
+    def __len__(self) -> int:
+        """Calls waiting for their results (or for an earlier call's)."""
+        return len(self._pending)
 
     def drain(self) -> None:
         """Release every pending call; report the ones without a result (they are not replayed)."""
-        while self._pending:
-            slot, call = self._pending.popitem(last=False)
-            if not call.has_result:
-                which = call.call_id if call.call_id is not None else "(legacy function call)"
-                self.error(call.line, f"tool call {which} ({call.tool_name}) has no result; not replayed")
-            self._emit(slot, call)
+        self._expire(lambda _slot: True)
         self._legacy.clear()
 
     def close(self) -> None:
@@ -132,7 +165,22 @@ class SessionFeed:
             del self._pending[slot]
             self._emit(slot, call)
 
+    def _expire(self, overdue: Callable[[str], bool]) -> None:
+        """Release calls from the front while the front is answered or ``overdue``; an unanswered
+        overdue call is reported as having no result (it is not replayed)."""
+        while self._pending:
+            slot, call = next(iter(self._pending.items()))
+            if not call.has_result:
+                if not overdue(slot):
+                    return
+                # a call without an id is named by its reader's slot ("step 4"), else by its kind
+                which = call.call_id or ("(legacy function call)" if slot.startswith("\0") else slot)
+                self.error(call.line, f"tool call {which} ({call.tool_name}) has no result; not replayed")
+            del self._pending[slot]
+            self._emit(slot, call)
+
     def _emit(self, slot: str, call: ToolCall) -> None:
+        self._made_at.pop(slot, None)
         if self._dedupe and call.call_id is not None:
             self._answered[slot] = None
             if len(self._answered) > _RECENT_IDS:

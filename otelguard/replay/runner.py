@@ -1,9 +1,11 @@
 """Feeding the normalised transcript stream through one ``Guard`` per session, as a live agent would.
 
-After the first ``block``/``halt`` of a turn a well-behaved host stops the turn, so the replay stops
-feeding that turn to the guard: the remaining calls of the turn are counted as ``prevented_calls``
-and never reach the guard (feeding them would only add ``turn_halted`` decisions and blocked-call
-metrics that no live run would have produced).
+``prevented_calls`` counts the calls that would not have run: a call the guard refuses at
+``before_call`` (``block``, or a cap's ``reject``) and, after the first ``block``/``halt`` of a turn,
+every later call of that turn. A well-behaved host stops the turn there, so the replay stops feeding
+it to the guard (feeding them would only add ``turn_halted`` decisions and blocked-call metrics that
+no live run would have produced). A ``halt`` from ``after_call`` came after its call ran: that call
+is not prevented.
 """
 
 from __future__ import annotations
@@ -83,8 +85,18 @@ class ReplayRunner:
             return  # reported by the reader; its outcome would be a guess
         played = play_call(
             session.guard,
-            ScriptedCall(call.tool_name, call.args, call.result, call.failed, None, call.call_id),
+            ScriptedCall(
+                call.tool_name,
+                call.args,
+                call.result,
+                call.failed,
+                call.refusal,
+                call.call_id,
+                call.cancelled,
+            ),
         )
+        if played.after is None:  # refused at before_call: this call would not have run
+            report.prevented_calls += 1
         self._note(session, call, played.before)
         if played.after is not None:
             self._note(session, call, played.after)

@@ -1,7 +1,8 @@
 """Inputs: which files to read, what format each is in, and feeding their lines to a reader.
 
-Everything streams line by line; only a ``.json`` file that is one document (a pretty-printed request
-body, or a JSON array of messages) is parsed whole, since a JSON document cannot be read in parts.
+Everything streams line by line; only a file that is one document (a pretty-printed request body or
+trajectory, or a JSON array of messages or events) is parsed whole, since a JSON document cannot be
+read in parts. Whether a file is one document is read from its content, whatever its extension.
 """
 
 from __future__ import annotations
@@ -19,6 +20,9 @@ from otelguard.errors import UsageError
 from otelguard.replay.chat import ANTHROPIC, OPENAI, ChatReader
 from otelguard.replay.claude_code import CLAUDE_CODE, ClaudeCodeReader
 from otelguard.replay.events import EventSink
+from otelguard.replay.mini_swe_agent import MINI_SWE_AGENT, MiniSweAgentReader, is_mini_swe_agent_messages
+from otelguard.replay.openhands import OPENHANDS, OpenHandsReader, is_openhands_event
+from otelguard.replay.swe_agent import SWE_AGENT, SweAgentReader, is_swe_agent_trajectory
 
 __all__ = [
     "AUTO",
@@ -32,13 +36,18 @@ __all__ = [
 ]
 
 AUTO: Final = "auto"
-FORMATS: Final = (AUTO, OPENAI, ANTHROPIC, CLAUDE_CODE)
+FORMATS: Final = (AUTO, OPENAI, ANTHROPIC, CLAUDE_CODE, OPENHANDS, SWE_AGENT, MINI_SWE_AGENT)
 STDIN: Final = "-"
-SUFFIXES: Final = (".jsonl", ".json")
+SUFFIXES: Final = (".jsonl", ".json", ".traj")
+_DOCUMENT_SUFFIXES: Final = (".json", ".traj")
+_DOCUMENT_OPENINGS: Final = (b"{", b"[")
 _CLAUDE_CODE_TYPES: Final = frozenset(
     {"user", "assistant", "summary", "system", "file-history-snapshot", "queue-operation"}
 )
 _PROGRESS_EVERY_BYTES: Final = 1 << 20
+MAX_DOCUMENT_BYTES: Final = 256 << 20
+"""A whole-file document (a trajectory, a request body) is parsed at once; past this size it is refused
+rather than read into memory."""
 
 
 def detect_format(record: Any) -> str | None:
@@ -49,14 +58,40 @@ def detect_format(record: Any) -> str | None:
     """
     if not isinstance(record, dict):
         return None
-    if "role" in record or "messages" in record:
+    if ("history" in record and "instance_id" in record) or is_openhands_event(record):
+        return OPENHANDS
+    if "messages" in record and "role" not in record and _is_mini_swe_agent_run(record):
+        return MINI_SWE_AGENT
+    if "role" in record or "messages" in record or isinstance(record.get("traj"), list):
         return "chat"
+    if isinstance(record.get("answer_generation"), dict):  # a ToolBench answer
+        return "chat"
+    if is_swe_agent_trajectory(record):
+        return SWE_AGENT
     kind = record.get("type")
     if isinstance(kind, str) and (
         kind in _CLAUDE_CODE_TYPES or any(key in record for key in ("sessionId", "uuid", "leafUuid"))
     ):
         return CLAUDE_CODE
     return None
+
+
+def detect_document(document: Any) -> str | None:
+    """The format of a whole JSON document: a list is read by its items, except that a message list
+    written by mini-swe-agent looks like any chat until its assistant messages are read."""
+    if isinstance(document, list):
+        if document and isinstance(document[0], dict) and "role" in document[0]:
+            return MINI_SWE_AGENT if is_mini_swe_agent_messages(document) else "chat"
+        return detect_format(document[0]) if document else None
+    return detect_format(document)
+
+
+def _is_mini_swe_agent_run(record: dict[str, Any]) -> bool:
+    info = record.get("info")
+    marked = str(record.get("trajectory_format", "")).startswith("mini-swe-agent") or (
+        isinstance(info, dict) and "mini_version" in info
+    )
+    return marked or is_mini_swe_agent_messages(record.get("messages"))
 
 
 def expand_paths(paths: list[str], *, allow_missing: bool = False) -> list[str]:
@@ -117,21 +152,33 @@ class InputFile:
         self.feed_record(self.line, record)
 
     def feed_record(self, line: int, record: Any) -> None:
-        if self._reader is None:
-            detected = detect_format(record)
-            if detected is None:
-                self._dead = True
-                self.sink.error(
-                    self.path,
-                    line,
-                    "unknown transcript format: expected OpenAI chat, Anthropic Messages or Claude Code "
-                    "records (use --format to force one); file skipped",
-                )
-                return
-            self._reader = self._make_reader(detected)
-            if detected == CLAUDE_CODE:
-                self.sink.describe_input(self.path, CLAUDE_CODE)
+        if self._reader is None and not self._detect(line, detect_format(record)):
+            return
+        assert self._reader is not None
         self._reader.feed(line, record)
+
+    def feed_document(self, document: Any) -> None:
+        """A whole-file JSON document: a list is fed item by item, anything else as one record."""
+        self.line = 1
+        if self._reader is None and not self._detect(1, detect_document(document)):
+            return
+        for record in document if isinstance(document, list) else [document]:
+            self.feed_record(1, record)
+
+    def _detect(self, line: int, detected: str | None) -> bool:
+        if detected is None:
+            self._dead = True
+            self.sink.error(
+                self.path,
+                line,
+                "unknown transcript format: expected OpenAI chat, Anthropic Messages, Claude Code, "
+                "OpenHands, SWE-agent or mini-swe-agent records (use --format to force one); file skipped",
+            )
+            return False
+        self._reader = self._make_reader(detected)
+        if detected != "chat":
+            self.sink.describe_input(self.path, detected)
+        return True
 
     def close(self) -> None:
         if self._reader is not None:
@@ -143,6 +190,12 @@ class InputFile:
     def _make_reader(self, fmt: str) -> _Reader:
         if fmt == CLAUDE_CODE:
             return ClaudeCodeReader(self.sink, self.path, self._stem)
+        if fmt == OPENHANDS:
+            return OpenHandsReader(self.sink, self.path, self._stem)
+        if fmt == SWE_AGENT:
+            return SweAgentReader(self.sink, self.path, self._stem)
+        if fmt == MINI_SWE_AGENT:
+            return MiniSweAgentReader(self.sink, self.path, self._stem)
         dialect = fmt if fmt in (OPENAI, ANTHROPIC) else None
         return ChatReader(self.sink, self.path, self._stem, dialect)
 
@@ -176,7 +229,7 @@ def replay_inputs(
 def _feed_file(
     source: InputFile, stream: IO[bytes], progress: Callable[[int], None] | None, stop: threading.Event
 ) -> None:
-    if source.path.endswith(".json") and _is_document(stream):
+    if _is_document(stream, source.path.endswith(_DOCUMENT_SUFFIXES)):
         stream.seek(0)
         _feed_document(source, stream)
         if progress is not None:
@@ -207,27 +260,35 @@ def _lines(stream: IO[bytes]) -> Iterator[bytes]:
     yield from iter(stream.readline, b"")
 
 
-def _is_document(stream: IO[bytes]) -> bool:
-    """True when a ``.json`` file is one document to parse whole: its first non-blank line is not a
-    whole JSON value (a pretty-printed document) or is an array (of messages), not a record."""
+def _is_document(stream: IO[bytes], document_suffix: bool) -> bool:
+    """True when a file is one document to parse whole: its first non-blank line is an array (of
+    messages or events), or is not a whole JSON value but opens one (a pretty-printed document). A
+    ``.json``/``.traj`` file whose first line is not a whole value is a document whatever it opens."""
     for raw in _lines(stream):
-        if raw.strip():
+        line = raw.strip()
+        if line:
             try:
-                return isinstance(orjson.loads(raw), list)
+                return isinstance(orjson.loads(line), list)
             except orjson.JSONDecodeError:
-                return True
+                return document_suffix or line in _DOCUMENT_OPENINGS
     return False
 
 
 def _feed_document(source: InputFile, stream: IO[bytes]) -> None:
+    raw = stream.read(MAX_DOCUMENT_BYTES + 1)
+    if len(raw) > MAX_DOCUMENT_BYTES:
+        source.sink.error(
+            source.path,
+            None,
+            f"one JSON document larger than {MAX_DOCUMENT_BYTES >> 20} MiB cannot be read in parts; "
+            "file skipped (split it into JSON lines)",
+        )
+        return
     try:
-        document = orjson.loads(stream.read())
+        document = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         source.sink.error(
             source.path, exc.lineno, f"invalid JSON document (column {exc.colno}); file skipped"
         )
         return
-    source.line = 1
-    records = document if isinstance(document, list) else [document]
-    for record in records:
-        source.feed_record(1, record)
+    source.feed_document(document)

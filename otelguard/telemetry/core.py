@@ -107,7 +107,7 @@ class Telemetry:
         space.per_agent("subagent_spawns", agent)
         space.per_agent("turn_tool_calls", agent)
         for tool in tools:
-            for outcome in ("ok", "failed", "refused", "blocked", "rejected"):
+            for outcome in ("ok", "failed", "refused", "blocked", "rejected", "cancelled"):
                 space.tool_calls(agent, tool, outcome)
         for cap in caps:
             space.cap_usage(agent, cap)

@@ -1,0 +1,132 @@
+"""SWE-agent trajectories (``.traj``: one pretty-printed JSON document per run).
+
+With function calling, the ``history`` holds the calls (assistant entries with OpenAI ``tool_calls``)
+and their results (tool entries with ``tool_call_ids``); it stops before the run's last step (the
+``submit`` that ended it), so trajectory steps past the history's calls are read as below. Otherwise each ``trajectory`` step is one
+call: the tool is the action's first word, the arguments ``{"command": <the whole action>}``, the
+result the step's ``observation``; there is no error flag, so the fallback classifier decides.
+Demonstration entries (``is_demo``) are examples shown to the model, not calls of this run. A run is
+one task: one session (named after the file) of one turn.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Final
+
+from otelguard.replay.events import EventSink, SessionKey, ToolCall
+from otelguard.replay.feed import SessionFeed, result_text, type_name
+
+__all__ = ["SWE_AGENT", "SweAgentReader", "is_swe_agent_trajectory"]
+
+SWE_AGENT: Final = "swe-agent"
+
+
+def is_swe_agent_trajectory(record: Any) -> bool:
+    return (
+        isinstance(record, dict)
+        and "source" not in record
+        and "instance_id" not in record
+        and (isinstance(record.get("trajectory"), list) or isinstance(record.get("history"), list))
+    )
+
+
+def _uses_function_calls(history: Any) -> bool:
+    return isinstance(history, list) and any(
+        isinstance(entry, dict)
+        and entry.get("role") == "assistant"
+        and entry.get("tool_calls")
+        and not entry.get("is_demo")
+        for entry in history
+    )
+
+
+class SweAgentReader:
+    def __init__(self, sink: EventSink, path: str, session_id: str) -> None:
+        self.sink = sink
+        self.path = path
+        self._session_id = session_id
+        self._runs = 0
+
+    def feed(self, line: int, record: Any) -> None:
+        if not is_swe_agent_trajectory(record):
+            self.sink.error(self.path, line, "expected a SWE-agent trajectory with a trajectory or history")
+            return
+        self._runs += 1
+        session_id = self._session_id if self._runs == 1 else f"{self._session_id}:{self._runs}"
+        feed = SessionFeed(self.sink, SessionKey(self.path, session_id))
+        feed.start_turn()
+        trajectory = record.get("trajectory")
+        if _uses_function_calls(record.get("history")):
+            made = self._history(line, record["history"], feed)
+            if isinstance(trajectory, list):  # the history ends before the last step (the submit)
+                self._steps(line, trajectory, feed, first=made)
+        elif isinstance(trajectory, list):
+            self._steps(line, trajectory, feed)
+        else:
+            feed.error(line, "history has no tool calls and there is no trajectory array; nothing replayed")
+        feed.close()
+
+    def close(self) -> None:
+        """Each trajectory is complete when fed: nothing stays open."""
+
+    def _history(self, line: int, history: list[Any], feed: SessionFeed) -> int:
+        """Feed the history's calls and results; returns how many calls it made."""
+        made = 0
+        for index, entry in enumerate(history):
+            where = f"history[{index}]"
+            if not isinstance(entry, dict):
+                feed.error(line, f"{where} is {type_name(entry)}, expected an object")
+                continue
+            if entry.get("is_demo"):
+                continue
+            role = entry.get("role")
+            if role == "assistant":
+                feed.tick()
+                made += self._calls(line, entry.get("tool_calls"), feed, where)
+            elif role == "tool":
+                ids = entry.get("tool_call_ids", entry.get("tool_call_id"))
+                ids = [ids] if isinstance(ids, str) else ids
+                if not isinstance(ids, list) or not ids:
+                    feed.error(line, f"{where}.tool_call_ids is {type_name(ids)}, expected an array of ids")
+                    continue
+                for call_id in ids:
+                    if isinstance(call_id, str):
+                        feed.add_result(call_id, result_text(entry.get("content")), None, line)
+        return made
+
+    def _calls(self, line: int, tool_calls: Any, feed: SessionFeed, where: str) -> int:
+        if tool_calls is None:
+            return 0
+        if not isinstance(tool_calls, list):
+            feed.error(line, f"{where}.tool_calls is {type_name(tool_calls)}, expected an array")
+            return 0
+        made = 0
+        for index, item in enumerate(tool_calls):
+            function = item.get("function") if isinstance(item, dict) else None
+            call_id = item.get("id") if isinstance(item, dict) else None
+            name = function.get("name") if isinstance(function, dict) else None
+            if not isinstance(call_id, str) or not isinstance(name, str) or not name:
+                feed.error(line, f"{where}.tool_calls[{index}] needs a string id and function.name")
+                continue
+            assert isinstance(function, dict)
+            feed.add_call(ToolCall(call_id, name, function.get("arguments"), line))
+            made += 1
+        return made
+
+    def _steps(self, line: int, trajectory: list[Any], feed: SessionFeed, first: int = 0) -> None:
+        for index, step in enumerate(trajectory[first:], start=first):
+            where = f"trajectory[{index}]"
+            action = step.get("action") if isinstance(step, dict) else None
+            if not isinstance(action, str) or not action.strip():
+                feed.error(line, f"{where}.action is {_shape(action)}, expected a command; step skipped")
+                continue
+            assert isinstance(step, dict)
+            feed.tick()
+            slot = f"step {index + 1}"
+            feed.add_call(ToolCall(None, action.split()[0], {"command": action}, line), slot)
+            if "observation" in step:
+                feed.add_result(slot, result_text(step["observation"]), None, line)
+
+
+def _shape(value: Any) -> str:
+    return "an empty string" if isinstance(value, str) else type_name(value)
