@@ -171,7 +171,9 @@ def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:
         assert handler["type"] == "command"
         assert handler["command"] == "otelguard hook claude-code --url http://10.0.0.5:9464"
         assert handler["timeout"] > 2  # Claude Code's own timeout above the hook's: the hook fails open
-        assert ("matcher" in entry) == (event in ("PreToolUse", "PostToolUse", "PostToolUseFailure"))
+        assert ("matcher" in entry) == (
+            event in ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
+        )
     assert (
         json.loads(settings_block(None))["hooks"]["Stop"][0]["hooks"][0]["command"]
         == "otelguard hook claude-code"

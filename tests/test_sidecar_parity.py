@@ -4,7 +4,8 @@ config.
 
 The transcript's events become the hook payloads Claude Code would have sent (a user prompt is
 ``UserPromptSubmit``, a call is ``PreToolUse`` then, unless denied, ``PostToolUse`` or
-``PostToolUseFailure``; a subagent's sidechain is the same session with an ``agent_id``), each piped
+``PostToolUseFailure`` (``is_interrupt`` for a call that never ran; ``PermissionDenied`` for a
+refusal); a subagent's sidechain is the same session with an ``agent_id``), each piped
 through its own hook process. After a halt (``continue: false``) Claude Code stops the turn, so the
 turn's later calls are not sent, exactly as replay stops feeding a halted turn.
 """
@@ -105,7 +106,11 @@ class HookFeed:
             or answer.get("hookSpecificOutput", {}).get("permissionDecision") == "deny"
         ):
             return
-        if call.failed:
+        if call.cancelled:  # never ran (a sibling of a failed parallel call): not a failure
+            answer = self.send(key, "PostToolUseFailure", error=str(call.result), is_interrupt=True, **fields)
+        elif call.refusal is not None:
+            answer = self.send(key, "PermissionDenied", reason=str(call.result), **fields)
+        elif call.failed:
             answer = self.send(key, "PostToolUseFailure", error=str(call.result), **fields)
         else:
             answer = self.send(key, "PostToolUse", tool_response=call.result, **fields)

@@ -31,8 +31,9 @@ HOOK_EVENTS: Final = (
     "Stop",
     "SubagentStop",
     "SessionEnd",
+    "PermissionDenied",
 )
-_TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure")
+_TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
 USAGE: Final = (
     "usage: otelguard hook claude-code [--url URL] [--timeout SECONDS] [--print-settings]\n"
     "  reads one Claude Code hook payload on stdin, asks the sidecar, prints its answer; always exits 0\n"

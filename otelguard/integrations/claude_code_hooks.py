@@ -6,7 +6,7 @@ command posts to) and by ``otelguard.integrations.claude_agent_sdk``. Imports no
 Events: ``UserPromptSubmit`` starts a turn (no output: anything printed there would be added to the
 model's context); ``PreToolUse`` asks ``before_call``; ``PostToolUse`` and ``PostToolUseFailure``
 report through ``after_call`` (an interrupted call, ``is_interrupt: true``, is cancelled, not
-failed); ``Stop`` ends the turn; ``SubagentStop`` ends a subagent's turn; ``SessionEnd`` forgets the
+failed); ``PermissionDenied`` is a refusal (``refusal="permission_denied"``); ``Stop`` ends the turn; ``SubagentStop`` ends a subagent's turn; ``SessionEnd`` forgets the
 session. Payloads with an ``agent_id`` come from a subagent: its calls are a turn stream of their
 own inside the session, sharing the session's caps.
 
@@ -48,6 +48,7 @@ EVENTS: Final = (
     "Stop",
     "SubagentStop",
     "SessionEnd",
+    "PermissionDenied",
 )
 MAX_ID_CHARS: Final = 256
 MAX_SUBAGENTS_PER_SESSION: Final = 64
@@ -187,6 +188,9 @@ class ClaudeCodeHooks:
         call_id = _optional_text(payload, "tool_use_id")
         if event == "PreToolUse":
             return hook_output(event, guard.before_call(tool_name, args, call_id=call_id))
+        if event == "PermissionDenied":  # refused before it ran: a refusal, never a failure
+            decision = guard.after_call(tool_name, args, None, refusal="permission_denied", call_id=call_id)
+            return {"continue": False, "stopReason": stop_reason(decision)} if decision.should_halt else None
         if event == "PostToolUse":
             result = payload.get("tool_response")
             return hook_output(
