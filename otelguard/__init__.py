@@ -14,8 +14,8 @@ if _typing.TYPE_CHECKING:
     from otelguard.config import GuardConfig, TelemetrySettings
     from otelguard.decisions import Decision, Signature, TurnSummary
     from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
-    from otelguard.exporter import serve_metrics
     from otelguard.guard import Guard
+    from otelguard.metrics_server import serve_metrics
     from otelguard.observers import CallEvent, GuardObserver, TurnInfo
     from otelguard.telemetry import Telemetry
     from otelguard.tool_calls import GuardedCall
@@ -54,7 +54,7 @@ _HOMES: dict[str, str] = {
     "TelemetrySettings": "otelguard.config",
     "TurnInfo": "otelguard.observers",
     "TurnSummary": "otelguard.decisions",
-    "serve_metrics": "otelguard.exporter",
+    "serve_metrics": "otelguard.metrics_server",
 }
 
 

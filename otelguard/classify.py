@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
 from typing import Any, Final
@@ -12,7 +13,7 @@ import orjson
 from otelguard.config import GuardConfig
 from otelguard.decisions import ToolClass
 
-__all__ = ["NamePatterns", "ToolCatalog", "ToolFacts", "looks_failed"]
+__all__ = ["NamePatterns", "ToolCatalog", "ToolFacts", "catalog_for", "looks_failed"]
 
 _MAX_CACHED_NAMES: Final = 4096
 _GLOB_CHARS: Final = frozenset("*?[")
@@ -163,3 +164,21 @@ def _mapping_failed(result: Mapping[Any, Any]) -> bool:
         return True
     exit_code = result.get("exit_code")
     return isinstance(exit_code, (int, float)) and not isinstance(exit_code, bool) and exit_code != 0
+
+
+_CATALOGS: dict[int, ToolCatalog] = {}
+
+
+def catalog_for(config: GuardConfig) -> ToolCatalog:
+    """The catalog of a config, shared by every guard built from that config object.
+
+    A host that makes a guard per session (the sidecar, the adapters' session pools) builds the
+    catalog once, not per session; the entry goes when the config object does.
+    """
+    key = id(config)
+    catalog = _CATALOGS.get(key)
+    if catalog is None:
+        catalog = ToolCatalog(config)
+        _CATALOGS[key] = catalog
+        weakref.finalize(config, _CATALOGS.pop, key, None)
+    return catalog

@@ -21,3 +21,11 @@ OTELGUARD_METRICS_PORT = "OTELGUARD_METRICS_PORT"
 
 OTELGUARD_AGENT = "OTELGUARD_AGENT"
 """The ``agent`` label the hermes-agent plugin uses (default ``hermes``)."""
+
+OTELGUARD_TOKEN = "OTELGUARD_TOKEN"
+"""Bearer token for ``otelguard serve``'s ``/v1/`` endpoints (``--token`` takes precedence); the hook
+command sends it too. ``/metrics`` and ``/healthz`` stay open."""
+
+OTELGUARD_URL = "OTELGUARD_URL"
+"""Where ``otelguard hook claude-code`` finds the sidecar (``--url`` takes precedence); default
+``http://127.0.0.1:9464``."""

@@ -17,7 +17,7 @@ from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from otelguard import decisions as codes
 from otelguard.caps import CapLedger, Charge
-from otelguard.classify import ToolCatalog, ToolFacts, looks_failed
+from otelguard.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
@@ -64,7 +64,7 @@ class Guard:
         self.agent = agent or DEFAULT_AGENT
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
-        self._catalog = ToolCatalog(self.config)
+        self._catalog = catalog_for(self.config)
         self._caps = CapLedger(self.config.caps.on_hit)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()

@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from otelguard.bench import FIGURE_NAMES, TARGETS, BenchOptions, run_bench
+from otelguard.bench.sidecar import SidecarOptions, run_sidecar_bench
 from otelguard.bench.workloads import WORKLOADS
 
 __all__ = ["add_arguments", "run"]
@@ -56,6 +57,18 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     )  # fmt: skip
     parser.add_argument("--seed", type=int, default=_DEFAULTS.seed, help="workload seed (default 1)")
     parser.add_argument(
+        "--sidecar", action="store_true",
+        help="also measure otelguard serve and the Claude Code hook command (real processes; seconds)",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sidecar-sessions", type=_positive, default=SidecarOptions().sessions, metavar="N",
+        help=f"with --sidecar: distinct sessions sent before measuring serve's memory (default {SidecarOptions().sessions:,})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--sidecar-pairs", type=_positive, default=SidecarOptions().pairs_per_client, metavar="N",
+        help=f"with --sidecar: before+after pairs per client, 8 clients (default {SidecarOptions().pairs_per_client:,})",
+    )  # fmt: skip
+    parser.add_argument(
         "--json", action="store_true", help="print the JSON document (see docs/overhead.md) on stdout"
     )
 
@@ -70,9 +83,15 @@ def run(args: argparse.Namespace) -> int:
         seed=args.seed,
     )
     err = Console(stderr=True)
-    document = run_bench(
-        options, progress=lambda message: err.print(f"[dim]otelguard bench: {message}[/dim]")
-    )
+
+    def progress(message: str) -> None:
+        err.print(f"[dim]otelguard bench: {message}[/dim]")
+
+    document = run_bench(options, progress=progress)
+    if args.sidecar:
+        document["sidecar"] = run_sidecar_bench(
+            SidecarOptions(sessions=args.sidecar_sessions, pairs_per_client=args.sidecar_pairs), progress
+        )
     if args.json:
         sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
@@ -129,8 +148,33 @@ def _print_tables(console: Console, document: dict[str, Any]) -> None:
         other.add_row(label, value, target, _verdict(met.get(key)))
     other.add_row("/metrics body bytes", f"{document['metrics_body_bytes']:,}", "", "")
     console.print(other)
+    if "sidecar" in document:
+        _print_sidecar(console, document["sidecar"])
     missed = [row["name"] for row in document["targets"] if not row["met"]]
     summary = "all targets met" if not missed else f"missed: {', '.join(missed)}"
     console.print(
         f"{len(document['targets']) - len(missed)}/{len(document['targets'])} targets met; {summary}"
     )
+
+
+def _print_sidecar(console: Console, sidecar: dict[str, Any]) -> None:
+    table = Table(title="sidecar: otelguard serve and the hook command")
+    for column in ("measurement", "value", "target", ""):
+        table.add_column(column)
+    met = {row["name"]: row for row in sidecar["targets"]}
+    for key, label in (
+        ("sidecar_calls_per_s", "before+after pairs/s through serve, 8 keep-alive clients"),
+        ("hook_roundtrip_ratio", "hook process (PreToolUse, warm sidecar) / python -c pass"),
+    ):
+        row = met[key]
+        table.add_row(label, f"{row['value']:,}", row["target"], _verdict(row["met"]))
+    table.add_row("hook process median ms", f"{sidecar['hook_median_ms']:.2f}", "", "")
+    table.add_row("python -c pass median ms", f"{sidecar['python_pass_median_ms']:.2f}", "", "")
+    table.add_row(
+        f"serve RSS after {sidecar['serve_sessions_sent']:,} sessions (max {sidecar['serve_max_sessions']:,})",
+        f"{sidecar['serve_rss_kib_after_flood']:,} KiB (pool full {sidecar['serve_rss_kib_pool_full']:,}, "
+        f"start {sidecar['serve_rss_kib_at_start']:,})",
+        "",
+        "",
+    )
+    console.print(table)

@@ -21,7 +21,7 @@ from typing import Any
 from otelguard import ConfigError, GuardConfig
 from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
-from otelguard.exporter import MetricsServer, serve_metrics
+from otelguard.metrics_server import MetricsServer, serve_metrics
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
 from otelguard.testing import ScriptedCall

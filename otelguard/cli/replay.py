@@ -181,7 +181,7 @@ def _telemetry(args: argparse.Namespace, config: GuardConfig) -> tuple[Any, Any]
 def _serve(args: argparse.Namespace, registry: Any) -> Any:
     if args.serve is None:
         return None
-    from otelguard.exporter import serve_metrics
+    from otelguard.metrics_server import serve_metrics
 
     return serve_metrics(args.serve, args.addr, registry=registry)
 

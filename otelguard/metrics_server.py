@@ -1,8 +1,9 @@
-"""Serving ``/metrics``: a pure rendering function and a small server around it (docs/telemetry.md).
+"""Serving ``/metrics``: a pure rendering function and the shared bounded server around it (docs/telemetry.md).
 
 ``render`` picks the exposition format from the scraper's ``Accept`` header (OpenMetrics, which
-carries exemplars, when asked; Prometheus text otherwise). ``serve_metrics`` binds to loopback unless
-told otherwise, speaks TLS when given a certificate, and aggregates worker files when
+carries exemplars, when asked; Prometheus text otherwise). ``serve_metrics`` runs on the shared
+bounded server (``otelguard.http_server``): a fixed worker pool, a real backlog, read and idle
+timeouts. It binds to loopback unless told otherwise, speaks TLS when given a certificate, and aggregates worker files when
 ``PROMETHEUS_MULTIPROC_DIR`` is set (multi-process mode has no exemplars: prometheus_client does not
 store them in its shared files).
 """
@@ -12,11 +13,8 @@ from __future__ import annotations
 import errno
 import gzip
 import os
-import socket
 import ssl
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from typing import Any
+from collections.abc import Callable
 
 from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
@@ -24,8 +22,9 @@ from prometheus_client.multiprocess import MultiProcessCollector
 
 from otelguard.environment_variables import PROMETHEUS_MULTIPROC_DIR
 from otelguard.errors import ConfigError
+from otelguard.http_server import HttpServer, Request, Response, ServerLimits
 
-__all__ = ["MetricsServer", "render", "serve_metrics"]
+__all__ = ["MetricsServer", "bind", "metrics_response", "render", "serve_metrics", "tls_context"]
 
 _INDEX = b'<html><body><a href="/metrics">/metrics</a></body></html>\n'
 
@@ -43,71 +42,35 @@ def multiprocess_registry(path: str) -> CollectorRegistry:
     return registry
 
 
-class _Handler(BaseHTTPRequestHandler):
-    server: _Server
-    protocol_version = "HTTP/1.1"
-
-    def do_GET(self) -> None:
-        path = self.path.split("?", 1)[0]
-        if path == "/metrics":
-            body, content_type = render(self.server.registry, self.headers.get("Accept", ""))
-            if "gzip" in self.headers.get("Accept-Encoding", ""):
-                body = gzip.compress(body)
-                self._reply(200, body, content_type, {"Content-Encoding": "gzip"})
-            else:
-                self._reply(200, body, content_type)
-        elif path == "/":
-            self._reply(200, _INDEX, "text/html; charset=utf-8")
-        else:
-            self._reply(404, b"not found; metrics are at /metrics\n", "text/plain; charset=utf-8")
-
-    def _reply(
-        self, status: int, body: bytes, content_type: str, extra: dict[str, str] | None = None
-    ) -> None:
-        self.send_response(status)
-        self.send_header("Content-Type", content_type)
-        self.send_header("Content-Length", str(len(body)))
-        for key, value in (extra or {}).items():
-            self.send_header(key, value)
-        self.end_headers()
-        self.wfile.write(body)
-
-    def log_message(self, format: str, *args: Any) -> None:
-        """Silent: scrapes every few seconds would flood the host's logs."""
+def metrics_response(registry: CollectorRegistry, request: Request) -> Response:
+    """``/metrics`` for one request: the format its ``Accept`` asks for, gzip when accepted."""
+    body, content_type = render(registry, request.headers.get("accept", ""))
+    if "gzip" in request.headers.get("accept-encoding", ""):
+        return Response(200, gzip.compress(body), content_type, (("Content-Encoding", "gzip"),))
+    return Response(200, body, content_type)
 
 
-class _Server(ThreadingHTTPServer):
-    daemon_threads = True
-    registry: CollectorRegistry
-    tls: ssl.SSLContext | None = None
+def _metrics_routes(registry: CollectorRegistry) -> Callable[[Request], Response]:
+    def answer(request: Request) -> Response:
+        if request.method not in ("GET", "HEAD"):
+            return Response(405, b"only GET is served here\n", headers=(("Allow", "GET, HEAD"),))
+        if request.path == "/metrics":
+            return metrics_response(registry, request)
+        if request.path == "/":
+            return Response(200, _INDEX, "text/html; charset=utf-8")
+        return Response(404, b"not found; metrics are at /metrics\n")
 
-    def finish_request(self, request: Any, client_address: Any) -> None:
-        # The TLS handshake runs here, in the request's own thread, so a slow or plain-HTTP client
-        # cannot stall the accept loop.
-        if self.tls is not None:
-            request.settimeout(10)
-            request = self.tls.wrap_socket(request, server_side=True)
-        super().finish_request(request, client_address)
-
-    def handle_error(self, request: Any, client_address: Any) -> None:
-        """Failed handshakes and dropped connections are the client's problem, not log noise."""
-
-
-class _Server6(_Server):
-    address_family = socket.AF_INET6
+    return answer
 
 
 class MetricsServer:
     """A running ``/metrics`` server. ``shutdown()`` (or leaving a ``with`` block) stops it."""
 
-    def __init__(self, server: _Server, scheme: str) -> None:
+    def __init__(self, server: HttpServer) -> None:
         self._server = server
-        host, port = server.server_address[:2]
-        self.addr: str = str(host)
-        self.port: int = int(port)
-        self.scheme = scheme
-        self._thread = threading.Thread(target=server.serve_forever, name="otelguard-metrics", daemon=True)
-        self._thread.start()
+        self.addr: str = server.addr
+        self.port: int = server.port
+        self.scheme = server.scheme
 
     @property
     def url(self) -> str:
@@ -116,8 +79,6 @@ class MetricsServer:
 
     def shutdown(self) -> None:
         self._server.shutdown()
-        self._server.server_close()
-        self._thread.join(5)
 
     close = shutdown
 
@@ -147,26 +108,32 @@ def serve_metrics(
         if multiproc_dir and not os.path.isdir(multiproc_dir):
             raise ConfigError(PROMETHEUS_MULTIPROC_DIR, multiproc_dir, "must be an existing directory")
         registry = multiprocess_registry(multiproc_dir) if multiproc_dir else REGISTRY
-    tls = _tls_context(certfile, keyfile)
-    server = _bind(addr, port)
-    server.registry = registry
-    server.tls = tls
-    return MetricsServer(server, "https" if tls is not None else "http")
+    tls = tls_context(certfile, keyfile)
+    return MetricsServer(bind(_metrics_routes(registry), addr, port, tls, name="otelguard-metrics"))
 
 
-def _bind(addr: str, port: int) -> _Server:
+def bind(
+    handler: Callable[[Request], Response],
+    addr: str,
+    port: int,
+    tls: ssl.SSLContext | None,
+    *,
+    limits: ServerLimits | None = None,
+    inline: Callable[[Request], bool] | None = None,
+    name: str,
+) -> HttpServer:
+    """Start the shared bounded server; ``ConfigError`` names the port or address that cannot be used."""
     if isinstance(port, bool) or not isinstance(port, int) or not 0 <= port <= 65535:
         raise ConfigError("port", port, "expected an integer from 0 to 65535")
-    server_class = _Server6 if ":" in addr else _Server
     try:
-        return server_class((addr, port), _Handler)
+        return HttpServer(handler, addr=addr, port=port, tls=tls, limits=limits, inline=inline, name=name)
     except OSError as exc:
         if exc.errno == errno.EADDRINUSE:
             raise ConfigError("port", port, f"{addr}:{port} is already in use; choose another port") from exc
         raise ConfigError("addr", addr, f"cannot listen on {addr}:{port} ({exc.strerror or exc})") from exc
 
 
-def _tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
+def tls_context(certfile: str | None, keyfile: str | None) -> ssl.SSLContext | None:
     if certfile is None:
         if keyfile is not None:
             raise ConfigError("keyfile", keyfile, "a key needs its certificate: pass certfile too")

@@ -1,0 +1,207 @@
+"""The sidecar's figures: guard calls per second through ``otelguard serve``, the cost of one hook
+process, and the memory of serve under a flood of sessions. Real processes on loopback; opt-in
+(``otelguard bench --sidecar``) because they take seconds, not milliseconds.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import statistics
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Final
+
+__all__ = ["SIDECAR_TARGETS", "SidecarOptions", "run_sidecar_bench"]
+
+SIDECAR_TARGETS: Final = {"sidecar_calls_per_s": 2000.0, "hook_roundtrip_ratio": 1.5}
+"""``sidecar_calls_per_s`` is a lower bound; ``hook_roundtrip_ratio`` an upper bound."""
+
+_CLIENTS: Final = 8
+_PRE_TOOL_USE: Final = {
+    "session_id": "bench-hook",
+    "transcript_path": "/tmp/bench.jsonl",
+    "cwd": "/tmp",
+    "hook_event_name": "PreToolUse",
+    "tool_name": "Read",
+    "tool_input": {"file_path": "/etc/hostname"},
+    "tool_use_id": "toolu_bench",
+}
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class SidecarOptions:
+    pairs_per_client: int = 1000
+    hook_runs: int = 21
+    sessions: int = 100_000
+    max_sessions: int = 10_000
+
+
+def run_sidecar_bench(options: SidecarOptions, progress: Callable[[str], None]) -> dict[str, Any]:
+    with _serve(options.max_sessions) as (port, _):
+        progress(f"sidecar: {_CLIENTS} keep-alive clients x {options.pairs_per_client:,} before+after pairs")
+        calls_per_s = _pairs_per_second(port, options.pairs_per_client)
+        progress(f"sidecar: {options.hook_runs} hook processes vs python -c pass")
+        hook_ms, python_ms = _hook_round_trip(port, options.hook_runs)
+    with _serve(options.max_sessions) as (port, pid):
+        progress(
+            f"sidecar: memory after {options.sessions:,} distinct sessions (max {options.max_sessions:,})"
+        )
+        memory = _memory_under_session_flood(port, pid, options.sessions, options.max_sessions)
+    ratio = hook_ms / python_ms if python_ms else float("inf")
+    return {
+        "sidecar_calls_per_s": round(calls_per_s, 1),
+        "hook_median_ms": round(hook_ms, 2),
+        "python_pass_median_ms": round(python_ms, 2),
+        "hook_roundtrip_ratio": round(ratio, 3),
+        **memory,
+        "targets": [
+            {
+                "name": "sidecar_calls_per_s",
+                "value": round(calls_per_s, 1),
+                "target": f">= {SIDECAR_TARGETS['sidecar_calls_per_s']:g}",
+                "met": calls_per_s >= SIDECAR_TARGETS["sidecar_calls_per_s"],
+            },
+            {
+                "name": "hook_roundtrip_ratio",
+                "value": round(ratio, 3),
+                "target": f"<= {SIDECAR_TARGETS['hook_roundtrip_ratio']:g}",
+                "met": ratio <= SIDECAR_TARGETS["hook_roundtrip_ratio"],
+            },
+        ],
+    }
+
+
+@contextmanager
+def _serve(max_sessions: int) -> Iterator[tuple[int, int]]:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = int(probe.getsockname()[1])
+    process = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "otelguard",
+            "serve",
+            "--port",
+            str(port),
+            "--max-sessions",
+            str(max_sessions),
+        ],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        deadline = time.monotonic() + 30
+        while True:
+            try:
+                _request(http.client.HTTPConnection("127.0.0.1", port, timeout=5), "GET", "/healthz", None)
+                break
+            except OSError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise RuntimeError("otelguard serve did not start") from None
+                time.sleep(0.05)
+        yield port, process.pid
+    finally:
+        process.terminate()
+        try:
+            process.wait(10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait(5)
+
+
+def _request(connection: http.client.HTTPConnection, method: str, path: str, body: bytes | None) -> bytes:
+    connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
+    response = connection.getresponse()
+    data = response.read()
+    if response.status != 200:
+        raise RuntimeError(f"otelguard serve answered {response.status} on {path}")
+    return data
+
+
+def _pairs_per_second(port: int, pairs: int) -> float:
+    def client(index: int) -> None:
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+        for call in range(pairs):
+            body: dict[str, object] = {"session_id": f"bench-{index}", "tool_name": "read_file",
+                                       "args": {"path": f"f{call % 50}"}, "call_id": f"c{call}"}  # fmt: skip
+            _request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
+            body["result"], body["failed"] = f"content {call}", False
+            _request(connection, "POST", "/v1/after_call", json.dumps(body).encode())
+        connection.close()
+
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(_CLIENTS)]
+    start = time.perf_counter()
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    return _CLIENTS * pairs / (time.perf_counter() - start)
+
+
+def _hook_round_trip(port: int, runs: int) -> tuple[float, float]:
+    """Median wall milliseconds of a hook process answering PreToolUse, and of ``python -c pass``,
+    interleaved so both see the same machine."""
+    payload = json.dumps(_PRE_TOOL_USE).encode()
+    hook = [sys.executable, "-m", "otelguard", "hook", "claude-code", "--url", f"http://127.0.0.1:{port}"]
+    floor = [sys.executable, "-c", "pass"]
+    hook_ms: list[float] = []
+    floor_ms: list[float] = []
+    for _ in range(runs):
+        for command, into, data in ((hook, hook_ms, payload), (floor, floor_ms, b"")):
+            start = time.perf_counter()
+            subprocess.run(command, input=data, capture_output=True, check=True)
+            into.append((time.perf_counter() - start) * 1000)
+    return statistics.median(hook_ms), statistics.median(floor_ms)
+
+
+def _memory_under_session_flood(port: int, pid: int, sessions: int, max_sessions: int) -> dict[str, Any]:
+    """RSS of serve at start, once the pool is full, and after ``sessions`` distinct session ids."""
+
+    def flood(first: int, count: int) -> None:
+        per_client = max(1, count // _CLIENTS)
+
+        def client(index: int) -> None:
+            connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            start = first + index * per_client
+            for number in range(start, start + per_client):
+                body = {"session_id": f"flood-{number}", "tool_name": "read_file", "args": {"n": number}}
+                _request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
+            connection.close()
+
+        threads = [threading.Thread(target=client, args=(index,)) for index in range(_CLIENTS)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    start_rss = _rss_kib(pid)
+    flood(0, max_sessions)
+    full_rss = _rss_kib(pid)
+    flood(max_sessions, max(0, sessions - max_sessions))
+    health = json.loads(
+        _request(http.client.HTTPConnection("127.0.0.1", port, timeout=5), "GET", "/healthz", None)
+    )
+    return {
+        "serve_sessions_sent": sessions,
+        "serve_max_sessions": max_sessions,
+        "serve_sessions_held": health["sessions"],
+        "serve_rss_kib_at_start": start_rss,
+        "serve_rss_kib_pool_full": full_rss,
+        "serve_rss_kib_after_flood": _rss_kib(pid),
+    }
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return -1

@@ -1,0 +1,94 @@
+"""`otelguard serve`: a guard per session over HTTP, with the metrics, on one port.
+
+Exit codes: 0 after SIGINT/SIGTERM, 2 usage or configuration error (bad config, port in use).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import signal
+import sys
+import threading
+from types import FrameType
+
+from prometheus_client import REGISTRY
+
+from otelguard import ConfigError, GuardConfig
+from otelguard.environment_variables import OTELGUARD_TOKEN
+from otelguard.metrics_server import bind, tls_context
+from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
+from otelguard.sidecar import Sidecar
+from otelguard.telemetry import Telemetry
+from otelguard.telemetry.tracer_setup import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
+
+
+def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
+    parser.add_argument(
+        "--port", type=int, default=9464, help="port for /v1/, /metrics and /healthz (default: 9464)"
+    )
+    parser.add_argument("--addr", default="127.0.0.1", help="address to listen on (default: 127.0.0.1)")
+    parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
+    parser.add_argument(
+        "--token", help=f"bearer token required on /v1/ (default: ${OTELGUARD_TOKEN}; none: no auth)"
+    )
+    parser.add_argument(
+        "--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, metavar="N",
+        help=f"sessions held at once; the least recently used is dropped first (default: {DEFAULT_MAX_SESSIONS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--session-idle", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
+        help=f"forget a session idle this long (default: {DEFAULT_IDLE_SECONDS:g})",
+    )  # fmt: skip
+    parser.add_argument("--certfile", help="PEM certificate: serve HTTPS")
+    parser.add_argument("--keyfile", help="PEM key of --certfile")
+
+
+def _span_export() -> SpanExport | None:
+    """Spans over OTLP when ``OTEL_EXPORTER_OTLP_*`` says where; otherwise metrics only (no span cost)."""
+    if any(os.environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
+        return span_export_from_env("otelguard-serve")
+    return None
+
+
+def run(args: argparse.Namespace) -> int:
+    spans = _span_export()
+    try:
+        config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
+        sidecar = Sidecar(
+            config,
+            telemetry=Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY),
+            registry=REGISTRY,
+            token=args.token or os.environ.get(OTELGUARD_TOKEN) or None,
+            max_sessions=args.max_sessions,
+            idle_seconds=args.session_idle,
+        )
+        server = bind(
+            sidecar.handle, args.addr, args.port, tls_context(args.certfile, args.keyfile),
+            inline=sidecar.inline, name="otelguard-serve",
+        )  # fmt: skip
+    except ConfigError as exc:
+        print(f"otelguard serve: {' '.join(str(exc).split())}", file=sys.stderr)
+        if spans is not None:
+            spans.shutdown()
+        return 2
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    host = f"[{server.addr}]" if ":" in server.addr else server.addr
+    print(
+        f"otelguard serve: listening on {server.scheme}://{host}:{server.port} "
+        f"(/v1/, /metrics, /healthz; auth {'on' if args.token or os.environ.get(OTELGUARD_TOKEN) else 'off'})",
+        file=sys.stderr,
+        flush=True,
+    )
+    while not stop.wait(3600):
+        pass
+    server.shutdown()
+    if spans is not None:
+        spans.shutdown()  # flushes what is queued, within a time bound
+    return 0

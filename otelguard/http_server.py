@@ -1,0 +1,424 @@
+"""One bounded HTTP/1.1 server for ``/metrics`` and the sidecar.
+
+An event loop in one thread reads requests from every connection (so an idle keep-alive client or a
+slow sender costs a socket, never a thread); a complete request goes to a fixed pool of worker
+threads, or runs on the loop itself when the caller says it is cheap. Bounded everywhere: worker
+threads, open connections (the longest-idle connection makes room for a new one), header and body
+bytes, the time a connection may sit idle, the time a started request may take to arrive and the
+time a client may take to read its answer. A real listen backlog absorbs bursts of scrapers.
+Loopback by default; TLS when given a context (its handshake has a deadline too).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import socket
+import ssl
+import threading
+from collections.abc import Callable, Mapping
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
+from http import HTTPStatus
+from types import MappingProxyType
+from typing import Final
+
+__all__ = ["HttpServer", "Request", "Response", "ServerLimits"]
+
+_HEAD_END: Final = b"\r\n\r\n"
+_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_MAX_DISCARD_BYTES: Final = 64 << 20
+
+
+@dataclass(frozen=True, slots=True)
+class Request:
+    """One parsed request. Header names are lower case; ``body`` is at most the body limit."""
+
+    method: str
+    path: str
+    query: str
+    headers: Mapping[str, str]
+    body: bytes = b""
+
+
+@dataclass(frozen=True, slots=True)
+class Response:
+    status: int
+    body: bytes = b""
+    content_type: str = "text/plain; charset=utf-8"
+    headers: tuple[tuple[str, str], ...] = ()
+    close: bool = False
+
+
+Handler = Callable[[Request], Response]
+
+
+@dataclass(frozen=True, slots=True, kw_only=True)
+class ServerLimits:
+    """What one server may hold. Times are seconds."""
+
+    workers: int = 8
+    backlog: int = 128
+    max_connections: int = 1024
+    idle_timeout_seconds: float = 60.0
+    read_timeout_seconds: float = 10.0
+    write_timeout_seconds: float = 10.0
+    handshake_timeout_seconds: float = 10.0
+    max_header_bytes: int = 16 * 1024
+    max_body_bytes: int = 1 << 20
+
+
+class _BadRequest(Exception):
+    def __init__(self, status: int, reason: str) -> None:
+        super().__init__(reason)
+        self.status = status
+        self.reason = reason
+
+
+class HttpServer:
+    """A running server; ``shutdown()`` (or leaving a ``with`` block) stops it and closes every connection.
+
+    ``inline(request)`` says whether a request is cheap enough to answer on the event loop itself
+    (no thread hop); everything else runs on the worker pool. Binding happens in the constructor,
+    so an address in use raises ``OSError`` there.
+    """
+
+    def __init__(
+        self,
+        handler: Handler,
+        *,
+        addr: str = "127.0.0.1",
+        port: int = 0,
+        tls: ssl.SSLContext | None = None,
+        limits: ServerLimits | None = None,
+        inline: Callable[[Request], bool] | None = None,
+        name: str = "otelguard-http",
+    ) -> None:
+        self.limits = limits or ServerLimits()
+        self.handler = handler
+        self.inline = inline
+        self._tls = tls
+        family = socket.AF_INET6 if ":" in addr else socket.AF_INET
+        self._socket = socket.create_server((addr, port), family=family, backlog=self.limits.backlog)
+        host, bound_port = self._socket.getsockname()[:2]
+        self.addr: str = str(host)
+        self.port: int = int(bound_port)
+        self.scheme = "https" if tls is not None else "http"
+        self.executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
+        self.loop = asyncio.new_event_loop()
+        self.connections: dict[_Connection, None] = {}
+        self.stopping = False
+        self._server: asyncio.base_events.Server | None = None
+        self._ready = threading.Event()
+        self._startup_error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
+        self._thread.start()
+        self._ready.wait()
+        if self._startup_error is not None:
+            self.executor.shutdown(wait=False)
+            raise self._startup_error
+
+    @property
+    def open_connections(self) -> int:
+        return len(self.connections)
+
+    def _run(self) -> None:
+        asyncio.set_event_loop(self.loop)
+        try:
+            self._server = self.loop.run_until_complete(
+                self.loop.create_server(
+                    lambda: _Connection(self),
+                    sock=self._socket,
+                    ssl=self._tls,
+                    ssl_handshake_timeout=self.limits.handshake_timeout_seconds if self._tls else None,
+                    backlog=self.limits.backlog,
+                )
+            )
+        except BaseException as exc:  # reported to the constructor's caller
+            self._startup_error = exc
+            self._ready.set()
+            self.loop.close()
+            return
+        self._ready.set()
+        try:
+            self.loop.run_forever()
+        finally:
+            self.loop.close()
+
+    def shutdown(self) -> None:
+        if self.loop.is_closed() or not self._thread.is_alive():
+            return
+        future = asyncio.run_coroutine_threadsafe(self._close(), self.loop)
+        with contextlib.suppress(Exception):
+            future.result(5)
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join(5)
+        self.executor.shutdown(wait=False, cancel_futures=True)
+
+    close = shutdown
+
+    def __enter__(self) -> HttpServer:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    async def _close(self) -> None:
+        self.stopping = True
+        # Stop accepting first, and let connections already accepted reach connection_made (where
+        # they see ``stopping`` and abort): closing the asyncio server before that would leak them.
+        with contextlib.suppress(Exception):
+            self.loop.remove_reader(self._socket.fileno())
+        for _ in range(5):
+            await asyncio.sleep(0)
+        if self._server is not None:
+            self._server.close()
+        for connection in list(self.connections):
+            connection.abort()
+        await asyncio.sleep(0)
+
+    def make_room(self) -> bool:
+        """At the connection limit, close the connection idle the longest; False when none is idle."""
+        if len(self.connections) < self.limits.max_connections:
+            return True
+        idle = [c for c in self.connections if c.idle_since is not None]
+        if not idle:
+            return False
+        min(idle, key=lambda c: c.idle_since or 0.0).abort()
+        return True
+
+
+class _Connection(asyncio.Protocol):
+    """One client connection: buffers bytes, answers complete requests in order, enforces the limits.
+
+    Timers, one at a time: idle (no request started), read (a started request must complete), write
+    (a client that stops reading its answer). While a request is on the worker pool, later requests
+    wait in the buffer (answers keep their order); past the size limits, reading pauses.
+    """
+
+    def __init__(self, server: HttpServer) -> None:
+        self.server = server
+        self.limits = server.limits
+        self.loop = server.loop
+        self.transport: asyncio.Transport | None = None
+        self.buffer = bytearray()
+        self.busy = False
+        self.paused_writing = False
+        self.closing = False
+        self.continued = False
+        self.idle_since: float | None = None
+        self.discarded = -1  # >= 0: answered and closing; the rest of an over-long body is read and dropped
+        self._timer: asyncio.TimerHandle | None = None
+
+    # asyncio.Protocol --------------------------------------------------------------------------
+
+    def connection_made(self, transport: asyncio.BaseTransport) -> None:
+        assert isinstance(transport, asyncio.Transport)
+        self.transport = transport
+        if self.server.stopping or not self.server.make_room():
+            transport.abort()
+            return
+        self.server.connections[self] = None
+        self._wait_for_request()
+
+    def connection_lost(self, exc: Exception | None) -> None:
+        self.closing = True
+        self._cancel_timer()
+        self.server.connections.pop(self, None)
+
+    def data_received(self, data: bytes) -> None:
+        if self.discarded >= 0:
+            self.discarded += len(data)
+            if self.discarded > _MAX_DISCARD_BYTES:
+                self.abort()
+            return
+        self.buffer += data
+        if len(self.buffer) > self.limits.max_header_bytes + self.limits.max_body_bytes and self.transport:
+            self.transport.pause_reading()  # a client sending far ahead of its answers
+        if not self.busy and not self.paused_writing:
+            self._process()
+
+    def eof_received(self) -> bool | None:
+        if self.discarded >= 0 or (not self.busy and not self.buffer):
+            return None  # close now
+        return True  # answer what is in flight, then close
+
+    def pause_writing(self) -> None:
+        self.paused_writing = True
+        self._set_timer(self.limits.write_timeout_seconds)
+
+    def resume_writing(self) -> None:
+        self.paused_writing = False
+        self._cancel_timer()
+        if not self.busy:
+            self._process()
+
+    def abort(self) -> None:
+        self.closing = True
+        self.server.connections.pop(self, None)  # now: its connection_lost comes on a later loop turn
+        if self.transport is not None:
+            self.transport.abort()
+
+    # requests ---------------------------------------------------------------------------------
+
+    def _process(self) -> None:
+        """Answer every complete request in the buffer, in order, until one goes to the workers."""
+        while not self.busy and not self.closing and not self.paused_writing:
+            head_end = self.buffer.find(_HEAD_END)
+            if head_end < 0:
+                if len(self.buffer) > self.limits.max_header_bytes:
+                    self._send(_error(431, "request headers too large"), keep_alive=False)
+                elif self.buffer:
+                    self._set_timer(self.limits.read_timeout_seconds)
+                else:
+                    self._wait_for_request()
+                return
+            if head_end > self.limits.max_header_bytes:
+                self._send(_error(431, "request headers too large"), keep_alive=False)
+                return
+            try:
+                request, keep_alive = _parse_head(
+                    bytes(self.buffer[: head_end + 4]), self.limits.max_body_bytes
+                )
+            except _BadRequest as exc:
+                if exc.status == 413:
+                    self._refuse_body(exc.reason)
+                else:
+                    self._send(_error(exc.status, exc.reason), keep_alive=False)
+                return
+            length = int(request.headers.get("content-length", "0"))
+            end = head_end + 4 + length
+            if len(self.buffer) < end:
+                if not self.continued and request.headers.get("expect", "").lower() == "100-continue":
+                    self.continued = True
+                    self._write(_CONTINUE)
+                self._set_timer(self.limits.read_timeout_seconds)
+                if self.transport is not None:
+                    self.transport.resume_reading()
+                return
+            if length:
+                request = Request(
+                    request.method,
+                    request.path,
+                    request.query,
+                    request.headers,
+                    bytes(self.buffer[head_end + 4 : end]),
+                )
+            del self.buffer[:end]
+            self.continued = False
+            self._cancel_timer()
+            self.idle_since = None
+            self._dispatch(request, keep_alive)
+        if self.transport is not None and not self.busy and not self.closing:
+            self.transport.resume_reading()
+
+    def _refuse_body(self, reason: str) -> None:
+        """Answer 413, then read and drop what the client still sends for a while before closing: a
+        client that writes its whole body before reading (most do) then sees the answer instead of a
+        broken pipe. Bounded in bytes and time."""
+        self.discarded = 0
+        self.buffer.clear()
+        self._write(_head(_error(413, reason), keep_alive=False) + f"{reason}\n".encode())
+        if self.transport is not None and self.transport.can_write_eof():
+            self.transport.write_eof()
+        self._set_timer(self.limits.read_timeout_seconds)
+
+    def _dispatch(self, request: Request, keep_alive: bool) -> None:
+        head_only = request.method == "HEAD"
+        server = self.server
+        if server.inline is not None and server.inline(request):
+            self._send(_answer(server.handler, request), keep_alive, head_only)
+            return
+        self.busy = True
+        future = self.loop.run_in_executor(server.executor, _answer, server.handler, request)
+        future.add_done_callback(lambda done: self._answered(done, keep_alive, head_only))
+
+    def _answered(self, done: asyncio.Future[Response], keep_alive: bool, head_only: bool) -> None:
+        self.busy = False
+        if self.closing or done.cancelled():
+            return
+        self._send(done.result(), keep_alive, head_only)
+        if not self.closing:
+            self._process()
+
+    def _send(self, response: Response, keep_alive: bool, head_only: bool = False) -> None:
+        keep_alive = keep_alive and not response.close
+        head = _head(response, keep_alive)
+        self._write(head if head_only else head + response.body)
+        if not keep_alive and self.transport is not None:
+            self.closing = True
+            self.transport.close()  # after the answer is flushed
+
+    def _write(self, data: bytes) -> None:
+        if self.transport is not None and not self.transport.is_closing():
+            self.transport.write(data)
+
+    # timers -----------------------------------------------------------------------------------
+
+    def _wait_for_request(self) -> None:
+        self.idle_since = self.loop.time()
+        self._set_timer(self.limits.idle_timeout_seconds)
+
+    def _set_timer(self, seconds: float) -> None:
+        self._cancel_timer()
+        self._timer = self.loop.call_later(seconds, self.abort)
+
+    def _cancel_timer(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+            self._timer = None
+
+
+def _head(response: Response, keep_alive: bool) -> bytes:
+    lines = [
+        f"HTTP/1.1 {response.status} {_reason(response.status)}",
+        f"Content-Type: {response.content_type}",
+        f"Content-Length: {len(response.body)}",
+        "Connection: keep-alive" if keep_alive else "Connection: close",
+    ]
+    lines.extend(f"{name}: {value}" for name, value in response.headers)
+    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+
+
+def _answer(handler: Handler, request: Request) -> Response:
+    try:
+        return handler(request)
+    except Exception:  # a handler bug answers 500 and never names what failed
+        return _error(500, "internal error")
+
+
+def _parse_head(head: bytes, max_body_bytes: int) -> tuple[Request, bool]:
+    """The request line and headers; whether the client keeps the connection open."""
+    lines = head[: -len(_HEAD_END)].decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
+        raise _BadRequest(400, "malformed request line")
+    method, target, version = parts
+    headers: dict[str, str] = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if not sep or not name or name != name.strip():
+            raise _BadRequest(400, "malformed header line")
+        headers[name.lower()] = value.strip()
+    if "transfer-encoding" in headers:
+        raise _BadRequest(501, "chunked request bodies are not supported; send Content-Length")
+    length_text = headers.get("content-length", "0")
+    if not length_text.isdigit() or len(length_text) > 12:
+        raise _BadRequest(400, "Content-Length must be a whole number")
+    if int(length_text) > max_body_bytes:
+        raise _BadRequest(413, f"request body over {max_body_bytes} bytes")
+    path, _, query = target.partition("?")
+    connection = headers.get("connection", "").lower()
+    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
+    return Request(method, path, query, MappingProxyType(headers)), keep_alive
+
+
+def _reason(status: int) -> str:
+    try:
+        return HTTPStatus(status).phrase
+    except ValueError:
+        return "Status"
+
+
+def _error(status: int, reason: str) -> Response:
+    return Response(status, f"{reason}\n".encode(), close=True)

@@ -1,0 +1,245 @@
+"""Claude Code hook events → guard calls → the hook output Claude Code expects. One home for the mapping.
+
+Used by ``otelguard serve`` (``POST /v1/hooks/claude-code``, which the ``otelguard hook claude-code``
+command posts to) and by ``otelguard.integrations.claude_agent_sdk``. Imports no framework.
+
+Events: ``UserPromptSubmit`` starts a turn (no output: anything printed there would be added to the
+model's context); ``PreToolUse`` asks ``before_call``; ``PostToolUse`` and ``PostToolUseFailure``
+report through ``after_call`` (an interrupted call, ``is_interrupt: true``, is cancelled, not
+failed); ``PermissionDenied`` is a refusal (``refusal="permission_denied"``); ``Stop`` ends the turn; ``SubagentStop`` ends a subagent's turn; ``SessionEnd`` forgets the
+session. Payloads with an ``agent_id`` come from a subagent: its calls are a turn stream of their
+own inside the session, sharing the session's caps.
+
+Output rules Claude Code enforces silently: every ``hookSpecificOutput`` names its
+``hookEventName``; an allowed call gets no ``permissionDecision`` at all (``"allow"`` would skip
+Claude Code's own permission prompt); a refusal is ``"deny"`` with the guard's message as
+``permissionDecisionReason``; a ``block``/``halt`` also sets ``continue: false`` and ``stopReason``;
+a cap ``reject`` denies without stopping. Warnings reach the model as ``additionalContext``.
+"""
+
+from __future__ import annotations
+
+import inspect
+import threading
+from collections import OrderedDict
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+from otelguard.config import GuardConfig
+from otelguard.decisions import Decision
+from otelguard.guard import Guard
+from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionPool
+
+__all__ = [
+    "DEFAULT_AGENT",
+    "EVENTS",
+    "ClaudeCodeHooks",
+    "HookPayloadError",
+    "SessionGuards",
+    "hook_output",
+]
+
+DEFAULT_AGENT: Final = "claude-code"
+EVENTS: Final = (
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Stop",
+    "SubagentStop",
+    "SessionEnd",
+    "PermissionDenied",
+)
+MAX_ID_CHARS: Final = 256
+MAX_SUBAGENTS_PER_SESSION: Final = 64
+"""Subagents of one session held at once; the least recently active is ended first."""
+
+GUARD_ACCEPTS_CANCELLED: Final = "cancelled" in inspect.signature(Guard.after_call).parameters
+
+
+class HookPayloadError(ValueError):
+    """A payload Claude Code would not send: names the field and what it should be, never its value."""
+
+    def __init__(self, field: str, expected: str) -> None:
+        super().__init__(f"{field}: expected {expected}")
+        self.field = field
+
+
+class SessionGuards:
+    """One session's guards: the main agent's, and one per subagent (``agent_id``).
+
+    A subagent's guard shares the session cap counters of the main guard, so a session cap holds
+    across the whole session whichever agent spends it.
+    """
+
+    def __init__(self, make_guard: Callable[[str | None], Guard]) -> None:
+        self._make_guard = make_guard
+        self.main = make_guard(None)
+        self._subagents: OrderedDict[str, Guard] = OrderedDict()
+        self._lock = threading.Lock()
+        self.turns = 0
+
+    def guard(self, agent_id: str | None, agent_type: str | None = None) -> Guard:
+        if agent_id is None:
+            return self.main
+        with self._lock:
+            guard = self._subagents.get(agent_id)
+            if guard is not None:
+                self._subagents.move_to_end(agent_id)
+                return guard
+            guard = self._make_guard(agent_type)
+            _share_session_caps(self.main, guard)
+            self._subagents[agent_id] = guard
+            evicted = (
+                self._subagents.popitem(last=False)[1]
+                if len(self._subagents) > MAX_SUBAGENTS_PER_SESSION
+                else None
+            )
+        if evicted is not None:
+            evicted.end_turn()
+        return guard
+
+    def end_subagent(self, agent_id: str) -> None:
+        with self._lock:
+            guard = self._subagents.pop(agent_id, None)
+        if guard is not None:
+            guard.end_turn()
+
+    def next_turn_id(self) -> str:
+        with self._lock:
+            self.turns += 1
+            return str(self.turns)
+
+    def close(self) -> None:
+        with self._lock:
+            subagents = list(self._subagents.values())
+            self._subagents.clear()
+        for guard in (*subagents, self.main):
+            guard.end_turn()
+
+
+def _share_session_caps(main: Guard, subagent: Guard) -> None:
+    main_caps, sub_caps = getattr(main, "_caps", None), getattr(subagent, "_caps", None)
+    if main_caps is not None and sub_caps is not None and hasattr(main_caps, "session"):
+        sub_caps.session = main_caps.session
+
+
+class ClaudeCodeHooks:
+    """Answers Claude Code hook payloads from a bounded pool of sessions (one per ``session_id``).
+
+    ``handle(payload)`` returns the hook output as a dict, or ``None`` when Claude Code should get
+    no output. It raises ``HookPayloadError`` for a payload missing a field it needs; the guard
+    itself never raises.
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        telemetry: Any = None,
+        agent: str | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        pool: SessionPool[SessionGuards] | None = None,
+    ) -> None:
+        self.config = config if config is not None else GuardConfig()
+        self.agent = agent or DEFAULT_AGENT
+        self._telemetry = telemetry
+        self.pool: SessionPool[SessionGuards] = pool or SessionPool(
+            self.new_session, max_sessions=max_sessions, idle_seconds=idle_seconds
+        )
+
+    def new_session(self, session_id: str) -> SessionGuards:
+        return SessionGuards(self._make_guard)
+
+    def _make_guard(self, agent_type: str | None) -> Guard:
+        return Guard(self.config, self._telemetry, agent=agent_type or self.agent)
+
+    def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
+        if not isinstance(payload, Mapping):
+            raise HookPayloadError("body", "a JSON object")
+        event = _text(payload, "hook_event_name")
+        session_id = _text(payload, "session_id")
+        if event == "SessionEnd":
+            session = self.pool.pop(session_id)
+            if session is not None:
+                session.close()
+            return None
+        if event not in EVENTS:
+            return None  # an event this mapping does not use (SessionStart, Notification, ...)
+        agent_id = _optional_text(payload, "agent_id")
+        session = self.pool.get(session_id)
+        if event == "UserPromptSubmit":
+            session.main.start_turn(turn_id=session.next_turn_id())
+            return None
+        if event == "Stop":
+            session.main.end_turn()
+            return None
+        if event == "SubagentStop":
+            if agent_id is not None:
+                session.end_subagent(agent_id)
+            return None
+        guard = session.guard(agent_id, _optional_text(payload, "agent_type"))
+        return self._tool_event(event, guard, payload)
+
+    def _tool_event(self, event: str, guard: Guard, payload: Mapping[str, Any]) -> dict[str, Any] | None:
+        tool_name = _text(payload, "tool_name")
+        args = payload.get("tool_input")
+        call_id = _optional_text(payload, "tool_use_id")
+        if event == "PreToolUse":
+            return hook_output(event, guard.before_call(tool_name, args, call_id=call_id))
+        if event == "PermissionDenied":  # refused before it ran: a refusal, never a failure
+            decision = guard.after_call(tool_name, args, None, refusal="permission_denied", call_id=call_id)
+            return {"continue": False, "stopReason": stop_reason(decision)} if decision.should_halt else None
+        if event == "PostToolUse":
+            result = payload.get("tool_response")
+            return hook_output(
+                event, guard.after_call(tool_name, args, result, failed=False, call_id=call_id)
+            )
+        if payload.get("is_interrupt") is True:
+            # The user interrupted the call: it did not fail. A guard that cannot record a
+            # cancellation is left alone (the pending call is dropped when the turn ends).
+            if not GUARD_ACCEPTS_CANCELLED:
+                return None
+            after: Any = guard.after_call
+            return hook_output(event, after(tool_name, args, None, call_id=call_id, cancelled=True))
+        error = payload.get("error")
+        return hook_output(event, guard.after_call(tool_name, args, error, failed=True, call_id=call_id))
+
+
+def hook_output(event: str, decision: Decision) -> dict[str, Any] | None:
+    """The hook output for a decision on ``event``; ``None`` when Claude Code should get nothing."""
+    if decision.action == "allow" or not decision.message:
+        return None
+    specific: dict[str, Any] = {"hookEventName": event}
+    if event == "PreToolUse" and not decision.allows_execution:
+        specific["permissionDecision"] = "deny"
+        specific["permissionDecisionReason"] = decision.message
+    else:
+        specific["additionalContext"] = decision.message
+    output: dict[str, Any] = {"hookSpecificOutput": specific}
+    if decision.should_halt:
+        output["continue"] = False
+        output["stopReason"] = stop_reason(decision)
+    return output
+
+
+def stop_reason(decision: Decision) -> str:
+    """What the user reads when the guard stops Claude: the code (to look up) and the message."""
+    return f"otelguard stopped this turn ({decision.code}): {decision.message}"
+
+
+def _text(payload: Mapping[str, Any], field: str) -> str:
+    value = payload.get(field)
+    if not isinstance(value, str) or not value or (len(value) > MAX_ID_CHARS and field != "tool_name"):
+        raise HookPayloadError(field, f"a string of 1 to {MAX_ID_CHARS} characters")
+    return value
+
+
+def _optional_text(payload: Mapping[str, Any], field: str) -> str | None:
+    value = payload.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
+        raise HookPayloadError(field, f"a string of at most {MAX_ID_CHARS} characters, or absent")
+    return value or None

@@ -1,0 +1,211 @@
+"""The sidecar behind ``otelguard serve``: a guard per session over HTTP, and the metrics, on one port.
+
+Routes: ``GET /metrics``, ``GET /healthz``; ``POST /v1/start_turn``, ``/v1/before_call``,
+``/v1/after_call``, ``/v1/end_turn``, ``/v1/end_session`` (bodies as the Python API's arguments,
+answers the decision); ``POST /v1/hooks/claude-code`` (a Claude Code hook payload in, the hook output
+Claude Code expects out). With a token, every ``/v1/`` request needs ``Authorization: Bearer
+<token>``. A bad body gets 400 with one line naming the field, never a value; bodies are never
+logged. Guard calls are cheap and answered on the server's event loop; ``/metrics`` rendering goes
+to its worker pool.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Callable, Mapping
+from typing import Any, Final
+
+import orjson
+from prometheus_client import CollectorRegistry
+
+from otelguard.config import GuardConfig
+from otelguard.decisions import Decision
+from otelguard.guard import Guard
+from otelguard.http_server import Request, Response
+from otelguard.integrations.claude_code_hooks import (
+    GUARD_ACCEPTS_CANCELLED,
+    MAX_ID_CHARS,
+    ClaudeCodeHooks,
+    HookPayloadError,
+    SessionGuards,
+)
+from otelguard.metrics_server import metrics_response
+from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
+
+__all__ = ["DEFAULT_SIDECAR_AGENT", "Sidecar"]
+
+DEFAULT_SIDECAR_AGENT: Final = "sidecar"
+_JSON: Final = "application/json"
+_EMPTY: Final = b""
+
+
+class Sidecar:
+    """The request handler of ``otelguard serve``; ``handle(request)`` answers one request."""
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        telemetry: Any = None,
+        registry: CollectorRegistry,
+        token: str | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        idle_seconds: float = DEFAULT_IDLE_SECONDS,
+    ) -> None:
+        self.hooks = ClaudeCodeHooks(
+            config, telemetry=telemetry, max_sessions=max_sessions, idle_seconds=idle_seconds
+        )
+        self.pool = self.hooks.pool
+        self._registry = registry
+        self._token = f"Bearer {token}".encode() if token else None
+        self._routes: dict[str, Callable[[Mapping[str, Any]], Response]] = {
+            "/v1/start_turn": self._start_turn,
+            "/v1/before_call": self._before_call,
+            "/v1/after_call": self._after_call,
+            "/v1/end_turn": self._end_turn,
+            "/v1/end_session": self._end_session,
+            "/v1/hooks/claude-code": self._claude_code,
+        }
+
+    @staticmethod
+    def inline(request: Request) -> bool:
+        """Guard calls run on the event loop; only ``/metrics`` rendering needs a worker."""
+        return request.path != "/metrics"
+
+    def handle(self, request: Request) -> Response:
+        path = request.path
+        if path == "/metrics" or path == "/healthz":
+            if request.method not in ("GET", "HEAD"):
+                return _text(405, "only GET is served here", (("Allow", "GET, HEAD"),))
+            if path == "/metrics":
+                return metrics_response(self._registry, request)
+            return Response(200, orjson.dumps({"status": "ok", "sessions": len(self.pool)}), _JSON)
+        route = self._routes.get(path)
+        if route is None:
+            return _text(404, "not found; see /metrics, /healthz and /v1/")
+        if request.method != "POST":
+            return _text(405, "only POST is served here", (("Allow", "POST"),))
+        if self._token is not None and not _authorized(request, self._token):
+            return _text(401, "missing or wrong bearer token", (("WWW-Authenticate", "Bearer"),))
+        try:
+            body = orjson.loads(request.body)
+        except orjson.JSONDecodeError:
+            return _text(400, "body: malformed JSON")
+        if not isinstance(body, dict):
+            return _text(400, "body: expected a JSON object")
+        try:
+            return route(body)
+        except HookPayloadError as exc:
+            return _text(400, str(exc))
+
+    # routes -----------------------------------------------------------------------------------
+
+    def _session(self, body: Mapping[str, Any]) -> SessionGuards:
+        return self.pool.get(_required_text(body, "session_id"))
+
+    def _guard(self, body: Mapping[str, Any]) -> Guard:
+        return self._session(body).main
+
+    def _start_turn(self, body: Mapping[str, Any]) -> Response:
+        turn_id, agent = _optional_text(body, "turn_id"), _optional_text(body, "agent")
+        self._guard(body).start_turn(turn_id=turn_id, agent=agent)
+        return Response(200, b'{"ok":true}', _JSON)
+
+    def _before_call(self, body: Mapping[str, Any]) -> Response:
+        tool_name = _required_text(body, "tool_name", limit=None)
+        call_id = _optional_text(body, "call_id")
+        guard = self._guard(body)
+        return _decision(guard.before_call(tool_name, body.get("args"), call_id=call_id))
+
+    def _after_call(self, body: Mapping[str, Any]) -> Response:
+        tool_name = _required_text(body, "tool_name", limit=None)
+        call_id = _optional_text(body, "call_id")
+        failed = _optional_bool(body, "failed")
+        refusal = _optional_text(body, "refusal")
+        cancelled = _optional_bool(body, "cancelled") is True
+        guard = self._guard(body)
+        args, result = body.get("args"), body.get("result")
+        if cancelled:
+            after: Any = guard.after_call  # a guard without cancellation support is not asked
+            if not GUARD_ACCEPTS_CANCELLED:
+                return _decision(None)
+            return _decision(after(tool_name, args, result, call_id=call_id, cancelled=True))
+        return _decision(guard.after_call(tool_name, args, result, failed, refusal, call_id))
+
+    def _end_turn(self, body: Mapping[str, Any]) -> Response:
+        summary = self._guard(body).end_turn()
+        halt = summary.halt_decision
+        answer = {
+            "tool_calls": summary.tool_calls,
+            "halted": summary.halted,
+            "halt_code": halt.code if halt is not None else None,
+            "decisions": dict(summary.decisions),
+        }
+        return Response(200, orjson.dumps(answer), _JSON)
+
+    def _end_session(self, body: Mapping[str, Any]) -> Response:
+        session = self.pool.pop(_required_text(body, "session_id"))
+        if session is not None:
+            session.close()
+        return Response(200, orjson.dumps({"ended": session is not None}), _JSON)
+
+    def _claude_code(self, body: Mapping[str, Any]) -> Response:
+        output = self.hooks.handle(body)
+        # No output is an empty 200: the hook command then prints nothing, and Claude Code's own
+        # http hooks read an empty body as "go ahead".
+        return Response(200, _EMPTY if output is None else orjson.dumps(output), _JSON)
+
+
+def _authorized(request: Request, expected: bytes) -> bool:
+    given = request.headers.get("authorization", "").encode("latin-1", "replace")
+    return hmac.compare_digest(given, expected)
+
+
+def _decision(decision: Decision | None) -> Response:
+    if decision is None:
+        answer: dict[str, Any] = {"action": "allow", "code": "allow", "message": "", "count": 0, "limit": 0}
+        answer["args_hash"] = None
+        answer["synthetic_result"] = None
+        return Response(200, orjson.dumps(answer), _JSON)
+    answer = {
+        "action": decision.action,
+        "code": decision.code,
+        "message": decision.message,
+        "count": decision.count,
+        "limit": decision.limit,
+        "args_hash": decision.signature.args_hash if decision.signature is not None else None,
+        "synthetic_result": None if decision.allows_execution else decision.synthetic_result(),
+    }
+    if decision.cap is not None:
+        answer["cap"] = decision.cap
+    return Response(200, orjson.dumps(answer, option=orjson.OPT_NON_STR_KEYS), _JSON)
+
+
+def _text(status: int, line: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
+    return Response(status, f"{line}\n".encode(), "text/plain; charset=utf-8", headers)
+
+
+def _required_text(body: Mapping[str, Any], field: str, limit: int | None = MAX_ID_CHARS) -> str:
+    value = body.get(field)
+    if field not in body:
+        raise HookPayloadError(field, "a string (missing)")
+    if not isinstance(value, str) or not value or (limit is not None and len(value) > limit):
+        expected = f"a string of 1 to {limit} characters" if limit is not None else "a non-empty string"
+        raise HookPayloadError(field, expected)
+    return value
+
+
+def _optional_text(body: Mapping[str, Any], field: str) -> str | None:
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
+        raise HookPayloadError(field, f"a string of at most {MAX_ID_CHARS} characters, or null")
+    return value
+
+
+def _optional_bool(body: Mapping[str, Any], field: str) -> bool | None:
+    value = body.get(field)
+    if value is None or isinstance(value, bool):
+        return value
+    raise HookPayloadError(field, "true, false or null")

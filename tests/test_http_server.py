@@ -1,0 +1,240 @@
+"""The shared HTTP server: bounded threads, a real backlog, timeouts, keep-alive, limits, TLS, shutdown.
+
+The load cases reproduce what broke the old thread-per-connection server (50 parallel scrapers,
+1,000 connections, 200 idle connections holding threads): threads stay bounded and a normal scrape
+is answered while idle or slow clients hold connections. The only timing is a generous socket
+timeout on the client.
+"""
+
+from __future__ import annotations
+
+import http.client
+import socket
+import threading
+from collections.abc import Iterator
+from concurrent.futures import ThreadPoolExecutor
+
+import pytest
+from prometheus_client import CollectorRegistry, Counter
+
+from otelguard.http_server import HttpServer, Request, Response, ServerLimits
+from otelguard.metrics_server import serve_metrics
+
+GENEROUS_TIMEOUT = 30.0
+
+
+def server_threads() -> list[threading.Thread]:
+    return [t for t in threading.enumerate() if t.name.startswith("otelguard-")]
+
+
+def echo(request: Request) -> Response:
+    return Response(200, f"{request.method} {request.path} {len(request.body)}".encode())
+
+
+@pytest.fixture
+def registry() -> CollectorRegistry:
+    registry = CollectorRegistry()
+    Counter("load_total", "a counter", ["n"], registry=registry).labels("1").inc()
+    return registry
+
+
+@pytest.fixture
+def echo_server() -> Iterator[HttpServer]:
+    with HttpServer(echo, limits=ServerLimits(workers=2, max_body_bytes=1000)) as server:
+        yield server
+
+
+def scrape(port: int) -> bytes:
+    connection = http.client.HTTPConnection("127.0.0.1", port, timeout=GENEROUS_TIMEOUT)
+    try:
+        connection.request("GET", "/metrics")
+        response = connection.getresponse()
+        assert response.status == 200
+        return response.read()
+    finally:
+        connection.close()
+
+
+def raw(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=GENEROUS_TIMEOUT) as sock:
+        sock.sendall(data)
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        return b"".join(chunks)
+
+
+def test_fifty_parallel_scrapers_all_answered_by_a_bounded_pool(registry: CollectorRegistry) -> None:
+    with serve_metrics(port=0, registry=registry) as server:
+        with ThreadPoolExecutor(50) as clients:
+            bodies = list(clients.map(lambda _: scrape(server.port), range(500)))
+        assert all(b"load_total" in body for body in bodies)
+        assert len(server_threads()) <= 1 + 8  # the event loop and the worker pool, whatever the load
+
+
+def test_a_thousand_connections_do_not_make_a_thousand_threads(registry: CollectorRegistry) -> None:
+    with serve_metrics(port=0, registry=registry) as server:
+        before = threading.active_count()
+        sockets = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT)
+            for _ in range(1000)
+        ]
+        try:
+            assert b"load_total" in scrape(server.port)
+            assert threading.active_count() <= before + 8
+            assert len(server_threads()) <= 1 + 8
+        finally:
+            for sock in sockets:
+                sock.close()
+
+
+def test_a_scrape_is_answered_while_idle_and_slow_clients_hold_connections(
+    registry: CollectorRegistry,
+) -> None:
+    with serve_metrics(port=0, registry=registry) as server:
+        idle = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) for _ in range(200)
+        ]
+        slow = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) for _ in range(50)
+        ]
+        try:
+            for sock in slow:  # a request that never finishes its headers
+                sock.sendall(b"GET /metrics HTTP/1.1\r\nHost: x\r\n")
+            assert b"load_total" in scrape(server.port)
+            assert len(server_threads()) <= 1 + 8
+        finally:
+            for sock in idle + slow:
+                sock.close()
+
+
+def test_keep_alive_serves_many_requests_on_one_connection(echo_server: HttpServer) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", echo_server.port, timeout=GENEROUS_TIMEOUT)
+    for index in range(20):
+        connection.request("POST", f"/p{index}", body=b"x" * index)
+        response = connection.getresponse()
+        assert response.read() == f"POST /p{index} {index}".encode()
+        assert response.getheader("Connection") == "keep-alive"
+    connection.close()
+
+
+def test_pipelined_requests_are_answered_in_order(echo_server: HttpServer) -> None:
+    answer = raw(
+        echo_server.port,
+        b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
+    )
+    assert answer.index(b"GET /a 0") < answer.index(b"GET /b 0")
+
+
+def test_http_1_0_closes_unless_asked_to_keep_alive(echo_server: HttpServer) -> None:
+    answer = raw(echo_server.port, b"GET /x HTTP/1.0\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in answer
+
+
+def test_a_body_over_the_limit_is_refused_with_413_without_reading_it(echo_server: HttpServer) -> None:
+    answer = raw(echo_server.port, b"POST /x HTTP/1.1\r\nContent-Length: 1001\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 413 ")
+    assert b"Connection: close" in answer
+
+
+def test_oversized_headers_get_431(echo_server: HttpServer) -> None:
+    answer = raw(echo_server.port, b"GET /x HTTP/1.1\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 431 ")
+
+
+@pytest.mark.parametrize(
+    ("request_bytes", "status"),
+    [
+        (b"GARBAGE\r\n\r\n", b"400"),
+        (b"GET /x HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
+        (b"POST /x HTTP/1.1\r\nContent-Length: ten\r\n\r\n", b"400"),
+        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", b"501"),
+    ],
+)
+def test_malformed_requests_get_a_clear_status(
+    echo_server: HttpServer, request_bytes: bytes, status: bytes
+) -> None:
+    assert raw(echo_server.port, request_bytes).startswith(b"HTTP/1.1 " + status + b" ")
+
+
+def test_expect_100_continue_is_honoured(echo_server: HttpServer) -> None:
+    with socket.create_connection(("127.0.0.1", echo_server.port), timeout=GENEROUS_TIMEOUT) as sock:
+        sock.sendall(
+            b"POST /x HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+        )
+        assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+        sock.sendall(b"abc")
+        answer = b"".join(iter(lambda: sock.recv(65536), b""))
+    assert answer.startswith(b"HTTP/1.1 200 OK") and answer.endswith(b"POST /x 3")
+
+
+def test_a_handler_error_is_a_500_that_names_nothing() -> None:
+    def broken(request: Request) -> Response:
+        raise RuntimeError("secret detail")
+
+    with HttpServer(broken) as server:
+        answer = raw(server.port, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert answer.startswith(b"HTTP/1.1 500 ") and b"secret" not in answer
+
+
+def test_idle_connections_past_the_limit_make_room_for_new_ones() -> None:
+    with HttpServer(echo, limits=ServerLimits(max_connections=10)) as server:
+        idle = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) for _ in range(30)
+        ]
+        try:
+            answer = raw(server.port, b"GET /fresh HTTP/1.1\r\nConnection: close\r\n\r\n")
+            assert answer.endswith(b"GET /fresh 0")
+            assert server.open_connections <= 10
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_an_idle_connection_is_closed_after_the_idle_timeout() -> None:
+    server = HttpServer(echo, limits=ServerLimits(idle_timeout_seconds=0.2))
+    with server, socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) as sock:
+        assert sock.recv(1) == b""  # closed by the server, not by the generous client timeout
+
+
+def test_a_body_that_never_arrives_is_dropped_after_the_read_timeout() -> None:
+    server = HttpServer(echo, limits=ServerLimits(read_timeout_seconds=0.2))
+    with server, socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) as sock:
+        sock.sendall(b"POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+        assert sock.recv(1) == b""
+
+
+def test_inline_requests_run_on_the_loop_and_others_on_the_workers() -> None:
+    seen: dict[str, str] = {}
+
+    def where(request: Request) -> Response:
+        seen[request.path] = threading.current_thread().name
+        return Response(200)
+
+    with HttpServer(where, inline=lambda r: r.path == "/fast", name="otelguard-t") as server:
+        raw(server.port, b"GET /fast HTTP/1.1\r\nConnection: close\r\n\r\n")
+        raw(server.port, b"GET /slow HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert seen == {"/fast": "otelguard-t-loop", "/slow": seen["/slow"]}
+    assert seen["/slow"].startswith("otelguard-t-worker")
+
+
+def test_head_gets_headers_only(echo_server: HttpServer) -> None:
+    answer = raw(echo_server.port, b"HEAD /x HTTP/1.1\r\nConnection: close\r\n\r\n")
+    assert answer.endswith(b"\r\n\r\n") and b"Content-Length: 9" in answer  # "HEAD /x 0"
+
+
+def test_shutdown_closes_open_connections_and_frees_the_port(echo_server: HttpServer) -> None:
+    sock = socket.create_connection(("127.0.0.1", echo_server.port), timeout=GENEROUS_TIMEOUT)
+    echo_server.shutdown()
+    assert sock.recv(1) == b""
+    sock.close()
+    assert not [t for t in server_threads() if t.name.endswith("-loop") and t.is_alive()]
+    with socket.socket() as again:
+        again.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as any server would
+        again.bind(("127.0.0.1", echo_server.port))
+        again.listen()  # the port is free again
+
+
+def test_binds_loopback_by_default_with_a_real_backlog(echo_server: HttpServer) -> None:
+    assert echo_server.addr == "127.0.0.1"
+    assert echo_server.limits.backlog == 128
