@@ -79,6 +79,9 @@ class ToolCatalog:
         )
         self._cache: dict[str, ToolFacts] = {}
         self._lock = threading.Lock()
+        self.known_facts = self._cache.get
+        """``known_facts(name)``: the facts of a name already looked up, else ``None`` (never computes).
+        The guard asks it first on every call; a miss costs a ``facts(name)`` call."""
 
     def facts(self, name: str) -> ToolFacts:
         facts = self._cache.get(name)

@@ -190,7 +190,8 @@ class Guard:
         name = tool_name if type(tool_name) is str else str(tool_name)
         if len(name) > MAX_NAME_CHARS:
             name = bounded_name(name)
-        facts = self._catalog.facts(name)
+        catalog = self._catalog
+        facts = catalog.known_facts(name) or catalog.facts(name)
         return name, facts, self._turn or self._current_turn()
 
     def _before_call(self, tool_name: str, args: Any, call_id: str | None) -> Decision:

@@ -13,7 +13,7 @@ from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otelguard.decisions import Decision, Signature
-from otelguard.signatures import bounded_name
+from otelguard.signatures import MAX_NAME_CHARS, bounded_name
 
 if TYPE_CHECKING:
     from otelguard.caps import Charge
@@ -63,6 +63,8 @@ def call_key(tool_name: str, args: Any, call_id: Any) -> object:
     """The key a pending call is kept under: its call id (a str), else ``(tool, id(args))`` (a tuple)."""
     if call_id is None:
         return (tool_name, id(args))
+    if type(call_id) is str and len(call_id) <= MAX_NAME_CHARS:
+        return call_id  # the common id: no call to bound it
     return bounded_name(call_id if isinstance(call_id, str) else str(call_id))
 
 
