@@ -15,6 +15,7 @@ import time
 from typing import Final
 
 from otelguard.environment_variables import OTELGUARD_TOKEN, OTELGUARD_URL
+from otelguard.integrations.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
 
 __all__ = ["DEFAULT_URL", "HOOK_EVENTS", "main", "settings_block"]
 
@@ -23,17 +24,6 @@ DEFAULT_TIMEOUT_SECONDS: Final = 2.0
 HOOK_PATH: Final = "/v1/hooks/claude-code"
 MAX_PAYLOAD_BYTES: Final = 1 << 20
 MAX_ANSWER_BYTES: Final = 1 << 20
-HOOK_EVENTS: Final = (
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "Stop",
-    "SubagentStop",
-    "SessionEnd",
-    "PermissionDenied",
-)
-_TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
 USAGE: Final = (
     "usage: otelguard hook claude-code [--url URL] [--timeout SECONDS] [--print-settings]\n"
     "  reads one Claude Code hook payload on stdin, asks the sidecar, prints its answer; always exits 0\n"
@@ -225,7 +215,7 @@ def settings_block(url: str | None, timeout: float = DEFAULT_TIMEOUT_SECONDS) ->
     handler = {"type": "command", "command": command, "timeout": int(timeout) + 3}
     hooks: dict[str, list[dict[str, object]]] = {}
     for event in HOOK_EVENTS:
-        entry: dict[str, object] = {"matcher": "*"} if event in _TOOL_EVENTS else {}
+        entry: dict[str, object] = {"matcher": "*"} if event in TOOL_EVENTS else {}
         entry["hooks"] = [handler]
         hooks[event] = [entry]
     return json.dumps({"hooks": hooks}, indent=2)

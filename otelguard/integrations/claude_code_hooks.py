@@ -28,6 +28,7 @@ from typing import Any, Final
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
+from otelguard.integrations.claude_code_events import HOOK_EVENTS
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionPool
 
 __all__ = [
@@ -40,16 +41,7 @@ __all__ = [
 ]
 
 DEFAULT_AGENT: Final = "claude-code"
-EVENTS: Final = (
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "Stop",
-    "SubagentStop",
-    "SessionEnd",
-    "PermissionDenied",
-)
+EVENTS: Final = HOOK_EVENTS
 MAX_ID_CHARS: Final = 256
 MAX_SUBAGENTS_PER_SESSION: Final = 64
 """Subagents of one session held at once; the least recently active is ended first."""

@@ -1,0 +1,24 @@
+"""Claude Code's hook events otelguard answers, in one place for the hook command and the mapping.
+
+Standard library only and importing nothing of otelguard: the hook command (``otelguard hook
+claude-code``) reads it on every tool call.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+__all__ = ["HOOK_EVENTS", "TOOL_EVENTS"]
+
+HOOK_EVENTS: Final = (
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Stop",
+    "SubagentStop",
+    "SessionEnd",
+    "PermissionDenied",
+)
+TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
+"""The events about one tool call: their settings entry takes a tool ``matcher``."""
