@@ -122,5 +122,9 @@ class GuardSessions:
     def peek(self, session_id: str) -> Session | None:
         return self._pool.peek(session_id)
 
+    def pop(self, session_id: str) -> Session | None:
+        """Forget a session whose conversation ended."""
+        return self._pool.pop(session_id)
+
     def __len__(self) -> int:
         return len(self._pool)

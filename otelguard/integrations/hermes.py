@@ -32,8 +32,8 @@ from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.environment_variables import OTELGUARD_AGENT, OTELGUARD_CONFIG, OTELGUARD_METRICS_PORT
 from otelguard.errors import ConfigError
-from otelguard.guard import Guard
-from otelguard.sessions import DEFAULT_MAX_SESSIONS, SessionPool
+from otelguard.integrations._sessions import DEFAULT_SESSION, GuardSessions, Session
+from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 __all__ = ["HermesGuardPlugin", "register"]
 
@@ -43,6 +43,7 @@ logger = logging.getLogger("otelguard")
 
 DEFAULT_AGENT: Final = "hermes"
 PLUGIN_BLOCK: Final = "plugin_block"
+_UNNAMED_TURN: Final = object()  # the turn of calls hermes sent without a turn id
 _CALL_MEMORY: Final = 1024
 """Calls remembered between two hooks of the same call (a refusal, a warning to annotate)."""
 
@@ -51,16 +52,6 @@ class HookRegistry(Protocol):
     """The part of hermes' ``PluginContext`` the plugin uses."""
 
     def register_hook(self, hook_name: str, callback: Callable[..., Any]) -> None: ...
-
-
-class _Session:
-    __slots__ = ("guard", "in_turn", "lock", "turn_id")
-
-    def __init__(self, guard: Guard) -> None:
-        self.guard = guard
-        self.turn_id = ""
-        self.in_turn = False
-        self.lock = threading.Lock()
 
 
 class _BoundedCallMap(Generic[V]):
@@ -97,10 +88,9 @@ class HermesGuardPlugin:
         agent: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
-        self.config = config if config is not None else GuardConfig()
-        self.agent = agent or DEFAULT_AGENT
-        self._telemetry = telemetry
-        self._sessions: SessionPool[_Session] = SessionPool(self._new_session, max_sessions=max_sessions)
+        self._sessions = GuardSessions(
+            config, telemetry=telemetry, agent=agent or DEFAULT_AGENT, max_sessions=max_sessions
+        )
         self._refused = _BoundedCallMap[None]()
         self._to_annotate = _BoundedCallMap[Decision]()
 
@@ -120,17 +110,11 @@ class HermesGuardPlugin:
             serve_metrics(port=port)
         return cls(config, telemetry=True, agent=environ.get(OTELGUARD_AGENT))
 
-    def _new_session(self, session_id: str) -> _Session:
-        return _Session(Guard(self.config, self._telemetry, agent=self.agent))
-
-    def _session_for_turn(self, session_id: str, turn_id: str) -> _Session:
-        session = self._sessions.get(session_id or "")
-        with session.lock:
-            # hermes leaves turn_id empty where it has none: such calls continue the current turn.
-            if not session.in_turn or (turn_id and turn_id != session.turn_id):
-                session.guard.start_turn(turn_id=turn_id or None, agent=self.agent)
-                session.turn_id = turn_id
-                session.in_turn = True
+    def _session_for_turn(self, session_id: str, turn_id: str) -> Session:
+        session = self._sessions.session(session_id or DEFAULT_SESSION)
+        # hermes leaves turn_id empty where it has none: such calls continue the current turn.
+        if turn_id or session.run is None:
+            session.enter_run(turn_id or _UNNAMED_TURN, turn_id or None)
         return session
 
     def on_pre_llm_call(self, *, session_id: str = "", turn_id: str = "", **_: Any) -> None:
@@ -190,21 +174,14 @@ class HermesGuardPlugin:
         return annotated
 
     def on_turn_end(self, *, session_id: str = "", **_: Any) -> None:
-        session = self._sessions.peek(session_id or "")
-        if session is None:
-            return
-        with session.lock:
-            if session.in_turn:
-                session.guard.end_turn()
-                session.in_turn = False
+        session = self._sessions.peek(session_id or DEFAULT_SESSION)
+        if session is not None and session.run is not None:
+            session.leave_run(session.run)
 
     def on_session_finalize(self, *, session_id: str = "", **_: Any) -> None:
-        session = self._sessions.pop(session_id or "")
-        if session is not None:
-            with session.lock:
-                if session.in_turn:
-                    session.guard.end_turn()
-                    session.in_turn = False
+        session = self._sessions.pop(session_id or DEFAULT_SESSION)
+        if session is not None and session.run is not None:
+            session.leave_run(session.run)
 
     def register(self, ctx: HookRegistry) -> None:
         ctx.register_hook("pre_llm_call", self.on_pre_llm_call)
