@@ -21,21 +21,15 @@ from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
+from otelguard.integrations.claude_code_events import HOOK_EVENTS
 from otelguard.integrations.claude_code_hooks import ClaudeCodeHooks, HookPayloadError
 from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 __all__ = ["SDK_EVENTS", "HookMatcherDict", "guard_hooks"]
 
-SDK_EVENTS: Final = (
-    "UserPromptSubmit",
-    "PreToolUse",
-    "PostToolUse",
-    "PostToolUseFailure",
-    "Stop",
-    "SubagentStop",
-)
-"""The events the guard listens to. The Python SDK has no ``SessionEnd`` hook: sessions leave the
-pool when idle or least recently used."""
+SDK_EVENTS: Final = tuple(event for event in HOOK_EVENTS if event not in ("SessionEnd", "PermissionDenied"))
+"""The Claude Code events the guard listens to that the Python SDK offers as hooks. It has no
+``SessionEnd`` hook: sessions leave the pool when idle or least recently used."""
 
 HookCallback = Callable[[Any, "str | None", Any], Awaitable[dict[str, Any]]]
 
