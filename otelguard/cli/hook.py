@@ -14,8 +14,8 @@ import sys
 import time
 from typing import Final
 
+from otelguard.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
 from otelguard.environment_variables import OTELGUARD_TOKEN, OTELGUARD_URL
-from otelguard.integrations.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
 
 __all__ = ["DEFAULT_URL", "HOOK_EVENTS", "main", "settings_block"]
 
