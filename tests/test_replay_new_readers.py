@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs, sources
 from otelguard.replay.sources import InputFile
+from otelguard.replay.swe_agent import SweAgentReader
 
 
 class Sink:
@@ -268,6 +269,31 @@ def test_swe_agent_unreadable_or_missing_command_config_falls_back_to_the_known_
     sink = read_document(tmp_path, "run.traj", {"trajectory": steps, "replay_config": replay_config})
     assert sink.errors == []
     assert [c.tool_name for c in sink.calls] == ["bash", "open"]
+
+
+CONFIG_KEYS = ["agent", "tools", "command_docs", "multi_line_command_endings", "submit_command", "x"]
+CONFIG_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40) | st.just(_documented("open", "x-y")),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(CONFIG_KEYS), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(CONFIG_VALUES, st.booleans())
+def test_swe_agent_reads_any_recorded_config_without_raising(config: Any, as_json_string: bool) -> None:
+    """Whatever the replay_config holds, the steps are read, each as a command or as bash."""
+    record = {"trajectory": [{"action": "x-y 1", "observation": "a"}], "replay_config": config}
+    if as_json_string:
+        record["replay_config"] = json.dumps(config)
+    sink = Sink()
+    reader = SweAgentReader(sink, "run.traj", "run")
+    reader.feed(1, record)
+    reader.close()
+    assert sink.errors == []
+    assert [c.tool_name for c in sink.calls] in (["x-y"], ["bash"])
 
 
 def test_swe_agent_function_calls_skip_demonstrations(tmp_path: Path) -> None:
