@@ -30,9 +30,9 @@ from typing import Any, Final
 import yaml
 
 from otelguard import GuardConfig
+from otelguard.environment_variables import OTELGUARD_CORPUS
 from otelguard.replay import ReplayReport, ReplayRunner, expand_paths, replay_bytes, replay_inputs
 
-CORPUS_ENV: Final = "OTELGUARD_CORPUS"
 ARCHIVE: Final = "runs.tar.xz"
 GROUND_TRUTH: Final = "ground_truth.yaml"
 PROVENANCE: Final = "provenance.yaml"
@@ -95,7 +95,7 @@ class SourceResult:
 
 def find_corpus(start: Path = REPO) -> Path | None:
     """``$OTELGUARD_CORPUS``, else the first ``shared/corpus`` beside ``start`` or a parent of it."""
-    named = os.environ.get(CORPUS_ENV)
+    named = os.environ.get(OTELGUARD_CORPUS)
     if named:
         return Path(named)
     for folder in (start, *start.parents):
@@ -218,14 +218,14 @@ def table(results: list[SourceResult]) -> str:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument(
-        "--corpus", type=Path, help=f"corpus folder (default: ${CORPUS_ENV}, else shared/corpus)"
+        "--corpus", type=Path, help=f"corpus folder (default: ${OTELGUARD_CORPUS}, else shared/corpus)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
     args = parser.parse_args(argv)
     corpus = args.corpus or find_corpus()
     if corpus is None:
         print(
-            f"no corpus found: set {CORPUS_ENV} or put it in shared/corpus; Claude Code only", file=sys.stderr
+            f"no corpus found: set {OTELGUARD_CORPUS} or put it in shared/corpus; Claude Code only", file=sys.stderr
         )
     results = measure_all(corpus)
     if args.json:
