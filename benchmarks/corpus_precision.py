@@ -225,7 +225,8 @@ def main(argv: list[str] | None = None) -> int:
     corpus = args.corpus or find_corpus()
     if corpus is None:
         print(
-            f"no corpus found: set {OTELGUARD_CORPUS} or put it in shared/corpus; Claude Code only", file=sys.stderr
+            f"no corpus found: set {OTELGUARD_CORPUS} or put it in shared/corpus; Claude Code only",
+            file=sys.stderr,
         )
     results = measure_all(corpus)
     if args.json:
