@@ -421,6 +421,8 @@ BAD_CONFIGS: list[tuple[dict[str, Any], str, str, str]] = [
     ({"loop_caps": {"max_web_searches": -1}}, "max_web_searches", "-1", ">= 0"),
     ({"warn_after": [1, 2]}, "warn_after", "[1, 2]", "mapping"),
     ({"tools": {"read": "read_file"}}, "tools.read", "read_file", "list"),
+    ({"tools": {"shell": "bash"}}, "tools.shell", "bash", "list"),
+    ({"tools": {"shell": ["bash", ""]}}, "tools.shell[1]", "''", "non-empty string"),
     ({"tool_groups": {"g": "x"}}, "tool_groups.g", "x", "list"),
     ({"spawn_tools": {"fan_out": 5}}, "spawn_tools.fan_out", "5", "null"),
     ({"volatile_result_keys": "timestamp"}, "volatile_result_keys", "timestamp", "list"),
