@@ -6,13 +6,14 @@ Every error is a ``ConfigError`` naming the dotted key path, the bad value and w
 from __future__ import annotations
 
 import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from otelguard.config_file import load_config_file
+from otelguard.config_names import is_glob, near_misses
 from otelguard.errors import ConfigError
 
 __all__ = [
@@ -102,6 +103,9 @@ _TOP_KEYS: Final = (
     "spawn_tools", "ignore_args", "volatile_result_keys", "max_tracked_signatures", "signature_key",
     "telemetry",
 )  # fmt: skip
+_T = TypeVar("_T")
+_NO_NAMES: Final[tuple[str, ...]] = ()
+_NO_KEYS: Final[Mapping[str, Any]] = MappingProxyType({})
 _HERMES_FLAT: Final = {
     "exact_failure_warn_after": ("warn_after", "exact_failure"),
     "exact_failure_block_after": ("hard_stop_after", "exact_failure"),
@@ -116,18 +120,48 @@ _HERMES_KEYS: Final = (
 )  # fmt: skip
 
 
+class _Problems:
+    """The problems found while validating one section, so that one ``ConfigError`` names them all."""
+
+    def __init__(self) -> None:
+        self.found: list[ConfigError] = []
+
+    def attempt(self, check: Callable[..., _T], *args: Any, fallback: _T, **kwargs: Any) -> _T:
+        """``check(*args, **kwargs)``, or ``fallback`` once its error is noted."""
+        try:
+            return check(*args, **kwargs)
+        except ConfigError as exc:
+            self.found.append(exc)
+            return fallback
+
+    def raise_any(self) -> None:
+        if self.found:
+            raise ConfigError.collected(self.found)
+
+
+def _did_you_mean(value: object, allowed: Iterable[str]) -> str:
+    close = difflib.get_close_matches(value, list(allowed), n=1) if isinstance(value, str) else []
+    return f"did you mean {close[0]!r}? " if close else ""
+
+
 def _suggest(key: str, allowed: Iterable[str]) -> str:
     allowed = list(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key; {hint}allowed keys: {', '.join(sorted(allowed))}"
+    return f"unknown key; {_did_you_mean(key, allowed)}allowed keys: {', '.join(sorted(allowed))}"
+
+
+def _unknown_keys(path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> list[ConfigError]:
+    allowed = tuple(allowed)
+    return [
+        ConfigError(_join(path, str(key)), key, _suggest(str(key), allowed))
+        for key in mapping
+        if key not in allowed
+    ]
 
 
 def _check_keys(path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    for key in mapping:
-        if key not in allowed:
-            raise ConfigError(_join(path, str(key)), key, _suggest(str(key), allowed))
+    unknown = _unknown_keys(path, mapping, allowed)
+    if unknown:
+        raise ConfigError.collected(unknown)
 
 
 def _join(path: str, key: str) -> str:
@@ -175,7 +209,7 @@ def _argument_keys(path: str, value: Any) -> tuple[str, ...]:
 
 def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
     if value not in allowed:
-        raise ConfigError(path, value, f"expected one of {', '.join(allowed)}")
+        raise ConfigError(path, value, f"{_did_you_mean(value, allowed)}expected one of {', '.join(allowed)}")
     return str(value)
 
 
@@ -193,14 +227,20 @@ class ToolClasses:
         if isinstance(value, ToolClasses):
             return value
         section = _mapping(path, value)
-        _check_keys(path, section, ("read", "write", "poll", "failure_tolerant", "replace"))
-        replace_all = _bool(f"{path}.replace", section.get("replace", False))
+        problems = _Problems()
+        problems.found += _unknown_keys(
+            path, section, ("read", "write", "poll", "failure_tolerant", "replace")
+        )
+        replace_all = problems.attempt(
+            _bool, f"{path}.replace", section.get("replace", False), fallback=False
+        )
         defaults = cls() if not replace_all else cls(read=(), write=(), poll=(), failure_tolerant=())
         lists = {}
         for name in ("read", "write", "poll", "failure_tolerant"):
-            extra = _names(f"{path}.{name}", section.get(name, ()))
+            extra = problems.attempt(_names, f"{path}.{name}", section.get(name, ()), fallback=_NO_NAMES)
             base: tuple[str, ...] = getattr(defaults, name)
             lists[name] = base + tuple(n for n in extra if n not in base)
+        problems.raise_any()
         return cls(**lists)
 
 
@@ -217,25 +257,34 @@ class CapsConfig:
     )
 
     def __post_init__(self) -> None:
-        _choice("caps.on_hit", self.on_hit, ON_HIT)
+        problems = _Problems()
+        problems.attempt(_choice, "caps.on_hit", self.on_hit, ON_HIT, fallback="")
         for scope in ("turn", "session"):
-            limits = _mapping(f"caps.{scope}", getattr(self, scope))
+            limits = problems.attempt(_mapping, f"caps.{scope}", getattr(self, scope), fallback=_NO_KEYS)
             for key, limit in limits.items():
-                _int(f"caps.{scope}.{key}", limit, 0)
+                problems.attempt(_int, f"caps.{scope}.{key}", limit, 0, fallback=0)
             object.__setattr__(self, scope, MappingProxyType(dict(limits)))
+        problems.raise_any()
 
     @classmethod
     def parse(cls, value: Any, path: str = "caps") -> CapsConfig:
         if isinstance(value, CapsConfig):
             return value
         section = _mapping(path, value)
-        _check_keys(path, section, ("on_hit", "turn", "session"))
+        problems = _Problems()
+        problems.found += _unknown_keys(path, section, ("on_hit", "turn", "session"))
         defaults = cls()
-        return cls(
+        turn = problems.attempt(_mapping, f"{path}.turn", section.get("turn", {}), fallback=_NO_KEYS)
+        session = problems.attempt(_mapping, f"{path}.session", section.get("session", {}), fallback=_NO_KEYS)
+        caps = problems.attempt(
+            cls,
+            fallback=defaults,
             on_hit=section.get("on_hit", defaults.on_hit),
-            turn={**defaults.turn, **_mapping(f"{path}.turn", section.get("turn", {}))},
-            session={**defaults.session, **_mapping(f"{path}.session", section.get("session", {}))},
+            turn={**defaults.turn, **turn},
+            session={**defaults.session, **session},
         )
+        problems.raise_any()
+        return caps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -249,19 +298,25 @@ class TelemetrySettings:
     max_series_per_metric: int = 2000
 
     def __post_init__(self) -> None:
-        _choice("telemetry.span_mode", self.span_mode, SPAN_MODES)
-        _bool("telemetry.turn_spans", self.turn_spans)
-        _int("telemetry.max_tool_values", self.max_tool_values, 1)
-        _int("telemetry.max_signature_series", self.max_signature_series, 1)
-        _int("telemetry.max_series_per_metric", self.max_series_per_metric, 1)
+        problems = _Problems()
+        problems.attempt(_choice, "telemetry.span_mode", self.span_mode, SPAN_MODES, fallback="")
+        problems.attempt(_bool, "telemetry.turn_spans", self.turn_spans, fallback=False)
+        for name in ("max_tool_values", "max_signature_series", "max_series_per_metric"):
+            problems.attempt(_int, f"telemetry.{name}", getattr(self, name), 1, fallback=1)
+        problems.raise_any()
 
     @classmethod
     def parse(cls, value: Any, path: str = "telemetry") -> TelemetrySettings:
         if isinstance(value, TelemetrySettings):
             return value
         section = _mapping(path, value)
-        _check_keys(path, section, [f.name for f in fields(cls)])
-        return cls(**section)
+        names = [f.name for f in fields(cls)]
+        problems = _Problems()
+        problems.found += _unknown_keys(path, section, names)
+        known = {key: item for key, item in section.items() if key in names}
+        settings = problems.attempt(cls, fallback=cls(), **known)
+        problems.raise_any()
+        return settings
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -287,34 +342,49 @@ class GuardConfig:
     signature_key: str | None = field(default=None, repr=False)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
 
+    config_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
+    """Keys that are valid but probably typos (a cap on ``web_serch``), one line each naming the key
+    and the name it is one edit away from. Never printed here: the command line prints them."""
+
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        _choice("mode", self.mode, MODES)
+        problems = _Problems()
+        problems.attempt(_choice, "mode", self.mode, MODES, fallback="")
         if self.hard_stop is not None:
-            _bool("hard_stop", self.hard_stop)
-        _bool("warnings", self.warnings)
-        self._set_thresholds()
-        set_(self, "caps", CapsConfig.parse(self.caps))
-        groups = _mapping("tool_groups", self.tool_groups)
+            problems.attempt(_bool, "hard_stop", self.hard_stop, fallback=False)
+        problems.attempt(_bool, "warnings", self.warnings, fallback=True)
+        self._set_thresholds(problems)
+        set_(self, "caps", problems.attempt(CapsConfig.parse, self.caps, fallback=CapsConfig()))
+        groups = problems.attempt(_mapping, "tool_groups", self.tool_groups, fallback=_NO_KEYS)
         merged_groups = {
             **DEFAULT_TOOL_GROUPS,
-            **{k: _names(f"tool_groups.{k}", v) for k, v in groups.items()},
+            **{
+                k: problems.attempt(_names, f"tool_groups.{k}", v, fallback=_NO_NAMES)
+                for k, v in groups.items()
+            },
         }
         set_(self, "tool_groups", MappingProxyType(merged_groups))
-        set_(self, "tools", ToolClasses.parse(self.tools))
-        spawn = _mapping("spawn_tools", self.spawn_tools)
+        set_(self, "tools", problems.attempt(ToolClasses.parse, self.tools, fallback=ToolClasses()))
+        spawn = problems.attempt(_mapping, "spawn_tools", self.spawn_tools, fallback=_NO_KEYS)
         for key, arg in spawn.items():
             if arg is not None and (not isinstance(arg, str) or not arg):
-                raise ConfigError(
-                    f"spawn_tools.{key}", arg, "expected the name of the batch-list argument, or null"
+                problems.found.append(
+                    ConfigError(
+                        f"spawn_tools.{key}", arg, "expected the name of the batch-list argument, or null"
+                    )
                 )
         set_(self, "spawn_tools", MappingProxyType({**DEFAULT_SPAWN_TOOLS, **spawn}))
-        ignore = _mapping("ignore_args", self.ignore_args)
+        ignore = problems.attempt(_mapping, "ignore_args", self.ignore_args, fallback=_NO_KEYS)
         if "" in ignore:
-            raise ConfigError("ignore_args", "", "expected tool names or fnmatch globs as keys")
+            problems.found.append(
+                ConfigError("ignore_args", "", "expected tool names or fnmatch globs as keys")
+            )
         merged_ignore = {
             **DEFAULT_IGNORE_ARGS,
-            **{k: _argument_keys(f"ignore_args.{k}", v) for k, v in ignore.items()},
+            **{
+                k: problems.attempt(_argument_keys, f"ignore_args.{k}", v, fallback=_NO_NAMES)
+                for k, v in ignore.items()
+            },
         }
         set_(self, "ignore_args", MappingProxyType(merged_ignore))
         keys = self.volatile_result_keys
@@ -323,45 +393,87 @@ class GuardConfig:
             or not isinstance(keys, (list, tuple))
             or not all(isinstance(k, str) for k in keys)
         ):
-            raise ConfigError("volatile_result_keys", keys, "expected a list of key names")
+            problems.found.append(ConfigError("volatile_result_keys", keys, "expected a list of key names"))
+            keys = DEFAULT_VOLATILE_RESULT_KEYS
         set_(self, "volatile_result_keys", tuple(keys))
-        _int("max_tracked_signatures", self.max_tracked_signatures, 1)
+        problems.attempt(_int, "max_tracked_signatures", self.max_tracked_signatures, 1, fallback=1)
         if self.signature_key is not None and (
             not isinstance(self.signature_key, str) or not self.signature_key
         ):
-            raise ConfigError("signature_key", "<hidden>", "expected a non-empty string or null")
-        set_(self, "telemetry", TelemetrySettings.parse(self.telemetry))
-
-    def _set_thresholds(self) -> None:
-        """Merge ``warn_after`` and ``hard_stop_after`` over the defaults; a warning never comes after its stop."""
-        set_ = object.__setattr__
-        stop_set_by_user = set(_mapping("hard_stop_after", self.hard_stop_after))
-        warn_set_by_user = set(_mapping("warn_after", self.warn_after))
-        if self.warn_after is DEFAULT_WARN_AFTER:
-            warn_set_by_user = set()
-        set_(self, "warn_after", self._thresholds("warn_after", self.warn_after, DEFAULT_WARN_AFTER))
+            problems.found.append(
+                ConfigError("signature_key", "<hidden>", "expected a non-empty string or null")
+            )
         set_(
             self,
-            "hard_stop_after",
-            self._thresholds("hard_stop_after", self.hard_stop_after, DEFAULT_HARD_STOP_AFTER),
+            "telemetry",
+            problems.attempt(TelemetrySettings.parse, self.telemetry, fallback=TelemetrySettings()),
         )
+        problems.raise_any()
+        set_(self, "config_warnings", self._near_misses())
+
+    def _set_thresholds(self, problems: _Problems) -> None:
+        """Merge ``warn_after`` and ``hard_stop_after`` over the defaults; a warning never comes after its stop."""
+        set_ = object.__setattr__
+        stop_set_by_user = set(
+            problems.attempt(_mapping, "hard_stop_after", self.hard_stop_after, fallback=_NO_KEYS)
+        )
+        warn_set_by_user = set(problems.attempt(_mapping, "warn_after", self.warn_after, fallback=_NO_KEYS))
+        if self.warn_after is DEFAULT_WARN_AFTER:
+            warn_set_by_user = set()
+        before = len(problems.found)
+        for name, defaults in (
+            ("warn_after", DEFAULT_WARN_AFTER),
+            ("hard_stop_after", DEFAULT_HARD_STOP_AFTER),
+        ):
+            merged = problems.attempt(
+                self._thresholds, name, getattr(self, name), defaults, fallback=defaults
+            )
+            set_(self, name, merged)
+        if len(problems.found) > before:
+            return  # the order of thresholds that did not parse means nothing
         for name, stop_at in self.hard_stop_after.items():
             warn_at = self.warn_after[name]
             if warn_at <= stop_at:
                 continue
             if name in stop_set_by_user and name not in warn_set_by_user:  # name the key the user set
-                raise ConfigError(
-                    f"hard_stop_after.{name}", stop_at, f"must be >= warn_after.{name} ({warn_at})"
+                problems.found.append(
+                    ConfigError(
+                        f"hard_stop_after.{name}", stop_at, f"must be >= warn_after.{name} ({warn_at})"
+                    )
                 )
-            raise ConfigError(f"warn_after.{name}", warn_at, f"must be <= hard_stop_after.{name} ({stop_at})")
+            else:
+                problems.found.append(
+                    ConfigError(
+                        f"warn_after.{name}", warn_at, f"must be <= hard_stop_after.{name} ({stop_at})"
+                    )
+                )
+
+    def _near_misses(self) -> tuple[str, ...]:
+        """Tool names the user wrote that are probably typos (see ``otelguard.config_names``)."""
+        members = [name for names in self.tool_groups.values() for name in names]
+        known = (*_DEFAULT_NAMES, *self.tool_groups, *(n for n in members if not is_glob(n)))
+        globs = (*_DEFAULT_GLOBS, *(n for n in members if is_glob(n)))
+        named = [
+            (f"caps.{scope}.{key}", key) for scope in ("turn", "session") for key in getattr(self.caps, scope)
+        ]
+        for name in ("read", "write", "poll", "failure_tolerant"):
+            default_names = set(getattr(_DEFAULT_TOOL_CLASSES, name))
+            named += [
+                (f"tools.{name}", tool) for tool in getattr(self.tools, name) if tool not in default_names
+            ]
+        named += [(f"ignore_args.{key}", key) for key in self.ignore_args if key not in DEFAULT_IGNORE_ARGS]
+        return near_misses(named, known, globs)
 
     @staticmethod
     def _thresholds(path: str, value: Any, defaults: Mapping[str, int]) -> Mapping[str, int]:
         section = _mapping(path, value)
-        _check_keys(path, section, defaults)
+        problems = _Problems()
+        problems.found += _unknown_keys(path, section, defaults)
         merged = dict(defaults)
         for key, threshold in section.items():
-            merged[key] = _int(f"{path}.{key}", threshold, 1)
+            if key in defaults:
+                merged[key] = problems.attempt(_int, f"{path}.{key}", threshold, 1, fallback=defaults[key])
+        problems.raise_any()
         return MappingProxyType(merged)
 
     @property
@@ -382,14 +494,22 @@ class GuardConfig:
         if set(section) == {"tool_loop_guardrails"}:
             section = dict(_mapping("tool_loop_guardrails", section["tool_loop_guardrails"]))
         section = _apply_hermes_aliases(section)
-        _check_keys("", section, _TOP_KEYS)
-        return cls(**section)
+        problems = _Problems()
+        problems.found += _unknown_keys("", section, _TOP_KEYS)
+        known = {key: value for key, value in section.items() if key in _TOP_KEYS}
+        config = problems.attempt(cls, fallback=None, **known)
+        problems.raise_any()
+        assert config is not None
+        return config
 
     @classmethod
     def from_file(cls, path: str | Path) -> GuardConfig:
         """Read a YAML (or JSON) file. An empty file gives the defaults. A hostile file (too big, not
         UTF-8, a FIFO or device, an alias bomb, too deep) is a ``ConfigError``: see ``otelguard.config_file``."""
-        return cls.from_mapping(load_config_file(path))
+        try:
+            return cls.from_mapping(load_config_file(path))
+        except ConfigError as exc:
+            raise ConfigError.collected([exc], source=str(path)) from None
 
     def to_mapping(self) -> dict[str, Any]:
         """The effective configuration as plain data (the signature key is never included)."""
@@ -419,6 +539,15 @@ class GuardConfig:
             "signature_key": "<set>" if self.signature_key else None,
             "telemetry": {f.name: getattr(self.telemetry, f.name) for f in fields(self.telemetry)},
         }
+
+
+_DEFAULT_TOOL_CLASSES: Final = ToolClasses()
+_DEFAULT_TOOL_NAMES: Final = (
+    *DEFAULT_READ_TOOLS, *DEFAULT_WRITE_TOOLS, *DEFAULT_POLL_TOOLS, *DEFAULT_FAILURE_TOLERANT,
+    *DEFAULT_SPAWN_TOOLS, *DEFAULT_IGNORE_ARGS,
+)  # fmt: skip
+_DEFAULT_NAMES: Final = tuple(dict.fromkeys(n for n in _DEFAULT_TOOL_NAMES if not is_glob(n)))
+_DEFAULT_GLOBS: Final = tuple(dict.fromkeys(n for n in _DEFAULT_TOOL_NAMES if is_glob(n)))
 
 
 def _apply_hermes_aliases(section: dict[str, Any]) -> dict[str, Any]:
