@@ -3,6 +3,7 @@ what it promises, runs nothing a transcript smuggles in, and draws a picture."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -245,7 +246,7 @@ def test_turn_labels_never_overlap_and_every_mark_names_its_call(
         assert any(len(figure) > 1 for figure in labels)
         for figure in labels:
             ordered = sorted(figure, key=lambda box: box["left"])
-            for before, after in zip(ordered, ordered[1:], strict=False):
+            for before, after in itertools.pairwise(ordered):
                 assert before["right"] <= after["left"], "turn labels overlap"
         marks = page.evaluate(
             "[...document.querySelectorAll('figure.timeline svg path[class^=m]')]"
