@@ -21,6 +21,8 @@ CORE = {
     "otelguard.caps",
     "otelguard.classify",
     "otelguard.config",
+    "otelguard.config_file",
+    "otelguard.config_names",
     "otelguard.decisions",
     "otelguard.detectors",
     "otelguard.errors",
