@@ -248,15 +248,9 @@ def test_print_config_is_a_valid_unattended_config_with_a_fresh_key(tmp_path: Pa
 
 
 def test_https_to_a_sidecar_with_a_certificate(tmp_path: Path) -> None:
-    from tests.e2e import free_port, require_binary, stop_process
+    from tests.e2e import free_port, self_signed_certificate, stop_process
 
-    openssl = require_binary("openssl")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
+    cert, key = self_signed_certificate(tmp_path)
     config = tmp_path / "otelguard.yaml"
     config.write_text("signature_key: k\n")
     port = free_port()

@@ -13,13 +13,14 @@ a table, and every table capped with a line saying how many rows it left out.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from itertools import islice
 from pathlib import Path
 from typing import Final
 
 from otelguard._version import __version__
 from otelguard.replay.html_parts import esc, left_out, shown, shown_path, table
 from otelguard.replay.html_timelines import CHAR_WIDTH, legend, session_index, timeline_figures
-from otelguard.replay.report import MAX_LISTED_WARNINGS, ReplayReport, SessionReport
+from otelguard.replay.report import MAX_LISTED_WARNINGS, CallRecord, HaltRecord, ReplayReport, SessionReport
 from otelguard.replay.timeline import (
     CAP_USAGE_BUCKETS,
     CapUsage,
@@ -231,19 +232,32 @@ _CALL_COLUMNS: Final = (
 )
 
 
+def _call_row(
+    css: str, code: str, session: SessionReport, anchors: dict[int, int], call: CallRecord | HaltRecord
+) -> str:
+    """A row of a table of calls: session, turn, call, call id, tool; the caller adds its own cells."""
+    return (
+        f'<tr class="{css}" data-code="{esc(code)}">{_session_cell(session, anchors)}'
+        f'<td class="n">{call.turn}</td><td class="n">{call.call}</td>'
+        f"<td>{shown(call.call_id or '')}</td><td>{shown(call.tool_name)}</td>"
+    )
+
+
 def _halts(ranked: Sequence[SessionReport], total: int, anchors: dict[int, int]) -> str:
     title = '<h2 id="halts-title">Halted turns (the first block or halt of each turn)</h2>'
     if not total:
         return f'{title}<p class="muted" id="halts">No turn halted.</p>'
-    rows: list[str] = []
-    for session in ranked:
-        for halt in session.halts[: MAX_HALT_ROWS - len(rows)]:
-            rows.append(
-                f'<tr class="halt" data-code="{esc(halt.code)}">{_session_cell(session, anchors)}'
-                f'<td class="n">{halt.turn}</td><td class="n">{halt.call}</td>'
-                f"<td>{shown(halt.call_id or '')}</td><td>{shown(halt.tool_name)}</td>"
+    rows = list(
+        islice(
+            (
+                f"{_call_row('halt', halt.code, session, anchors, halt)}"
                 f"<td>{esc(halt.action)}</td><td>{esc(halt.code)}</td></tr>"
-            )
+                for session in ranked
+                for halt in session.halts
+            ),
+            MAX_HALT_ROWS,
+        )
+    )
     columns = (*_CALL_COLUMNS, ("action", 8, False), ("code", 14, False))
     return title + table("halts", columns, rows) + left_out(len(rows), total, "halts")
 
@@ -252,15 +266,16 @@ def _warned_calls(ranked: Sequence[SessionReport], total: int, anchors: dict[int
     title = '<h2 id="warned-calls-title">Warned calls</h2>'
     if not total:
         return f'{title}<p class="muted" id="warned-calls">No call was warned.</p>'
-    rows: list[str] = []
-    for session in ranked:
-        for call in session.warned_calls[: MAX_WARNING_ROWS - len(rows)]:
-            rows.append(
-                f'<tr class="warned" data-code="{esc(call.code)}">{_session_cell(session, anchors)}'
-                f'<td class="n">{call.turn}</td><td class="n">{call.call}</td>'
-                f"<td>{shown(call.call_id or '')}</td><td>{shown(call.tool_name)}</td>"
-                f"<td>{esc(call.code)}</td></tr>"
-            )
+    rows = list(
+        islice(
+            (
+                f"{_call_row('warned', call.code or '', session, anchors, call)}<td>{esc(call.code)}</td></tr>"
+                for session in ranked
+                for call in session.warned_calls
+            ),
+            MAX_WARNING_ROWS,
+        )
+    )
     intro = (
         '<p class="muted">Every warning the guard gave, call by call (a session lists its first '
         f"{MAX_LISTED_WARNINGS}), the sessions that halted or warned most first.</p>"
