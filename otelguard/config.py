@@ -5,13 +5,25 @@ Every error is a ``ConfigError`` naming the dotted key path, the bad value and w
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
+from otelguard.config_checks import (
+    NO_KEYS,
+    NO_NAMES,
+    Problems,
+    argument_keys,
+    as_mapping,
+    boolean,
+    check_keys,
+    choice,
+    integer,
+    tool_names,
+    unknown_keys,
+)
 from otelguard.config_file import load_config_file
 from otelguard.config_names import is_glob, near_misses
 from otelguard.errors import ConfigError
@@ -103,9 +115,6 @@ _TOP_KEYS: Final = (
     "spawn_tools", "ignore_args", "volatile_result_keys", "max_tracked_signatures", "signature_key",
     "telemetry",
 )  # fmt: skip
-_T = TypeVar("_T")
-_NO_NAMES: Final[tuple[str, ...]] = ()
-_NO_KEYS: Final[Mapping[str, Any]] = MappingProxyType({})
 _HERMES_FLAT: Final = {
     "exact_failure_warn_after": ("warn_after", "exact_failure"),
     "exact_failure_block_after": ("hard_stop_after", "exact_failure"),
@@ -118,99 +127,6 @@ _HERMES_KEYS: Final = (
     "warnings_enabled", "hard_stop_enabled", "non_interactive_hard_stop_enabled", "loop_caps",
     "idempotent_no_progress", *_HERMES_FLAT,
 )  # fmt: skip
-
-
-class _Problems:
-    """The problems found while validating one section, so that one ``ConfigError`` names them all."""
-
-    def __init__(self) -> None:
-        self.found: list[ConfigError] = []
-
-    def attempt(self, check: Callable[..., _T], *args: Any, fallback: _T, **kwargs: Any) -> _T:
-        """``check(*args, **kwargs)``, or ``fallback`` once its error is noted."""
-        try:
-            return check(*args, **kwargs)
-        except ConfigError as exc:
-            self.found.append(exc)
-            return fallback
-
-    def raise_any(self) -> None:
-        if self.found:
-            raise ConfigError.collected(self.found)
-
-
-def _did_you_mean(value: object, allowed: Iterable[str]) -> str:
-    close = difflib.get_close_matches(value, list(allowed), n=1) if isinstance(value, str) else []
-    return f"did you mean {close[0]!r}? " if close else ""
-
-
-def _suggest(key: str, allowed: Iterable[str]) -> str:
-    allowed = list(allowed)
-    return f"unknown key; {_did_you_mean(key, allowed)}allowed keys: {', '.join(sorted(allowed))}"
-
-
-def _unknown_keys(path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> list[ConfigError]:
-    allowed = tuple(allowed)
-    return [
-        ConfigError(_join(path, str(key)), key, _suggest(str(key), allowed))
-        for key in mapping
-        if key not in allowed
-    ]
-
-
-def _check_keys(path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    unknown = _unknown_keys(path, mapping, allowed)
-    if unknown:
-        raise ConfigError.collected(unknown)
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _mapping(path: str, value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(path or "(top level)", value, "expected a mapping")
-    for key in value:
-        if not isinstance(key, str):
-            raise ConfigError(_join(path, str(key)), key, "keys must be strings")
-    return value
-
-
-def _bool(path: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(path, value, "expected true or false")
-    return value
-
-
-def _int(path: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(path, value, f"expected an integer >= {minimum}")
-    return value
-
-
-def _names(path: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise ConfigError(path, value, "expected a list of tool names or fnmatch globs")
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise ConfigError(f"{path}[{i}]", item, "expected a non-empty string")
-    return tuple(value)
-
-
-def _argument_keys(path: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(path, value, "expected a list of top-level argument names")
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise ConfigError(f"{path}[{i}]", item, "expected a non-empty argument name")
-    return tuple(dict.fromkeys(value))
-
-
-def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(path, value, f"{_did_you_mean(value, allowed)}expected one of {', '.join(allowed)}")
-    return str(value)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,18 +142,18 @@ class ToolClasses:
     def parse(cls, value: Any, path: str = "tools") -> ToolClasses:
         if isinstance(value, ToolClasses):
             return value
-        section = _mapping(path, value)
-        problems = _Problems()
-        problems.found += _unknown_keys(
+        section = as_mapping(path, value)
+        problems = Problems()
+        problems.found += unknown_keys(
             path, section, ("read", "write", "poll", "failure_tolerant", "replace")
         )
         replace_all = problems.attempt(
-            _bool, f"{path}.replace", section.get("replace", False), fallback=False
+            boolean, f"{path}.replace", section.get("replace", False), fallback=False
         )
         defaults = cls() if not replace_all else cls(read=(), write=(), poll=(), failure_tolerant=())
         lists = {}
         for name in ("read", "write", "poll", "failure_tolerant"):
-            extra = problems.attempt(_names, f"{path}.{name}", section.get(name, ()), fallback=_NO_NAMES)
+            extra = problems.attempt(tool_names, f"{path}.{name}", section.get(name, ()), fallback=NO_NAMES)
             base: tuple[str, ...] = getattr(defaults, name)
             lists[name] = base + tuple(n for n in extra if n not in base)
         problems.raise_any()
@@ -257,12 +173,12 @@ class CapsConfig:
     )
 
     def __post_init__(self) -> None:
-        problems = _Problems()
-        problems.attempt(_choice, "caps.on_hit", self.on_hit, ON_HIT, fallback="")
+        problems = Problems()
+        problems.attempt(choice, "caps.on_hit", self.on_hit, ON_HIT, fallback="")
         for scope in ("turn", "session"):
-            limits = problems.attempt(_mapping, f"caps.{scope}", getattr(self, scope), fallback=_NO_KEYS)
+            limits = problems.attempt(as_mapping, f"caps.{scope}", getattr(self, scope), fallback=NO_KEYS)
             for key, limit in limits.items():
-                problems.attempt(_int, f"caps.{scope}.{key}", limit, 0, fallback=0)
+                problems.attempt(integer, f"caps.{scope}.{key}", limit, 0, fallback=0)
             object.__setattr__(self, scope, MappingProxyType(dict(limits)))
         problems.raise_any()
 
@@ -270,12 +186,14 @@ class CapsConfig:
     def parse(cls, value: Any, path: str = "caps") -> CapsConfig:
         if isinstance(value, CapsConfig):
             return value
-        section = _mapping(path, value)
-        problems = _Problems()
-        problems.found += _unknown_keys(path, section, ("on_hit", "turn", "session"))
+        section = as_mapping(path, value)
+        problems = Problems()
+        problems.found += unknown_keys(path, section, ("on_hit", "turn", "session"))
         defaults = cls()
-        turn = problems.attempt(_mapping, f"{path}.turn", section.get("turn", {}), fallback=_NO_KEYS)
-        session = problems.attempt(_mapping, f"{path}.session", section.get("session", {}), fallback=_NO_KEYS)
+        turn = problems.attempt(as_mapping, f"{path}.turn", section.get("turn", {}), fallback=NO_KEYS)
+        session = problems.attempt(
+            as_mapping, f"{path}.session", section.get("session", {}), fallback=NO_KEYS
+        )
         caps = problems.attempt(
             cls,
             fallback=defaults,
@@ -298,21 +216,21 @@ class TelemetrySettings:
     max_series_per_metric: int = 2000
 
     def __post_init__(self) -> None:
-        problems = _Problems()
-        problems.attempt(_choice, "telemetry.span_mode", self.span_mode, SPAN_MODES, fallback="")
-        problems.attempt(_bool, "telemetry.turn_spans", self.turn_spans, fallback=False)
+        problems = Problems()
+        problems.attempt(choice, "telemetry.span_mode", self.span_mode, SPAN_MODES, fallback="")
+        problems.attempt(boolean, "telemetry.turn_spans", self.turn_spans, fallback=False)
         for name in ("max_tool_values", "max_signature_series", "max_series_per_metric"):
-            problems.attempt(_int, f"telemetry.{name}", getattr(self, name), 1, fallback=1)
+            problems.attempt(integer, f"telemetry.{name}", getattr(self, name), 1, fallback=1)
         problems.raise_any()
 
     @classmethod
     def parse(cls, value: Any, path: str = "telemetry") -> TelemetrySettings:
         if isinstance(value, TelemetrySettings):
             return value
-        section = _mapping(path, value)
+        section = as_mapping(path, value)
         names = [f.name for f in fields(cls)]
-        problems = _Problems()
-        problems.found += _unknown_keys(path, section, names)
+        problems = Problems()
+        problems.found += unknown_keys(path, section, names)
         known = {key: item for key, item in section.items() if key in names}
         settings = problems.attempt(cls, fallback=cls(), **known)
         problems.raise_any()
@@ -348,24 +266,24 @@ class GuardConfig:
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        problems = _Problems()
-        problems.attempt(_choice, "mode", self.mode, MODES, fallback="")
+        problems = Problems()
+        problems.attempt(choice, "mode", self.mode, MODES, fallback="")
         if self.hard_stop is not None:
-            problems.attempt(_bool, "hard_stop", self.hard_stop, fallback=False)
-        problems.attempt(_bool, "warnings", self.warnings, fallback=True)
+            problems.attempt(boolean, "hard_stop", self.hard_stop, fallback=False)
+        problems.attempt(boolean, "warnings", self.warnings, fallback=True)
         self._set_thresholds(problems)
         set_(self, "caps", problems.attempt(CapsConfig.parse, self.caps, fallback=CapsConfig()))
-        groups = problems.attempt(_mapping, "tool_groups", self.tool_groups, fallback=_NO_KEYS)
+        groups = problems.attempt(as_mapping, "tool_groups", self.tool_groups, fallback=NO_KEYS)
         merged_groups = {
             **DEFAULT_TOOL_GROUPS,
             **{
-                k: problems.attempt(_names, f"tool_groups.{k}", v, fallback=_NO_NAMES)
+                k: problems.attempt(tool_names, f"tool_groups.{k}", v, fallback=NO_NAMES)
                 for k, v in groups.items()
             },
         }
         set_(self, "tool_groups", MappingProxyType(merged_groups))
         set_(self, "tools", problems.attempt(ToolClasses.parse, self.tools, fallback=ToolClasses()))
-        spawn = problems.attempt(_mapping, "spawn_tools", self.spawn_tools, fallback=_NO_KEYS)
+        spawn = problems.attempt(as_mapping, "spawn_tools", self.spawn_tools, fallback=NO_KEYS)
         for key, arg in spawn.items():
             if arg is not None and (not isinstance(arg, str) or not arg):
                 problems.found.append(
@@ -374,7 +292,7 @@ class GuardConfig:
                     )
                 )
         set_(self, "spawn_tools", MappingProxyType({**DEFAULT_SPAWN_TOOLS, **spawn}))
-        ignore = problems.attempt(_mapping, "ignore_args", self.ignore_args, fallback=_NO_KEYS)
+        ignore = problems.attempt(as_mapping, "ignore_args", self.ignore_args, fallback=NO_KEYS)
         if "" in ignore:
             problems.found.append(
                 ConfigError("ignore_args", "", "expected tool names or fnmatch globs as keys")
@@ -382,7 +300,7 @@ class GuardConfig:
         merged_ignore = {
             **DEFAULT_IGNORE_ARGS,
             **{
-                k: problems.attempt(_argument_keys, f"ignore_args.{k}", v, fallback=_NO_NAMES)
+                k: problems.attempt(argument_keys, f"ignore_args.{k}", v, fallback=NO_NAMES)
                 for k, v in ignore.items()
             },
         }
@@ -396,7 +314,7 @@ class GuardConfig:
             problems.found.append(ConfigError("volatile_result_keys", keys, "expected a list of key names"))
             keys = DEFAULT_VOLATILE_RESULT_KEYS
         set_(self, "volatile_result_keys", tuple(keys))
-        problems.attempt(_int, "max_tracked_signatures", self.max_tracked_signatures, 1, fallback=1)
+        problems.attempt(integer, "max_tracked_signatures", self.max_tracked_signatures, 1, fallback=1)
         if self.signature_key is not None and (
             not isinstance(self.signature_key, str) or not self.signature_key
         ):
@@ -411,13 +329,13 @@ class GuardConfig:
         problems.raise_any()
         set_(self, "config_warnings", self._near_misses())
 
-    def _set_thresholds(self, problems: _Problems) -> None:
+    def _set_thresholds(self, problems: Problems) -> None:
         """Merge ``warn_after`` and ``hard_stop_after`` over the defaults; a warning never comes after its stop."""
         set_ = object.__setattr__
         stop_set_by_user = set(
-            problems.attempt(_mapping, "hard_stop_after", self.hard_stop_after, fallback=_NO_KEYS)
+            problems.attempt(as_mapping, "hard_stop_after", self.hard_stop_after, fallback=NO_KEYS)
         )
-        warn_set_by_user = set(problems.attempt(_mapping, "warn_after", self.warn_after, fallback=_NO_KEYS))
+        warn_set_by_user = set(problems.attempt(as_mapping, "warn_after", self.warn_after, fallback=NO_KEYS))
         if self.warn_after is DEFAULT_WARN_AFTER:
             warn_set_by_user = set()
         before = len(problems.found)
@@ -466,13 +384,13 @@ class GuardConfig:
 
     @staticmethod
     def _thresholds(path: str, value: Any, defaults: Mapping[str, int]) -> Mapping[str, int]:
-        section = _mapping(path, value)
-        problems = _Problems()
-        problems.found += _unknown_keys(path, section, defaults)
+        section = as_mapping(path, value)
+        problems = Problems()
+        problems.found += unknown_keys(path, section, defaults)
         merged = dict(defaults)
         for key, threshold in section.items():
             if key in defaults:
-                merged[key] = problems.attempt(_int, f"{path}.{key}", threshold, 1, fallback=defaults[key])
+                merged[key] = problems.attempt(integer, f"{path}.{key}", threshold, 1, fallback=defaults[key])
         problems.raise_any()
         return MappingProxyType(merged)
 
@@ -490,12 +408,12 @@ class GuardConfig:
         """Build a config from a parsed YAML/JSON section (otelguard's keys or hermes' aliases)."""
         if mapping is None:
             return cls()
-        section = dict(_mapping("", mapping))
+        section = dict(as_mapping("", mapping))
         if set(section) == {"tool_loop_guardrails"}:
-            section = dict(_mapping("tool_loop_guardrails", section["tool_loop_guardrails"]))
+            section = dict(as_mapping("tool_loop_guardrails", section["tool_loop_guardrails"]))
         section = _apply_hermes_aliases(section)
-        problems = _Problems()
-        problems.found += _unknown_keys("", section, _TOP_KEYS)
+        problems = Problems()
+        problems.found += unknown_keys("", section, _TOP_KEYS)
         known = {key: value for key, value in section.items() if key in _TOP_KEYS}
         config = problems.attempt(cls, fallback=None, **known)
         problems.raise_any()
@@ -562,29 +480,29 @@ def _apply_hermes_aliases(section: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(hermes_key, value, f"set either {hermes_key} or {key}, not both")
             out[key] = value
     if "non_interactive_hard_stop_enabled" in out:
-        value = _bool("non_interactive_hard_stop_enabled", out.pop("non_interactive_hard_stop_enabled"))
+        value = boolean("non_interactive_hard_stop_enabled", out.pop("non_interactive_hard_stop_enabled"))
         if value is False and out.get("hard_stop") is None:
             out["hard_stop"] = False
     if "loop_caps" in out:
-        loop_caps = _mapping("loop_caps", out.pop("loop_caps"))
-        _check_keys("loop_caps", loop_caps, ("max_web_searches", "max_subagents"))
-        caps = dict(_mapping("caps", out.get("caps", {})))
-        turn = dict(_mapping("caps.turn", caps.get("turn", {})))
+        loop_caps = as_mapping("loop_caps", out.pop("loop_caps"))
+        check_keys("loop_caps", loop_caps, ("max_web_searches", "max_subagents"))
+        caps = dict(as_mapping("caps", out.get("caps", {})))
+        turn = dict(as_mapping("caps.turn", caps.get("turn", {})))
         for hermes_key, cap_key in (("max_web_searches", "web_search"), ("max_subagents", "subagents")):
             if hermes_key in loop_caps:
-                turn[cap_key] = _int(f"loop_caps.{hermes_key}", loop_caps[hermes_key], 0)
+                turn[cap_key] = integer(f"loop_caps.{hermes_key}", loop_caps[hermes_key], 0)
         caps["turn"] = turn
         out["caps"] = caps
     if "idempotent_no_progress" in out:
-        nested = _mapping("idempotent_no_progress", out.pop("idempotent_no_progress"))
-        _check_keys("idempotent_no_progress", nested, ("warn_after", "block_after", "hard_stop_after"))
+        nested = as_mapping("idempotent_no_progress", out.pop("idempotent_no_progress"))
+        check_keys("idempotent_no_progress", nested, ("warn_after", "block_after", "hard_stop_after"))
         for nested_key, target in (("warn_after", "warn_after"), ("block_after", "hard_stop_after"),
                                    ("hard_stop_after", "hard_stop_after")):  # fmt: skip
             if nested_key in nested:
-                out[target] = {**_mapping(target, out.get(target, {})), "no_progress": nested[nested_key]}
+                out[target] = {**as_mapping(target, out.get(target, {})), "no_progress": nested[nested_key]}
     for flat, (target, detector) in _HERMES_FLAT.items():
         if flat in out:
-            out[target] = {**_mapping(target, out.get(target, {})), detector: out.pop(flat)}
+            out[target] = {**as_mapping(target, out.get(target, {})), detector: out.pop(flat)}
     return _rename_no_progress(out)
 
 

@@ -21,6 +21,7 @@ CORE = {
     "otelguard.caps",
     "otelguard.classify",
     "otelguard.config",
+    "otelguard.config_checks",
     "otelguard.config_file",
     "otelguard.config_names",
     "otelguard.decisions",
