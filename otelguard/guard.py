@@ -9,6 +9,7 @@ loop.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -30,6 +31,7 @@ from otelguard.signatures import (
     bounded_name,
     parse_json_args,
     resolve_signature_key,
+    uses_random_key,
 )
 from otelguard.tool_calls import call_context, wrap_tool
 
@@ -94,12 +96,16 @@ class Guard:
             # Imported here so the pure core never loads OpenTelemetry or prometheus_client.
             from otelguard.telemetry import Telemetry
 
-            return Telemetry.default().bind(self.config.telemetry)
+            telemetry = Telemetry.default()
         bind = getattr(telemetry, "bind", None)
-        if callable(bind):
-            bound: GuardObserver = bind(self.config.telemetry)
-            return bound
-        return cast(GuardObserver, telemetry)  # an object without bind() observes the guard itself
+        if not callable(bind):
+            return cast(GuardObserver, telemetry)  # an object without bind() observes the guard itself
+        core = sys.modules.get("otelguard.telemetry.core")  # loaded if telemetry is otelguard's own
+        if core is not None and isinstance(telemetry, core.Telemetry):
+            # it says once, when it first exports a hash, that a random key's hashes match no other process's
+            random_key = uses_random_key(self.config.signature_key)
+            return cast(GuardObserver, bind(self.config.telemetry, random_signature_key=random_key))
+        return cast(GuardObserver, bind(self.config.telemetry))
 
     def subagent_guard(self, agent: str | None = None) -> Guard:
         """A guard for a subagent of this guard's session: its own turns and detector state, the same

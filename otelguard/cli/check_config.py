@@ -4,13 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from otelguard import ConfigError, GuardConfig
+from otelguard.cli.config_messages import load_config
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -19,11 +18,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    try:
-        config = GuardConfig.from_file(args.file)
-    except ConfigError as exc:
-        message = " ".join(str(exc).split())  # one line, whatever the YAML parser wrote
-        print(f"otelguard: invalid config {args.file}: {message}", file=sys.stderr)
+    config = load_config("otelguard", args.file)
+    if config is None:
         return 2
     effective = config.to_mapping()
     if args.json:

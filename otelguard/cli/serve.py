@@ -14,11 +14,13 @@ from types import FrameType
 
 from prometheus_client import REGISTRY
 
-from otelguard import ConfigError, GuardConfig
+from otelguard import ConfigError
+from otelguard.cli.config_messages import load_config
 from otelguard.environment_variables import OTELGUARD_TOKEN
 from otelguard.metrics_server import bind, tls_context
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
 from otelguard.sidecar import Sidecar
+from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note, uses_random_key
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
 
@@ -52,9 +54,14 @@ def _span_export() -> SpanExport | None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = load_config("otelguard serve", args.config)
+    if config is None:
+        return 2
+    if uses_random_key(config.signature_key) and claim_random_key_note():
+        # sessions are compared by their hashes across restarts and replicas: say it at startup
+        print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
     spans = _span_export()
     try:
-        config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
         sidecar = Sidecar(
             config,
             telemetry=Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY),

@@ -27,8 +27,10 @@ class ToolCall:
 
     ``failed`` is ``None`` when the format has no error flag (OpenAI): the guard's fallback classifier
     decides then. ``has_result`` is false for a call the transcript never answered; such a call is
-    reported and never fed to the guard, because its outcome would have to be guessed. ``cancelled``
-    marks a call the host cancelled before it ran; ``refusal`` is the category of a host refusal.
+    never fed to the guard, because its outcome would have to be guessed: it is reported as an input
+    error, unless ``in_progress`` says it is still running (made in the last model message of a
+    transcript that ends there: a live session). ``cancelled`` marks a call the host cancelled before
+    it ran; ``refusal`` is the category of a host refusal.
     """
 
     call_id: str | None
@@ -40,6 +42,7 @@ class ToolCall:
     has_result: bool = False
     cancelled: bool = False
     refusal: str | None = None
+    in_progress: bool = False
 
 
 class EventSink(Protocol):

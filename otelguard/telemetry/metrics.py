@@ -209,30 +209,47 @@ class LabelBound:
 
 
 class SeriesBound:
-    """At most ``limit`` label sets in one family: past it, a new label set has its host-chosen
-    values (agent, tool, cap) replaced by ``_other`` and keeps its code-constant ones (outcome,
-    action, code, scope), so counts are never lost and the family stays bounded whatever the mix.
+    """At most ``limit`` label sets in one family, the ``_other`` ones included.
 
-    The ``_other`` label sets are not counted against the bound: there are only as many as there are
-    combinations of code constants.
+    Past the bound, a new label set has its host-chosen values (agent, tool, cap) replaced by
+    ``_other`` and keeps its code-constant ones (outcome, action, code, scope), so counts are never
+    lost. Room for those ``_other`` sets is kept aside as the constants they need are first seen, and
+    one more slot for the set that is ``_other`` throughout: it takes a count whose ``_other`` set
+    found no room (constants first seen once the family was full), so the bound holds exactly
+    whatever the mix, down to a limit of 1.
     """
 
-    __slots__ = ("_admitted", "_lock")
+    __slots__ = ("_admitted", "_lock", "_owed")
 
     def __init__(self) -> None:
         self._admitted: set[tuple[str, ...]] = set()
+        self._owed: set[tuple[str, ...]] = set()  # label sets promised a slot, not yet admitted
         self._lock = threading.Lock()
 
     def admit(self, labels: tuple[str, ...], host_chosen: int, limit: int) -> tuple[str, ...]:
         if labels in self._admitted:
             return labels
+        other = (attr.OTHER,) * host_chosen + labels[host_chosen:]
         with self._lock:
             if labels in self._admitted:
                 return labels
-            if len(self._admitted) < limit:
-                self._admitted.add(labels)
-                return labels
-        return (attr.OTHER,) * host_chosen + labels[host_chosen:]
+            owed = self._owed
+            if not self._admitted and not owed:
+                owed.add((attr.OTHER,) * len(labels))
+            if labels != other:
+                need = 1 if other in self._admitted or other in owed else 2
+                if len(self._admitted) + len(owed) + need <= limit:
+                    self._admitted.add(labels)
+                    if other not in self._admitted:
+                        owed.add(other)
+                    return labels
+            if other in self._admitted:
+                return other
+            if other not in owed and len(self._admitted) + len(owed) >= limit:
+                other = (attr.OTHER,) * len(labels)  # its slot was kept from the start
+            owed.discard(other)
+            self._admitted.add(other)
+            return other
 
     def __len__(self) -> int:
         return len(self._admitted)
