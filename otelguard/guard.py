@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from otelguard import decisions as codes
-from otelguard.caps import CapLedger, Charge
+from otelguard.caps import CapLedger, Charge, SessionCapStore, session_cap_store
 from otelguard.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
@@ -52,6 +52,9 @@ class Guard:
     ``telemetry``: ``None`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer
     provider, default registry), or an object; one with ``bind(settings)`` is bound to this
     config's ``telemetry`` section, anything else is used as a ``GuardObserver``.
+    ``session_id``: the session this guard serves (hosts that know it pass it; it picks the store of
+    the session's caps). ``session_caps``: the store of the session's cap counters, shared with the
+    session's other guards; by default a new one (``otelguard.caps.session_cap_store``).
     """
 
     def __init__(
@@ -61,19 +64,25 @@ class Guard:
         *,
         agent: str = DEFAULT_AGENT,
         observers: Iterable[GuardObserver] = (),
+        session_id: str | None = None,
+        session_caps: SessionCapStore | None = None,
     ) -> None:
         self.config = config if config is not None else GuardConfig()
         self.agent = agent or DEFAULT_AGENT
+        self.session_id = session_id
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = catalog_for(self.config)
-        self._caps = CapLedger(self.config.caps.on_hit)
+        if session_caps is None:
+            session_caps = session_cap_store(self.config, session_id)
+        self._caps = CapLedger(self.config.caps.on_hit, session_caps)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
         self._last_halt: Decision | None = None  # of the turn that ended last, until the next starts
         self._pending = PendingCalls(self.config.max_tracked_signatures)
         all_observers = list(observers)
+        self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
         if telemetry is not None and telemetry is not False:
             all_observers.append(self._bind_telemetry(telemetry))
         self._observers = ObserverGroup(all_observers)
@@ -97,6 +106,20 @@ class Guard:
             random_key = uses_random_key(self.config.signature_key)
             return cast(GuardObserver, bind(self.config.telemetry, random_signature_key=random_key))
         return cast(GuardObserver, bind(self.config.telemetry))
+
+    def subagent_guard(self, agent: str | None = None) -> Guard:
+        """A guard for a subagent of this guard's session: its own turns and detector state, the same
+        config, telemetry, observers and session, and the same session cap counters (a session cap
+        holds across the main agent and all its subagents, charged atomically between them)."""
+        telemetry, observers = self._made_with
+        return Guard(
+            self.config,
+            telemetry,
+            agent=agent or self.agent,
+            observers=observers,
+            session_id=self.session_id,
+            session_caps=self._caps.session,
+        )
 
     # turns -----------------------------------------------------------------------------------
 
@@ -178,7 +201,7 @@ class Guard:
             halt_decision=turn.halt,
             cap_usage=MappingProxyType(dict(self._caps.turn)),
             cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
-            session_cap_usage=MappingProxyType(dict(self._caps.session)),
+            session_cap_usage=MappingProxyType(dict(self._caps.session.usage())),
             decisions=MappingProxyType(dict(turn.decisions)),
         )
 
@@ -212,9 +235,12 @@ class Guard:
             else:
                 decision = None
                 if facts.caps_turn or facts.caps_session:
+                    # charges the session caps when no cap refuses: refunded if a detector does
                     decision = self._caps.check(sig, facts.caps_turn, facts.caps_session, requested or 1)
                 if decision is None and turn.detectors.hard_stop:
                     decision = turn.detectors.refuse_before(sig, facts.tool_class)
+                    if decision is not None and facts.caps_session:
+                        self._caps.refund_session(facts.caps_session, requested or 1)
             if decision is None:
                 decision = codes.allow_decision(name, sig)
                 charges: tuple[Charge, ...] = ()

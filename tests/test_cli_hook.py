@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from otelguard.claude_code_events import TOOL_EVENTS
 from otelguard.cli.hook import HOOK_EVENTS
 from otelguard.cli.hook_settings import settings_block
 from otelguard.http_server import HttpServer, Request, Response
-from otelguard.integrations.claude_code_events import TOOL_EVENTS
 from tests.test_cli_serve import Serve, start_serve
 
 TIMEOUT = 60.0
@@ -150,8 +150,7 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
         "otelguard.cli",
         "otelguard.cli.hook",
         "otelguard.environment_variables",
-        "otelguard.integrations",
-        "otelguard.integrations.claude_code_events",
+        "otelguard.claude_code_events",
     }
     assert {name.split(".")[0] for name in imported} - {"otelguard"} <= set(sys.stdlib_module_names)
     # what startup time went to: typing (and the re and enum it loads) for annotations, socket (with

@@ -16,8 +16,8 @@ import os
 import sys
 import time
 
+from otelguard.claude_code_events import HOOK_EVENTS
 from otelguard.environment_variables import OTELGUARD_TOKEN, OTELGUARD_URL
-from otelguard.integrations.claude_code_events import HOOK_EVENTS
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
 if TYPE_CHECKING:

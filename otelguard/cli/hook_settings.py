@@ -9,9 +9,9 @@ import os
 import secrets
 from typing import Final
 
+from otelguard.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
 from otelguard.cli.hook import DEFAULT_TIMEOUT_SECONDS, endpoint
 from otelguard.environment_variables import OTELGUARD_TOKEN
-from otelguard.integrations.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
 
 __all__ = ["STARTER_CONFIG", "http_settings_block", "settings_block", "starter_config"]
 
