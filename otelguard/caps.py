@@ -4,15 +4,21 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from types import MappingProxyType
-from typing import Final, Literal
+from typing import Final, Literal, NamedTuple
 
 from otelguard import decisions as codes
 from otelguard.decisions import Decision, Signature
 
-__all__ = ["CapLedger", "Charge"]
+__all__ = ["CapLedger", "CapRefusal", "Charge"]
 
 Scope = Literal["turn", "session"]
 Charge = tuple[Scope, str, int]
+
+class CapRefusal(NamedTuple):
+    key: str
+    used: int
+    limit: int
+
 
 _NOUNS: Final = {
     "web_search": ("made", "web search", "web searches"),

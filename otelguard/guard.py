@@ -237,6 +237,7 @@ class Guard:
                 None,
                 requested,
                 pending.start_time_ns if pending is not None else time.time_ns(),
+                False,
             )
             started = self._observers.call_started(event)
             if pending is None:
@@ -319,6 +320,7 @@ class Guard:
                 refusal,
                 spawned,
                 started,
+                False,
             )
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision
@@ -345,6 +347,7 @@ class Guard:
                 None,
                 spawned,
                 started,
+                False,
             )
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision

@@ -120,7 +120,8 @@ def imported_modules(stderr: bytes) -> set[str]:
 def test_the_hook_path_imports_only_the_standard_library() -> None:
     from tests.e2e import free_port
 
-    result = hook(PRE, "--url", f"http://127.0.0.1:{free_port()}", python_flags=("-X", "importtime"))
+    no_key = {"OTELGUARD_SIGNATURE_KEY": ""}  # a key costs one json import: see the next test
+    result = hook(PRE, "--url", f"http://127.0.0.1:{free_port()}", env=no_key, python_flags=("-X", "importtime"))
     assert result.returncode == 0
     # what the interpreter loads before any of our code (site, .pth hooks of installed packages)
     bare = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, check=True)
@@ -134,6 +135,7 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
         "otelguard.environment_variables",
         "otelguard.integrations",
         "otelguard.integrations.claude_code_events",
+        "otelguard.session_keys",
     }
     assert {name.split(".")[0] for name in imported} - {"otelguard"} <= set(sys.stdlib_module_names)
     for heavy in (
@@ -148,6 +150,49 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
         "prometheus_client",
     ):
         assert heavy not in {name.split(".")[0] for name in imported}
+
+
+def _headers_sent(payload: object, env: dict[str, str]) -> dict[str, str]:
+    seen: list[dict[str, str]] = []
+
+    def record(request: Request) -> Response:
+        seen.append(dict(request.headers))
+        return Response(200, b"")
+
+    with HttpServer(record) as server:
+        result = hook(payload, "--url", f"http://127.0.0.1:{server.port}", env=env)
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+    (headers,) = seen
+    return headers
+
+
+def test_with_a_key_the_hook_sends_the_keyed_session_digest_for_affinity() -> None:
+    """X-Otelguard-Session is the session id's digest under OTELGUARD_SIGNATURE_KEY: the same for every
+    event of a session, different under another key, never the raw id."""
+    from otelguard.session_keys import key_bytes, session_digest
+
+    headers = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})
+    assert headers["x-otelguard-session"] == session_digest("hook-1", key_bytes("fleet-key"))
+    stop = {**PRE, "hook_event_name": "Stop"}
+    same_session = _headers_sent(stop, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})
+    assert same_session["x-otelguard-session"] == headers["x-otelguard-session"]
+    other = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "another-key"})["x-otelguard-session"]
+    assert other != headers["x-otelguard-session"]
+    assert all("hook-1" not in value for value in headers.values())
+
+
+@pytest.mark.parametrize(
+    ("payload", "env"),
+    [
+        (PRE, {"OTELGUARD_SIGNATURE_KEY": ""}),  # no key: no header (a raw id never leaves)
+        ({**PRE, "session_id": 7}, {"OTELGUARD_SIGNATURE_KEY": "k"}),  # no usable id
+        ([1, 2], {"OTELGUARD_SIGNATURE_KEY": "k"}),  # not an object: the sidecar answers it
+    ],
+)
+def test_without_a_key_or_a_session_id_there_is_no_session_header(
+    payload: object, env: dict[str, str]
+) -> None:
+    assert "x-otelguard-session" not in _headers_sent(payload, env)
 
 
 def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:

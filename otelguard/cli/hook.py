@@ -4,6 +4,10 @@ It reads one payload on stdin, posts it to the sidecar (``otelguard serve``) and
 It always exits 0: Claude Code reads hook output only on exit 0, and a guard that is down must not
 stop the user's work (fail open: no output, one line on stderr). This module runs on every tool
 call, so it imports only the standard library, and only what it needs.
+
+With ``OTELGUARD_SIGNATURE_KEY`` set, the request carries ``X-Otelguard-Session``: the session id's
+keyed digest, for a load balancer in front of several sidecars to keep a session on one of them
+(docs/shared-state.md). Without a key there is no header: a raw session id never leaves.
 """
 
 from __future__ import annotations
@@ -14,8 +18,9 @@ import sys
 import time
 from typing import Final
 
-from otelguard.environment_variables import OTELGUARD_TOKEN, OTELGUARD_URL
+from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
 from otelguard.integrations.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
+from otelguard.session_keys import SESSION_HEADER, key_bytes, session_digest
 
 __all__ = ["DEFAULT_URL", "HOOK_EVENTS", "main", "settings_block"]
 
@@ -55,7 +60,7 @@ def main(argv: list[str]) -> int:
         payload = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise _Failed(f"payload over {MAX_PAYLOAD_BYTES} bytes; not sent")
-        answer = post(url, payload, deadline)
+        answer = post(url, payload, deadline, _session_affinity(payload))
     except _Failed as exc:
         sys.stderr.write(f"otelguard hook: {exc}; the call goes ahead\n")
         return 0
@@ -108,8 +113,25 @@ def _parse(argv: list[str]) -> tuple[str, float, bool, bool] | None:
     return url, timeout, print_settings, url_given
 
 
-def post(url: str, payload: bytes, deadline: float) -> bytes:
-    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``."""
+def _session_affinity(payload: bytes) -> str | None:
+    """The ``X-Otelguard-Session`` value for this payload, or ``None`` (no key, or no session id)."""
+    secret = os.environ.get(OTELGUARD_SIGNATURE_KEY)
+    if not secret:
+        return None
+    import json  # only a hook with a key pays for it
+
+    try:
+        session_id = json.loads(payload).get("session_id")
+    except (ValueError, AttributeError):  # not a JSON object: the sidecar answers 400 for it
+        return None
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    return session_digest(session_id, key_bytes(secret))
+
+
+def post(url: str, payload: bytes, deadline: float, session: str | None = None) -> bytes:
+    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``.
+    ``session``: the ``X-Otelguard-Session`` header's value (a keyed digest), if any."""
     scheme, _, rest = url.partition("://")
     if scheme not in ("http", "https") or not rest:
         raise _Failed("--url must be an http:// or https:// URL")
@@ -126,6 +148,8 @@ def post(url: str, payload: bytes, deadline: float) -> bytes:
     token = os.environ.get(OTELGUARD_TOKEN)
     if token:
         headers.append(f"Authorization: Bearer {token}")
+    if session is not None:
+        headers.append(f"{SESSION_HEADER}: {session}")
     request = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + payload
     try:
         sock = socket.create_connection((host, port), timeout=_remaining(deadline))
