@@ -79,8 +79,7 @@ class SessionGuards:
             if guard is not None:
                 self._subagents.move_to_end(agent_id)
                 return guard
-            guard = self._make_guard(agent_type)
-            _share_session_caps(self.main, guard)
+            guard = self.main.subagent_guard(agent_type)
             self._subagents[agent_id] = guard
             evicted = (
                 self._subagents.popitem(last=False)[1]
@@ -108,12 +107,6 @@ class SessionGuards:
             self._subagents.clear()
         for guard in (*subagents, self.main):
             guard.end_turn()
-
-
-def _share_session_caps(main: Guard, subagent: Guard) -> None:
-    main_caps, sub_caps = getattr(main, "_caps", None), getattr(subagent, "_caps", None)
-    if main_caps is not None and sub_caps is not None and hasattr(main_caps, "session"):
-        sub_caps.session = main_caps.session
 
 
 class ClaudeCodeHooks:

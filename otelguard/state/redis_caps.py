@@ -242,6 +242,7 @@ class RedisSessionCaps:
         self._ttl = ttl_seconds
         self._lock = threading.Lock()
         self._used: dict[str, int] = {}
+        self._unshared: dict[str, int] = {}  # charged here while Redis did not answer
         self._encoded: dict[tuple[tuple[str, int], ...], tuple[bytes | int, ...]] = {}
 
     # -- the store's protocol ------------------------------------------------------------------
@@ -250,7 +251,7 @@ class RedisSessionCaps:
         return self.charge(caps, amount)[0]
 
     def refund(self, keys: Sequence[str], amount: int) -> None:
-        self.give_back(keys, amount, shared=True)
+        self.give_back(keys, amount)
 
     def usage(self) -> Mapping[str, int]:
         with self._lock:
@@ -282,17 +283,26 @@ class RedisSessionCaps:
             return CapRefusal(cap, counts[refused_at - 1], limit), _SENT_OK
         return None, _SENT_OK
 
-    def give_back(self, keys: Sequence[str], amount: int, shared: bool) -> StateReport | None:
-        """Refund ``amount`` to each key, floored at 0: here, and in Redis when the charge was made
-        there (``shared``). ``None`` when Redis was not asked."""
+    def give_back(self, keys: Sequence[str], amount: int) -> StateReport | None:
+        """Refund ``amount`` to each key, floored at 0, here and in Redis. ``None``: Redis was not
+        asked (backing off, or the amount was charged here while Redis was away)."""
+        to_redis: list[bytes] = []
         with self._lock:
             for cap in keys:
                 self._used[cap] = max(0, self._used.get(cap, 0) - amount)
+                # What was charged here during an outage is given back here first: Redis never saw
+                # it, and a refund it never saw a charge for would let the fleet overshoot.
+                # (A part of it, from a batch of another size: Redis keeps the rest; too high is safe.)
+                unshared = self._unshared.pop(cap, 0)
+                if unshared > amount:
+                    self._unshared[cap] = unshared - amount
+                if not unshared:
+                    to_redis.append(_field(cap))
         link = self.link
-        if not shared or not keys or not link.may_send():
+        if not to_redis or not link.may_send():
             return None
         try:
-            link.run("refund", "EVAL", _REFUND, 1, self.key, self._ttl, amount, *map(_field, keys))
+            link.run("refund", "EVAL", _REFUND, 1, self.key, self._ttl, amount, *to_redis)
         except _Failed as failure:
             link.failed(failure)
             return StateReport(True, failure.op, False)
@@ -308,6 +318,7 @@ class RedisSessionCaps:
                     return CapRefusal(cap, count, limit)
             for cap, _limit in caps:
                 used[cap] = used.get(cap, 0) + amount
+                self._unshared[cap] = self._unshared.get(cap, 0) + amount
         return None
 
     def _charge_args(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[bytes | int, ...]:

@@ -12,13 +12,15 @@ import re
 import threading
 import weakref
 from collections import OrderedDict
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from otelguard._version import __version__
-from otelguard.observers import StateReport
 from otelguard.telemetry import attributes as attr
+
+if TYPE_CHECKING:
+    from otelguard.observers import StateReport
 
 __all__ = [
     "LabelBound",
