@@ -11,6 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from otelguard import ConfigError, GuardConfig
+from otelguard.config import effective_state
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -21,6 +22,8 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     try:
         config = GuardConfig.from_file(args.file)
+        # the state URL this process would use: OTELGUARD_STATE_URL wins over the file
+        config = config.with_changes(state=effective_state(config))
     except ConfigError as exc:
         message = " ".join(str(exc).split())  # one line, whatever the YAML parser wrote
         print(f"otelguard: invalid config {args.file}: {message}", file=sys.stderr)

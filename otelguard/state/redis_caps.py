@@ -15,6 +15,7 @@ outage are not written back: a session can overshoot by what was charged while R
 
 from __future__ import annotations
 
+import inspect
 import logging
 import threading
 import time
@@ -77,6 +78,13 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
+# redis-py 7 names it driver_info; earlier versions lib_name and lib_version
+_NO_CLIENT_INFO: Final[dict[str, None]] = (
+    {"driver_info": None}
+    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
+    else {"lib_name": None, "lib_version": None}
+)
+
 _SENT_OK: Final = StateReport(sent=True, error=None, fell_back=False)
 _BACKING_OFF: Final = StateReport(sent=False, error=None, fell_back=True)
 
@@ -107,11 +115,10 @@ class RedisLink:
             # would wait for all of them. One attempt; the back-off below is the retry.
             retry=Retry(NoBackoff(), 0),
             retry_on_error=[],
-            # RESP2 and no CLIENT SETINFO: a new connection costs one round trip, not three
+            # RESP2 and no CLIENT SETINFO: a new connection costs no round trip before the command
             protocol=2,
-            lib_name=None,
-            lib_version=None,
             max_connections=_MAX_CONNECTIONS,
+            **_NO_CLIENT_INFO,
         )
         self._clock = clock
         self._lock = threading.Lock()
