@@ -18,6 +18,7 @@ import otelguard
 PACKAGE_DIR = Path(otelguard.__file__).parent
 
 CORE = {
+    "otelguard.bounded_map",
     "otelguard.caps",
     "otelguard.classify",
     "otelguard.config",
@@ -136,6 +137,41 @@ def test_the_core_imports_nothing_built_on_it() -> None:
     graph = _graph()
     offences = {module: sorted(t for t in graph[module] if _is_outer(t)) for module in CORE}
     assert {m: t for m, t in offences.items() if t} == {}
+
+
+def _reach(module: str, graph: dict[str, frozenset[str]]) -> set[str]:
+    """Every module ``module`` loads through module-level imports, itself excluded."""
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        for target in graph.get(pending.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                pending.append(target)
+    return seen
+
+
+def test_the_sidecar_imports_no_adapter() -> None:
+    """``otelguard serve`` and the Claude Code hook mapping sit on the session host, as the adapters do:
+    neither loads anything from ``otelguard.integrations``, directly or through another module."""
+    graph = _graph()
+    assert "otelguard.sessions" in _reach("otelguard.sidecar", graph)
+    for module in ("otelguard.sidecar", "otelguard.claude_code_hooks"):
+        assert sorted(m for m in _reach(module, graph) if m.startswith("otelguard.integrations")) == []
+
+
+def test_every_adapter_holds_its_sessions_through_the_session_host() -> None:
+    """Each framework adapter, and the Claude Code mapping they share with the sidecar, imports the
+    session host; none keeps a pool of its own."""
+    graph = _graph()
+    adapters = [
+        m for m in graph if m.startswith("otelguard.integrations.") and not m.split(".")[-1].startswith("_")
+    ]
+    assert len(adapters) >= 5
+    for module in [*adapters, "otelguard.claude_code_hooks", "otelguard.sidecar"]:
+        assert "otelguard.sessions" in _reach(module, graph), module
+        source = _modules()[module].read_text(encoding="utf-8")
+        assert "SessionPool" not in source and "OrderedDict" not in source, module
 
 
 def test_no_import_cycles() -> None:

@@ -133,8 +133,7 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
         "otelguard.cli",
         "otelguard.cli.hook",
         "otelguard.environment_variables",
-        "otelguard.integrations",
-        "otelguard.integrations.claude_code_events",
+        "otelguard.claude_code_events",
         "otelguard.session_keys",
     }
     assert {name.split(".")[0] for name in imported} - {"otelguard"} <= set(sys.stdlib_module_names)

@@ -18,8 +18,8 @@ import sys
 import time
 from typing import Final
 
+from otelguard.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
-from otelguard.integrations.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
 from otelguard.session_keys import SESSION_HEADER, key_bytes, session_digest
 
 __all__ = ["DEFAULT_URL", "HOOK_EVENTS", "main", "settings_block"]
