@@ -121,7 +121,9 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
     from tests.e2e import free_port
 
     no_key = {"OTELGUARD_SIGNATURE_KEY": ""}  # a key costs one json import: see the next test
-    result = hook(PRE, "--url", f"http://127.0.0.1:{free_port()}", env=no_key, python_flags=("-X", "importtime"))
+    result = hook(
+        PRE, "--url", f"http://127.0.0.1:{free_port()}", env=no_key, python_flags=("-X", "importtime")
+    )
     assert result.returncode == 0
     # what the interpreter loads before any of our code (site, .pth hooks of installed packages)
     bare = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, check=True)

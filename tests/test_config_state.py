@@ -168,7 +168,9 @@ def test_check_config_shows_the_effective_state_with_the_password_masked(
     assert "redis://:***@other:6379/1" in table and "s3cr3t-canary" not in table
 
 
-def test_check_config_exits_2_on_a_url_without_a_key(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_check_config_exits_2_on_a_url_without_a_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     path = tmp_path / "otelguard.yaml"
     path.write_text(f"state:\n  url: {URL}\n")
     assert main(["check-config", str(path)]) == 2

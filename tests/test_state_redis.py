@@ -6,6 +6,7 @@ moves, so what is asserted is how many commands reached Redis, never how long an
 
 from __future__ import annotations
 
+import itertools
 import logging
 import multiprocessing
 import re
@@ -37,7 +38,7 @@ from otelguard.state.redis_caps import (
 )
 from otelguard.testing import RecordingObserver
 from tests.e2e import wait_until
-from tests.redis_e2e import RedisServer, redis_server  # noqa: F401 -- the fixture
+from tests.redis_e2e import RedisServer
 
 KEY = "redis-test-key"
 SESSION = "raw-session-canary-7f3a"
@@ -57,7 +58,10 @@ class Clock:
 
 
 def guard_config(url: str, session: dict[str, int] | None = None, **state: Any) -> GuardConfig:
-    caps = {"turn": {"web_search": 0, "subagents": 0}, "session": session or {"web_search": 10, "subagents": 0}}
+    caps = {
+        "turn": {"web_search": 0, "subagents": 0},
+        "session": session or {"web_search": 10, "subagents": 0},
+    }
     return GuardConfig.from_mapping(
         {"signature_key": KEY, "mode": "unattended", "caps": caps, "state": {"url": url, **state}}
     )
@@ -342,9 +346,9 @@ def test_the_back_off_doubles_up_to_five_seconds_and_one_call_probes(redis_serve
             attempts.append(round(waited, 2))
         clock.advance(0.05)
         waited += 0.05
-    gaps = [round(b - a, 2) for a, b in zip(attempts, attempts[1:], strict=False)]
+    gaps = [round(b - a, 2) for a, b in itertools.pairwise(attempts)]
     assert gaps[0] == pytest.approx(FIRST_BACKOFF_SECONDS, abs=0.051)
-    assert all(later >= earlier - 0.051 for earlier, later in zip(gaps, gaps[1:], strict=False))
+    assert all(later >= earlier - 0.051 for earlier, later in itertools.pairwise(gaps))
     assert max(gaps) == pytest.approx(MAX_BACKOFF_SECONDS, abs=0.051)
     assert len(attempts) < 20  # of 1,200 calls
 

@@ -88,6 +88,8 @@ def run(args: argparse.Namespace) -> int:
             max_sessions=args.max_sessions,
             idle_seconds=args.session_idle,
         )
+        if state.url is not None:  # before listening: the state metrics exist from the first scrape
+            _check_state(state, telemetry)
         server = bind(
             sidecar.handle, args.addr, args.port, tls_context(args.certfile, args.keyfile),
             inline=sidecar.inline, name="otelguard-serve",
@@ -105,8 +107,6 @@ def run(args: argparse.Namespace) -> int:
     signal.signal(signal.SIGINT, on_signal)
     signal.signal(signal.SIGTERM, on_signal)
     host = f"[{server.addr}]" if ":" in server.addr else server.addr
-    if state.url is not None:
-        _check_state(state, telemetry)
     print(
         f"otelguard serve: listening on {server.scheme}://{host}:{server.port} "
         f"(/v1/, /metrics, /healthz; auth {'on' if args.token or os.environ.get(OTELGUARD_TOKEN) else 'off'})",
