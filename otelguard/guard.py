@@ -101,6 +101,11 @@ class Guard:
             return bound
         return cast(GuardObserver, telemetry)  # an object without bind() observes the guard itself
 
+    @property
+    def session_caps(self) -> SessionCapStore:
+        """The store of this session's cap counters (shared with the session's other guards)."""
+        return self._caps.session
+
     def subagent_guard(self, agent: str | None = None) -> Guard:
         """A guard for a subagent of this guard's session: its own turns and detector state, the same
         config, telemetry, observers and session, and the same session cap counters (a session cap
