@@ -129,8 +129,12 @@ def test_metrics_table_lists_every_metric_family() -> None:
 
     from otelguard.telemetry import Telemetry
 
+    from otelguard.observers import StateReport
+
     registry = CollectorRegistry()
-    Telemetry(registry=registry).prime("docs", tools=("web_search",), caps=("web_search",))
+    telemetry = Telemetry(registry=registry)
+    telemetry.prime("docs", tools=("web_search",), caps=("web_search",))
+    telemetry.state_reported(StateReport(sent=True, error=None, fell_back=False))  # with a state URL
     families = {metric.name for metric in registry.collect()}
     table = _section(DOCS_DIR / "telemetry.md", "Metrics")
     shown = {
