@@ -7,40 +7,17 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable
-from typing import Final, Generic, NamedTuple, TypeVar
+from typing import Final, NamedTuple
 
 from otelguard import decisions as codes
+from otelguard.bounded_map import BoundedMap
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.results import ResultSlot
 
 __all__ = ["SignatureState", "TurnDetectors"]
 
-K = TypeVar("K")
-V = TypeVar("V")
-
 _CYCLE_PERIODS: Final = (2, 3, 4)
-
-
-class _Lru(OrderedDict[K, V], Generic[K, V]):
-    """An OrderedDict that forgets its least recently used entries past ``capacity``."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-
-    def touch(self, key: K, factory: Callable[[], V]) -> V:
-        value = self.get(key)
-        if value is None:
-            value = factory()
-            self[key] = value
-            if len(self) > self.capacity:
-                self.popitem(last=False)
-        else:
-            self.move_to_end(key)
-        return value
 
 
 class _FailureCounts(NamedTuple):
@@ -126,11 +103,11 @@ class TurnDetectors:
         self.warn_after = config.warn_after
         self.stop_after = config.hard_stop_after
         capacity = config.max_tracked_signatures
-        self.signatures: _Lru[Signature, SignatureState] = _Lru(capacity)
-        self.tool_failures: _Lru[str, int] = _Lru(capacity)
-        self.refusals: _Lru[tuple[str, str], int] = _Lru(capacity)
+        self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
+        self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
+        self.refusals: BoundedMap[tuple[str, str], int] = BoundedMap(capacity)
         # same_error: failures per error fingerprint since the turn's last successful write
-        self.errors: _Lru[int, int] = _Lru(capacity)
+        self.errors: BoundedMap[int, int] = BoundedMap(capacity)
         self.write_epoch = 0
         # Below these counts an ok call cannot make any detector fire.
         self._quiet_identical = min(self.warn_after["identical_call"], self.stop_after["identical_call"])
@@ -145,15 +122,7 @@ class TurnDetectors:
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used."""
-        signatures = self.signatures
-        state = signatures.get(sig)
-        if state is None:
-            state = signatures[sig] = SignatureState()
-            if len(signatures) > signatures.capacity:
-                signatures.popitem(last=False)
-        else:
-            signatures.move_to_end(sig)
-        return state
+        return self.signatures.touch(sig, SignatureState)
 
     # before_call -----------------------------------------------------------------------------
 

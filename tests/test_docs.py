@@ -127,9 +127,8 @@ def test_decision_codes_table_lists_every_code() -> None:
 def test_metrics_table_lists_every_metric_family() -> None:
     from prometheus_client import CollectorRegistry
 
-    from otelguard.telemetry import Telemetry
-
     from otelguard.observers import StateReport
+    from otelguard.telemetry import Telemetry
 
     registry = CollectorRegistry()
     telemetry = Telemetry(registry=registry)

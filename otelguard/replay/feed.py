@@ -7,6 +7,7 @@ from collections import OrderedDict, deque
 from collections.abc import Callable
 from typing import Any, Final
 
+from otelguard.bounded_map import BoundedMap
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 
 __all__ = ["SessionFeed", "result_text", "type_name"]
@@ -64,6 +65,7 @@ class SessionFeed:
     def __init__(self, sink: EventSink, key: SessionKey, *, dedupe: bool = False) -> None:
         self.sink = sink
         self.key = key
+        # a queue released from the front (by answers, age or overflow), not a cache: no LRU order
         self._pending: OrderedDict[str, ToolCall] = OrderedDict()
         self._made_at: dict[str, int] = {}
         self._messages = 0
@@ -72,7 +74,7 @@ class SessionFeed:
         # Claude Code sometimes writes the same message twice (resumed sessions); its call ids are
         # globally unique, so a repeated id there is a duplicate line, not a new call.
         self._dedupe = dedupe
-        self._answered: OrderedDict[str, None] = OrderedDict()
+        self._answered: BoundedMap[str, bool] = BoundedMap(_RECENT_IDS)
         sink.begin_session(key)
 
     def error(self, line: int | None, reason: str) -> None:
@@ -182,7 +184,5 @@ class SessionFeed:
     def _emit(self, slot: str, call: ToolCall) -> None:
         self._made_at.pop(slot, None)
         if self._dedupe and call.call_id is not None:
-            self._answered[slot] = None
-            if len(self._answered) > _RECENT_IDS:
-                self._answered.popitem(last=False)
+            self._answered.put(slot, True)
         self.sink.tool_call(self.key, call)

@@ -11,12 +11,12 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from collections import OrderedDict
 from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from otelguard._version import __version__
+from otelguard.bounded_map import BoundedMap
 from otelguard.telemetry import attributes as attr
 
 if TYPE_CHECKING:
@@ -45,22 +45,22 @@ class SignatureSeries:
 
     def __init__(self, counter: Counter) -> None:
         self._counter = counter
-        self._series: OrderedDict[SignatureLabels, Any] = OrderedDict()
+        self._series: BoundedMap[SignatureLabels, Any] = BoundedMap(1, self._remove)
         self._lock = threading.Lock()
 
     def hit(self, labels: SignatureLabels, limit: int, exemplar: Exemplar) -> None:
         with self._lock:
-            child = self._series.get(labels)
+            series = self._series
+            child = series.use(labels)
             if child is None:
                 child = self._counter.labels(*labels)
-                self._series[labels] = child
-                while len(self._series) > limit:
-                    evicted, _ = self._series.popitem(last=False)
-                    self._counter.remove(*evicted)
-            else:
-                self._series.move_to_end(labels)
+                series.max_size = limit  # each Telemetry's own bound, on the registry's one family
+                series.put(labels, child)
             # inside the lock: an increment must never land on a child that was just removed
             child.inc(1, exemplar)
+
+    def _remove(self, labels: SignatureLabels, _child: object) -> None:
+        self._counter.remove(*labels)
 
     def __len__(self) -> int:
         return len(self._series)

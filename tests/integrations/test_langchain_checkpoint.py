@@ -60,7 +60,9 @@ def test_the_next_worker_continues_the_threads_session_count() -> None:
     saver, ran = InMemorySaver(), Counter()
     first, second = worker(saver, ran, capped()), worker(saver, ran, capped())
     assert [m.status for m in ask(first, "thread-1")] == ["success", "success"]
-    assert first.get_state({"configurable": {"thread_id": "thread-1"}}).values[CAPS_CHANNEL] == {"web_search": 2}
+    assert first.get_state({"configurable": {"thread_id": "thread-1"}}).values[CAPS_CHANNEL] == {
+        "web_search": 2
+    }
     second_run = ask(second, "thread-1")[2:]
     assert [m.status for m in second_run] == ["success", "error"]
     assert '"cap_session"' in str(second_run[-1].content)
