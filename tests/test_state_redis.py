@@ -487,3 +487,37 @@ def test_without_a_url_there_are_no_state_metrics_and_no_redis_import() -> None:
     env = {k: v for k, v in __import__("os").environ.items() if k != "OTELGUARD_STATE_URL"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, env=env)
     assert done.stdout.strip() == "[]"
+
+
+def test_any_cap_keys_amounts_and_session_ids_are_charged_without_raising(tmp_path: Path) -> None:
+    """Cap keys are config text (lone surrogates included), session ids are the host's: a charge and
+    a refund never raise and never read as an outage, and Redis's count is what was granted."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from tests.redis_e2e import run_redis
+
+    with run_redis(tmp_path) as server:
+        settings_ = StateSettings(url=server.url)
+        link = RedisLink(settings_)
+
+        @settings(max_examples=60, deadline=None)
+        @given(
+            session=st.text(max_size=40),
+            keys=st.lists(st.text(min_size=1, max_size=20), min_size=1, max_size=4, unique=True),
+            limits=st.lists(st.integers(1, 10**12), min_size=4, max_size=4),
+            amounts=st.lists(st.integers(1, 5), min_size=1, max_size=6),
+        )
+        def charge_and_refund(session: str, keys: list[str], limits: list[int], amounts: list[int]) -> None:
+            store = RedisSessionCaps(link, session_key(settings_, key_bytes(KEY), session), 60)
+            server.client.delete(store.key)
+            caps = list(zip(keys, limits, strict=False))
+            granted = sum(amount for amount in amounts if store.try_charge(caps, amount) is None)
+            assert link.healthy
+            stored = server.client.hgetall(store.key)
+            for key, _limit in caps:
+                assert int(stored.get(key.encode("utf-8", "surrogatepass"), 0)) == granted
+            store.refund(keys, 1)
+            assert link.healthy
+
+        charge_and_refund()
