@@ -8,7 +8,7 @@ shared by the session's main guard and every subagent guard, which checks and ch
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, runtime_checkable
 
@@ -109,6 +109,11 @@ class LocalSessionCaps:
     def usage(self) -> Mapping[str, int]:
         with self._lock:
             return dict(self._counts)
+
+    def set_counts(self, counts: Iterable[tuple[str, int]]) -> None:
+        """Set these keys' counts as given (what a shared store answered: every process's charges)."""
+        with self._lock:
+            self._counts.update(counts)
 
 
 def session_cap_store(config: GuardConfig, session_id: str | None) -> SessionCapStore:

@@ -20,14 +20,13 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from types import MappingProxyType
 from typing import Any, Final
 
 import redis
 from redis.backoff import NoBackoff
 from redis.retry import Retry
 
-from otelguard.caps import CapRefusal
+from otelguard.caps import CapRefusal, LocalSessionCaps
 from otelguard.config import StateSettings, mask_url
 from otelguard.observers import StateOp, StateReport
 from otelguard.session_keys import session_digest
@@ -247,8 +246,8 @@ class RedisSessionCaps:
         self.link = link
         self.key = key
         self._ttl = ttl_seconds
-        self._lock = threading.Lock()
-        self._used: dict[str, int] = {}
+        self._local = LocalSessionCaps()  # kept in step with Redis; decides when Redis does not answer
+        self._lock = threading.Lock()  # for _unshared
         self._unshared: dict[str, int] = {}  # charged here while Redis did not answer
         self._encoded: dict[tuple[tuple[str, int], ...], tuple[bytes | int, ...]] = {}
 
@@ -261,8 +260,7 @@ class RedisSessionCaps:
         self.give_back(keys, amount)
 
     def usage(self) -> Mapping[str, int]:
-        with self._lock:
-            return MappingProxyType(dict(self._used))
+        return self._local.usage()
 
     # -- with what the guard reports -----------------------------------------------------------
 
@@ -282,9 +280,7 @@ class RedisSessionCaps:
             link.failed(_Failed("charge", exc))
             return self._charge_locally(caps, amount), StateReport(True, "charge", True)
         link.answered()
-        with self._lock:
-            for (cap, _limit), count in zip(caps, counts, strict=False):
-                self._used[cap] = count  # Redis's count: what every process of the session charged
+        self._local.set_counts(zip((cap for cap, _limit in caps), counts, strict=False))
         if refused_at:
             cap, limit = caps[refused_at - 1]
             return CapRefusal(cap, counts[refused_at - 1], limit), _SENT_OK
@@ -293,10 +289,10 @@ class RedisSessionCaps:
     def give_back(self, keys: Sequence[str], amount: int) -> StateReport | None:
         """Refund ``amount`` to each key, floored at 0, here and in Redis. ``None``: Redis was not
         asked (backing off, or the amount was charged here while Redis was away)."""
+        self._local.refund(keys, amount)
         to_redis: list[bytes] = []
         with self._lock:
             for cap in keys:
-                self._used[cap] = max(0, self._used.get(cap, 0) - amount)
                 # What was charged here during an outage is given back here first: Redis never saw
                 # it, and a refund it never saw a charge for would let the fleet overshoot.
                 # (A part of it, from a batch of another size: Redis keeps the rest; too high is safe.)
@@ -317,16 +313,12 @@ class RedisSessionCaps:
         return _SENT_OK
 
     def _charge_locally(self, caps: Sequence[tuple[str, int]], amount: int) -> CapRefusal | None:
-        with self._lock:
-            used = self._used
-            for cap, limit in caps:
-                count = used.get(cap, 0)
-                if count + amount > limit:
-                    return CapRefusal(cap, count, limit)
-            for cap, _limit in caps:
-                used[cap] = used.get(cap, 0) + amount
-                self._unshared[cap] = self._unshared.get(cap, 0) + amount
-        return None
+        refusal = self._local.try_charge(caps, amount)
+        if refusal is None:
+            with self._lock:
+                for cap, _limit in caps:
+                    self._unshared[cap] = self._unshared.get(cap, 0) + amount
+        return refusal
 
     def _charge_args(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[bytes | int, ...]:
         key = tuple(caps)
