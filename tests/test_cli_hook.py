@@ -180,6 +180,10 @@ def test_with_a_key_the_hook_sends_the_keyed_session_digest_for_affinity() -> No
     other = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "another-key"})["x-otelguard-session"]
     assert other != headers["x-otelguard-session"]
     assert all("hook-1" not in value for value in headers.values())
+    # a payload whose session_id is not its first key (read with the json module): the same digest
+    reordered = {**{k: v for k, v in PRE.items() if k != "session_id"}, "session_id": "hook-1"}
+    again = _headers_sent(reordered, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})["x-otelguard-session"]
+    assert again == headers["x-otelguard-session"]
 
 
 @pytest.mark.parametrize(
