@@ -39,7 +39,8 @@ FIRST_BACKOFF_SECONDS: Final = 0.1
 MAX_BACKOFF_SECONDS: Final = 5.0
 _MAX_CONNECTIONS: Final = 64
 _MAX_LINKS: Final = 8
-_MAX_ENCODED_CAPS: Final = 256
+_MAX_PACKED: Final = 256
+"""Charge commands kept per session (one per tool's caps and batch size: a handful)."""
 
 # KEYS[1]: the session's hash. ARGV: ttl, amount, then (field, limit) pairs in the order the guard
 # checks them. Answers {0, used...} after charging (the counts after the charge) or {i, used...}
@@ -83,6 +84,18 @@ _NO_CLIENT_INFO: Final[dict[str, None]] = (
     if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
     else {"lib_name": None, "lib_version": None}
 )
+
+def pack(*args: str | bytes | int) -> bytes:
+    """One command in the Redis protocol (RESP): a session's charge of given caps and amount is the
+    same bytes every time, so it is packed once and kept."""
+    parts = [b"*%d\r\n" % len(args)]
+    for arg in args:
+        data = arg if isinstance(arg, bytes) else (b"%d" % arg if isinstance(arg, int) else _field(arg))
+        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
+    return b"".join(parts)
+
+
+_PING: Final = b"*1\r\n$4\r\nPING\r\n"
 
 _SENT_OK: Final = StateReport(sent=True, error=None, fell_back=False)
 _BACKING_OFF: Final = StateReport(sent=False, error=None, fell_back=True)
@@ -134,9 +147,9 @@ class RedisLink:
     def healthy(self) -> bool:
         return self._healthy
 
-    def run(self, op: StateOp, *command: str | bytes | int) -> Any:
-        """Redis's answer to one command, or ``_Failed`` naming the step that failed. Never waits
-        longer than ``timeout_ms`` for the connection and again for the answer."""
+    def run(self, op: StateOp, command: bytes) -> Any:
+        """Redis's answer to one command (packed by ``pack``), or ``_Failed`` naming the step that
+        failed. Never waits longer than ``timeout_ms`` for the connection and again for the answer."""
         self.commands += 1
         pool = self._pool
         try:
@@ -144,7 +157,7 @@ class RedisLink:
         except Exception as exc:
             raise _Failed("connect", exc) from None
         try:
-            connection.send_command(*command)  # type: ignore[no-untyped-call]
+            connection.send_packed_command((command,), check_health=False)  # type: ignore[no-untyped-call]
             return connection.read_response()
         except Exception as exc:
             if not isinstance(exc, redis.ResponseError):  # an error reply leaves the connection usable
@@ -210,7 +223,7 @@ class RedisLink:
     def ping(self) -> StateReport:
         """One cheap command (``otelguard serve --state`` checks Redis at start)."""
         try:
-            self.run("connect", "PING")
+            self.run("connect", _PING)
         except _Failed as failure:
             self.failed(failure)
             return StateReport(sent=True, error=failure.op, fell_back=False)
@@ -249,7 +262,7 @@ class RedisSessionCaps:
         self._local = LocalSessionCaps()  # kept in step with Redis; decides when Redis does not answer
         self._lock = threading.Lock()  # for _unshared
         self._unshared: dict[str, int] = {}  # charged here while Redis did not answer
-        self._encoded: dict[tuple[tuple[str, int], ...], tuple[bytes | int, ...]] = {}
+        self._packed: dict[tuple[tuple[tuple[str, int], ...], int], bytes] = {}
 
     # -- the store's protocol ------------------------------------------------------------------
 
@@ -271,7 +284,7 @@ class RedisSessionCaps:
         if not link.may_send():
             return self._charge_locally(caps, amount), _BACKING_OFF
         try:
-            answer = link.run("charge", "EVAL", _CHARGE, 1, self.key, *self._charge_args(caps, amount))
+            answer = link.run("charge", self._charge_command(caps, amount))
             refused_at, counts = int(answer[0]), [int(count) for count in answer[1:]]
         except _Failed as failure:
             link.failed(failure)
@@ -305,7 +318,7 @@ class RedisSessionCaps:
         if not to_redis or not link.may_send():
             return None
         try:
-            link.run("refund", "EVAL", _REFUND, 1, self.key, self._ttl, amount, *to_redis)
+            link.run("refund", pack("EVAL", _REFUND, 1, self.key, self._ttl, amount, *to_redis))
         except _Failed as failure:
             link.failed(failure)
             return StateReport(True, failure.op, False)
@@ -320,14 +333,15 @@ class RedisSessionCaps:
                     self._unshared[cap] = self._unshared.get(cap, 0) + amount
         return refusal
 
-    def _charge_args(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[bytes | int, ...]:
-        key = tuple(caps)
-        fields = self._encoded.get(key)
-        if fields is None:
-            fields = tuple(part for cap, limit in key for part in (_field(cap), limit))
-            if len(self._encoded) < _MAX_ENCODED_CAPS:
-                self._encoded[key] = fields
-        return (self._ttl, amount, *fields)
+    def _charge_command(self, caps: Sequence[tuple[str, int]], amount: int) -> bytes:
+        key = (tuple(caps), amount)
+        command = self._packed.get(key)
+        if command is None:
+            fields = (part for cap, limit in key[0] for part in (_field(cap), limit))
+            command = pack("EVAL", _CHARGE, 1, self.key, self._ttl, amount, *fields)
+            if len(self._packed) < _MAX_PACKED:
+                self._packed[key] = command
+        return command
 
 
 def _field(cap: str) -> bytes:
