@@ -42,6 +42,8 @@ from tests.redis_e2e import RedisServer
 
 KEY = "redis-test-key"
 SESSION = "raw-session-canary-7f3a"
+PATIENT_MS = 2000
+"""The timeout of tests that are not about timeouts: a loaded machine must not make them fail over."""
 
 
 class Clock:
@@ -70,7 +72,7 @@ def guard_config(url: str, session: dict[str, int] | None = None, **state: Any) 
 def store_on(
     server: RedisServer, clock: Clock | None = None, session_id: str = SESSION, **state: Any
 ) -> RedisSessionCaps:
-    settings = StateSettings(url=server.url, **state)
+    settings = StateSettings(url=server.url, **{"timeout_ms": PATIENT_MS, **state})
     link = RedisLink(settings, clock=clock or time.monotonic)
     return RedisSessionCaps(link, session_key(settings, key_bytes(KEY), session_id), settings.ttl_seconds)
 
@@ -112,7 +114,7 @@ def test_two_stores_of_one_session_share_one_count(redis_server: RedisServer) ->
 
 
 def _charge_in_a_process(url: str, amounts: list[int], limit: int, queue: Any) -> None:
-    settings = StateSettings(url=url)
+    settings = StateSettings(url=url, timeout_ms=PATIENT_MS)
     store = RedisSessionCaps(RedisLink(settings), session_key(settings, key_bytes(KEY), SESSION), 3600)
     granted = [amount for amount in amounts if store.try_charge([("subagents", limit)], amount) is None]
     queue.put((sum(granted), store.link.failures))
@@ -398,7 +400,7 @@ def test_a_charge_that_timed_out_may_land_late_and_is_then_never_refunded(redis_
     """A hung Redis runs the timed-out charge once it resumes: the count can only be too high, the
     safe side (the refund of that call stays local)."""
     clock = Clock()
-    store = store_on(redis_server, clock)
+    store = store_on(redis_server, clock, timeout_ms=50)
     assert store.try_charge([("web_search", 10)], 2) is None
     redis_server.hang()
     try:
@@ -498,7 +500,7 @@ def test_any_cap_keys_amounts_and_session_ids_are_charged_without_raising(tmp_pa
     from tests.redis_e2e import run_redis
 
     with run_redis(tmp_path) as server:
-        settings_ = StateSettings(url=server.url)
+        settings_ = StateSettings(url=server.url, timeout_ms=PATIENT_MS)
         link = RedisLink(settings_)
 
         @settings(max_examples=60, deadline=None)

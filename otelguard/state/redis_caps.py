@@ -160,8 +160,10 @@ class RedisLink:
             connection.send_packed_command((command,), check_health=False)  # type: ignore[no-untyped-call]
             return connection.read_response()
         except Exception as exc:
-            if not isinstance(exc, redis.ResponseError):  # an error reply leaves the connection usable
-                connection.disconnect()  # type: ignore[no-untyped-call]  # an answer may still be on its way: never reuse the socket
+            # An error reply leaves the connection usable; after a timeout an answer may still be on
+            # its way, so that socket is never used again.
+            if not isinstance(exc, redis.ResponseError):
+                connection.disconnect()  # type: ignore[no-untyped-call]
             raise _Failed(op, exc) from None
         finally:
             pool.release(connection)
@@ -175,7 +177,6 @@ class RedisLink:
             if self._healthy:
                 return True
             if self._probing or self._clock() < self._retry_at:
-                self._decided_locally += 1
                 return False
             self._probing = True
             return True
@@ -206,7 +207,6 @@ class RedisLink:
             backoff = min(MAX_BACKOFF_SECONDS, FIRST_BACKOFF_SECONDS * 2 ** min(self._failures - 1, 16))
             now = self._clock()
             self._retry_at = now + backoff
-            self._decided_locally += 1
             if was_up:
                 self._down_since = now
         if was_up:
@@ -219,6 +219,11 @@ class RedisLink:
                 failure.op,
                 MAX_BACKOFF_SECONDS,
             )
+
+    def decided_locally(self) -> None:
+        """A call's session caps were decided without Redis (counted for the end-of-outage line)."""
+        with self._lock:
+            self._decided_locally += 1
 
     def ping(self) -> StateReport:
         """One cheap command (``otelguard serve --state`` checks Redis at start)."""
@@ -326,6 +331,7 @@ class RedisSessionCaps:
         return _SENT_OK
 
     def _charge_locally(self, caps: Sequence[tuple[str, int]], amount: int) -> CapRefusal | None:
+        self.link.decided_locally()
         refusal = self._local.try_charge(caps, amount)
         if refusal is None:
             with self._lock:
