@@ -187,7 +187,8 @@ class CapLedger:
             if used / limit > self.turn_peak_ratio.get(key, 0.0):
                 self.turn_peak_ratio[key] = used / limit
             charges.append(("turn", key, amount))
-        charges.extend(("session", key, amount) for key, _limit in session_caps)
+        for key, _limit in session_caps:
+            charges.append(("session", key, amount))
         return tuple(charges)
 
     def refund_session(self, session_caps: Sequence[tuple[str, int]], amount: int) -> None:

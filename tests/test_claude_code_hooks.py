@@ -16,6 +16,7 @@ from otelguard.claude_code_hooks import (
     hook_output,
     stop_reason,
 )
+from otelguard.testing import RecordingObserver
 
 UNATTENDED = GuardConfig(mode="unattended", signature_key="k", caps={"turn": {"web_search": 2}})
 
@@ -177,6 +178,28 @@ def test_session_caps_are_shared_by_the_main_agent_and_its_subagents() -> None:
     h.handle(post("WebSearch", {"query": "b"}, "t2", **sub))
     refused = h.handle(pre("WebSearch", {"query": "c"}, "t3", **sub))
     assert refused is not None and refused["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+def test_session_end_and_eviction_end_the_open_turns_of_the_main_agent_and_its_subagents() -> None:
+    """A session that ends, or is dropped for a newer one, has its open turns ended (and so counted)."""
+    recorder = RecordingObserver()
+    h = hooks(telemetry=recorder, max_sessions=1)
+    for session in ("s1", "s2"):
+        h.handle(payload("UserPromptSubmit", session=session, prompt="p"))
+        h.handle(
+            pre(
+                "Read",
+                {"file_path": "/x"},
+                f"{session}-t",
+                session=session,
+                agent_id="a1",
+                agent_type="Explore",
+            )
+        )
+    # s2 evicted s1: s1's subagent turn, then its main turn, ended
+    assert [(s.agent, s.turn_id) for s in recorder.summaries] == [("Explore", None), ("claude-code", "1")]
+    h.handle(payload("SessionEnd", session="s2", reason="exit"))
+    assert len(recorder.summaries) == 4 and h.host.peek("s2") is None
 
 
 def test_sessions_are_bounded() -> None:

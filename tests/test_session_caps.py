@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -139,15 +137,6 @@ def test_turn_cap_then_session_cap_then_detectors() -> None:
 
 
 # -- atomic under threads ------------------------------------------------------------------------
-
-
-@pytest.fixture
-def fast_switching() -> Iterator[None]:
-    """Threads switch as often as the interpreter allows: races that exist show up."""
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
 
 
 def race(guards: list[Guard], calls: int) -> int:

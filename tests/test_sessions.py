@@ -2,9 +2,7 @@
 
 from __future__ import annotations
 
-import sys
 import threading
-from collections.abc import Iterator
 
 import pytest
 from opentelemetry.sdk.trace import TracerProvider
@@ -257,14 +255,6 @@ def test_a_subagent_that_stops_starts_afresh() -> None:
 
 
 # -- session caps across the session's guards, under threads --------------------------------------
-
-
-@pytest.fixture
-def fast_switching() -> Iterator[None]:
-    before = sys.getswitchinterval()
-    sys.setswitchinterval(1e-6)
-    yield
-    sys.setswitchinterval(before)
 
 
 @pytest.mark.usefixtures("fast_switching")
