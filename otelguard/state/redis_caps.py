@@ -85,6 +85,7 @@ _NO_CLIENT_INFO: Final[dict[str, None]] = (
     else {"lib_name": None, "lib_version": None}
 )
 
+
 def pack(*args: str | bytes | int) -> bytes:
     """One command in the Redis protocol (RESP): a session's charge of given caps and amount is the
     same bytes every time, so it is packed once and kept."""
