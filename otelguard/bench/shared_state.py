@@ -16,14 +16,13 @@ import socket
 import statistics
 import subprocess
 import tempfile
-import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from otelguard.bench.sidecar import free_port, serve
+from otelguard.bench.sidecar import CLIENTS, free_port, pairs_per_second, serve
 from otelguard.caps import LocalSessionCaps, SessionCapStore
 from otelguard.config import GuardConfig
 from otelguard.guard import Guard
@@ -41,7 +40,6 @@ _CONFIG: Final = (
 )
 _ROUNDS: Final = 2
 _BLOCK: Final = 200
-_CLIENTS: Final = 8
 
 
 def run_shared_state_bench(
@@ -153,9 +151,9 @@ def _requests(client: int, pairs: int) -> list[bytes]:
 
 
 def _capped_pairs_per_second(ports: list[int], pairs: int) -> float:
-    """Before+after pairs of a capped tool per second from ``_CLIENTS`` keep-alive clients, client
+    """Before+after pairs of a capped tool per second from ``CLIENTS`` keep-alive clients, client
     ``i`` on ``ports[i % len(ports)]``, each in a session of its own."""
-    requests = [_requests(client, pairs) for client in range(_CLIENTS)]
+    requests = [_requests(client, pairs) for client in range(CLIENTS)]
 
     def client(index: int) -> None:
         with socket.create_connection(("127.0.0.1", ports[index % len(ports)]), timeout=30) as sock:
@@ -170,13 +168,7 @@ def _capped_pairs_per_second(ports: list[int], pairs: int) -> float:
                         length = int(line[15:])
                 answers.read(length)
 
-    threads = [threading.Thread(target=client, args=(index,)) for index in range(_CLIENTS)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return _CLIENTS * pairs / (time.perf_counter() - start)
+    return pairs_per_second(client, pairs)
 
 
 def _state(url: str, timeout_ms: int = 50) -> GuardConfig:

@@ -19,12 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["SIDECAR_TARGETS", "SidecarOptions", "free_port", "pairs_per_second", "run_sidecar_bench", "serve"]
+__all__ = [
+    "CLIENTS",
+    "SIDECAR_TARGETS",
+    "SidecarOptions",
+    "free_port",
+    "pairs_per_second",
+    "run_sidecar_bench",
+    "serve",
+]
 
 SIDECAR_TARGETS: Final = {"sidecar_calls_per_s": 2000.0, "hook_roundtrip_ratio": 1.5}
 """``sidecar_calls_per_s`` is a lower bound; ``hook_roundtrip_ratio`` an upper bound."""
 
-_CLIENTS: Final = 8
+CLIENTS: Final = 8
 _PRE_TOOL_USE: Final = {
     "session_id": "bench-hook",
     "transcript_path": "/tmp/bench.jsonl",
@@ -48,8 +56,8 @@ class SidecarOptions:
 
 def run_sidecar_bench(options: SidecarOptions, progress: Callable[[str], None]) -> dict[str, Any]:
     with serve(options.max_sessions) as (port, _):
-        progress(f"sidecar: {_CLIENTS} keep-alive clients x {options.pairs_per_client:,} before+after pairs")
-        calls_per_s = pairs_per_second([port], options.pairs_per_client)
+        progress(f"sidecar: {CLIENTS} keep-alive clients x {options.pairs_per_client:,} before+after pairs")
+        calls_per_s = _pairs_per_second(port, options.pairs_per_client)
         progress(f"sidecar: {options.hook_runs} hook processes vs python -c pass")
         hook_ms, python_ms = _hook_round_trip(port, options.hook_runs)
     with serve(options.max_sessions) as (port, pid):
@@ -131,27 +139,30 @@ def _request(connection: http.client.HTTPConnection, method: str, path: str, bod
     return data
 
 
-def pairs_per_second(ports: list[int], pairs: int, tool: str = "read_file") -> float:
-    """Before+after pairs per second from ``_CLIENTS`` keep-alive clients, client ``i`` on
-    ``ports[i % len(ports)]``, each in a session of its own."""
-
+def _pairs_per_second(port: int, pairs: int) -> float:
     def client(index: int) -> None:
-        connection = http.client.HTTPConnection("127.0.0.1", ports[index % len(ports)], timeout=30)
+        connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         for call in range(pairs):
-            body: dict[str, object] = {"session_id": f"bench-{index}", "tool_name": tool,
+            body: dict[str, object] = {"session_id": f"bench-{index}", "tool_name": "read_file",
                                        "args": {"path": f"f{call % 50}"}, "call_id": f"c{call}"}  # fmt: skip
             _request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
             body["result"], body["failed"] = f"content {call}", False
             _request(connection, "POST", "/v1/after_call", json.dumps(body).encode())
         connection.close()
 
-    threads = [threading.Thread(target=client, args=(index,)) for index in range(_CLIENTS)]
+    return pairs_per_second(client, pairs)
+
+
+def pairs_per_second(client: Callable[[int], None], pairs: int) -> float:
+    """Run ``client(index)`` in ``CLIENTS`` threads at once (each sends ``pairs`` before+after
+    pairs); the pairs per second of them all."""
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(CLIENTS)]
     start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return _CLIENTS * pairs / (time.perf_counter() - start)
+    return CLIENTS * pairs / (time.perf_counter() - start)
 
 
 def _hook_round_trip(port: int, runs: int) -> tuple[float, float]:
@@ -174,7 +185,7 @@ def _memory_under_session_flood(port: int, pid: int, sessions: int, max_sessions
     """RSS of serve at start, once the pool is full, and after ``sessions`` distinct session ids."""
 
     def flood(first: int, count: int) -> None:
-        per_client = max(1, count // _CLIENTS)
+        per_client = max(1, count // CLIENTS)
 
         def client(index: int) -> None:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -184,7 +195,7 @@ def _memory_under_session_flood(port: int, pid: int, sessions: int, max_sessions
                 _request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
             connection.close()
 
-        threads = [threading.Thread(target=client, args=(index,)) for index in range(_CLIENTS)]
+        threads = [threading.Thread(target=client, args=(index,)) for index in range(CLIENTS)]
         for thread in threads:
             thread.start()
         for thread in threads:
