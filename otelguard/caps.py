@@ -8,15 +8,18 @@ shared by the session's main guard and every subagent guard, which checks and ch
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, runtime_checkable
 
 from otelguard import decisions as codes
+from otelguard.config_state import effective_state
 from otelguard.decisions import Decision, Signature
+from otelguard.signatures import resolve_signature_key
 
 if TYPE_CHECKING:
     from otelguard.config import GuardConfig
+    from otelguard.observers import StateReport
 
 __all__ = [
     "CapLedger",
@@ -24,6 +27,7 @@ __all__ = [
     "Charge",
     "LocalSessionCaps",
     "SessionCapStore",
+    "SharedSessionCaps",
     "session_cap_store",
 ]
 
@@ -62,6 +66,20 @@ class SessionCapStore(Protocol):
         ...
 
 
+@runtime_checkable
+class SharedSessionCaps(SessionCapStore, Protocol):
+    """A store outside the process (``state.url``): besides deciding, it reports how each use of the
+    shared store went, for the guard to pass on to its observers (metrics, the span attribute)."""
+
+    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[CapRefusal | None, StateReport]:
+        """``try_charge``, and how the shared store took part (``fell_back``: decided without it)."""
+        ...
+
+    def give_back(self, keys: Sequence[str], amount: int) -> StateReport | None:
+        """``refund``, and how the shared store took part (``None``: it was not asked)."""
+        ...
+
+
 class LocalSessionCaps:
     """The in-process ``SessionCapStore``: a dict under its own lock."""
 
@@ -92,10 +110,24 @@ class LocalSessionCaps:
         with self._lock:
             return dict(self._counts)
 
+    def set_counts(self, counts: Iterable[tuple[str, int]]) -> None:
+        """Set these keys' counts as given (what a shared store answered: every process's charges)."""
+        with self._lock:
+            self._counts.update(counts)
+
 
 def session_cap_store(config: GuardConfig, session_id: str | None) -> SessionCapStore:
-    """The store a guard of session ``session_id`` keeps its session caps in: in process."""
-    return LocalSessionCaps()
+    """The store a guard of session ``session_id`` keeps its session caps in: in process, unless a
+    shared state URL is set (``state.url`` or ``OTELGUARD_STATE_URL``) and the session is known."""
+    if session_id is None:
+        return LocalSessionCaps()
+    state = effective_state(config)
+    if state.url is None:
+        return LocalSessionCaps()
+    # Imported here so that only a process with a state URL loads the redis client.
+    from otelguard.state.redis_caps import open_session_caps
+
+    return open_session_caps(state, resolve_signature_key(config.signature_key), session_id)
 
 
 class CapLedger:
@@ -105,6 +137,10 @@ class CapLedger:
         self.action: codes.Action = "block" if on_hit == "block" else "reject"
         self.turn: dict[str, int] = {}
         self.session = session
+        self._shared = session if isinstance(session, SharedSessionCaps) else None
+        self.reports: list[StateReport] = []
+        """How the shared store took part in this ledger's last uses; the guard takes them (under
+        its lock) with ``take_reports``. Always empty with an in-process store."""
         self.turn_peak_ratio: dict[str, float] = {}
 
     def start_turn(self) -> None:
@@ -130,7 +166,12 @@ class CapLedger:
             if used + requested > limit:
                 return self._hit(sig, "turn", key, used, limit, requested)
         if session_caps:
-            refusal = self.session.try_charge(session_caps, requested)
+            shared = self._shared
+            if shared is None:
+                refusal = self.session.try_charge(session_caps, requested)
+            else:
+                refusal, report = shared.charge(session_caps, requested)
+                self.reports.append(report)
             if refusal is not None:
                 return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
         return None
@@ -152,7 +193,20 @@ class CapLedger:
 
     def refund_session(self, session_caps: Sequence[tuple[str, int]], amount: int) -> None:
         """Give back what ``check`` charged to a call that was then refused all the same."""
-        self.session.refund([key for key, _limit in session_caps], amount)
+        self._refund_session([key for key, _limit in session_caps], amount)
+
+    def _refund_session(self, keys: list[str], amount: int) -> None:
+        shared = self._shared
+        if shared is None:
+            self.session.refund(keys, amount)
+            return
+        report = shared.give_back(keys, amount)
+        if report is not None:
+            self.reports.append(report)
+
+    def take_reports(self) -> list[StateReport]:
+        reports, self.reports = self.reports, []
+        return reports
 
     def refund(self, charges: Sequence[Charge], same_turn: bool) -> None:
         session_keys: list[str] = []
@@ -164,7 +218,7 @@ class CapLedger:
             elif same_turn:
                 self.turn[key] = max(0, self.turn.get(key, 0) - amount)
         if session_keys:
-            self.session.refund(session_keys, session_amount)
+            self._refund_session(session_keys, session_amount)
 
     def usage_ratios(self, turn_limits: Sequence[tuple[str, int]]) -> MappingProxyType[str, float]:
         return MappingProxyType({key: self.turn_peak_ratio.get(key, 0.0) for key, _ in turn_limits})

@@ -26,6 +26,8 @@ from otelguard.config_checks import (
 )
 from otelguard.config_file import load_config_file
 from otelguard.config_names import is_glob, near_misses
+from otelguard.config_state import StateSettings, check_state_ready, effective_state, mask_url
+from otelguard.config_telemetry import SPAN_MODES, TelemetrySettings
 from otelguard.errors import ConfigError
 
 __all__ = [
@@ -35,12 +37,14 @@ __all__ = [
     "SPAN_MODES",
     "CapsConfig",
     "GuardConfig",
+    "StateSettings",
     "TelemetrySettings",
     "ToolClasses",
+    "effective_state",
+    "mask_url",
 ]
 
 MODES: Final = ("interactive", "unattended")
-SPAN_MODES: Final = ("auto", "own", "event", "decisions", "off")
 ON_HIT: Final = ("block", "reject")
 
 DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -128,7 +132,7 @@ DEFAULT_VOLATILE_RESULT_KEYS: Final = (
 _TOP_KEYS: Final = (
     "mode", "hard_stop", "warnings", "warn_after", "hard_stop_after", "caps", "tool_groups", "tools",
     "spawn_tools", "ignore_args", "volatile_result_keys", "max_tracked_signatures", "signature_key",
-    "telemetry",
+    "telemetry", "state",
 )  # fmt: skip
 _HERMES_FLAT: Final = {
     "exact_failure_warn_after": ("warn_after", "exact_failure"),
@@ -224,38 +228,6 @@ class CapsConfig:
 
 
 @dataclass(frozen=True, kw_only=True)
-class TelemetrySettings:
-    """The ``telemetry:`` section. ``Telemetry(...)`` keyword arguments override these."""
-
-    span_mode: str = "auto"
-    turn_spans: bool = False
-    max_tool_values: int = 100
-    max_signature_series: int = 200
-    max_series_per_metric: int = 2000
-
-    def __post_init__(self) -> None:
-        problems = Problems()
-        problems.attempt(choice, "telemetry.span_mode", self.span_mode, SPAN_MODES, fallback="")
-        problems.attempt(boolean, "telemetry.turn_spans", self.turn_spans, fallback=False)
-        for name in ("max_tool_values", "max_signature_series", "max_series_per_metric"):
-            problems.attempt(integer, f"telemetry.{name}", getattr(self, name), 1, fallback=1)
-        problems.raise_any()
-
-    @classmethod
-    def parse(cls, value: Any, path: str = "telemetry") -> TelemetrySettings:
-        if isinstance(value, TelemetrySettings):
-            return value
-        section = as_mapping(path, value)
-        names = [f.name for f in fields(cls)]
-        problems = Problems()
-        problems.found += unknown_keys(path, section, names)
-        known = {key: item for key, item in section.items() if key in names}
-        settings = problems.attempt(cls, fallback=cls(), **known)
-        problems.raise_any()
-        return settings
-
-
-@dataclass(frozen=True, kw_only=True)
 class GuardConfig:
     """Everything a ``Guard`` needs to know. Frozen, keyword-only; partial mappings merge with defaults.
 
@@ -277,6 +249,7 @@ class GuardConfig:
     max_tracked_signatures: int = 4096
     signature_key: str | None = field(default=None, repr=False)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    state: StateSettings = field(default_factory=StateSettings)
 
     config_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
     """Keys that are valid but probably typos (a cap on ``web_serch``), one line each naming the key
@@ -344,6 +317,11 @@ class GuardConfig:
             "telemetry",
             problems.attempt(TelemetrySettings.parse, self.telemetry, fallback=TelemetrySettings()),
         )
+        set_(self, "state", problems.attempt(StateSettings.parse, self.state, fallback=StateSettings()))
+        if self.state.url is not None:
+            problems.attempt(
+                check_state_ready, "state.url", self.state.url, self.signature_key, fallback=None
+            )
         problems.raise_any()
         set_(self, "config_warnings", self._near_misses())
 
@@ -475,6 +453,7 @@ class GuardConfig:
             "max_tracked_signatures": self.max_tracked_signatures,
             "signature_key": "<set>" if self.signature_key else None,
             "telemetry": {f.name: getattr(self.telemetry, f.name) for f in fields(self.telemetry)},
+            "state": self.state.to_mapping(),
         }
 
 

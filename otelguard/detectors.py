@@ -7,13 +7,15 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
-from typing import Final, NamedTuple
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from otelguard import decisions as codes
 from otelguard.bounded_map import BoundedMap
-from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.results import ResultSlot
+
+if TYPE_CHECKING:
+    from otelguard.config import GuardConfig
 
 __all__ = ["SignatureState", "TurnDetectors"]
 

@@ -22,7 +22,7 @@ from otelguard.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
-from otelguard.observers import GuardObserver, ObserverGroup, TurnInfo, new_call_event
+from otelguard.observers import GuardObserver, ObserverGroup, StateReport, TurnInfo, new_call_event
 from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key
 from otelguard.results import ResultMemory
 from otelguard.signatures import (
@@ -106,6 +106,11 @@ class Guard:
             random_key = uses_random_key(self.config.signature_key)
             return cast(GuardObserver, bind(self.config.telemetry, random_signature_key=random_key))
         return cast(GuardObserver, bind(self.config.telemetry))
+
+    @property
+    def session_caps(self) -> SessionCapStore:
+        """The store of this session's cap counters (shared with the session's other guards)."""
+        return self._caps.session
 
     def subagent_guard(self, agent: str | None = None) -> Guard:
         """A guard for a subagent of this guard's session: its own turns and detector state, the same
@@ -228,6 +233,7 @@ class Guard:
         sig = Signature(name, self._hasher.args_hash(args, facts.ignored_args))
         requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
         pending = None
+        reports: list[StateReport] | None = None
         with self._lock:
             turn.tool_calls += 1
             if turn.halt is not None:
@@ -241,6 +247,8 @@ class Guard:
                     decision = turn.detectors.refuse_before(sig, facts.tool_class)
                     if decision is not None and facts.caps_session:
                         self._caps.refund_session(facts.caps_session, requested or 1)
+            if self._caps.reports:  # only with a shared store (state.url)
+                reports = self._caps.take_reports()
             if decision is None:
                 decision = codes.allow_decision(name, sig)
                 charges: tuple[Charge, ...] = ()
@@ -248,10 +256,22 @@ class Guard:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                 tokens = [] if self._observe_starts else _NO_TOKENS
                 # found again by call id, or by (tool, id(args)): the args are never kept alive
-                pending = PendingCall(sig, turn, charges, requested, decision, time.time_ns(), tokens)
+                pending = PendingCall(
+                    sig,
+                    turn,
+                    charges,
+                    requested,
+                    decision,
+                    time.time_ns(),
+                    tokens,
+                    reports is not None and _fell_back(reports),
+                )
                 self._pending.add(call_key(name, args, call_id), pending)
             else:
                 turn.record(decision)
+        fell_back = False
+        if reports is not None:
+            fell_back = self._report_state(reports)
         if self._observed and (pending is None or self._observe_starts):
             outcome: Outcome | None = None
             if pending is None:
@@ -269,6 +289,7 @@ class Guard:
                 None,
                 requested,
                 pending.start_time_ns if pending is not None else time.time_ns(),
+                fell_back,
             )
             started = self._observers.call_started(event)
             if pending is None:
@@ -324,6 +345,9 @@ class Guard:
             )
             if outcome == "refused" and pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+                reports = self._caps.take_reports() if self._caps.reports else None
+            else:
+                reports = None
             verdict = turn.detectors.record_after(
                 sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same, error
             )
@@ -332,6 +356,8 @@ class Guard:
             else:
                 decision = verdict
                 turn.record(decision)
+        if reports is not None:
+            self._report_state(reports)
         if self._observed:
             if pending is not None:
                 before = pending.before
@@ -351,6 +377,7 @@ class Guard:
                 refusal,
                 spawned,
                 started,
+                pending is not None and pending.state_fallback,
             )
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision
@@ -359,8 +386,12 @@ class Guard:
         name, facts, turn = self._open(tool_name)
         with self._lock:
             sig, pending = self._take_pending(name, args, call_id, facts.ignored_args)
+            reports = None
             if pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+                reports = self._caps.take_reports() if self._caps.reports else None
+        if reports is not None:
+            self._report_state(reports)
         decision = pending.before if pending is not None else codes.allow_decision(name, sig)
         if self._observed:
             spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
@@ -377,6 +408,7 @@ class Guard:
                 None,
                 spawned,
                 started,
+                pending is not None and pending.state_fallback,
             )
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision
@@ -401,6 +433,13 @@ class Guard:
         """Guard a plain Python tool function (sync or async); see ``otelguard.tool_calls.wrap_tool``."""
         return wrap_tool(self, fn, tool_name)
 
+    def _report_state(self, reports: list[StateReport]) -> bool:
+        """Tell the observers how the shared store took part; whether the call was decided without it."""
+        if self._observed:
+            for report in reports:
+                self._observers.state_reported(report)
+        return _fell_back(reports)
+
     def _notify_turn_start(self, turn: TurnState) -> None:
         if self._observed:
             self._observers.turn_started(TurnInfo(turn_id=turn.turn_id, agent=turn.agent))
@@ -411,6 +450,10 @@ class Guard:
         self._observers.internal_error(stage, exc)
         name = tool_name if isinstance(tool_name, str) else ""
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
+
+
+def _fell_back(reports: list[StateReport]) -> bool:
+    return any(report.fell_back for report in reports)
 
 
 def _parsed(args: Any) -> Any:

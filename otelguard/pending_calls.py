@@ -57,6 +57,8 @@ class PendingCall(NamedTuple):
     before: Decision
     start_time_ns: int
     tokens: list[object]
+    state_fallback: bool = False
+    """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
 
 
 def call_key(tool_name: str, args: Any, call_id: Any) -> object:

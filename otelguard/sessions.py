@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
 from otelguard.bounded_map import BoundedMap
-from otelguard.config import GuardConfig
+from otelguard.config import GuardConfig, effective_state
 from otelguard.decisions import TurnSummary
 from otelguard.errors import ConfigError
 from otelguard.guard import DEFAULT_AGENT, Guard
@@ -227,6 +227,8 @@ class SessionHost:
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
         self.config = config if config is not None else GuardConfig()
+        # a bad OTELGUARD_STATE_URL is a ConfigError here, not at a session's first tool call
+        effective_state(self.config)
         self.telemetry = telemetry
         self.agent = agent or DEFAULT_AGENT
         self.max_sessions = max_sessions
@@ -239,7 +241,10 @@ class SessionHost:
         )
 
     def _new_session(self, session_id: str) -> Session:
-        return Session(Guard(self.config, self.telemetry, agent=self.agent, session_id=session_id))
+        # The default session is this host's alone: shared state would merge it with every other
+        # process's default session.
+        shared_id = None if session_id == DEFAULT_SESSION else session_id
+        return Session(Guard(self.config, self.telemetry, agent=self.agent, session_id=shared_id))
 
     def session(self, session_id: object = None) -> Session:
         """The session ``session_id`` (``None``: the host's one default session), made on first use."""

@@ -20,6 +20,7 @@ import orjson
 import xxhash
 
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
+from otelguard.session_keys import key_bytes
 
 __all__ = [
     "MAX_NAME_CHARS",
@@ -37,7 +38,6 @@ __all__ = [
 
 _SORT: Final = orjson.OPT_SORT_KEYS
 _EMPTY: Final = b"{}"
-_BLAKE2B_MAX_KEY: Final = 64
 
 _random_key: bytes | None = None
 _random_key_lock = threading.Lock()
@@ -72,8 +72,7 @@ def resolve_signature_key(configured: str | None) -> bytes:
     global _random_key
     secret = configured or os.environ.get(OTELGUARD_SIGNATURE_KEY)
     if secret:
-        raw = secret.encode("utf-8", "surrogatepass")
-        return raw if len(raw) <= _BLAKE2B_MAX_KEY else hashlib.blake2b(raw).digest()
+        return key_bytes(secret)
     with _random_key_lock:
         if _random_key is None:
             _random_key = os.urandom(32)

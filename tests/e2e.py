@@ -24,10 +24,12 @@ import pytest
 from otelguard.environment_variables import OTELGUARD_REQUIRE_E2E
 
 
-def require_binary(name: str) -> str:
+def require_binary(
+    name: str, packages: str = "prometheus prometheus-pushgateway prometheus-alertmanager"
+) -> str:
     path = shutil.which(name)
     if path is None:
-        reason = f"{name} not found on PATH (apt-get install prometheus prometheus-pushgateway prometheus-alertmanager)"
+        reason = f"{name} not found on PATH (apt-get install {packages})"
         if os.environ.get(OTELGUARD_REQUIRE_E2E) == "1":
             pytest.fail(f"{reason}; {OTELGUARD_REQUIRE_E2E}=1 forbids skipping", pytrace=False)
         pytest.skip(reason)

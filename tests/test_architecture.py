@@ -25,6 +25,8 @@ CORE = {
     "otelguard.config_checks",
     "otelguard.config_file",
     "otelguard.config_names",
+    "otelguard.config_state",
+    "otelguard.config_telemetry",
     "otelguard.decisions",
     "otelguard.detectors",
     "otelguard.errors",
@@ -32,17 +34,18 @@ CORE = {
     "otelguard.observers",
     "otelguard.pending_calls",
     "otelguard.results",
+    "otelguard.session_keys",
     "otelguard.sessions",
     "otelguard.signatures",
     "otelguard.tool_calls",
 }
 """The guard itself: what every host loads."""
 
-OUTER = ("telemetry", "cli", "replay", "bench", "integrations", "demo", "metrics_server", "exporter")
+OUTER = ("telemetry", "cli", "replay", "bench", "integrations", "demo", "metrics_server", "exporter", "state")
 """Packages and modules built on the core; the core imports none of them."""
 
 MAX_DEPTH = 5
-HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client")
+HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client", "redis")
 
 
 def _module_name(path: Path) -> str:
@@ -254,3 +257,26 @@ def test_only_the_cli_imports_rich() -> None:
                 users.append(module)
     assert sorted(m for m in set(users) if not m.startswith("otelguard.cli")) == []
     assert "otelguard.cli.replay_tables" in users
+
+
+def _importers_of(package: str) -> set[str]:
+    """Modules that import ``package`` anywhere (module level or inside a function)."""
+    users = set()
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            if any(n == package or n.startswith(f"{package}.") for n in names):
+                users.add(module)
+    return users
+
+
+def test_only_the_state_backend_imports_redis() -> None:
+    """The redis client is the shared-state backend's (``otelguard.state``); the core reaches that
+    backend only through the one function-local import that a configured URL takes."""
+    assert {m for m in _importers_of("redis") if not m.startswith("otelguard.state.")} == set()
+    assert "otelguard.state.redis_caps" in _importers_of("redis")
+    core_users = _importers_of("otelguard.state") & CORE
+    assert core_users == {"otelguard.caps"}
+    assert not any(t.startswith("otelguard.state") for t in _graph()["otelguard.caps"])  # function-local

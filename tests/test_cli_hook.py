@@ -122,10 +122,10 @@ def imported_modules(stderr: bytes) -> set[str]:
 REPO = Path(__file__).resolve().parent.parent
 
 
-def imports_without_site(*args: str, payload: bytes = b"") -> set[str]:
+def imports_without_site(*args: str, payload: bytes = b"", signature_key: str = "") -> set[str]:
     """What ``python -S -m otelguard ...`` imports beyond a bare ``python -S -c pass``: without the
     site module (installed packages' ``.pth`` hooks may load typing or re first and hide them)."""
-    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OTELGUARD_SIGNATURE_KEY": signature_key}
     run = subprocess.run(
         [sys.executable, "-S", "-X", "importtime", "-m", "otelguard", *args],
         input=payload, capture_output=True, timeout=TIMEOUT, env=env,
@@ -170,6 +170,21 @@ EXPECTED = {
 }  # fmt: skip
 """What ``python -m`` itself loads (runpy), what the site module would have loaded anyway (os), and
 what the hook needs: ``__future__`` and two C modules."""
+
+
+def test_with_a_key_the_hook_adds_only_the_session_digest_to_its_imports() -> None:
+    """The affinity header costs hashlib, not the json or re modules, for Claude Code's payloads
+    (session_id first)."""
+    from tests.e2e import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    payload = json.dumps(PRE).encode()
+    assert payload.startswith(b'{"session_id"')
+    without = imports_without_site("hook", "claude-code", "--url", url, payload=payload)
+    keyed = imports_without_site("hook", "claude-code", "--url", url, payload=payload, signature_key="k")
+    added = keyed - without
+    assert "otelguard.session_keys" in added and "hashlib" in added
+    assert not added & {"json", "re", "typing", "enum", "socket"}, added
 
 
 def test_printing_the_settings_or_the_config_loads_json_only_then() -> None:
@@ -271,6 +286,53 @@ def test_https_to_a_sidecar_with_a_certificate(tmp_path: Path) -> None:
         )
     finally:
         stop_process(process)
+
+
+def _headers_sent(payload: object, env: dict[str, str]) -> dict[str, str]:
+    seen: list[dict[str, str]] = []
+
+    def record(request: Request) -> Response:
+        seen.append(dict(request.headers))
+        return Response(200, b"")
+
+    with HttpServer(record) as server:
+        result = hook(payload, "--url", f"http://127.0.0.1:{server.port}", env=env)
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+    (headers,) = seen
+    return headers
+
+
+def test_with_a_key_the_hook_sends_the_keyed_session_digest_for_affinity() -> None:
+    """X-Otelguard-Session is the session id's digest under OTELGUARD_SIGNATURE_KEY: the same for every
+    event of a session, different under another key, never the raw id."""
+    from otelguard.session_keys import key_bytes, session_digest
+
+    headers = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})
+    assert headers["x-otelguard-session"] == session_digest("hook-1", key_bytes("fleet-key"))
+    stop = {**PRE, "hook_event_name": "Stop"}
+    same_session = _headers_sent(stop, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})
+    assert same_session["x-otelguard-session"] == headers["x-otelguard-session"]
+    other = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "another-key"})["x-otelguard-session"]
+    assert other != headers["x-otelguard-session"]
+    assert all("hook-1" not in value for value in headers.values())
+    # a payload whose session_id is not its first key (read with the json module): the same digest
+    reordered = {**{k: v for k, v in PRE.items() if k != "session_id"}, "session_id": "hook-1"}
+    again = _headers_sent(reordered, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})["x-otelguard-session"]
+    assert again == headers["x-otelguard-session"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "env"),
+    [
+        (PRE, {"OTELGUARD_SIGNATURE_KEY": ""}),  # no key: no header (a raw id never leaves)
+        ({**PRE, "session_id": 7}, {"OTELGUARD_SIGNATURE_KEY": "k"}),  # no usable id
+        ([1, 2], {"OTELGUARD_SIGNATURE_KEY": "k"}),  # not an object: the sidecar answers it
+    ],
+)
+def test_without_a_key_or_a_session_id_there_is_no_session_header(
+    payload: object, env: dict[str, str]
+) -> None:
+    assert "x-otelguard-session" not in _headers_sent(payload, env)
 
 
 def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:

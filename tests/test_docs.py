@@ -155,10 +155,13 @@ def test_tool_class_values_in_the_docs_are_the_code_s() -> None:
 def test_metrics_table_lists_every_metric_family() -> None:
     from prometheus_client import CollectorRegistry
 
+    from otelguard.observers import StateReport
     from otelguard.telemetry import Telemetry
 
     registry = CollectorRegistry()
-    Telemetry(registry=registry).prime("docs", tools=("web_search",), caps=("web_search",))
+    telemetry = Telemetry(registry=registry)
+    telemetry.prime("docs", tools=("web_search",), caps=("web_search",))
+    telemetry.state_reported(StateReport(sent=True, error=None, fell_back=False))  # with a state URL
     families = {metric.name for metric in registry.collect()}
     table = _section(DOCS_DIR / "telemetry.md", "Metrics")
     shown = {

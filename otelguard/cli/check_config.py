@@ -9,7 +9,9 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from otelguard.cli.config_messages import load_config
+from otelguard import ConfigError
+from otelguard.cli.config_messages import load_config, print_config_error
+from otelguard.config import effective_state
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -20,6 +22,12 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 def run(args: argparse.Namespace) -> int:
     config = load_config("otelguard", args.file)
     if config is None:
+        return 2
+    try:
+        # the state URL this process would use: OTELGUARD_STATE_URL wins over the file
+        config = config.with_changes(state=effective_state(config))
+    except ConfigError as exc:
+        print_config_error("otelguard", exc)
         return 2
     effective = config.to_mapping()
     if args.json:

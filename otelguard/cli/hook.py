@@ -7,6 +7,10 @@ call, so it imports only the standard library, and only what it needs: the C ``_
 rather than ``socket`` (which brings ``selectors``, ``enum`` and ``array``), no ``typing``, and a host
 name given to the resolver as bytes (a ``str`` loads the ``idna`` codec). ``--print-settings`` and
 ``--print-config`` import more, as they run once.
+
+With ``OTELGUARD_SIGNATURE_KEY`` set, the request carries ``X-Otelguard-Session``: the session id's
+keyed digest, for a load balancer in front of several sidecars to keep a session on one of them
+(docs/shared-state.md). Without a key there is no header: a raw session id never leaves.
 """
 
 from __future__ import annotations
@@ -17,7 +21,7 @@ import sys
 import time
 
 from otelguard.claude_code_events import HOOK_EVENTS
-from otelguard.environment_variables import OTELGUARD_TOKEN, OTELGUARD_URL
+from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
 if TYPE_CHECKING:
@@ -84,7 +88,7 @@ def main(argv: list[str]) -> int:
         payload = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise _Failed(f"payload over {MAX_PAYLOAD_BYTES} bytes; not sent")
-        answer = post(options.url, payload, deadline)
+        answer = post(options.url, payload, deadline, _session_affinity(payload))
     except _Failed as exc:
         sys.stderr.write(f"otelguard hook: {exc}; the call goes ahead\n")
         return 0
@@ -139,8 +143,57 @@ def _parse(argv: list[str]) -> _Options | None:
     return options
 
 
-def post(url: str, payload: bytes, deadline: float) -> bytes:
-    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``."""
+_SESSION_ID_FIELD: Final = b'"session_id"'
+MAX_SESSION_ID_BYTES: Final = 1024
+
+
+def _leading_session_id(payload: bytes) -> bytes | None:
+    """The session id when it is the payload's first field, as Claude Code writes it: read by hand,
+    since ``re`` and ``json`` would cost milliseconds of startup on every tool call."""
+    rest = payload.lstrip()
+    if not rest.startswith(b"{"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith(_SESSION_ID_FIELD):
+        return None
+    rest = rest[len(_SESSION_ID_FIELD) :].lstrip()
+    if not rest.startswith(b":"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith(b'"'):
+        return None
+    end = rest.find(b'"', 1)
+    value = rest[1:end]
+    if end < 2 or len(value) > MAX_SESSION_ID_BYTES or b"\\" in value:
+        return None  # empty, too long or escaped: the full parse below decides
+    return value
+
+
+def _session_affinity(payload: bytes) -> str | None:
+    """The ``X-Otelguard-Session`` value for this payload, or ``None`` (no key, or no session id)."""
+    secret = os.environ.get(OTELGUARD_SIGNATURE_KEY)
+    if not secret:
+        return None
+    leading = _leading_session_id(payload)
+    if leading is not None:
+        session_id: object = leading.decode("utf-8", "surrogateescape")
+    else:
+        import json
+
+        try:
+            session_id = json.loads(payload).get("session_id")
+        except (ValueError, AttributeError):  # not a JSON object: the sidecar answers 400 for it
+            return None
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    from otelguard.session_keys import key_bytes, session_digest  # only with a key: hashlib
+
+    return session_digest(session_id, key_bytes(secret))
+
+
+def post(url: str, payload: bytes, deadline: float, session: str | None = None) -> bytes:
+    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``.
+    ``session``: the ``X-Otelguard-Session`` header's value (a keyed digest), if any."""
     scheme, hostport, path = endpoint(url)
     host, port = _host_port(hostport, 443 if scheme == "https" else 80)
     headers = [
@@ -153,6 +206,10 @@ def post(url: str, payload: bytes, deadline: float) -> bytes:
     token = os.environ.get(OTELGUARD_TOKEN)
     if token:
         headers.append(f"Authorization: Bearer {token}")
+    if session is not None:
+        from otelguard.session_keys import SESSION_HEADER
+
+        headers.append(f"{SESSION_HEADER}: {session}")
     request = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + payload
     try:
         sock = _connect(host, port, deadline)

@@ -10,13 +10,19 @@
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
 * One guard per ``thread_id`` of the run config, else one for the middleware.
+* The session caps used so far also live in a private channel of the graph's state
+  (``otelguard_session_caps``), so a LangGraph checkpointer carries them to whichever worker runs
+  the thread next, or past a restart, without shared state. A worker takes the higher of its own
+  count and the checkpoint's; with ``state.url`` Redis holds the counts and the channel is only written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Final
 
+from otelguard.caps import SharedSessionCaps
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
@@ -32,6 +38,7 @@ from otelguard.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION, Session, S
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
+    from langchain.agents.middleware.types import PrivateStateAttr
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.config import get_config
     from langgraph.errors import GraphBubbleUp
@@ -40,15 +47,29 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("langchain", "langchain") from exc
 
-__all__ = ["GuardMiddleware"]
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover
+    from typing_extensions import NotRequired
+
+__all__ = ["CAPS_CHANNEL", "GuardMiddleware", "GuardState"]
 
 ToolResult = ToolMessage | Command[Any]
 
 _HALT_PREFIX: Final = "Stopped by otelguard: "
+CAPS_CHANNEL: Final = "otelguard_session_caps"
 
 
-class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class GuardState(AgentState[Any]):
+    """The agent state with otelguard's private channel: session cap key -> count used so far."""
+
+    otelguard_session_caps: NotRequired[Annotated[dict[str, int], PrivateStateAttr]]
+
+
+class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     """Guards every tool call of a ``create_agent`` agent; see the module docstring."""
+
+    state_schema = GuardState
 
     def __init__(
         self,
@@ -60,35 +81,67 @@ class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
     ) -> None:
         super().__init__()
         self.sessions = SessionHost(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+        self._cap_keys = frozenset(
+            key for key, limit in self.sessions.config.caps.session.items() if limit > 0
+        )
         # (thread id, call id) of calls a LangGraph interrupt paused: they run again on resume
         self._paused: CallMemory[bool] = CallMemory()
 
     # -- turns ---------------------------------------------------------------------------------
 
-    def before_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self._session().start_turn()
+    def before_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        session = self._session()
+        self._restore_caps(session, state.get(CAPS_CHANNEL))
+        session.start_turn()
         return None
 
-    async def abefore_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def abefore_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
 
     @hook_config(can_jump_to=["end"])
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        halt = halt_of(self._session())
+    def before_model(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        session = self._session()
+        update = self._caps_update(session, state)
+        halt = halt_of(session)
         if halt is None:
-            return None
-        return {"jump_to": "end", "messages": [AIMessage(content=_HALT_PREFIX + halt.message)]}
+            return update
+        return {
+            **(update or {}),
+            "jump_to": "end",
+            "messages": [AIMessage(content=_HALT_PREFIX + halt.message)],
+        }
 
     @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def abefore_model(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_model(state, runtime)
 
-    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self._session().end_turn()
-        return None
+    def after_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        session = self._session()
+        session.end_turn()
+        return self._caps_update(session, state)
 
-    async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def aafter_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.after_agent(state, runtime)
+
+    # -- session caps in the graph's state -----------------------------------------------------
+
+    def _restore_caps(self, session: Session, saved: object) -> None:
+        """Raise the session's counts to what the checkpoint says (the thread may have run elsewhere)."""
+        store = session.main.session_caps
+        if not isinstance(saved, Mapping) or isinstance(store, SharedSessionCaps):
+            return  # nothing saved yet, or Redis holds the counts of every worker already
+        used = store.usage()
+        for key, count in saved.items():
+            if key in self._cap_keys and type(count) is int and count > used.get(key, 0):
+                store.try_charge([(key, sys.maxsize)], count - used.get(key, 0))
+
+    def _caps_update(self, session: Session, state: GuardState) -> dict[str, Any] | None:
+        used = {
+            key: count for key, count in session.main.session_caps.usage().items() if key in self._cap_keys
+        }
+        if not used or used == state.get(CAPS_CHANNEL):
+            return None
+        return {CAPS_CHANNEL: used}
 
     # -- tool calls ----------------------------------------------------------------------------
 

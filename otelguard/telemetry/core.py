@@ -20,9 +20,9 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
-from otelguard.config import TelemetrySettings
+from otelguard.config_telemetry import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, StateReport, TurnInfo
 from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
@@ -129,6 +129,10 @@ class Telemetry:
             for scope in ("turn", "session"):
                 space.cap_hits(agent, cap, scope)
 
+    def state_reported(self, report: StateReport) -> None:
+        """Count a use of the shared store made outside any guard (``otelguard serve`` checks it at start)."""
+        self._families.state().record(report)
+
     def _space(self, settings: TelemetrySettings) -> LabelSpace:
         key = (settings.max_tool_values, settings.max_series_per_metric)
         space = self._spaces.get(key)
@@ -193,6 +197,9 @@ class GuardTelemetry(GuardObserver):
 
     def on_internal_error(self, stage: str) -> None:
         self._space.families.internal_error(stage)
+
+    def on_state(self, report: StateReport) -> None:
+        self._space.families.state().record(report)
 
     # -- calls ---------------------------------------------------------------------------------
     # Span work happens when a call ends: an own span is created then, with every attribute at once
@@ -350,12 +357,15 @@ def _clip(text: str) -> str:
 
 def _end_attributes(call: CallEvent, outcome: str) -> dict[str, Any]:
     decision = call.decision
-    return {
+    attributes: dict[str, Any] = {
         attr.OUTCOME: outcome,
         attr.DECISION_ACTION: decision.action,
         attr.DECISION_CODE: decision.code,
         attr.DECISION_COUNT: decision.count,
     }
+    if call.state_fallback:
+        attributes[attr.STATE] = attr.STATE_FALLBACK
+    return attributes
 
 
 def _event_attributes(decision: Decision) -> dict[str, Any]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -19,7 +19,18 @@ from otelguard._version import __version__
 from otelguard.bounded_map import BoundedMap
 from otelguard.telemetry import attributes as attr
 
-__all__ = ["LabelBound", "LabelSpace", "MetricFamilies", "SeriesBound", "families_for", "valid_utf8"]
+if TYPE_CHECKING:
+    from otelguard.observers import StateReport
+
+__all__ = [
+    "LabelBound",
+    "LabelSpace",
+    "MetricFamilies",
+    "SeriesBound",
+    "StateFamilies",
+    "families_for",
+    "valid_utf8",
+]
 
 Exemplar = dict[str, str] | None
 SignatureLabels = tuple[str, str, str, str]
@@ -69,10 +80,47 @@ def _build_info(registry: CollectorRegistry) -> Gauge:
     return gauge
 
 
+class StateFamilies:
+    """The shared-state families: registered on a registry only once a store is in use, so a process
+    without ``state.url`` exports none of them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.errors = Counter(
+            attr.STATE_ERRORS,
+            "Failed commands to the shared session-cap store (Redis), by operation.",
+            (attr.LABEL_OP,),
+            registry=registry,
+        )
+        self.error_children = {op: self.errors.labels(op) for op in attr.STATE_OPS}
+        self.fallback = Counter(
+            attr.STATE_FALLBACKS,
+            "Tool calls whose session caps were decided from the process's own counts, without the shared store.",
+            registry=registry,
+        )
+        # "livemin": with PROMETHEUS_MULTIPROC_DIR, 0 as long as one live worker cannot reach the store
+        self.up = Gauge(
+            attr.STATE_UP,
+            "1 when the last command to the shared session-cap store succeeded, 0 when it failed.",
+            registry=registry,
+            multiprocess_mode="livemin",
+        )
+
+    def record(self, report: StateReport) -> None:
+        if report.error is not None:
+            self.error_children[report.error].inc()
+            self.up.set(0)
+        elif report.sent:
+            self.up.set(1)
+        if report.fell_back:
+            self.fallback.inc()
+
+
 class MetricFamilies:
     """Every otelguard metric family on one registry (one owner per metric name)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+        self._state: StateFamilies | None = None
         self.tool_calls = Counter(
             attr.TOOL_CALLS,
             "Guarded tool calls by outcome.",
@@ -130,6 +178,16 @@ class MetricFamilies:
         self.internal_error_children = {stage: self.internal_errors.labels(stage) for stage in attr.STAGES}
         self.signatures = SignatureSeries(self.loop_signature_hits)
         self.series = {family: SeriesBound() for family in _BOUNDED_FAMILIES}
+
+    def state(self) -> StateFamilies:
+        """The shared-state families, registered on first use."""
+        state = self._state
+        if state is None:
+            with _FAMILIES_LOCK:
+                if self._state is None:
+                    self._state = StateFamilies(self._registry)
+                state = self._state
+        return state
 
     def internal_error(self, stage: str) -> None:
         child = self.internal_error_children.get(stage)
