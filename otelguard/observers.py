@@ -7,12 +7,18 @@ guard's lock. An error in one is logged once and never reaches the tool loop.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, cast
 
 from otelguard._slots import positional_factory
 from otelguard.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
+from otelguard.signatures import uses_random_key
+
+if TYPE_CHECKING:
+    from otelguard.config import GuardConfig
+    from otelguard.pending_calls import PendingCall, TurnState
 
 __all__ = [
     "CallEvent",
@@ -22,6 +28,9 @@ __all__ = [
     "StateReport",
     "ToolClass",
     "TurnInfo",
+    "bind_telemetry",
+    "ended_event",
+    "started_event",
 ]
 
 logger = logging.getLogger("otelguard")
@@ -211,3 +220,96 @@ def _wants_call_start(observer: object) -> bool:
 new_call_event = positional_factory(CallEvent)
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
 refusal, spawn_count, start_time_ns, state_fallback)``: a ``CallEvent`` built for the hot path."""
+
+
+def started_event(
+    name: str,
+    tool_class: ToolClass,
+    sig: Signature,
+    call_id: str | None,
+    turn: TurnState,
+    decision: Decision,
+    spawn_count: int,
+    start_time_ns: int,
+    state_fallback: bool,
+) -> CallEvent:
+    """The event of a call at ``before_call``: allowed (outcome ``None``), or refused."""
+    outcome: Outcome | None = None
+    if not decision.allows_execution:
+        outcome = "rejected" if decision.action == "reject" else "blocked"
+    return new_call_event(
+        name,
+        tool_class,
+        sig,
+        call_id,
+        turn.agent,
+        turn.turn_id,
+        decision,
+        decision,
+        outcome,
+        None,
+        spawn_count,
+        start_time_ns,
+        state_fallback,
+    )
+
+
+def ended_event(
+    name: str,
+    tool_class: ToolClass,
+    sig: Signature,
+    call_id: str | None,
+    turn: TurnState,
+    decision: Decision,
+    before: Decision,
+    outcome: Outcome,
+    refusal: str | None,
+    pending: PendingCall | None,
+) -> CallEvent:
+    """The event of a call at its end. Its ``before_call`` record (``pending``) gives the spawn count,
+    the start time and the state fallback; without one (no ``before_call`` on record) they are
+    unknown, and ``before`` stands for the ``before_call`` decision."""
+    if pending is None:
+        spawned, started, fell_back = 0, 0, False
+    else:
+        before, spawned, started, fell_back = (
+            pending.before,
+            pending.spawn_count,
+            pending.start_time_ns,
+            pending.state_fallback,
+        )
+    return new_call_event(
+        name,
+        tool_class,
+        sig,
+        call_id,
+        turn.agent,
+        turn.turn_id,
+        decision,
+        before,
+        outcome,
+        refusal,
+        spawned,
+        started,
+        fell_back,
+    )
+
+
+def bind_telemetry(telemetry: object, config: GuardConfig) -> GuardObserver:
+    """The observer a guard made with ``telemetry`` reports to: ``True`` is the process-wide
+    ``Telemetry.default()``; an object with ``bind(settings)`` is bound to the config's ``telemetry``
+    section; anything else observes the guard itself."""
+    if telemetry is True:
+        # Imported here so the pure core never loads OpenTelemetry or prometheus_client.
+        from otelguard.telemetry import Telemetry
+
+        telemetry = Telemetry.default()
+    bind = getattr(telemetry, "bind", None)
+    if not callable(bind):
+        return cast(GuardObserver, telemetry)
+    core = sys.modules.get("otelguard.telemetry.core")  # loaded if telemetry is otelguard's own
+    if core is not None and isinstance(telemetry, core.Telemetry):
+        # it says once, when it first exports a hash, that a random key's hashes match no other process's
+        random_key = uses_random_key(config.signature_key)
+        return cast(GuardObserver, bind(config.telemetry, random_signature_key=random_key))
+    return cast(GuardObserver, bind(config.telemetry))
