@@ -16,7 +16,7 @@ from pydantic import Field
 pytest.importorskip("langchain.agents")
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRetryMiddleware, ToolCallRequest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -389,3 +389,129 @@ def test_wrap_tool_call_never_raises_for_any_call(
             request, lambda r: ToolMessage(content=content, tool_call_id=call_id or "", status=status)
         )
         assert isinstance(out, ToolMessage)
+
+
+def turn_outcomes(rig: Rig, agent: str = "default") -> dict[str, float]:
+    return {
+        outcome: rig.sample("otelguard_turns_total", agent=agent, outcome=outcome)
+        for outcome in ("completed", "halted", "errored")
+    }
+
+
+def test_a_run_whose_model_raises_is_an_errored_turn_before_the_next_run(rig: Rig) -> None:
+    """``after_agent`` never runs when the model call raises: the turn ends as errored as the
+    exception leaves the model call, not at the thread's next run (and not as completed)."""
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if tool_turns(messages):
+            raise ConnectionError("the provider went away")
+        return calls(("read_file", {"path": "a"}))
+
+    agent = create_agent(model(script), [read_file], middleware=[GuardMiddleware(telemetry=rig.telemetry())])
+    with pytest.raises(ConnectionError):
+        agent.invoke({"messages": [HumanMessage("read")]})
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="read_file", outcome="ok") == 1
+
+
+def test_a_tool_exception_that_ends_the_run_is_an_errored_turn(rig: Rig) -> None:
+    @tool
+    def explode(x: int) -> str:
+        """Always raises."""
+        raise ValueError("boom")
+
+    agent = create_agent(
+        model(forever("explode", {"x": 1})),
+        [explode],
+        middleware=[GuardMiddleware(telemetry=rig.telemetry())],
+    )
+    with pytest.raises(ValueError, match="boom"):
+        asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}))
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+
+
+class RaisedFirst(AgentMiddleware):  # type: ignore[type-arg]
+    """Listed before the guard, so its wrap sees a tool's exception after the guard's: it says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised = threading.Event()
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[..., Any]) -> Any:
+        try:
+            return handler(request)
+        except ValueError:
+            self.raised.set()
+            raise
+
+
+def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig: Rig) -> None:
+    """One call of a parallel batch raises; its sibling ends only after that exception has left the
+    guard. The sibling's result is the errored turn's, and no second turn appears for it."""
+    spy = RaisedFirst()
+
+    @tool
+    def explode(x: int) -> str:
+        """Always raises."""
+        raise ValueError("boom")
+
+    @tool
+    def slow_read(path: str) -> str:
+        """Reads after the other call has failed."""
+        assert spy.raised.wait(10)
+        return "contents"
+
+    agent = create_agent(
+        model(lambda messages: calls(("explode", {"x": 1}), ("slow_read", {"path": "a"}))),
+        [explode, slow_read],
+        middleware=[spy, GuardMiddleware(telemetry=rig.telemetry())],
+    )
+    with pytest.raises(ValueError, match="boom"):
+        agent.invoke({"messages": [HumanMessage("go")]})
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="slow_read", outcome="ok") == 1
+    assert rig.sample("otelguard_turn_tool_calls_sum", agent="default") == 2  # both calls, one turn
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+
+
+def test_a_model_error_a_retry_middleware_listed_after_the_guard_recovers_is_no_error(rig: Rig) -> None:
+    failures = Counter()
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if failures.tick() == 1:
+            raise ConnectionError("a blip")
+        return AIMessage(content="done")
+
+    agent = create_agent(
+        model(script),
+        [],
+        middleware=[
+            GuardMiddleware(telemetry=rig.telemetry()),
+            ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False),
+        ],
+    )
+    assert agent.invoke({"messages": [HumanMessage("hi")]})["messages"][-1].content == "done"
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
+
+
+def test_an_interrupted_and_resumed_run_is_one_completed_turn(rig: Rig) -> None:
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy after a human says yes."""
+        return f"deployed: {interrupt({'question': 'deploy?'})}"
+
+    steps = [calls(("deploy", {"target": "prod"}), prefix="d"), AIMessage(content="ok")]
+    agent = create_agent(
+        model(lambda messages: steps[tool_turns(messages)]),
+        [deploy],
+        middleware=[GuardMiddleware(telemetry=rig.telemetry())],
+        checkpointer=InMemorySaver(),
+    )
+    config = {"configurable": {"thread_id": "t"}}
+    assert "__interrupt__" in agent.invoke({"messages": [HumanMessage("ship it")]}, config)
+    agent.invoke(Command(resume="yes"), config)
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
