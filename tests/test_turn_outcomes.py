@@ -61,7 +61,12 @@ def test_end_turn_errored_is_counted_as_errored_and_a_halt_wins(exporter: InMemo
     guard.start_turn()
     guard.before_call("read_file", {"p": 1})
     summary = guard.end_turn(errored=True)
-    assert (summary.errored, summary.halted, summary.outcome, summary.tool_calls) == (True, False, "errored", 1)
+    assert (summary.errored, summary.halted, summary.outcome, summary.tool_calls) == (
+        True,
+        False,
+        "errored",
+        1,
+    )
     assert turns(registry) == {"completed": 0, "halted": 0, "errored": 1}
 
     guard.start_turn()
@@ -136,7 +141,10 @@ def test_a_session_run_left_in_error_ends_errored_once() -> None:
     [
         (None, False),
         (ValueError("boom"), True),
-        (GuardHalted(Decision(action="halt", code="cap_turn")), False),  # the adapter's own halt: that turn was halted
+        (
+            GuardHalted(Decision(action="halt", code="cap_turn")),
+            False,
+        ),  # the adapter's own halt: that turn was halted
         (asyncio.CancelledError(), False),  # control flow: the caller cancelled the run
         (KeyboardInterrupt(), False),
     ],

@@ -163,7 +163,7 @@ def test_a_run_hermes_reports_as_not_completed_is_an_errored_turn(
     from otelguard.testing import RecordingObserver
 
     recorder = RecordingObserver()
-    plugin, hooks = _plugin(telemetry=recorder)
+    _, hooks = _plugin(telemetry=recorder)
     hooks["pre_llm_call"](session_id="s", turn_id="t")
     _call(hooks, "s", "c1", status="ok")
     hooks["on_session_end"](session_id="s", turn_id="t", **ended)
