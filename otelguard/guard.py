@@ -27,10 +27,9 @@ from otelguard.observers import (
     StateReport,
     TurnInfo,
     bind_telemetry,
-    ended_event,
-    started_event,
+    call_event,
 )
-from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key
+from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key, unrecorded
 from otelguard.results import ResultMemory
 from otelguard.signatures import (
     MAX_NAME_CHARS,
@@ -247,10 +246,12 @@ class Guard:
             if reports is not None:
                 self._report_state(reports)
             if self._observed and (pending is None or self._observe_starts):
-                start = pending.start_time_ns if pending is not None else time.time_ns()
-                event = started_event(
-                    name, facts.tool_class, sig, call_id, turn, decision, requested, start, fell_back
-                )
+                outcome: Outcome | None = None
+                record = pending
+                if record is None:  # refused: it ends here
+                    outcome = "rejected" if decision.action == "reject" else "blocked"
+                    record = PendingCall(sig, turn, (), requested, decision, time.time_ns(), [], fell_back)
+                event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
                 started = self._observers.call_started(event)
                 if pending is None:
                     self._observers.call_ended(event, started)
@@ -310,11 +311,9 @@ class Guard:
             if reports is not None:
                 self._report_state(reports)
             if self._observed:
-                # with no before_call on record, the allow decision made above stands for it too
-                before = decision if verdict is None else codes.allow_decision(name, sig)
-                event = ended_event(
-                    name, facts.tool_class, sig, call_id, turn, decision, before, outcome, refusal, pending
-                )
+                # with no before_call on record, an allow decision stands for its decision
+                record = pending or unrecorded(sig, turn, codes.allow_decision(name, sig))
+                event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, refusal, record)
                 self._observers.call_ended(event, pending.tokens if pending is not None else ())
             return decision
         except Exception as exc:

@@ -29,8 +29,7 @@ __all__ = [
     "ToolClass",
     "TurnInfo",
     "bind_telemetry",
-    "ended_event",
-    "started_event",
+    "call_event",
 ]
 
 logger = logging.getLogger("otelguard")
@@ -222,76 +221,32 @@ new_call_event = positional_factory(CallEvent)
 refusal, spawn_count, start_time_ns, state_fallback)``: a ``CallEvent`` built for the hot path."""
 
 
-def started_event(
+def call_event(
     name: str,
     tool_class: ToolClass,
-    sig: Signature,
     call_id: str | None,
     turn: TurnState,
     decision: Decision,
-    spawn_count: int,
-    start_time_ns: int,
-    state_fallback: bool,
-) -> CallEvent:
-    """The event of a call at ``before_call``: allowed (outcome ``None``), or refused."""
-    outcome: Outcome | None = None
-    if not decision.allows_execution:
-        outcome = "rejected" if decision.action == "reject" else "blocked"
-    return new_call_event(
-        name,
-        tool_class,
-        sig,
-        call_id,
-        turn.agent,
-        turn.turn_id,
-        decision,
-        decision,
-        outcome,
-        None,
-        spawn_count,
-        start_time_ns,
-        state_fallback,
-    )
-
-
-def ended_event(
-    name: str,
-    tool_class: ToolClass,
-    sig: Signature,
-    call_id: str | None,
-    turn: TurnState,
-    decision: Decision,
-    before: Decision,
-    outcome: Outcome,
+    outcome: Outcome | None,
     refusal: str | None,
-    pending: PendingCall | None,
+    record: PendingCall,
 ) -> CallEvent:
-    """The event of a call at its end. Its ``before_call`` record (``pending``) gives the spawn count,
-    the start time and the state fallback; without one (no ``before_call`` on record) they are
-    unknown, and ``before`` stands for the ``before_call`` decision."""
-    if pending is None:
-        spawned, started, fell_back = 0, 0, False
-    else:
-        before, spawned, started, fell_back = (
-            pending.before,
-            pending.spawn_count,
-            pending.start_time_ns,
-            pending.state_fallback,
-        )
+    """The event of a call of ``turn``. Its ``before_call`` record gives the signature, the
+    ``before_call`` decision, the spawn count, the start time and the state fallback."""
     return new_call_event(
         name,
         tool_class,
-        sig,
+        record.sig,
         call_id,
         turn.agent,
         turn.turn_id,
         decision,
-        before,
+        record.before,
         outcome,
         refusal,
-        spawned,
-        started,
-        fell_back,
+        record.spawn_count,
+        record.start_time_ns,
+        record.state_fallback,
     )
 
 

@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from otelguard.caps import Charge
     from otelguard.detectors import TurnDetectors
 
-__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key"]
+__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "unrecorded"]
 
 
 class TurnState:
@@ -59,6 +59,12 @@ class PendingCall(NamedTuple):
     tokens: list[object]
     state_fallback: bool = False
     """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
+
+
+def unrecorded(sig: Signature, turn: TurnState, before: Decision) -> PendingCall:
+    """What stands for the record of a call with no ``before_call`` on record: spawn count and start
+    time unknown, and ``before`` for its ``before_call`` decision."""
+    return PendingCall(sig, turn, (), 0, before, 0, [])
 
 
 def call_key(tool_name: str, args: Any, call_id: Any) -> object:
