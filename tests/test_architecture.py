@@ -308,3 +308,15 @@ def test_product_code_does_not_import_the_testing_helpers() -> None:
     assert _importers_of("otelguard.testing") == set()
     drivers = {"otelguard.replay.runner", "otelguard.demo.simulation", "otelguard.bench.workloads"}
     assert drivers <= _importers_of("otelguard.scripted")
+
+
+MAX_GUARD_LINES = 300
+
+
+def test_the_guard_class_is_its_turn_lifecycle_and_two_entry_points() -> None:
+    """``class Guard`` stays within 300 lines, its first line to its last: the event building, the
+    telemetry binding, the pending-call lookup and the refusal check live beside it."""
+    tree = ast.parse(_modules()["otelguard.guard"].read_text(encoding="utf-8"))
+    (guard,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Guard"]
+    assert guard.end_lineno is not None
+    assert guard.end_lineno - guard.lineno + 1 <= MAX_GUARD_LINES
