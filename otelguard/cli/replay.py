@@ -10,8 +10,10 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
 from collections.abc import Callable, Iterator
 from pathlib import Path
@@ -26,6 +28,7 @@ from otelguard.replay import (
     AUTO,
     FORMATS,
     STDIN,
+    EventSink,
     ReplayReport,
     ReplayRunner,
     UsageError,
@@ -35,9 +38,13 @@ from otelguard.replay import (
 )
 from otelguard.replay.lines import MAX_LINE_BYTES
 from otelguard.replay.report import MAX_DETAILED_SESSIONS
+from otelguard.replay.timed import TimedRun
 from otelguard.replay.timeline import Timelines
+from otelguard.replay.times import parse_duration
 
 DEFAULT_JOB = "otelguard_replay"
+DEFAULT_INSTANCE = "replay"
+DEFAULT_SCRAPE_INTERVAL = "15s"
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -85,7 +92,41 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--serve", type=int, metavar="PORT", help="serve the replay's metrics on /metrics")
     parser.add_argument("--addr", default="127.0.0.1", help="address for --serve (default: 127.0.0.1)")
     parser.add_argument("--pushgateway", metavar="URL", help="push the metrics to this Pushgateway when done")
-    parser.add_argument("--job", metavar="NAME", help=f"Pushgateway job name (default: {DEFAULT_JOB})")
+    parser.add_argument(
+        "--openmetrics",
+        metavar="FILE",
+        help="write the metrics a Prometheus scraping a live exporter would have stored, with the "
+        "transcripts' timestamps, as OpenMetrics to FILE (for promtool tsdb create-blocks-from openmetrics)",
+    )
+    add_series_arguments(parser)
+
+
+def add_series_arguments(parser: argparse.ArgumentParser) -> None:
+    """``--scrape-interval``, ``--job`` and ``--instance``: shared with ``otelguard backtest``."""
+    parser.add_argument(
+        "--scrape-interval",
+        type=duration_argument,
+        metavar="DURATION",
+        help=f"with --openmetrics: the scrape interval of the simulated Prometheus (default: {DEFAULT_SCRAPE_INTERVAL})",
+    )
+    parser.add_argument(
+        "--job",
+        metavar="NAME",
+        help=f"the job label for --openmetrics, the job name for --pushgateway (default: {DEFAULT_JOB})",
+    )
+    parser.add_argument(
+        "--instance",
+        metavar="NAME",
+        help=f"the instance label for --openmetrics (default: {DEFAULT_INSTANCE})",
+    )
+
+
+def duration_argument(text: str) -> float:
+    """An argparse type: a Prometheus duration of at least a millisecond."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -110,18 +151,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"otelguard replay: cannot serve metrics: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    workdir = tempfile.mkdtemp(prefix="otelguard-replay-") if args.openmetrics else None
     with _stop_on_signals(stop):
         try:
             timelines = Timelines() if args.html else None
-            runner = ReplayRunner(
-                config,
-                telemetry,
-                agent=args.agent,
-                timelines=timelines,
-                max_detailed_sessions=args.detail_sessions,
-            )
-            _replay(args, files, runner, stop)
-            report = runner.finish()
+            options: dict[str, Any] = {
+                "agent": args.agent,
+                "timelines": timelines,
+                "max_detailed_sessions": args.detail_sessions,
+            }
+            if workdir is None:
+                runner = ReplayRunner(config, telemetry, **options)
+                _replay(args, files, runner, stop)
+                report = runner.finish()
+                exported = True
+            else:
+                timed = TimedRun(config, workdir, **options)
+                _replay(args, files, timed.sink, stop)
+                report = timed.finish()
+                exported = _write_openmetrics(args, timed, config)
             pushed = _push(args, registry)
             written = timelines is None or _write_html(args.html, report, timelines)
             _print_report(report, as_json=args.json)
@@ -133,12 +181,20 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if server is not None:
                 server.shutdown()
-    return 1 if report.errors_total or not pushed or not written else 0
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if report.errors_total or not pushed or not written or not exported else 0
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
-    if args.job is not None and args.pushgateway is None:
-        return "--job needs --pushgateway URL"
+    if args.job is not None and args.pushgateway is None and args.openmetrics is None:
+        return "--job needs --pushgateway URL or --openmetrics FILE"
+    if args.openmetrics is None and (args.instance is not None or args.scrape_interval is not None):
+        return "--instance and --scrape-interval need --openmetrics FILE"
+    if args.openmetrics is not None:
+        problem = _openmetrics_problem(args)
+        if problem is not None:
+            return problem
     if args.idle_timeout is not None and not args.follow:
         return "--idle-timeout needs --follow"
     if args.idle_timeout is not None and args.idle_timeout <= 0:
@@ -152,15 +208,27 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _openmetrics_problem(args: argparse.Namespace) -> str | None:
+    if args.follow:
+        return "--openmetrics cannot be used with --follow (the file is written once, when the replay ends)"
+    if args.serve is not None or args.pushgateway is not None:
+        return "--openmetrics cannot be combined with --serve or --pushgateway"
+    return output_file_problem("--openmetrics", args.openmetrics)
+
+
+def output_file_problem(option: str, path: str) -> str | None:
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path} is a directory; give a file name"
+    if not target.parent.is_dir():
+        return f"{option} {path}: directory {target.parent} does not exist"
+    return None
+
+
 def _html_problem(args: argparse.Namespace) -> str | None:
     if args.follow:
         return "--html cannot be used with --follow (the report is written once, when the replay ends)"
-    target = Path(args.html)
-    if target.is_dir():
-        return f"--html {args.html} is a directory; give a file name"
-    if not target.parent.is_dir():
-        return f"--html {args.html}: directory {target.parent} does not exist"
-    return None
+    return output_file_problem("--html", args.html)
 
 
 def _telemetry(args: argparse.Namespace, config: GuardConfig) -> tuple[Any, Any]:
@@ -186,7 +254,7 @@ def _serve(args: argparse.Namespace, registry: Any) -> Any:
     return serve_metrics(args.serve, args.addr, registry=registry)
 
 
-def _replay(args: argparse.Namespace, files: list[str], runner: ReplayRunner, stop: threading.Event) -> None:
+def _replay(args: argparse.Namespace, files: list[str], runner: EventSink, stop: threading.Event) -> None:
     if args.follow:
         follow_inputs(
             args.paths, args.format, runner, stop, args.idle_timeout, max_line_bytes=args.max_line_bytes
@@ -219,6 +287,50 @@ def _push(args: argparse.Namespace, registry: Any) -> bool:
     except (OSError, ValueError) as exc:
         print(f"otelguard replay: push to {args.pushgateway} failed: {exc}", file=sys.stderr)
         return False
+    return True
+
+
+def _write_openmetrics(args: argparse.Namespace, timed: TimedRun, config: GuardConfig) -> bool:
+    """Write ``--openmetrics``; sessions without timestamps are named on stderr and left out."""
+    from otelguard.replay.openmetrics import write_openmetrics
+
+    if timed.sink.untimed_sessions_total:
+        print(
+            f"otelguard replay: {timed.sink.untimed_sessions_total} session(s) without timestamps left out "
+            f"of {args.openmetrics}: {timed.untimed_names()}",
+            file=sys.stderr,
+        )
+    spill = timed.spill
+    try:
+        with open(args.openmetrics, "w", encoding="utf-8", errors="replace") as stream:
+            if spill.first is None or spill.last is None:
+                stream.write("# EOF\n")
+                print(
+                    f"otelguard replay: no timed events; {args.openmetrics} holds no samples", file=sys.stderr
+                )
+                return True
+            summary = write_openmetrics(
+                stream,
+                spill.drain(),
+                spill.first,
+                spill.last,
+                args.scrape_interval or parse_duration(DEFAULT_SCRAPE_INTERVAL),
+                config.telemetry,
+                job=args.job or DEFAULT_JOB,
+                instance=args.instance or DEFAULT_INSTANCE,
+            )
+    except OSError as exc:
+        print(
+            f"otelguard replay: cannot write --openmetrics {args.openmetrics}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return False
+    finally:
+        spill.close()
+    print(
+        f"otelguard replay: wrote {summary.samples} samples of {summary.series} series to {args.openmetrics}",
+        file=sys.stderr,
+    )
     return True
 
 

@@ -29,6 +29,8 @@ class ToolCall:
     decides then. ``has_result`` is false for a call the transcript never answered; such a call is
     reported and never fed to the guard, because its outcome would have to be guessed. ``cancelled``
     marks a call the host cancelled before it ran; ``refusal`` is the category of a host refusal.
+    ``time`` (seconds since the epoch) is when the transcript says the call ended: its result's line,
+    else its request's; ``None`` when the format records no time.
     """
 
     call_id: str | None
@@ -40,6 +42,7 @@ class ToolCall:
     has_result: bool = False
     cancelled: bool = False
     refusal: str | None = None
+    time: float | None = None
 
 
 class EventSink(Protocol):
@@ -48,7 +51,8 @@ class EventSink(Protocol):
 
     def begin_session(self, key: SessionKey) -> None: ...
 
-    def start_turn(self, key: SessionKey) -> None: ...
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
+        """A user request starts a turn; ``time`` is its line's, when the format records one."""
 
     def tool_call(self, key: SessionKey, call: ToolCall) -> None: ...
 
