@@ -28,7 +28,7 @@ from typing import IO, Final
 import orjson
 
 from otelguard.backtest.alerts import FiredInterval, Mark, firing_intervals
-from otelguard.backtest.engine import Binaries, Engine
+from otelguard.backtest.engine import BacktestError, Binaries, Engine
 from otelguard.backtest.report import AlertOutcome, BacktestReport
 from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, RuleSet, eval_offset
 from otelguard.config import GuardConfig
@@ -84,6 +84,8 @@ def run_backtest(
         untimed_events=timed.events.untimed_events,
     )
     spill = timed.spill
+    if timed.events.failure is not None:
+        raise BacktestError(f"the replay's events could not be kept: {timed.events.failure}")
     if spill.first is None or spill.last is None:
         progress("no timed events: nothing to backtest")
         return report

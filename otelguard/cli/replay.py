@@ -301,6 +301,14 @@ def _write_openmetrics(args: argparse.Namespace, timed: TimedRun, config: GuardC
             file=sys.stderr,
         )
     spill = timed.spill
+    if timed.events.failure is not None:
+        spill.close()
+        print(
+            f"otelguard replay: cannot write --openmetrics {args.openmetrics}: the replay's events "
+            f"could not be kept ({timed.events.failure})",
+            file=sys.stderr,
+        )
+        return False
     try:
         with open(args.openmetrics, "w", encoding="utf-8", errors="replace") as stream:
             if spill.first is None or spill.last is None:

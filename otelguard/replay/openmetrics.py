@@ -24,11 +24,13 @@ from dataclasses import dataclass, field
 from typing import IO, Any, Final
 
 from prometheus_client import CollectorRegistry
+from prometheus_client.registry import Collector
 
 from otelguard.config import TelemetrySettings
-from otelguard.replay.timed import CALL, INTERNAL_ERROR, TURN, MarkedCall
+from otelguard.replay.timed import CALL, INTERNAL_ERROR, TURN, MarkedCall, counted_decisions
 from otelguard.replay.times import unix_text
 from otelguard.telemetry import Telemetry
+from otelguard.telemetry.metrics import MetricFamilies, families_for
 
 __all__ = [
     "AFTER_LAST_EVENT",
@@ -130,9 +132,11 @@ class MetricsHistory:
         self._families: dict[str, _Family] = {}
         self.changes = 0
 
-    def scrape(self, k: int) -> None:
-        """Collect the registry as scrape ``k`` and note what changed since the last scrape."""
-        for metric in self._registry.collect():
+    def scrape(self, k: int, collectors: Iterable[Collector] | None = None) -> None:
+        """Collect the registry (or only ``collectors``, the families that can have changed) as
+        scrape ``k`` and note what changed since the last scrape."""
+        metrics = self._registry.collect() if collectors is None else (m for c in collectors for m in c.collect())
+        for metric in metrics:
             family = self._families.get(metric.name)
             if family is None:
                 family = self._families[metric.name] = _Family(metric.name, metric.type, metric.documentation)
@@ -251,6 +255,19 @@ def _series_lines(series: _Series, first: int, last: int, times: list[str]) -> l
     return lines
 
 
+def touched_families(families: MetricFamilies) -> dict[str, tuple[Collector, ...]]:
+    """The families each kind of event can change: a scrape collects only those (collecting all of
+    them at every scrape costs more than the whole replay). ``decisions`` is what a call with a
+    non-allow decision adds to ``call``; a test checks these cover every family of the registry."""
+    return {
+        "call": (families.tool_calls, families.subagent_spawns),
+        "decisions": (families.decisions, families.cap_hits, families.loop_signature_hits),
+        "turn": (families.turns, families.turn_tool_calls, families.turn_cap_usage_ratio),
+        "internal_error": (families.internal_errors,),
+        "never": (families.build_info,),
+    }
+
+
 @dataclass(slots=True)
 class Playback:
     """The timed events played into a real ``Telemetry``, scrape by scrape (see ``play``)."""
@@ -258,8 +275,10 @@ class Playback:
     grid: ScrapeGrid
     history: MetricsHistory
     observer: Any
+    families: dict[str, tuple[Collector, ...]]
     on_marked: Callable[[float, MarkedCall], None] | None = None
     events: int = 0
+    _touched: set[Collector] = field(default_factory=set)
 
     @classmethod
     def start(
@@ -273,7 +292,9 @@ class Playback:
         registry = CollectorRegistry()
         # spans off: only the metric families are wanted, exactly as the live exporter builds them
         telemetry = Telemetry(registry=registry, span_mode="off", turn_spans=False)
-        return cls(grid, MetricsHistory(registry, job, instance), telemetry.bind(settings), on_marked)
+        families = touched_families(families_for(registry))
+        history = MetricsHistory(registry, job, instance)
+        return cls(grid, history, telemetry.bind(settings), families, on_marked)
 
     def play(
         self,
@@ -288,16 +309,17 @@ class Playback:
         window_end = next(ends)
         window_start = 0
         current = 0
+        self.history.scrape(0)  # every family, in the registry's order: the file's order
         for time, item in events:
             k = min(self.grid.index_for(time), self.grid.count - 1)
             if k > current:
-                self.history.scrape(current)
+                self._scrape(current)
                 while window_end < k:  # no event between the last scrape and k: those are final
                     on_window(window_start, window_end)
                     window_start, window_end = window_end + 1, next(ends)
                 current = k
             self._apply(time, item)
-        self.history.scrape(current)
+        self._scrape(current)
         while True:
             on_window(window_start, window_end)
             window_start = window_end + 1
@@ -305,19 +327,30 @@ class Playback:
             if window_end < window_start:
                 return
 
+    def _scrape(self, k: int) -> None:
+        if self._touched:
+            self.history.scrape(k, self._touched)
+            self._touched = set()
+
     def _apply(self, time: float, item: tuple[int, Any]) -> None:
         kind, payload = item
         self.events += 1
+        touched = self._touched
         if kind == CALL:
             if isinstance(payload, MarkedCall):
                 if self.on_marked is not None:
                     self.on_marked(time, payload)
                 payload = payload.call
             self.observer.on_call_end(payload, None)
+            touched.update(self.families["call"])
+            if counted_decisions(payload):
+                touched.update(self.families["decisions"])
         elif kind == TURN:
             self.observer.on_turn_end(payload)
+            touched.update(self.families["turn"])
         elif kind == INTERNAL_ERROR:
             self.observer.on_internal_error(payload)
+            touched.update(self.families["internal_error"])
 
 
 @dataclass(frozen=True, slots=True)

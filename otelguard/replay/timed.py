@@ -88,6 +88,7 @@ class TimeSortedSpill:
         self._run_records = run_records
         self._buffer: list[tuple[float, int, Any]] = []
         self._runs: list[Path] = []
+        self._files = 0
         self._seq = 0
         self.first: float | None = None
         self.last: float | None = None
@@ -121,7 +122,8 @@ class TimeSortedSpill:
 
     def _write_run(self) -> None:
         self._buffer.sort(key=_time_and_seq)
-        path = self._directory / f"events-{len(self._runs):05d}.run"
+        self._files += 1
+        path = self._directory / f"events-{self._files:05d}.run"
         descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(descriptor, "wb") as stream:
             for start in range(0, len(self._buffer), _BATCH):
@@ -160,6 +162,8 @@ class TimedEvents(GuardObserver):
         self.settings = TelemetrySettings()
         self.untimed_events = 0
         """Events left out because their session had shown no time yet."""
+        self.failure: Exception | None = None
+        """Why events could not be kept (a full disk, ...): the metrics are then incomplete."""
 
     def bind(self, settings: TelemetrySettings | None = None) -> TimedEvents:
         if settings is not None:
@@ -172,7 +176,7 @@ class TimedEvents(GuardObserver):
             self.untimed_events += 1
             return
         marked = any(d.should_halt or d.code in _CAP_CODES for d in counted_decisions(call))
-        self.spill.add(now, (CALL, MarkedCall(call, key) if marked else call))
+        self._keep(now, (CALL, MarkedCall(call, key) if marked else call))
 
     def on_turn_end(self, summary: TurnSummary) -> None:
         now = self.clock.now
@@ -186,15 +190,28 @@ class TimedEvents(GuardObserver):
             summary.tool_calls,
             summary.halted,
             summary.halt_decision,
+            cap_usage={},
             cap_usage_ratio=dict(summary.cap_usage_ratio),
+            session_cap_usage={},
+            decisions={},
         )
-        self.spill.add(now, (TURN, slim))
+        self._keep(now, (TURN, slim))
 
     def on_internal_error(self, stage: str) -> None:
         if self.clock.now is None:
             self.untimed_events += 1
             return
-        self.spill.add(self.clock.now, (INTERNAL_ERROR, stage))
+        self._keep(self.clock.now, (INTERNAL_ERROR, stage))
+
+    def _keep(self, now: float, item: tuple[int, Any]) -> None:
+        """Spill one event. The guard isolates an observer's errors (it logs them and goes on), but a
+        lost event would silently falsify the metrics: the first failure is kept for ``failure``."""
+        if self.failure is not None:
+            return
+        try:
+            self.spill.add(now, item)
+        except Exception as exc:
+            self.failure = exc
 
 
 @dataclass(slots=True)
