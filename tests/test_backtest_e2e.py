@@ -329,3 +329,15 @@ def test_no_argument_values_or_results_in_the_json_or_the_page(tmp_path: Path) -
         main(["backtest", str(writer.write(tmp_path)), "--json", "--html", str(page)])
     for text in (out.getvalue(), err.getvalue(), page.read_text(encoding="utf-8")):
         assert ARG_CANARY not in text and RESULT_CANARY not in text
+
+
+def test_the_tables_show_names_from_input_as_written(tmp_path: Path) -> None:
+    """An agent label (or any label, session id or path) holding rich markup is printed literally."""
+    write_fleet(tmp_path / "fleet", runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"))
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(io.StringIO()):
+        code = main(["backtest", str(tmp_path / "fleet"), "--agent", "[bold]x[/]"])
+    assert code == 1
+    text = out.getvalue()
+    assert "Alerts that would have fired" in text and "OtelguardRunawaySearchLoop" in text
+    assert "[bold]x[/]" in "".join(text.split())

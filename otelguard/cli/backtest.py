@@ -11,6 +11,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import json
+import math
 import shutil
 import signal
 import sys
@@ -45,6 +46,7 @@ from otelguard.replay.times import format_duration, iso_utc, parse_duration
 
 _INTERRUPTED = 130
 _LISTED = 20
+_SHOWN_APART = frozenset({"alertname", "job", "instance", "severity"})
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -176,6 +178,16 @@ def _write_html(path: str, report: BacktestReport, timelines: Timelines) -> None
     print(f"otelguard backtest: wrote the HTML report to {path} ({size} bytes)", file=sys.stderr)
 
 
+def _span(start: float, end: float | None) -> str:
+    """``2025-03-03 10:12:55 → 10:25:55``, to the second (``--json`` has the milliseconds and when it
+    became pending); the end's date only when it differs."""
+    first = iso_utc(math.floor(start)).replace("T", " ").removesuffix("Z")
+    if end is None:
+        return f"{first} → still firing at the end"
+    last = iso_utc(math.floor(end)).replace("T", " ").removesuffix("Z")
+    return f"{first} → {last[11:] if last[:10] == first[:10] else last}"
+
+
 def _render(report: BacktestReport, console: Console) -> None:
     if report.period_start is None or report.period_end is None:
         console.print(
@@ -186,22 +198,21 @@ def _render(report: BacktestReport, console: Console) -> None:
             f"Recorded period {iso_utc(report.period_start)} to {iso_utc(report.period_end)}, "
             f"scraped every {format_duration(report.scrape_interval)}; rules {report.rules_path}"
         )
-    table = Table(title="Alerts that would have fired")
-    for column in ("alert", "labels", "pending since", "fired", "resolved", "halts", "cap hits"):
-        table.add_column(column, justify="right" if column in ("halts", "cap hits") else "left")
+    table = Table(title="Alerts that would have fired (times in UTC)")
+    table.add_column("alert", no_wrap=True)
+    table.add_column("severity", no_wrap=True)
+    table.add_column("labels", overflow="fold", min_width=12)
+    table.add_column("firing", no_wrap=True)
+    for column in ("halts", "cap hits"):
+        table.add_column(column, justify="right")
     for outcome in report.fired:
         for interval in outcome.intervals:
-            labels = ", ".join(
-                f"{k}={v}"
-                for k, v in sorted(interval.labels.items())
-                if k not in ("alertname", "job", "instance")
-            )
+            labels = " ".join(f"{k}={v}" for k, v in sorted(interval.labels.items()) if k not in _SHOWN_APART)
             cells = (
                 interval.alert,
+                interval.labels.get("severity", ""),
                 labels,
-                iso_utc(interval.pending_since),
-                iso_utc(interval.start),
-                iso_utc(interval.end) if interval.resolved else "still firing at the end",
+                _span(interval.start, interval.end if interval.resolved else None),
                 str(interval.halts_total),
                 str(interval.cap_hits_total),
             )
