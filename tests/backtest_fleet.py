@@ -57,7 +57,9 @@ class SessionWriter:
     def prompt(self, moment: datetime, text: str = "please look into it") -> None:
         self._line("user", moment, {"role": "user", "content": text})
 
-    def call(self, moment: datetime, tool: str, args: dict[str, Any], result: str, *, error: bool = False) -> None:
+    def call(
+        self, moment: datetime, tool: str, args: dict[str, Any], result: str, *, error: bool = False
+    ) -> None:
         call_id = f"toolu_{self.session_id[:8]}_{self._serial:05d}"
         use = {"type": "tool_use", "id": call_id, "name": tool, "input": args}
         self._line(
@@ -76,7 +78,9 @@ class SessionWriter:
         return path
 
 
-def healthy_session(session_id: str, start: datetime, rng: random.Random, *, timestamps: bool = True) -> SessionWriter:
+def healthy_session(
+    session_id: str, start: datetime, rng: random.Random, *, timestamps: bool = True
+) -> SessionWriter:
     """One to three turns of a few varied calls each: reads, searches and edits with distinct
     arguments, the odd failing command; nothing any detector or cap stops."""
     writer = SessionWriter(session_id, timestamps)
@@ -99,7 +103,9 @@ def runaway_session(session_id: str, start: datetime, tool: str, *, spacing: flo
     writer.prompt(start, "find everything about it")
     for index in range(RUNAWAY_CALLS):
         moment = start + timedelta(seconds=1 + index * spacing)
-        args = {"query": f"{session_id} angle {index}"} if tool == "WebSearch" else {"prompt": f"part {index}"}
+        args = (
+            {"query": f"{session_id} angle {index}"} if tool == "WebSearch" else {"prompt": f"part {index}"}
+        )
         writer.call(moment, tool, args, f"{tool} answer {session_id} {index}")
     return writer
 

@@ -34,7 +34,17 @@ CORE = {
 }
 """The guard itself: what every host loads."""
 
-OUTER = ("telemetry", "cli", "replay", "backtest", "bench", "integrations", "demo", "metrics_server", "exporter")
+OUTER = (
+    "telemetry",
+    "cli",
+    "replay",
+    "backtest",
+    "bench",
+    "integrations",
+    "demo",
+    "metrics_server",
+    "exporter",
+)
 """Packages and modules built on the core; the core imports none of them."""
 
 MAX_DEPTH = 5

@@ -56,6 +56,7 @@ def test_a_missing_binary_is_named_with_the_debian_package(
         (["T", "--config", "BADCONFIG"], "invalid config"),
         (["T", "--rules", "NOALERTS"], "hold no alerting rule"),
         (["T", "--rules", "NOTYAML"], "are not valid YAML"),
+        (["T", "--since", "2025-03-04", "--until", "2025-03-03"], "--since must be before --until"),
     ],
 )
 def test_usage_errors(
@@ -68,7 +69,9 @@ def test_usage_errors(
     bad_config = tmp_path / "bad.yaml"
     bad_config.write_text("caps: {turn: {web_search: -1}}\n")
     no_alerts = tmp_path / "rules.yaml"
-    no_alerts.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [{"record": "a:b", "expr": "up"}]}]}))
+    no_alerts.write_text(
+        yaml.safe_dump({"groups": [{"name": "g", "rules": [{"record": "a:b", "expr": "up"}]}]})
+    )
     not_yaml = tmp_path / "notyaml.yaml"
     not_yaml.write_text("groups: [\n")
     names = {
@@ -85,7 +88,9 @@ def test_usage_errors(
 
 
 @pytest.mark.parametrize("option", ["--scrape-interval", "--evaluation-interval"])
-def test_a_bad_interval_is_a_usage_error(transcript: Path, capsys: pytest.CaptureFixture[str], option: str) -> None:
+def test_a_bad_interval_is_a_usage_error(
+    transcript: Path, capsys: pytest.CaptureFixture[str], option: str
+) -> None:
     with pytest.raises(SystemExit) as exit_info:
         main(["backtest", str(transcript), option, "0s"])
     assert exit_info.value.code == 2

@@ -35,7 +35,9 @@ LOOP_MINUTES = 20
 SLACK = timedelta(minutes=7)
 """How long an alert may outlast its loop: the rules' 5-minute rate windows, plus an evaluation
 interval for the rule and one for the alert."""
-SHIPPED_RULES = Path(__file__).resolve().parent.parent / "otelguard" / "data" / "prometheus" / "otelguard-rules.yaml"
+SHIPPED_RULES = (
+    Path(__file__).resolve().parent.parent / "otelguard" / "data" / "prometheus" / "otelguard-rules.yaml"
+)
 
 
 @pytest.fixture(autouse=True)
@@ -63,9 +65,10 @@ def intervals(document: dict[str, Any], alert: str) -> list[dict[str, Any]]:
 
 
 def inside(interval: dict[str, Any], start: datetime) -> bool:
-    return start <= when(interval["pending_since"]) and when(interval["end"]) <= start + timedelta(
-        minutes=LOOP_MINUTES
-    ) + SLACK
+    return (
+        start <= when(interval["pending_since"])
+        and when(interval["end"]) <= start + timedelta(minutes=LOOP_MINUTES) + SLACK
+    )
 
 
 @pytest.fixture(scope="module")
@@ -77,7 +80,9 @@ def runaway_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
     write_fleet(
         directory,
         chain(
-            healthy_sessions("ok", DAY + timedelta(hours=9, minutes=30), DAY + timedelta(hours=13), timedelta(minutes=3)),
+            healthy_sessions(
+                "ok", DAY + timedelta(hours=9, minutes=30), DAY + timedelta(hours=13), timedelta(minutes=3)
+            ),
             runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"),
             runaway_minutes("delegate", DELEGATION_START, LOOP_MINUTES, "Task"),
         ),
@@ -92,13 +97,17 @@ def runaway_fleet(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 @pytest.fixture(scope="module")
-def runaway(runaway_fleet: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[int, dict[str, Any], str, str]:
+def runaway(
+    runaway_fleet: Path, tmp_path_factory: pytest.TempPathFactory
+) -> tuple[int, dict[str, Any], str, str]:
     html = tmp_path_factory.mktemp("html") / "report.html"
     code, document, err = backtest(str(runaway_fleet), "--html", str(html))
     return code, document, err, html.read_text(encoding="utf-8")
 
 
-def test_runaway_search_fires_inside_its_window_and_nowhere_else(runaway: tuple[int, dict[str, Any], str, str]) -> None:
+def test_runaway_search_fires_inside_its_window_and_nowhere_else(
+    runaway: tuple[int, dict[str, Any], str, str],
+) -> None:
     code, document, _, _ = runaway
     assert code == 1
     [interval] = intervals(document, "OtelguardRunawaySearchLoop")
@@ -109,7 +118,9 @@ def test_runaway_search_fires_inside_its_window_and_nowhere_else(runaway: tuple[
     assert interval["cap_hits_total"] > 0
     assert {hit["cap"] for hit in interval["cap_hits"]} == {"web_search"}
     assert all(hit["session_id"].startswith("search-") for hit in interval["cap_hits"])
-    assert all(when(interval["start"]) <= when(hit["time"]) <= when(interval["end"]) for hit in interval["cap_hits"])
+    assert all(
+        when(interval["start"]) <= when(hit["time"]) <= when(interval["end"]) for hit in interval["cap_hits"]
+    )
     assert {h["code"] for h in interval["halts"]} == {"cap_turn"}
 
 
@@ -138,7 +149,10 @@ def test_nothing_fires_outside_the_runaway_windows(runaway: tuple[int, dict[str,
     _, document, _, _ = runaway
     for alert in document["alerts"]:
         for interval in alert["intervals"]:
-            assert inside(interval, SEARCH_START) or inside(interval, DELEGATION_START), (alert["alert"], interval)
+            assert inside(interval, SEARCH_START) or inside(interval, DELEGATION_START), (
+                alert["alert"],
+                interval,
+            )
     assert "OtelguardInternalErrors" in document["quiet"]
     assert set(document["fired"]) | set(document["quiet"]) == {a["alert"] for a in document["alerts"]}
 
@@ -193,7 +207,9 @@ def test_a_tuned_rule_file_is_backtested_instead(tmp_path: Path) -> None:
     assert code == (1 if result["fired"] else 0)
 
 
-def test_a_rule_file_prometheus_cannot_load_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_a_rule_file_prometheus_cannot_load_is_a_usage_error(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     (tmp_path / "t.jsonl").write_text("", encoding="utf-8")
     rules = tmp_path / "bad.yaml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "rate("}]}]}))
@@ -222,10 +238,20 @@ def test_promtool_accepts_the_openmetrics_file_and_keeps_every_sample(tmp_path: 
     for index, tool in enumerate(('quote"d', "back\\slash", "new\nline", "ünï\u2028code")):
         hostile.call(DAY + timedelta(seconds=index), tool, {"i": index}, "ok")
     out = tmp_path / "samples.om"
-    assert main(["replay", str(first), str(second), str(hostile.write(tmp_path)), "--openmetrics", str(out)]) == 0
+    assert (
+        main(["replay", str(first), str(second), str(hostile.write(tmp_path)), "--openmetrics", str(out)])
+        == 0
+    )
     series, _ = parse_openmetrics(out.read_text(encoding="utf-8"))
     done = subprocess.run(
-        [require_binary("promtool"), "tsdb", "create-blocks-from", "openmetrics", str(out), str(tmp_path / "blocks")],
+        [
+            require_binary("promtool"),
+            "tsdb",
+            "create-blocks-from",
+            "openmetrics",
+            str(out),
+            str(tmp_path / "blocks"),
+        ],
         capture_output=True,
         text=True,
         check=False,
@@ -293,7 +319,9 @@ def children(pid: int) -> list[tuple[int, str]]:
 
 
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_ctrl_c_stops_prometheus_and_removes_the_temporary_directory(tmp_path: Path, sig: signal.Signals) -> None:
+def test_ctrl_c_stops_prometheus_and_removes_the_temporary_directory(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
     """A real subprocess, signalled while its prometheus runs: exit 130, server gone, directory gone."""
     fleet = tmp_path / "fleet"
     write_fleet(fleet, runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"))
@@ -315,14 +343,19 @@ def test_ctrl_c_stops_prometheus_and_removes_the_temporary_directory(tmp_path: P
     deadline = time.monotonic() + 10
     while Path(f"/proc/{server[0]}").exists() and time.monotonic() < deadline:
         time.sleep(0.05)
-    assert not Path(f"/proc/{server[0]}").exists() or "Z" in Path(f"/proc/{server[0]}/stat").read_text().split()[2]
+    assert (
+        not Path(f"/proc/{server[0]}").exists()
+        or "Z" in Path(f"/proc/{server[0]}/stat").read_text().split()[2]
+    )
 
 
 def test_no_argument_values_or_results_in_the_json_or_the_page(tmp_path: Path) -> None:
     writer = SessionWriter("hhhh-canary")
     writer.prompt(DAY, ARG_CANARY)
     for index in range(60):
-        writer.call(DAY + timedelta(seconds=index), "WebSearch", {"query": f"{ARG_CANARY} {index}"}, RESULT_CANARY)
+        writer.call(
+            DAY + timedelta(seconds=index), "WebSearch", {"query": f"{ARG_CANARY} {index}"}, RESULT_CANARY
+        )
     page = tmp_path / "page.html"
     out, err = io.StringIO(), io.StringIO()
     with contextlib.redirect_stdout(out), contextlib.redirect_stderr(err):
@@ -341,3 +374,14 @@ def test_the_tables_show_names_from_input_as_written(tmp_path: Path) -> None:
     text = out.getvalue()
     assert "Alerts that would have fired" in text and "OtelguardRunawaySearchLoop" in text
     assert "[bold]x[/]" in "".join(text.split())
+
+
+def test_since_leaves_out_what_came_before(tmp_path: Path) -> None:
+    """The same runaway, backtested from its twelfth minute on: too short for the 10-minute `for:`."""
+    write_fleet(tmp_path, runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"))
+    since = (SEARCH_START + timedelta(minutes=12)).isoformat()
+    code, document, _ = backtest(str(tmp_path), "--since", since)
+    assert code == 0
+    assert "OtelguardRunawaySearchLoop" in document["quiet"]
+    assert when(document["period"]["start"]) >= SEARCH_START + timedelta(minutes=12)
+    assert document["events_outside_since_until"] > 0

@@ -13,7 +13,9 @@ from otelguard.backtest.run import block_window_ends, evaluation_times
 from otelguard.errors import UsageError
 from otelguard.replay.openmetrics import ScrapeGrid
 
-SHIPPED = Path(__file__).resolve().parent.parent / "otelguard" / "data" / "prometheus" / "otelguard-rules.yaml"
+SHIPPED = (
+    Path(__file__).resolve().parent.parent / "otelguard" / "data" / "prometheus" / "otelguard-rules.yaml"
+)
 
 
 def write_rules(path: Path, groups: list[dict[str, object]]) -> Path:
@@ -25,7 +27,9 @@ def test_the_shipped_recording_rules_fall_into_three_levels() -> None:
     """Rules reading only exported series come first; the halt ratio, built on two recorded rules
     of which one is itself built on another, comes last."""
     rules = load_rules(SHIPPED)
-    levels = [[rule["record"] for group in doc["groups"] for rule in group["rules"]] for doc in rules.levels()]
+    levels = [
+        [rule["record"] for group in doc["groups"] for rule in group["rules"]] for doc in rules.levels()
+    ]
     assert levels[0] == [
         "otelguard:tool_calls:rate5m",
         "otelguard:loop_decisions:rate5m",
@@ -107,11 +111,16 @@ def test_a_rule_reading_itself_is_not_a_cycle_but_two_reading_each_other_are(tmp
         ("groups: [{rules: []}]", r"groups\[0\] needs a string 'name'"),
         ("groups: [{name: g, rules: [{expr: up}]}]", "needs a 'record' or an 'alert'"),
         ("groups: [{name: g, rules: [{alert: A}]}]", "needs an 'expr'"),
-        ("groups: [{name: g, rules: [{alert: A, expr: up, for: soon}]}]", r"rules\[0\].for: 'soon' is not a duration"),
+        (
+            "groups: [{name: g, rules: [{alert: A, expr: up, for: soon}]}]",
+            r"rules\[0\].for: 'soon' is not a duration",
+        ),
         ("groups: [{name: g, interval: -1m, rules: []}]", "interval"),
     ],
 )
-def test_a_bad_rule_file_is_a_usage_error_naming_the_place(tmp_path: Path, document: str, message: str) -> None:
+def test_a_bad_rule_file_is_a_usage_error_naming_the_place(
+    tmp_path: Path, document: str, message: str
+) -> None:
     path = tmp_path / "bad.yaml"
     path.write_text(document, encoding="utf-8")
     with pytest.raises(UsageError, match=message):
@@ -157,10 +166,17 @@ def at(*indexes: int) -> list[tuple[float, float]]:
 
 
 def test_an_alert_fires_after_for_and_resolves_at_the_first_evaluation_without_it() -> None:
-    fired = firing_intervals(alert(), [({"__name__": "x", "cap": "web_search"}, at(*range(2, 20)))], evaluations(30), 9e9)
+    fired = firing_intervals(
+        alert(), [({"__name__": "x", "cap": "web_search"}, at(*range(2, 20)))], evaluations(30), 9e9
+    )
     assert len(fired) == 1
     interval = fired[0]
-    assert (interval.pending_since, interval.start, interval.end, interval.resolved) == (1120, 1720, 2200, True)
+    assert (interval.pending_since, interval.start, interval.end, interval.resolved) == (
+        1120,
+        1720,
+        2200,
+        True,
+    )
     assert interval.labels == {"cap": "web_search", "severity": "critical", "alertname": "A"}
 
 

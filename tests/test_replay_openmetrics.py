@@ -3,6 +3,7 @@ with the transcripts' timestamps (promtool's acceptance is in test_backtest_e2e.
 
 from __future__ import annotations
 
+import itertools
 import json
 import math
 import re
@@ -25,7 +26,7 @@ from otelguard.replay.openmetrics import (
     touched_families,
 )
 from otelguard.replay.timed import TimeSortedSpill
-from otelguard.replay.times import parse_duration, parse_time
+from otelguard.replay.times import parse_duration, parse_moment, parse_time
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.metrics import families_for
 from tests.backtest_fleet import DAY, SessionWriter, healthy_session, runaway_session
@@ -35,7 +36,9 @@ _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+) (\S+)$")
 _LABEL = re.compile(r'([a-zA-Z_][a-zA-Z0-9_]*)="((?:[^"\\]|\\.)*)"')
 
 
-def parse_openmetrics(text: str) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]], list[str]]:
+def parse_openmetrics(
+    text: str,
+) -> tuple[dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]], list[str]]:
     """Samples by series, in file order, and the order of the ``# TYPE`` lines."""
     series: dict[tuple[str, tuple[tuple[str, str], ...]], list[tuple[float, float]]] = defaultdict(list)
     types: list[str] = []
@@ -66,7 +69,9 @@ def tool_calls(series: dict[Any, list[tuple[float, float]]], tool: str) -> list[
     [points] = [
         points
         for (name, labels), points in series.items()
-        if name == "otelguard_tool_calls_total" and dict(labels)["tool"] == tool and dict(labels)["outcome"] == "ok"
+        if name == "otelguard_tool_calls_total"
+        and dict(labels)["tool"] == tool
+        and dict(labels)["outcome"] == "ok"
     ]
     return points
 
@@ -90,7 +95,7 @@ def test_sessions_of_two_files_interleaved_in_time_merge_into_one_cumulative_cou
     points = tool_calls(series, "Read")
     stamps = [t for t, _ in points]
     assert stamps == sorted(set(stamps))
-    assert all(b - a == 15 for a, b in zip(stamps, stamps[1:], strict=False))
+    assert all(b - a == 15 for a, b in itertools.pairwise(stamps))
     for stamp, value in points:
         assert value == sum(1 for t in times if t <= stamp)
     assert points[-1][1] == 30
@@ -120,17 +125,22 @@ def test_every_series_in_order_from_its_first_increment_to_five_minutes_after_th
     assert len(cap_hits) == 1
     first_cap = cap_hits[0][0]
     hit = (DAY + timedelta(minutes=2, seconds=1 + 50 * 0.9)).timestamp()
-    assert first_cap == (math.ceil(hit / 15) * 15, 1.0), "the series starts at the first scrape after its first hit"
+    assert first_cap == (math.ceil(hit / 15) * 15, 1.0), (
+        "the series starts at the first scrape after its first hit"
+    )
 
 
 def test_scrape_interval_job_and_instance(tmp_path: Path) -> None:
     first, second, _ = interleaved(tmp_path)
     text = replay_openmetrics(
-        tmp_path, first, second, extra=("--scrape-interval", "1m", "--job", 'my "job"', "--instance", "lap\\top")
+        tmp_path,
+        first,
+        second,
+        extra=("--scrape-interval", "1m", "--job", 'my "job"', "--instance", "lap\\top"),
     )
     series, _ = parse_openmetrics(text)
     points = tool_calls(series, "Read")
-    assert all(b - a == 60 for (a, _), (b, _) in zip(points, points[1:], strict=False))
+    assert all(b - a == 60 for (a, _), (b, _) in itertools.pairwise(points))
     labels = dict(next(iter(series))[1])
     assert labels["job"] == 'my \\"job\\"' and labels["instance"] == "lap\\\\top"
 
@@ -227,7 +237,11 @@ def test_label_values_are_escaped() -> None:
     assert escape_label_value('a"b\\c\nd') == 'a\\"b\\\\c\\nd'
 
 
-@given(st.one_of(st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=80), st.lists(st.integers())))
+@given(
+    st.one_of(
+        st.none(), st.booleans(), st.integers(), st.floats(), st.text(max_size=80), st.lists(st.integers())
+    )
+)
 def test_parse_time_never_raises(value: Any) -> None:
     parsed = parse_time(value)
     assert parsed is None or math.isfinite(parsed)
@@ -283,5 +297,51 @@ def test_the_families_a_scrape_collects_cover_every_family_of_the_registry() -> 
     registry = CollectorRegistry()
     Telemetry(registry=registry)
     mapped = touched_families(families_for(registry))
-    names = {metric.name for group in mapped.values() for collector in group for metric in collector.collect()}
+    names = {
+        metric.name for group in mapped.values() for collector in group for metric in collector.collect()
+    }
     assert names == {metric.name for metric in registry.collect()}
+
+
+def test_since_and_until_leave_out_the_events_outside_the_window(tmp_path: Path) -> None:
+    first, second, times = interleaved(tmp_path)
+    since, until = times[10], times[19]
+    text = replay_openmetrics(
+        tmp_path,
+        first,
+        second,
+        extra=("--since", "2025-03-03T00:01:41Z", "--until", "2025-03-03T00:03:11Z"),
+    )
+    assert (since, until) == (
+        (DAY + timedelta(seconds=101)).timestamp(),
+        (DAY + timedelta(seconds=191)).timestamp(),
+    )
+    points = tool_calls(parse_openmetrics(text)[0], "Read")
+    assert points[0][0] == math.ceil(since / 15) * 15
+    assert points[-1] == (math.floor((until + AFTER_LAST_EVENT) / 15) * 15, 10.0)
+
+
+@pytest.mark.parametrize(
+    ("arguments", "message"),
+    [
+        (["--since", "7d"], "need --openmetrics"),
+        (
+            ["--openmetrics", "OUT", "--since", "2025-03-04", "--until", "2025-03-03"],
+            "--since must be before --until",
+        ),
+    ],
+)
+def test_since_and_until_usage(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], arguments: list[str], message: str
+) -> None:
+    first, _, _ = interleaved(tmp_path)
+    arguments = [str(tmp_path / "out.om") if a == "OUT" else a for a in arguments]
+    assert main(["replay", str(first), *arguments]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_a_moment_is_a_time_or_a_duration_before_now(capsys: pytest.CaptureFixture[str]) -> None:
+    assert parse_moment("7d", 1_000_000.0) == 1_000_000.0 - 7 * 86400
+    assert parse_moment("2025-03-03", 0.0) == DAY.timestamp()
+    with pytest.raises(ValueError, match="neither a time"):
+        parse_moment("last tuesday", 0.0)

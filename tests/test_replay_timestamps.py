@@ -81,8 +81,12 @@ def test_real_openhands_calls_take_their_observations_time_and_finish_its_own() 
     by_cause = {e["cause"]: parse_time(e["timestamp"]) for e in events if "cause" in e}
     actions = [e for e in events if "tool_call_metadata" in e and "action" in e]
     sink = read(REAL / "openhands" / "wrong_initial_state.json")
-    assert [c.time for c in sink.calls] == [by_cause.get(a["id"], parse_time(a["timestamp"])) for a in actions]
-    assert sink.calls[-1].tool_name == "finish" and sink.calls[-1].time == parse_time(actions[-1]["timestamp"])
+    assert [c.time for c in sink.calls] == [
+        by_cause.get(a["id"], parse_time(a["timestamp"])) for a in actions
+    ]
+    assert sink.calls[-1].tool_name == "finish" and sink.calls[-1].time == parse_time(
+        actions[-1]["timestamp"]
+    )
     assert sink.turns == [parse_time(events[0]["timestamp"])]
 
 
@@ -167,5 +171,3 @@ def test_replay_with_no_session_detail_still_counts_every_session(
     assert main(["replay", str(tmp_path), "--json", "--detail-sessions", "0"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["sessions"] == [] and document["totals"]["sessions"] == 2
-
-

@@ -55,6 +55,7 @@ class BacktestReport:
     untimed_sessions: list[SessionKey] = field(default_factory=list)
     untimed_sessions_total: int = 0
     untimed_events: int = 0
+    outside_events: int = 0
     series: int = 0
     samples: int = 0
     blocks: int = 0
@@ -84,6 +85,7 @@ class BacktestReport:
             ],
             "sessions_without_timestamps_total": self.untimed_sessions_total,
             "events_without_timestamps": self.untimed_events,
+            "events_outside_since_until": self.outside_events,
             "samples": {"series": self.series, "samples": self.samples, "blocks": self.blocks},
             "replay": {
                 "inputs": [

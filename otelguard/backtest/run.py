@@ -56,6 +56,8 @@ class BacktestOptions:
     instance: str
     agent: str = "replay"
     max_line_bytes: int | None = None
+    since: float | None = None
+    until: float | None = None
 
 
 def run_backtest(
@@ -71,7 +73,15 @@ def run_backtest(
     spill_dir.mkdir()
     # without the HTML report no session's detail is shown: keep none (the totals count them all)
     detail = {} if timelines is not None else {"max_detailed_sessions": 0}
-    timed = TimedRun(options.config, spill_dir, agent=options.agent, timelines=timelines, **detail)
+    timed = TimedRun(
+        options.config,
+        spill_dir,
+        options.since,
+        options.until,
+        agent=options.agent,
+        timelines=timelines,
+        **detail,
+    )
     extra = {} if options.max_line_bytes is None else {"max_line_bytes": options.max_line_bytes}
     replay_inputs(options.files, options.fmt, timed.sink, None, stop, **extra)
     report = BacktestReport(
@@ -82,6 +92,7 @@ def run_backtest(
         untimed_sessions=list(timed.sink.untimed_sessions),
         untimed_sessions_total=timed.sink.untimed_sessions_total,
         untimed_events=timed.events.untimed_events,
+        outside_events=timed.events.outside_events,
     )
     spill = timed.spill
     if timed.events.failure is not None:

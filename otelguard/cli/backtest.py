@@ -115,6 +115,8 @@ def _prepare(args: argparse.Namespace) -> tuple[BacktestOptions, Binaries]:
         raise UsageError("stdin (-) cannot be backtested; give transcript files or directories")
     if args.html is not None and (problem := output_file_problem("--html", args.html)) is not None:
         raise UsageError(problem)
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        raise UsageError("--since must be before --until")
     config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
     files = expand_paths(args.paths)
     rules = load_rules(
@@ -132,6 +134,8 @@ def _prepare(args: argparse.Namespace) -> tuple[BacktestOptions, Binaries]:
         args.job or DEFAULT_JOB,
         args.instance or DEFAULT_INSTANCE,
         agent=args.agent,
+        since=args.since,
+        until=args.until,
     )
     return options, binaries
 

@@ -15,6 +15,7 @@ import signal
 import sys
 import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -40,7 +41,7 @@ from otelguard.replay.lines import MAX_LINE_BYTES
 from otelguard.replay.report import MAX_DETAILED_SESSIONS
 from otelguard.replay.timed import TimedRun
 from otelguard.replay.timeline import Timelines
-from otelguard.replay.times import parse_duration
+from otelguard.replay.times import parse_duration, parse_moment
 
 DEFAULT_JOB = "otelguard_replay"
 DEFAULT_INSTANCE = "replay"
@@ -119,6 +120,23 @@ def add_series_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="NAME",
         help=f"the instance label for --openmetrics (default: {DEFAULT_INSTANCE})",
     )
+    now = time.time()
+    for option, which in (("--since", "before"), ("--until", "after")):
+        parser.add_argument(
+            option,
+            type=lambda text: moment_argument(text, now),
+            metavar="WHEN",
+            help=f"leave out the metrics of events {which} WHEN: a time (2025-09-01, 2025-09-01T10:00:00Z; "
+            "UTC unless it says otherwise) or a duration before now (7d)",
+        )
+
+
+def moment_argument(text: str, now: float) -> float:
+    """An argparse type: a time, or a duration before ``now``."""
+    try:
+        return parse_moment(text, now)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def duration_argument(text: str) -> float:
@@ -166,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
                 report = runner.finish()
                 exported = True
             else:
-                timed = TimedRun(config, workdir, **options)
+                timed = TimedRun(config, workdir, args.since, args.until, **options)
                 _replay(args, files, timed.sink, stop)
                 report = timed.finish()
                 exported = _write_openmetrics(args, timed, config)
@@ -189,8 +207,12 @@ def run(args: argparse.Namespace) -> int:
 def _usage_problem(args: argparse.Namespace) -> str | None:
     if args.job is not None and args.pushgateway is None and args.openmetrics is None:
         return "--job needs --pushgateway URL or --openmetrics FILE"
-    if args.openmetrics is None and (args.instance is not None or args.scrape_interval is not None):
-        return "--instance and --scrape-interval need --openmetrics FILE"
+    if args.openmetrics is None and any(
+        value is not None for value in (args.instance, args.scrape_interval, args.since, args.until)
+    ):
+        return "--instance, --scrape-interval, --since and --until need --openmetrics FILE"
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        return "--since must be before --until"
     if args.openmetrics is not None:
         problem = _openmetrics_problem(args)
         if problem is not None:

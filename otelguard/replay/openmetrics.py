@@ -135,7 +135,9 @@ class MetricsHistory:
     def scrape(self, k: int, collectors: Iterable[Collector] | None = None) -> None:
         """Collect the registry (or only ``collectors``, the families that can have changed) as
         scrape ``k`` and note what changed since the last scrape."""
-        metrics = self._registry.collect() if collectors is None else (m for c in collectors for m in c.collect())
+        metrics = (
+            self._registry.collect() if collectors is None else (m for c in collectors for m in c.collect())
+        )
         for metric in metrics:
             family = self._families.get(metric.name)
             if family is None:

@@ -156,9 +156,15 @@ class TimedEvents(GuardObserver):
 
     wants_call_start = False
 
-    def __init__(self, clock: Clock, spill: TimeSortedSpill) -> None:
+    def __init__(
+        self, clock: Clock, spill: TimeSortedSpill, since: float | None = None, until: float | None = None
+    ) -> None:
         self.clock = clock
         self.spill = spill
+        self.since = since
+        self.until = until
+        self.outside_events = 0
+        """Events left out because they happened before ``since`` or after ``until``."""
         self.settings = TelemetrySettings()
         self.untimed_events = 0
         """Events left out because their session had shown no time yet."""
@@ -207,6 +213,9 @@ class TimedEvents(GuardObserver):
         """Spill one event. The guard isolates an observer's errors (it logs them and goes on), but a
         lost event would silently falsify the metrics: the first failure is kept for ``failure``."""
         if self.failure is not None:
+            return
+        if (self.since is not None and now < self.since) or (self.until is not None and now > self.until):
+            self.outside_events += 1
             return
         try:
             self.spill.add(now, item)
@@ -286,12 +295,21 @@ class TimedRun:
     """A replay that keeps times: the runner, the sink to feed, and the spill the events go to.
 
     ``directory`` holds the spill's run files (a private temporary directory the caller removes).
+    Events before ``since`` or after ``until`` are left out (the guard still sees every call, so
+    its state at ``since`` is what it would have been).
     """
 
-    def __init__(self, config: GuardConfig, directory: str | Path, **runner_options: Any) -> None:
+    def __init__(
+        self,
+        config: GuardConfig,
+        directory: str | Path,
+        since: float | None = None,
+        until: float | None = None,
+        **runner_options: Any,
+    ) -> None:
         self.clock = Clock()
         self.spill = TimeSortedSpill(directory)
-        self.events = TimedEvents(self.clock, self.spill)
+        self.events = TimedEvents(self.clock, self.spill, since, until)
         self.runner = ReplayRunner(config, self.events, **runner_options)
         self.sink = TimedReplay(self.runner, self.clock)
 

@@ -13,7 +13,7 @@ import re
 from datetime import datetime, timezone
 from typing import Any, Final
 
-__all__ = ["format_duration", "iso_utc", "parse_duration", "parse_time", "unix_text"]
+__all__ = ["format_duration", "iso_utc", "parse_duration", "parse_moment", "parse_time", "unix_text"]
 
 _MILLISECONDS_FROM: Final = 1e11
 """A number this large is milliseconds: as seconds it would be past the year 5000."""
@@ -59,6 +59,20 @@ def parse_duration(text: str) -> float:
     if seconds <= 0:
         raise ValueError(f"{text!r} is not a positive duration")
     return float(round(seconds, 3))
+
+
+def parse_moment(text: str, now: float) -> float:
+    """A moment on the command line: an ISO 8601 date or time (UTC unless it says otherwise), or a
+    duration (``7d``, ``36h``) meaning that long before ``now``; ``ValueError`` when it is neither."""
+    moment = parse_time(text.strip())
+    if moment is not None:
+        return moment
+    try:
+        return now - parse_duration(text)
+    except ValueError:
+        raise ValueError(
+            f"{text!r} is neither a time like 2025-09-01T10:00:00Z nor a duration like 7d"
+        ) from None
 
 
 def format_duration(seconds: float) -> str:
