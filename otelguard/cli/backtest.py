@@ -35,12 +35,13 @@ from otelguard.cli.replay import (
     DEFAULT_INSTANCE,
     DEFAULT_JOB,
     DEFAULT_SCRAPE_INTERVAL,
+    add_input_arguments,
     add_series_arguments,
     duration_argument,
     output_file_problem,
 )
 from otelguard.errors import UsageError
-from otelguard.replay import AUTO, FORMATS, STDIN, expand_paths
+from otelguard.replay import STDIN, expand_paths
 from otelguard.replay.timeline import Timelines
 from otelguard.replay.times import format_duration, iso_utc, parse_duration
 
@@ -50,16 +51,9 @@ _SHOWN_APART = frozenset({"alertname", "job", "instance", "severity"})
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="a transcript file or a directory (searched recursively for *.jsonl, *.json and *.traj)",
+    add_input_arguments(
+        parser, "a transcript file or a directory (searched recursively for *.jsonl, *.json and *.traj)"
     )
-    parser.add_argument(
-        "--format", choices=FORMATS, default=AUTO, help="transcript format (default: detect per file)"
-    )
-    parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
     parser.add_argument(
         "--rules",
         metavar="FILE",

@@ -49,16 +49,9 @@ DEFAULT_SCRAPE_INTERVAL = "15s"
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="a transcript file, a directory (searched recursively for *.jsonl and *.json), or - for stdin",
+    add_input_arguments(
+        parser, "a transcript file, a directory (searched recursively for *.jsonl and *.json), or - for stdin"
     )
-    parser.add_argument(
-        "--format", choices=FORMATS, default=AUTO, help="transcript format (default: detect per file)"
-    )
-    parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
     parser.add_argument(
         "--html",
@@ -100,6 +93,15 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         "transcripts' timestamps, as OpenMetrics to FILE (for promtool tsdb create-blocks-from openmetrics)",
     )
     add_series_arguments(parser)
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, paths_help: str) -> None:
+    """``PATH...``, ``--format`` and ``--config``: shared with ``otelguard backtest``."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=paths_help)
+    parser.add_argument(
+        "--format", choices=FORMATS, default=AUTO, help="transcript format (default: detect per file)"
+    )
+    parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
 
 
 def add_series_arguments(parser: argparse.ArgumentParser) -> None:
