@@ -171,3 +171,20 @@ def test_replay_with_no_session_detail_still_counts_every_session(
     assert main(["replay", str(tmp_path), "--json", "--detail-sessions", "0"]) == 0
     document = json.loads(capsys.readouterr().out)
     assert document["sessions"] == [] and document["totals"]["sessions"] == 2
+
+
+def test_mini_swe_agent_messages_stamped_in_extra_give_their_times(tmp_path: Path) -> None:
+    """Recent mini-swe-agent versions put ``extra.timestamp`` on model answers and observations."""
+    start = DAY.timestamp()
+    messages = [
+        {"role": "system", "content": "you are an agent"},
+        {"role": "user", "content": "fix it", "extra": {"timestamp": start}},
+        {"role": "assistant", "content": "```mswea_bash_command\nls\n```", "extra": {"timestamp": start + 5}},
+        {"role": "user", "content": "<returncode>0</returncode>\n<output>a</output>", "extra": {"timestamp": start + 6}},
+        {"role": "assistant", "content": "```mswea_bash_command\ncat a\n```", "extra": {"timestamp": start + 9}},
+    ]
+    path = tmp_path / "run.traj.json"
+    path.write_text(json.dumps({"messages": messages, "trajectory_format": "mini-swe-agent-1"}))
+    sink = read(path)
+    assert [c.time for c in sink.calls] == [start + 6, start + 9]
+    assert sink.turns == [start]

@@ -15,6 +15,7 @@ from typing import Any, Final
 
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
+from otelguard.replay.times import parse_time
 
 __all__ = ["MINI_SWE_AGENT", "MiniSweAgentReader", "is_mini_swe_agent_messages"]
 
@@ -62,20 +63,27 @@ class _Run:
             return
         role = message.get("role")
         text = _text(message.get("content"))
+        time = _time(message)
         if role == "assistant":
             self.feed.tick()
             actions = _ACTION.findall(text)
             if len(actions) == 1:
                 self._actions += 1
                 self._waiting = slot = f"action {self._actions}"
-                self.feed.add_call(ToolCall(None, TOOL_NAME, {"command": actions[0]}, line), slot)
+                self.feed.add_call(ToolCall(None, TOOL_NAME, {"command": actions[0]}, line, time=time), slot)
         elif role != "system":  # user (or the final "exit" message): the environment speaking
             if self._waiting is not None:
                 slot, self._waiting = self._waiting, None
-                self.feed.add_result(slot, text, _failed(text), line)
+                self.feed.add_result(slot, text, _failed(text), line, time=time)
             elif not self._started and role == "user":
                 self._started = True
-                self.feed.start_turn()
+                self.feed.start_turn(time)
+
+
+def _time(message: dict[str, Any]) -> float | None:
+    """Recent versions stamp model answers and observations with ``extra.timestamp`` (epoch seconds)."""
+    extra = message.get("extra")
+    return parse_time(extra.get("timestamp")) if isinstance(extra, dict) else None
 
 
 def _failed(text: str) -> bool | None:
