@@ -61,6 +61,7 @@ class ToolCatalog:
 
     def __init__(self, config: GuardConfig) -> None:
         tools = config.tools
+        self._shell = NamePatterns(tools.shell)
         self._write = NamePatterns(tools.write)
         self._poll = NamePatterns(tools.poll)
         self._read = NamePatterns(tools.read)
@@ -98,7 +99,9 @@ class ToolCatalog:
 
     def _compute(self, name: str) -> ToolFacts:
         tool_class: ToolClass
-        if self._write.matches(name):
+        if self._shell.matches(name):
+            tool_class = "shell"
+        elif self._write.matches(name):
             tool_class = "write"
         elif self._poll.matches(name):
             tool_class = "poll"
@@ -108,7 +111,8 @@ class ToolCatalog:
             tool_class = "unknown"
         return ToolFacts(
             tool_class=tool_class,
-            failure_tolerant=self._tolerant.matches(name),
+            # a non-zero exit is often a shell's answer (grep finding nothing, a test still failing)
+            failure_tolerant=tool_class == "shell" or self._tolerant.matches(name),
             caps_turn=tuple((k, v) for k, v in self._turn_limits if self._cap_matchers[k].matches(name)),
             caps_session=tuple(
                 (k, v) for k, v in self._session_limits if self._cap_matchers[k].matches(name)

@@ -66,12 +66,27 @@ DEFAULT_READ_TOOLS: Final = (
     "Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "NotebookRead",
 )  # fmt: skip
 DEFAULT_WRITE_TOOLS: Final = (
-    "terminal", "execute_code", "write_file", "patch", "edit_file", "delete_file", "move_file",
+    "write_file", "patch", "edit_file", "delete_file", "move_file",
     "create_directory", "browser_click", "browser_type", "browser_navigate", "browser_press",
     "browser_scroll", "delegate_task", "spawn_agent", "send_message", "memory", "cronjob",
     "git_*", "mcp_*_write_*", "mcp_*_create_*", "mcp_*_update_*", "mcp_*_delete_*",
     # Claude Code
-    "Bash", "Edit", "MultiEdit", "Write", "NotebookEdit", "Task", "Agent",
+    "Edit", "MultiEdit", "Write", "NotebookEdit", "Task", "Agent",
+    # the file editors of the coding agents: OpenHands and SWE-agent, Anthropic's text editor tool,
+    # Codex, Gemini CLI, SWE-agent's own commands
+    "str_replace_editor", "str_replace_based_edit_tool", "text_editor", "apply_patch", "replace",
+    "edit", "create", "insert",
+)  # fmt: skip
+# A shell can read, edit or run the tests: write-like for the resets, failure-tolerant, and outside
+# write_streak (docs/detectors-same-error.md, "Shells and file editors").
+DEFAULT_SHELL_TOOLS: Final = (
+    # hermes-agent
+    "terminal", "execute_code",
+    # Claude Code
+    "Bash",
+    # SWE-agent and mini-swe-agent, OpenHands, Codex, Gemini CLI, Cline, Cursor, and others
+    "bash", "execute_bash", "shell", "local_shell", "run_shell_command", "execute_command",
+    "run_terminal_cmd", "exec_command",
 )  # fmt: skip
 DEFAULT_POLL_TOOLS: Final = ("process", "*_poll", "*_get_result", "BashOutput", "TaskOutput")
 DEFAULT_FAILURE_TOLERANT: Final = ("terminal", "execute_code", "process")
@@ -179,12 +194,17 @@ def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
     return str(value)
 
 
+_TOOL_LISTS: Final = ("read", "write", "shell", "poll", "failure_tolerant")
+
+
 @dataclass(frozen=True, kw_only=True)
 class ToolClasses:
-    """Tool names and fnmatch globs per class. ``write`` wins over ``poll``, ``poll`` over ``read``."""
+    """Tool names and fnmatch globs per class. ``shell`` wins over ``write``, ``write`` over ``poll``,
+    ``poll`` over ``read``."""
 
     read: tuple[str, ...] = DEFAULT_READ_TOOLS
     write: tuple[str, ...] = DEFAULT_WRITE_TOOLS
+    shell: tuple[str, ...] = DEFAULT_SHELL_TOOLS
     poll: tuple[str, ...] = DEFAULT_POLL_TOOLS
     failure_tolerant: tuple[str, ...] = DEFAULT_FAILURE_TOLERANT
 
@@ -193,11 +213,11 @@ class ToolClasses:
         if isinstance(value, ToolClasses):
             return value
         section = _mapping(path, value)
-        _check_keys(path, section, ("read", "write", "poll", "failure_tolerant", "replace"))
+        _check_keys(path, section, (*_TOOL_LISTS, "replace"))
         replace_all = _bool(f"{path}.replace", section.get("replace", False))
-        defaults = cls() if not replace_all else cls(read=(), write=(), poll=(), failure_tolerant=())
+        defaults = cls(**dict.fromkeys(_TOOL_LISTS, ())) if replace_all else cls()
         lists = {}
-        for name in ("read", "write", "poll", "failure_tolerant"):
+        for name in _TOOL_LISTS:
             extra = _names(f"{path}.{name}", section.get(name, ()))
             base: tuple[str, ...] = getattr(defaults, name)
             lists[name] = base + tuple(n for n in extra if n not in base)
@@ -409,6 +429,7 @@ class GuardConfig:
             "tools": {
                 "read": list(self.tools.read),
                 "write": list(self.tools.write),
+                "shell": list(self.tools.shell),
                 "poll": list(self.tools.poll),
                 "failure_tolerant": list(self.tools.failure_tolerant),
             },

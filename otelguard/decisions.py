@@ -27,7 +27,7 @@ __all__ = [
 
 Action = Literal["allow", "warn", "reject", "block", "halt"]
 ACTIONS: Final = ("allow", "warn", "reject", "block", "halt")
-ToolClass = Literal["read", "write", "poll", "unknown"]
+ToolClass = Literal["read", "write", "shell", "poll", "unknown"]
 Outcome = Literal["ok", "failed", "refused", "blocked", "rejected", "cancelled"]
 
 ALLOW: Final = "allow"

@@ -129,8 +129,9 @@ class TurnDetectors:
         self.signatures: _Lru[Signature, SignatureState] = _Lru(capacity)
         self.tool_failures: _Lru[str, int] = _Lru(capacity)
         self.refusals: _Lru[tuple[str, str], int] = _Lru(capacity)
-        # same_error: failures per error fingerprint since the turn's last successful write
-        self.errors: _Lru[int, int] = _Lru(capacity)
+        # same_error: per error fingerprint since the turn's last successful write or shell call,
+        # (failures counted, the one tool they came from; None once a second tool has given it)
+        self.errors: _Lru[int, tuple[int, str | None]] = _Lru(capacity)
         self.write_epoch = 0
         # Below these counts an ok call cannot make any detector fire.
         self._quiet_identical = min(self.warn_after["identical_call"], self.stop_after["identical_call"])
@@ -207,8 +208,7 @@ class TurnDetectors:
         else:
             tool_failures, refusals = self._count_failure(sig.tool_name, state, outcome, refusal)
             if outcome == "failed" and error is not None:
-                same_errors = self.errors.touch(error, int) + 1
-                self.errors[error] = same_errors
+                same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
         if (
@@ -254,13 +254,18 @@ class TurnDetectors:
         elif tool_class == "write":
             self.write_streak += 1
             self.read_streak = 0
+        elif tool_class == "shell":
+            # A shell may have changed something, but its calls are not a run of blind writes: a
+            # shell-only agent would be warned on every call after its 30th.
+            self.read_streak = 0
         return identical
 
     def _clear_after_success(self, tool: str, state: SignatureState, tool_class: ToolClass) -> None:
-        """exact_failure: the signature's streak ends, and any successful write is progress;
-        same_tool_failure and refusal: only a success of the same tool clears them."""
+        """exact_failure: the signature's streak ends, and any successful write or shell call is
+        progress (an edit made with ``sed -i``); same_tool_failure and refusal: only a success of the
+        same tool clears them."""
         state.exact_failures = 0
-        if tool_class == "write":
+        if tool_class == "write" or tool_class == "shell":
             self.write_epoch += 1
             if self.errors:
                 self.errors.clear()
@@ -287,6 +292,16 @@ class TurnDetectors:
             self.refusals[key] = refusals
         return tool_failures, refusals
 
+    def _count_error(self, error: int, tool: str) -> int:
+        """Count a failure with this error fingerprint. Returns the count once the error has come from
+        two different tools (the failures before the second tool included), else 0: one tool repeating
+        one error is exact_failure's and same_tool_failure's to judge."""
+        count, only_tool = self.errors.touch(error, lambda: (0, tool))
+        if only_tool != tool:
+            only_tool = None
+        self.errors[error] = (count + 1, only_tool)
+        return count + 1 if only_tool is None else 0
+
     def _verdict(
         self,
         sig: Signature,
@@ -304,7 +319,7 @@ class TurnDetectors:
             return _decision(
                 "halt", codes.SAME_TOOL_FAILURE_HALT, sig, tool_failures, stop["same_tool_failure"]
             )
-        # failure_tolerant does not exempt: the very same error again and again is a loop whatever ran
+        # failure_tolerant does not exempt: the very same error from tool after tool is a loop
         if hard and same_errors >= stop["same_error"]:
             return _decision("halt", codes.SAME_ERROR_HALT, sig, same_errors, stop["same_error"])
         if hard and identical >= stop["identical_call"]:

@@ -9,6 +9,10 @@ same loop has the same hash everywhere. ``signature_key`` in the config takes pr
 OTELGUARD_REQUIRE_E2E = "OTELGUARD_REQUIRE_E2E"
 """Test-suite switch: when ``1``, end-to-end tests whose binaries are missing fail instead of skipping."""
 
+OTELGUARD_CORPUS = "OTELGUARD_CORPUS"
+"""Test-suite and benchmark input: the folder of the regression corpus (public runs of coding agents,
+kept outside the repository). Unset: a ``shared/corpus`` folder beside the checkout or a parent of it."""
+
 PROMETHEUS_MULTIPROC_DIR = "PROMETHEUS_MULTIPROC_DIR"
 """prometheus_client's multi-process directory; when set, ``serve_metrics`` aggregates worker files."""
 

@@ -9,6 +9,7 @@ from typing import Any
 import pytest
 
 from otelguard import Guard
+from otelguard.classify import catalog_for
 from otelguard.config import GuardConfig
 from otelguard.errors import ConfigError
 from otelguard.testing import RecordingObserver
@@ -173,13 +174,15 @@ def test_tool_lists_extend_the_defaults() -> None:
             "tools": {
                 "read": ["my_reader"],
                 "write": ["my_writer"],
+                "shell": ["my_shell"],
                 "poll": ["my_poller"],
                 "failure_tolerant": ["flaky"],
             }
         }
     )
     assert {"my_reader", "read_file", "WebSearch"} <= set(config.tools.read)
-    assert {"my_writer", "terminal", "Bash"} <= set(config.tools.write)
+    assert {"my_writer", "write_file", "Edit", "str_replace_editor"} <= set(config.tools.write)
+    assert {"my_shell", "terminal", "Bash", "bash"} <= set(config.tools.shell)
     assert {"my_poller", "process"} <= set(config.tools.poll)
     assert {"flaky", "terminal"} <= set(config.tools.failure_tolerant)
 
@@ -188,7 +191,8 @@ def test_tools_replace_true_replaces_every_list() -> None:
     """tools.replace: true replaces all the default lists."""
     config = GuardConfig.from_mapping({"tools": {"replace": True, "read": ["only_reader"]}})
     assert list(config.tools.read) == ["only_reader"]
-    assert "terminal" not in config.tools.write
+    assert "write_file" not in config.tools.write
+    assert config.tools.shell == ()
     assert "process" not in config.tools.poll
     assert "terminal" not in config.tools.failure_tolerant
 
@@ -417,6 +421,8 @@ BAD_CONFIGS: list[tuple[dict[str, Any], str, str, str]] = [
     ({"loop_caps": {"max_web_searches": -1}}, "max_web_searches", "-1", ">= 0"),
     ({"warn_after": [1, 2]}, "warn_after", "[1, 2]", "mapping"),
     ({"tools": {"read": "read_file"}}, "tools.read", "read_file", "list"),
+    ({"tools": {"shell": "bash"}}, "tools.shell", "bash", "list"),
+    ({"tools": {"shell": ["bash", ""]}}, "tools.shell[1]", "''", "non-empty string"),
     ({"tool_groups": {"g": "x"}}, "tool_groups.g", "x", "list"),
     ({"spawn_tools": {"fan_out": 5}}, "spawn_tools.fan_out", "5", "null"),
     ({"volatile_result_keys": "timestamp"}, "volatile_result_keys", "timestamp", "list"),
@@ -499,7 +505,7 @@ def test_unknown_keys_inside_tools_section_list_the_allowed_keys() -> None:
     """An unknown key's message lists the allowed keys."""
     with pytest.raises(ConfigError) as info:
         GuardConfig.from_mapping({"tools": {"writes": []}})
-    for key in ("read", "write", "poll", "failure_tolerant", "replace"):
+    for key in ("read", "write", "shell", "poll", "failure_tolerant", "replace"):
         assert key in str(info.value)
 
 
@@ -519,9 +525,16 @@ DEFAULT_CLASSES = {
         "mcp_brave_search_web", "skill_view", "skills_list", "Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch",
     ],
     "write": [
-        "terminal", "execute_code", "write_file", "patch", "delete_file", "browser_click", "browser_type",
-        "browser_navigate", "delegate_task", "send_message", "git_commit", "git_push", "Bash", "Edit",
+        "write_file", "patch", "delete_file", "browser_click", "browser_type",
+        "browser_navigate", "delegate_task", "send_message", "git_commit", "git_push", "Edit",
         "MultiEdit", "Write", "NotebookEdit", "Task", "Agent",
+        # the coding agents' file editors
+        "str_replace_editor", "str_replace_based_edit_tool", "text_editor", "edit_file", "apply_patch",
+        "replace", "edit", "create", "insert",
+    ],
+    "shell": [
+        "terminal", "execute_code", "Bash", "bash", "execute_bash", "shell", "local_shell",
+        "run_shell_command", "execute_command", "run_terminal_cmd", "exec_command",
     ],
     "poll": ["process", "build_poll", "job_get_result"],
     "unknown": ["frobnicate", "mcp_custom_thing"],
@@ -548,6 +561,28 @@ def test_write_wins_over_read() -> None:
     """write wins over read when both match."""
     assert observed_class("dual_tool", tools={"read": ["dual_tool"], "write": ["dual_*"]}) == "write"
     assert observed_class("mcp_fs_read_write_file") == "write"
+
+
+def test_shell_wins_over_write_and_read() -> None:
+    """shell wins over write (and so over read) when several lists match a tool."""
+    tools = {"read": ["dual_tool"], "write": ["dual_*"], "shell": ["dual_tool"]}
+    assert observed_class("dual_tool", tools=tools) == "shell"
+    assert observed_class("Bash", tools={"write": ["Bash"]}) == "shell"
+
+
+def test_configured_shell_tools_are_shells_and_failure_tolerant() -> None:
+    """tools.shell extends the defaults; a shell of one's own is failure-tolerant without being listed."""
+    config = GuardConfig.from_mapping({"tools": {"shell": ["my_sh*"]}, "signature_key": "k"})
+    facts = catalog_for(config).facts("my_shell")
+    assert (facts.tool_class, facts.failure_tolerant) == ("shell", True)
+    assert catalog_for(config).facts("bash").tool_class == "shell"
+
+
+def test_tools_replace_with_a_shell_list_keeps_only_it() -> None:
+    """With tools.replace: true only the listed shells are shells; a default shell becomes unknown."""
+    tools = {"replace": True, "shell": ["my_shell"]}
+    assert observed_class("my_shell", tools=tools) == "shell"
+    assert observed_class("bash", tools=tools) == "unknown"
 
 
 def test_configured_names_and_globs_classify_tools() -> None:

@@ -124,6 +124,34 @@ def test_decision_codes_table_lists_every_code() -> None:
     assert codes == set(CODES)
 
 
+def _first_column_names(table: str, header: str) -> list[str]:
+    """The backticked names in the first column of the table whose header row starts with `header`."""
+    rows = table.split(f"| {header} |", 1)[1].split("\n\n", 1)[0].splitlines()[2:]
+    return [name for row in rows for name in re.findall(r"`([^`]+)`", row.split("|")[1])]
+
+
+def test_shells_and_editors_tables_are_the_default_lists() -> None:
+    from otelguard.config import DEFAULT_SHELL_TOOLS, DEFAULT_WRITE_TOOLS
+
+    section = _section(DOCS_DIR / "detectors-same-error.md", "Shells and file editors")
+    assert _first_column_names(section, "shell") == list(DEFAULT_SHELL_TOOLS)
+    editors = _first_column_names(section, "editor")
+    assert len(editors) == len(set(editors)) == 10
+    assert set(editors) <= set(DEFAULT_WRITE_TOOLS)
+
+
+def test_tool_class_values_in_the_docs_are_the_code_s() -> None:
+    from typing import get_args
+
+    from otelguard.decisions import ToolClass
+
+    classes = ", ".join(f"`{name}`" for name in get_args(ToolClass))
+    assert classes in prose(DOCS_DIR / "detectors.md")
+    row = re.search(r"^\| `otelguard\.tool\.class` \| (.*) \|$", prose(DOCS_DIR / "telemetry.md"), flags=re.M)
+    assert row is not None
+    assert re.findall(r"`(\w+)`", row.group(1)) == list(get_args(ToolClass))
+
+
 def test_metrics_table_lists_every_metric_family() -> None:
     from prometheus_client import CollectorRegistry
 

@@ -222,6 +222,16 @@ def test_real_templates_quoted_inside_tool_output_stay_tool_output() -> None:
         assert (call.cancelled, call.refusal, call.failed) == (False, None, False)
 
 
+def test_real_swe_agent_steps_are_its_commands_or_the_shell() -> None:
+    """gpt-4 on pydicom without function calls: SWE-agent's own commands keep their names, and
+    `python reproduce_bug.py` and `rm reproduce_bug.py` are the one bash shell they ran in."""
+    sink = read_calls(REAL / "swe-agent" / "pydicom__pydicom-1458.traj")
+    assert [c.tool_name for c in sink.calls] == [
+        "create", "edit", "bash", "find_file", "open", "edit", "edit", "edit", "edit", "bash", "bash", "submit",
+    ]  # fmt: skip
+    assert sink.calls[2].args == {"command": "python reproduce_bug.py\n"}
+
+
 # --- every call counted ---------------------------------------------------------------------------
 
 

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 
 from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs, sources
 from otelguard.replay.sources import InputFile
+from otelguard.replay.swe_agent import SweAgentReader
 
 
 class Sink:
@@ -172,7 +173,9 @@ def test_openhands_bad_records_are_named_never_quoted(tmp_path: Path) -> None:
 # --- SWE-agent ------------------------------------------------------------------------------------
 
 
-def test_swe_agent_steps_are_calls_named_by_their_first_word(tmp_path: Path) -> None:
+def test_swe_agent_steps_are_its_commands_or_bash(tmp_path: Path) -> None:
+    """A step whose first word is one of SWE-agent's commands is that command; any other action is
+    the shell, tool bash, with the whole action as its command."""
     trajectory = {
         "environment": "swe_main",
         "trajectory": [
@@ -188,7 +191,7 @@ def test_swe_agent_steps_are_calls_named_by_their_first_word(tmp_path: Path) -> 
     assert sink.formats == {"run.traj": "swe-agent"}
     assert [(c.tool_name, c.args, c.failed, c.has_result) for c in sink.calls] == [
         ("find_file", {"command": "find_file missing.py\n"}, None, True),
-        ("python", {"command": "python reproduce.py\n"}, None, True),
+        ("bash", {"command": "python reproduce.py\n"}, None, True),
         ("submit", {"command": "submit\n"}, None, False),
     ]
     assert sink.errors == [
@@ -196,6 +199,101 @@ def test_swe_agent_steps_are_calls_named_by_their_first_word(tmp_path: Path) -> 
         ("run.traj", 1, "tool call step 4 (submit) has no result; not replayed"),
     ]
     assert [e[0] for e in sink.events] == ["session", "turn", "call", "call", "call", "end"]
+
+
+@pytest.mark.parametrize(
+    "command",
+    [
+        "open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "search_dir",
+        "search_file", "find_file", "filemap", "submit", "str_replace_editor",
+    ],
+)  # fmt: skip
+def test_swe_agent_own_commands_keep_their_names(tmp_path: Path, command: str) -> None:
+    action = f"{command} src/app.py 12\nprint(1)\nend_of_edit\n"
+    sink = read_document(tmp_path, "run.traj", {"trajectory": [{"action": action, "observation": "x"}]})
+    assert [(c.tool_name, c.args) for c in sink.calls] == [(command, {"command": action})]
+
+
+@pytest.mark.parametrize(
+    "action",
+    ["python reproduce.py", "pytest -x tests/", "sed -i 's/a/b/' x.py", "cat <<'EOF' > a.py\nx\nEOF",
+     "ls", "set_cursors 1 2", "opener a.py", "python3 -c 'open(1)'"],
+)  # fmt: skip
+def test_swe_agent_other_actions_are_one_shell(tmp_path: Path, action: str) -> None:
+    """Every action that is not a known command runs in bash: a prefix of a command name
+    (opener) is not the command, and a command word later in the line does not count."""
+    sink = read_document(tmp_path, "run.traj", {"trajectory": [{"action": action, "observation": "x"}]})
+    assert [(c.tool_name, c.args) for c in sink.calls] == [("bash", {"command": action})]
+
+
+def _documented(*names: str) -> str:
+    """SWE-agent 1.x's command_docs text, as its tool handler generates it."""
+    return "".join(f"{name}:\n  docstring: does {name}\n  signature: {name} <arg>\n\n" for name in names)
+
+
+@pytest.mark.parametrize("as_json_string", [False, True], ids=["object", "json-string"])
+def test_swe_agent_commands_declared_by_the_recorded_config(tmp_path: Path, as_json_string: bool) -> None:
+    """Commands the run's replay_config documents (an object, or the JSON string SWE-agent writes)
+    keep their names; others are still bash."""
+    tools = {
+        "command_docs": _documented("bash", "goto", "set_cursors", "debug_start"),
+        "multi_line_command_endings": {"edit_block": "end_of_edit"},
+        "submit_command": "finish_task",
+    }
+    config: Any = {"agent": {"tools": tools}}
+    steps = ["set_cursors 3 9", "debug_start ./a.out", "edit_block 1:2\nx\nend_of_edit", "finish_task",
+             "connect_start host 80", "goto 40"]  # fmt: skip
+    document = {
+        "trajectory": [{"action": step, "observation": "x"} for step in steps],
+        "replay_config": json.dumps(config) if as_json_string else config,
+    }
+    sink = read_document(tmp_path, "run.traj", document)
+    assert sink.errors == []
+    assert [c.tool_name for c in sink.calls] == [
+        "set_cursors", "debug_start", "edit_block", "finish_task", "bash", "goto",
+    ]  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    "replay_config",
+    [None, "not json {", 42, {"agent": "x"}, {"agent": {"tools": []}},
+     {"agent": {"tools": {"command_docs": 7, "multi_line_command_endings": [], "submit_command": 3}}},
+     {"agent": {"tools": {"command_docs": "set_cursors - moves the cursors\n"}}}],
+)  # fmt: skip
+def test_swe_agent_unreadable_or_missing_command_config_falls_back_to_the_known_commands(
+    tmp_path: Path, replay_config: Any
+) -> None:
+    """A config that records no commands in a readable way (SWE-agent 0.x writes none; 0.x's one-line
+    docs are not 1.x's) leaves the known commands only; it is never an input error."""
+    steps = [{"action": "set_cursors 1 2", "observation": "x"}, {"action": "open a.py", "observation": "y"}]
+    sink = read_document(tmp_path, "run.traj", {"trajectory": steps, "replay_config": replay_config})
+    assert sink.errors == []
+    assert [c.tool_name for c in sink.calls] == ["bash", "open"]
+
+
+CONFIG_KEYS = ["agent", "tools", "command_docs", "multi_line_command_endings", "submit_command", "x"]
+CONFIG_VALUES = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40) | st.just(_documented("open", "x-y")),
+    lambda inner: (
+        st.lists(inner, max_size=3) | st.dictionaries(st.sampled_from(CONFIG_KEYS), inner, max_size=4)
+    ),
+    max_leaves=20,
+)
+
+
+@settings(max_examples=60, deadline=None)
+@given(CONFIG_VALUES, st.booleans())
+def test_swe_agent_reads_any_recorded_config_without_raising(config: Any, as_json_string: bool) -> None:
+    """Whatever the replay_config holds, the steps are read, each as a command or as bash."""
+    record = {"trajectory": [{"action": "x-y 1", "observation": "a"}], "replay_config": config}
+    if as_json_string:
+        record["replay_config"] = json.dumps(config)
+    sink = Sink()
+    reader = SweAgentReader(sink, "run.traj", "run")
+    reader.feed(1, record)
+    reader.close()
+    assert sink.errors == []
+    assert [c.tool_name for c in sink.calls] in (["x-y"], ["bash"])
 
 
 def test_swe_agent_function_calls_skip_demonstrations(tmp_path: Path) -> None:

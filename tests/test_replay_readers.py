@@ -9,7 +9,7 @@ from typing import Any
 
 import pytest
 
-from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs
+from otelguard.replay import SessionKey, ToolCall, detect_format, replay_bytes, replay_inputs
 
 
 class Recorder:
@@ -362,3 +362,31 @@ def test_stdin_is_read_as_one_input(monkeypatch: pytest.MonkeyPatch) -> None:
     replay_inputs(["-"], "auto", sink)
     assert sink.events[0] == ("session", "stdin")
     assert sink.calls() == [("c1", "ls", "x", None, True)]
+
+
+REAL = Path(__file__).parent / "data" / "real"
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "claude-code/cc_test_fix_loop.jsonl",  # JSON lines
+        "swe-agent/pydicom__pydicom-1458.traj",  # one pretty-printed document
+        "tau-bench/tau_bench_gpt4o_airline.json",  # a JSON array of conversations
+    ],
+)
+def test_an_input_in_memory_reads_exactly_as_the_file(name: str) -> None:
+    path = REAL / name
+    from_file, from_memory = Recorder(), Recorder()
+    replay_inputs([str(path)], "auto", from_file)
+    replay_bytes(str(path), path.read_bytes(), "auto", from_memory)
+    assert from_memory.events == from_file.events != []
+    assert (from_memory.formats, from_memory.errors) == (from_file.formats, from_file.errors)
+
+
+def test_an_unreadable_input_in_memory_is_reported_under_its_name() -> None:
+    recorder = Recorder()
+    replay_bytes("runs/broken.traj", b'{"trajectory": [', "auto", recorder)
+    assert recorder.events == []
+    assert list(recorder.formats) == ["runs/broken.traj"]
+    assert [reason.split(" (")[0] for _, _, reason in recorder.errors] == ["invalid JSON document"]

@@ -124,26 +124,26 @@ SCENARIOS = [
         2,
     ),
     # a denial-like failure streak: free "permission denied" text is a failure (refusal is never
-    # guessed from result text), so the content-blind counter warns from 3, and the very same error
-    # six times since the last successful write halts (same_error, before same_tool_failure's 8);
-    # the halt came from after_call, so only the three calls after it are prevented. Claude Code's
-    # own fixed denial text is different: it is a host-made result (docs/claude-code-results.md), so
-    # that transcript replays as refusals (permission_denied), warned from 2 and halted at 6.
+    # guessed from result text), so the content-blind counter warns from 3 and halts at 8, as
+    # hermes-agent does; one tool repeating one error is not same_error, which needs two tools. The
+    # halt came from after_call, so only the ninth call is prevented. Claude Code's own fixed denial
+    # text is different: it is a host-made result (docs/claude-code-results.md), so that transcript
+    # replays as refusals (permission_denied), warned from 2 and halted at 6.
     (
         "openai/denial_streak.jsonl",
         1,
         9,
-        {"same_tool_failure_warn": 3, "same_error_halt": 1},
-        [(1, 6, None, "write_file", "halt", "same_error_halt")],
-        3,
+        {"same_tool_failure_warn": 5, "same_tool_failure_halt": 1},
+        [(1, 8, None, "write_file", "halt", "same_tool_failure_halt")],
+        1,
     ),
     (
         "anthropic/denial_streak.jsonl",
         1,
         9,
-        {"same_tool_failure_warn": 3, "same_error_halt": 1},
-        [(1, 6, "toolu_06", "write_file", "halt", "same_error_halt")],
-        3,
+        {"same_tool_failure_warn": 5, "same_tool_failure_halt": 1},
+        [(1, 8, "toolu_08", "write_file", "halt", "same_tool_failure_halt")],
+        1,
     ),
     (
         "claude-code/denial_streak.jsonl",
@@ -222,9 +222,9 @@ def test_directory_is_searched_recursively(capsys: pytest.CaptureFixture[str]) -
     totals = doc["totals"]
     assert totals["sessions"] == 20  # 18 files, plus two sidechains
     assert totals["halts"] == 15
-    # 12 turns refused a call at before_call (it and the call after it) and 3 halted from after_call
-    # (the three calls after it): 12 * 2 + 3 * 3
-    assert totals["prevented_calls"] == 33
+    # 12 turns refused a call at before_call (it and the call after it), one halted from after_call
+    # at its 6th call (the three calls after it) and two at their 8th (the call after it): 24 + 3 + 2
+    assert totals["prevented_calls"] == 29
 
 
 def test_bundled_example(capsys: pytest.CaptureFixture[str]) -> None:

@@ -180,11 +180,39 @@ def test_mini_swe_agent_messages_stamped_in_extra_give_their_times(tmp_path: Pat
         {"role": "system", "content": "you are an agent"},
         {"role": "user", "content": "fix it", "extra": {"timestamp": start}},
         {"role": "assistant", "content": "```mswea_bash_command\nls\n```", "extra": {"timestamp": start + 5}},
-        {"role": "user", "content": "<returncode>0</returncode>\n<output>a</output>", "extra": {"timestamp": start + 6}},
-        {"role": "assistant", "content": "```mswea_bash_command\ncat a\n```", "extra": {"timestamp": start + 9}},
+        {
+            "role": "user",
+            "content": "<returncode>0</returncode>\n<output>a</output>",
+            "extra": {"timestamp": start + 6},
+        },
+        {
+            "role": "assistant",
+            "content": "```mswea_bash_command\ncat a\n```",
+            "extra": {"timestamp": start + 9},
+        },
     ]
     path = tmp_path / "run.traj.json"
     path.write_text(json.dumps({"messages": messages, "trajectory_format": "mini-swe-agent-1"}))
     sink = read(path)
     assert [c.time for c in sink.calls] == [start + 6, start + 9]
     assert sink.turns == [start]
+
+
+@pytest.mark.parametrize(
+    "path",
+    sorted((Path(__file__).parent / "fixtures" / "mini-swe-agent-2").glob("*.json")),
+    ids=lambda p: p.name,
+)
+def test_real_mini_swe_agent_2_runs_give_each_call_its_observations_time(path: Path) -> None:
+    """Trajectories written by mini-swe-agent 2.4.6 itself: every answered call is stamped with a
+    time the run recorded (the task message has none: its turn ends at its calls' latest time)."""
+    document = json.loads(path.read_text(encoding="utf-8"))
+    stamps = {
+        parse_time(m["extra"]["timestamp"])
+        for m in document["messages"]
+        if isinstance(m, dict) and isinstance(m.get("extra"), dict) and "timestamp" in m["extra"]
+    }
+    sink = read(path)
+    answered = [c for c in sink.calls if c.has_result]
+    assert answered
+    assert all(c.time in stamps for c in answered)

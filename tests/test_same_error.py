@@ -1,8 +1,12 @@
-"""The same_error detector: the very same error from any tool, since the turn's last successful write.
+"""The same_error detector: the very same error from two tools or more, since the turn's last
+successful write or shell call.
 
-Counts failures (not refusals, not cancellations) by error fingerprint, whatever the tool or the
-arguments; warns at 3, halts at 6 from after_call with hard_stop; failure_tolerant does not exempt;
-reset by a successful write and by start_turn; state bounded like every other detector.
+Counts failures (not refusals, not cancellations) by error fingerprint, whatever the arguments, and
+fires only once that error has come from at least two different tools (the count includes the
+failures from before the second tool); warns at 3, halts at 6 from after_call with hard_stop;
+failure_tolerant does not exempt; reset by a successful write or shell call and by start_turn; state
+bounded like every other detector. One tool repeating one error stays with exact_failure and
+same_tool_failure, at hermes-agent's thresholds.
 """
 
 from __future__ import annotations
@@ -15,6 +19,7 @@ import pytest
 
 from otelguard import Guard, GuardConfig
 from otelguard.demo.simulation import DemoStats, SimulatedAgent
+from otelguard.detectors import TurnDetectors
 from otelguard.testing import ScriptedCall, codes, run_script
 from tests.test_detectors import fail, fresh, make_guard, ok, refuse
 
@@ -66,11 +71,86 @@ def test_thresholds_come_from_the_config() -> None:
 
 
 def test_failure_tolerant_tools_are_not_exempt() -> None:
-    """A shell (failure_tolerant) failing six times with the very same error halts on same_error."""
+    """Two failure-tolerant tools taking turns, failing six times with the very same error, halt on
+    same_error (neither could ever halt on same_tool_failure)."""
     gone = "Error: Path /tmp/work does not exist"
-    script = [fail("terminal", {"command": f"ls {i}"}, gone) for i in range(6)]
+    tools = ("terminal", "execute_code")
+    script = [fail(tools[i % 2], {"command": f"ls {i}"}, gone) for i in range(6)]
     steps = run_script(make_guard(), script)
-    assert codes(steps)[-1] == "same_error_halt"
+    # the 5th call is terminal's 3rd failure: same_tool_failure_warn comes before same_error_warn
+    assert codes(steps) == [
+        "allow",
+        "allow",
+        "same_error_warn",
+        "same_error_warn",
+        "same_tool_failure_warn",
+        "same_error_halt",
+    ]
+
+
+# -- one tool repeating one error: exact_failure's and same_tool_failure's, as in hermes-agent -----
+
+
+def test_one_tool_repeating_one_error_is_never_same_error() -> None:
+    """web_fetch answering `Error: 404` for twelve different URLs: same_tool_failure warns from 3 and
+    halts at 8 (hermes-agent's thresholds); same_error never fires, not at 6 either."""
+    script = [fail("web_fetch", {"url": f"https://example.com/{i}"}, "Error: 404") for i in range(12)]
+    guard = make_guard()
+    steps = run_script(guard, script)
+    assert codes(steps)[:8] == ["allow", "allow"] + ["same_tool_failure_warn"] * 5 + [
+        "same_tool_failure_halt"
+    ]
+    assert (steps[7].decision.count, steps[7].decision.limit) == (8, 8)
+    assert guard.halt_decision is not None and guard.halt_decision.code == "same_tool_failure_halt"
+    warned = run_script(make_guard(hard_stop=False), script)
+    assert codes(warned) == ["allow", "allow"] + ["same_tool_failure_warn"] * 10
+
+
+def test_a_shell_printing_the_same_output_for_different_commands_is_not_stopped() -> None:
+    """Twelve different greps in the failure-tolerant terminal that all print the same `1 failed`:
+    warned by same_tool_failure, never halted, never same_error."""
+    script = [fail("terminal", {"command": f"grep -rn pattern_{i} tests"}, "1 failed") for i in range(12)]
+    steps = run_script(make_guard(mode="unattended", hard_stop=None), script)
+    assert codes(steps) == ["allow", "allow"] + ["same_tool_failure_warn"] * 10
+
+
+def test_the_count_includes_failures_from_before_the_second_tool() -> None:
+    """Four 404s from web_fetch are not same_error; the fifth, from another tool, is, with count 5; the
+    sixth halts."""
+    script = [fail("web_fetch", {"url": fresh()}, "Error: 404") for _ in range(4)]
+    script += [
+        fail("web_extract", {"url": fresh()}, "Error: 404"),
+        fail("web_fetch", {"url": fresh()}, "Error: 404"),
+    ]
+    steps = run_script(make_guard(), script)
+    assert codes(steps) == ["allow", "allow"] + ["same_tool_failure_warn"] * 2 + [
+        "same_error_warn",
+        "same_error_halt",
+    ]
+    assert [s.decision.count for s in steps[4:]] == [5, 6]
+
+
+def test_another_error_from_a_second_tool_does_not_count() -> None:
+    """The second tool must give the same error: a different error from it leaves the first one
+    counted for one tool only."""
+    script = [fail("web_fetch", {"url": fresh()}, "Error: 404") for _ in range(5)]
+    script.insert(2, fail("web_extract", {"url": fresh()}, "Error: 500"))
+    steps = run_script(make_guard(hard_stop=False), script)
+    assert "same_error_warn" not in codes(steps)
+
+
+def test_the_tools_behind_an_error_are_bounded() -> None:
+    """However many tools give one error, its record is a count and at most one tool name: only
+    "one tool or two" matters."""
+    config = GuardConfig.from_mapping({"signature_key": "k", "hard_stop": False})
+    detectors = TurnDetectors(config)
+    for i in range(500):
+        detectors._count_error(7, f"tool_{i}")
+    assert detectors.errors[7] == (500, None)
+    single = TurnDetectors(config)
+    for _ in range(3):
+        assert single._count_error(7, "bash") == 0
+    assert single.errors[7] == (3, "bash")
 
 
 def test_different_errors_count_apart() -> None:
@@ -131,6 +211,20 @@ def test_cancelled_calls_are_not_counted() -> None:
 # -- resets ----------------------------------------------------------------------------------------
 
 
+def test_a_successful_shell_call_resets_every_error_count() -> None:
+    """A successful shell call may be an edit (`sed -i`): the counts start again after it."""
+    script = [
+        not_read(0),
+        not_read(1),
+        ok("bash", {"command": "sed -i s/a/b/ x.py"}),
+        not_read(2),
+        not_read(3),
+    ]
+    assert codes(run_script(make_guard(), script)) == ["allow"] * 5
+    after = run_script(make_guard(), [*script, not_read(4)])
+    assert codes(after)[-1] == "same_error_warn"
+
+
 def test_a_successful_write_resets_every_error_count() -> None:
     """A successful write call is progress: the counts start again after it."""
     script = [not_read(0), not_read(1), ok("Write", {"file_path": "/src/a.py"}), not_read(2), not_read(3)]
@@ -145,11 +239,14 @@ def test_a_successful_write_resets_every_error_count() -> None:
         ok("Read", {"file_path": "/src/a.py"}),  # a successful read
         ok("custom_lookup"),  # a successful unknown-class call
         fail("Write", {"file_path": "/src/a.py"}, "Error: disk full"),  # a failed write
+        fail("bash", {"command": "sed -i s/a/b/ x.py"}, "sed: no such file"),  # a failed shell call
+        ok("process", {"id": "1"}),  # a successful poll
         ScriptedCall("Write", {"file_path": "/src/a.py"}, "ok", False, cancelled=True),  # a cancelled write
     ],
 )
 def test_only_a_successful_write_resets(between: Any) -> None:
-    """A read, an unknown tool, a failed or cancelled write in between does not reset the count."""
+    """A read, an unknown tool, a poll, a failed or cancelled write, a failed shell call in between
+    does not reset the count."""
     steps = run_script(make_guard(), [not_read(0), not_read(1), between, not_read(2)])
     assert codes(steps)[-1] == "same_error_warn"
 
@@ -176,24 +273,39 @@ def test_state_is_bounded_by_max_tracked_signatures() -> None:
 # -- order among the after_call decisions ----------------------------------------------------------
 
 
+def edits_after_a_write(n: int) -> list[tuple[Any, ...]]:
+    """Write fails once with NOT_READ, then Edit fails n times with it: a second tool from the start."""
+    return [fail("Write", {"file_path": fresh()}, NOT_READ)] + [
+        fail("Edit", {"file_path": fresh()}, NOT_READ) for _ in range(n)
+    ]
+
+
 def test_same_tool_failure_halt_before_same_error_halt() -> None:
-    """When both halt on one call, same_tool_failure_halt comes first."""
-    guard = make_guard(hard_stop_after={"same_tool_failure": 6})
-    steps = run_script(guard, [fail("Edit", {"file_path": fresh()}, NOT_READ) for _ in range(6)])
+    """When both first halt on one call (Edit's 5th failure, the error's 6th), same_tool_failure_halt
+    comes first."""
+    guard = make_guard(warn_after={"same_tool_failure": 3}, hard_stop_after={"same_tool_failure": 5})
+    steps = run_script(guard, edits_after_a_write(5))
     assert codes(steps)[-1] == "same_tool_failure_halt"
+    assert codes(steps)[:-1].count("same_error_halt") == 0
 
 
 def test_same_error_halt_before_every_warning() -> None:
-    """A halt outranks the same call's warnings (same_tool_failure_warn, exact_failure_warn)."""
-    steps = run_script(make_guard(), [fail("Edit", {"file_path": fresh()}, NOT_READ) for _ in range(6)])
-    assert codes(steps) == ["allow", "allow"] + ["same_tool_failure_warn"] * 3 + ["same_error_halt"]
+    """A halt outranks the same call's warnings (same_tool_failure_warn here)."""
+    steps = run_script(make_guard(), edits_after_a_write(5))
+    assert codes(steps) == ["allow", "allow", "same_error_warn"] + ["same_tool_failure_warn"] * 2 + [
+        "same_error_halt"
+    ]
 
 
 def test_exact_failure_and_same_tool_failure_warnings_come_first() -> None:
-    """Warn order: exact_failure_warn, then same_tool_failure_warn, then same_error_warn."""
-    same_call = run_script(make_guard(hard_stop=False), [fail("Edit", {"file_path": "/a"}, NOT_READ)] * 3)
+    """Warn order: exact_failure_warn, then same_tool_failure_warn, then same_error_warn (the error has
+    come from two tools in both scripts)."""
+    first = fail("Write", {"file_path": fresh()}, NOT_READ)
+    same_call = run_script(
+        make_guard(hard_stop=False), [first] + [fail("Edit", {"file_path": "/a"}, NOT_READ)] * 3
+    )
     assert codes(same_call)[-1] == "exact_failure_warn"
-    same_tool = run_script(make_guard(), [fail("Edit", {"file_path": fresh()}, NOT_READ) for _ in range(3)])
+    same_tool = run_script(make_guard(), edits_after_a_write(3))
     assert codes(same_tool)[-1] == "same_tool_failure_warn"
 
 

@@ -98,6 +98,8 @@ def failed(guard: Guard) -> Decision:
     return call(guard, "web_fetch", {"url": "u"}, "Error: 502", failed=True)
 
 
+TOOL_CLASSES = {"read_file": "read", "terminal": "shell", "write_file": "write", "web_fetch": "read"}
+
 # case -> (scenario, action, code, outcome, status, error.type, tool)
 EXPECTED: dict[str, tuple[Any, ...]] = {
     "allow": (allow, "allow", "allow", "ok", StatusCode.UNSET, None, "read_file"),
@@ -137,7 +139,7 @@ def test_own_span_per_call_has_the_spec_attributes_and_status(
     assert len(attrs["otelguard.args_hash"]) == 16
     if decision.signature is not None:
         assert attrs["otelguard.args_hash"] == decision.signature.args_hash
-    assert attrs["otelguard.tool.class"] in ("read", "write")
+    assert attrs["otelguard.tool.class"] == TOOL_CLASSES[tool]
     assert attrs["otelguard.outcome"] == outcome
     assert attrs["otelguard.decision.action"] == action
     assert attrs["otelguard.decision.code"] == code

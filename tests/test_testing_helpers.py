@@ -35,7 +35,7 @@ def test_recording_observer_records_turns_calls_and_summaries() -> None:
     assert [e.tool_name for e in recorder.call_starts] == ["read_file", "terminal"]
     assert [e.tool_name for e in recorder.calls] == ["read_file", "terminal"]
     assert recorder.outcomes == ["ok", "failed"]
-    assert [e.tool_class for e in recorder.calls] == ["read", "write"]
+    assert [e.tool_class for e in recorder.calls] == ["read", "shell"]
     assert recorder.summaries == (summary,)
     assert recorder.unmatched_tokens == 0
 

@@ -15,6 +15,7 @@ from otelguard.replay.sources import (
     UsageError,
     detect_format,
     expand_paths,
+    replay_bytes,
     replay_inputs,
 )
 
@@ -32,5 +33,6 @@ __all__ = [
     "detect_format",
     "expand_paths",
     "follow_inputs",
+    "replay_bytes",
     "replay_inputs",
 ]

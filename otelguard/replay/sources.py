@@ -32,6 +32,7 @@ __all__ = [
     "UsageError",
     "detect_format",
     "expand_paths",
+    "replay_bytes",
     "replay_inputs",
 ]
 
@@ -248,6 +249,18 @@ def replay_inputs(
             sink.error(path, None, f"cannot read: {exc.strerror or type(exc).__name__}")
         finally:
             source.close()
+
+
+def replay_bytes(
+    path: str, data: bytes, fmt: str, sink: EventSink, max_line_bytes: int = MAX_LINE_BYTES
+) -> None:
+    """Read one input already in memory (a member of an archive, say) exactly as ``replay_inputs``
+    reads a file of that name and content: same format detection, same errors, named ``path``."""
+    source = InputFile(path, fmt, sink, max_line_bytes)
+    try:
+        _feed_file(source, iter((data,)), None)
+    finally:
+        source.close()
 
 
 def _feed_stream(source: InputFile, chunks: Iterator[bytes], progress: Callable[[int], None] | None) -> None:

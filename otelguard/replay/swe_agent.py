@@ -2,23 +2,42 @@
 
 With function calling, the ``history`` holds the calls (assistant entries with OpenAI ``tool_calls``)
 and their results (tool entries with ``tool_call_ids``); it stops before the run's last step (the
-``submit`` that ended it), so trajectory steps past the history's calls are read as below. Otherwise each ``trajectory`` step is one
-call: the tool is the action's first word, the arguments ``{"command": <the whole action>}``, the
-result the step's ``observation``; there is no error flag, so the fallback classifier decides.
-Demonstration entries (``is_demo``) are examples shown to the model, not calls of this run. A run is
-one task: one session (named after the file) of one turn.
+``submit`` that ended it), so trajectory steps past the history's calls are read as below.
+Otherwise each ``trajectory`` step is one call, named as SWE-agent runs it: by the agent's own
+command when the action's first word is one (``open``, ``edit``, ``submit``, ... and the commands the
+run's recorded config declares), else the shell, tool ``bash``; the arguments are
+``{"command": <the whole action>}``, the result the step's ``observation``. There is no error flag,
+so the fallback classifier decides. Demonstration entries (``is_demo``) are examples shown to the
+model, not calls of this run. A run is one task: one session (named after the file) of one turn.
 """
 
 from __future__ import annotations
 
+import re
 from typing import Any, Final
+
+import orjson
 
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
 
-__all__ = ["SWE_AGENT", "SweAgentReader", "is_swe_agent_trajectory"]
+__all__ = ["AGENT_COMMANDS", "SWE_AGENT", "SweAgentReader", "declared_commands", "is_swe_agent_trajectory"]
 
 SWE_AGENT: Final = "swe-agent"
+SHELL: Final = "bash"
+"""The tool a plain shell command runs as: SWE-agent hands every action that is not one of its own
+commands to bash, so ``python reproduce.py`` and ``pytest`` are one tool, not two."""
+AGENT_COMMANDS: Final = frozenset(
+    (
+        "open", "goto", "scroll_up", "scroll_down", "create", "edit", "insert", "search_dir",
+        "search_file", "find_file", "filemap", "submit", "str_replace_editor",
+    )
+)  # fmt: skip
+"""SWE-agent's own commands in its shipped tool bundles."""
+_MAX_DECLARED: Final = 256
+"""Commands taken from one trajectory's recorded config, at most."""
+# SWE-agent 1.x writes its commands' documentation as "<name>:\n  docstring: ..." or "  signature:".
+_DOCUMENTED_COMMAND: Final = re.compile(r"^([A-Za-z_][\w.-]{0,63}):\n  (?:docstring|signature):", re.M)
 
 
 def is_swe_agent_trajectory(record: Any) -> bool:
@@ -56,12 +75,13 @@ class SweAgentReader:
         feed = SessionFeed(self.sink, SessionKey(self.path, session_id))
         feed.start_turn()
         trajectory = record.get("trajectory")
+        commands = declared_commands(record)
         if _uses_function_calls(record.get("history")):
             made = self._history(line, record["history"], feed)
             if isinstance(trajectory, list):  # the history ends before the last step (the submit)
-                self._steps(line, trajectory, feed, first=made)
+                self._steps(line, trajectory, feed, commands, first=made)
         elif isinstance(trajectory, list):
-            self._steps(line, trajectory, feed)
+            self._steps(line, trajectory, feed, commands)
         else:
             feed.error(line, "history has no tool calls and there is no trajectory array; nothing replayed")
         feed.close()
@@ -113,7 +133,9 @@ class SweAgentReader:
             made += 1
         return made
 
-    def _steps(self, line: int, trajectory: list[Any], feed: SessionFeed, first: int = 0) -> None:
+    def _steps(
+        self, line: int, trajectory: list[Any], feed: SessionFeed, commands: frozenset[str], first: int = 0
+    ) -> None:
         for index, step in enumerate(trajectory[first:], start=first):
             where = f"trajectory[{index}]"
             action = step.get("action") if isinstance(step, dict) else None
@@ -123,9 +145,38 @@ class SweAgentReader:
             assert isinstance(step, dict)
             feed.tick()
             slot = f"step {index + 1}"
-            feed.add_call(ToolCall(None, action.split()[0], {"command": action}, line), slot)
+            word = action.split()[0]
+            tool = word if word in AGENT_COMMANDS or word in commands else SHELL
+            feed.add_call(ToolCall(None, tool, {"command": action}, line), slot)
             if "observation" in step:
                 feed.add_result(slot, result_text(step["observation"]), None, line)
+
+
+def declared_commands(record: dict[str, Any]) -> frozenset[str]:
+    """The commands a trajectory's recorded config declares (SWE-agent 1.x records its run config as
+    ``replay_config``, an object or a JSON string, whose ``agent.tools`` documents every command);
+    empty when the trajectory records none (SWE-agent 0.x) or the config is not readable."""
+    config = record.get("replay_config")
+    if isinstance(config, str):
+        try:
+            config = orjson.loads(config)
+        except orjson.JSONDecodeError:
+            return frozenset()
+    agent = config.get("agent") if isinstance(config, dict) else None
+    tools = agent.get("tools") if isinstance(agent, dict) else None
+    if not isinstance(tools, dict):
+        return frozenset()
+    names: list[str] = []
+    docs = tools.get("command_docs")
+    if isinstance(docs, str):
+        names.extend(_DOCUMENTED_COMMAND.findall(docs))
+    endings = tools.get("multi_line_command_endings")
+    if isinstance(endings, dict):
+        names.extend(name for name in endings if isinstance(name, str))
+    submit = tools.get("submit_command")
+    if isinstance(submit, str):
+        names.append(submit)
+    return frozenset(name for name in names[:_MAX_DECLARED] if name)
 
 
 def _shape(value: Any) -> str:

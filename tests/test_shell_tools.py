@@ -1,0 +1,176 @@
+"""Shell tools and file editors (docs/detectors-same-error.md, "Shells and file editors").
+
+A `shell` tool counts as a `write` for every rule but `write_streak`: its success starts a new epoch
+for exact_failure and clears same_error, any shell call ends a read-only streak, identical_call judges
+it; it neither extends nor resets write_streak; it never halts on same_tool_failure, while
+exact_failure still applies. The coding agents' file editors are writes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from otelguard.config import DEFAULT_SHELL_TOOLS
+from otelguard.testing import codes, run_script
+from tests.test_detectors import fail, fresh, last, make_guard, no_stops, ok, reads, writes
+
+SHELLS = (
+    "terminal", "execute_code", "Bash", "bash", "execute_bash", "shell", "local_shell",
+    "run_shell_command", "execute_command", "run_terminal_cmd", "exec_command",
+)  # fmt: skip
+EDITORS = (
+    "str_replace_editor", "str_replace_based_edit_tool", "text_editor", "edit_file", "apply_patch",
+    "replace", "write_file", "edit", "create", "insert",
+)  # fmt: skip
+
+
+def shell_ok(tool: str = "bash", command: str | None = None, output: str | None = None) -> tuple[Any, ...]:
+    return ok(tool, {"command": command or f"sed -i 's/{fresh()}/x/' src/app.py"}, output)
+
+
+def shell_fail(tool: str = "bash", command: str | None = None, output: str | None = None) -> tuple[Any, ...]:
+    return fail(tool, {"command": command or f"grep -rn {fresh()} src"}, output)
+
+
+def test_the_default_shells_are_the_documented_ones() -> None:
+    assert DEFAULT_SHELL_TOOLS == SHELLS
+
+
+# -- exact_failure: a shell's success is progress, the very same failure still a loop ---------------
+
+
+def test_a_test_run_failing_between_sed_fixes_is_never_warned_or_blocked() -> None:
+    """python reproduce_issue.py failing six times with five sed -i fixes in between (all through the
+    one bash tool): each fix starts a new epoch, so the repeated run is never "the same failure"."""
+    run = ("bash", {"command": "python reproduce_issue.py"}, "Traceback ...\nValueError: bad", True)
+    script: list[tuple[Any, ...]] = []
+    for _ in range(5):
+        script += [run, shell_ok()]
+    script.append(run)
+    guard = make_guard(mode="unattended", hard_stop=None)
+    steps = run_script(guard, script)
+    assert codes(steps) == ["allow"] * 11
+    assert guard.halt_decision is None
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_a_shell_success_resets_another_tools_exact_failure(shell: str) -> None:
+    """A successful call of any default shell is a fix for a test tool's repeated failure."""
+    test_run = {"command": "make check"}
+    guard = make_guard()
+    steps = run_script(
+        guard, [fail("run_tests", test_run)] * 4 + [shell_ok(shell)] + [fail("run_tests", test_run)]
+    )
+    assert last(steps).code == "same_tool_failure_warn"  # content-blind, not the same call again
+    run_script(guard, [fail("run_tests", test_run)] * 2)  # 7 failures in a row without the fix
+    assert guard.before_call("run_tests", test_run).allows_execution
+
+
+def test_a_failed_shell_call_is_not_a_fix() -> None:
+    """Only a successful shell call starts a new epoch."""
+    x = {"id": 1}
+    steps = run_script(make_guard(), [fail("flaky_api", x)] * 2 + [shell_fail()] + [fail("flaky_api", x)])
+    assert last(steps).code == "exact_failure_warn" and last(steps).count == 3
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_the_very_same_shell_failure_five_times_is_blocked(shell: str) -> None:
+    """exact_failure still applies to shells: the same command failing the same way five times in a row
+    warns from 2 and refuses the sixth run."""
+    same = shell_fail(shell, "pytest tests/test_api.py -x", "1 failed")
+    guard = make_guard()
+    steps = run_script(guard, [same] * 6)
+    assert codes(steps) == ["allow"] + ["exact_failure_warn"] * 4 + ["exact_failure_block"]
+    assert not steps[-1].ran
+
+
+# -- same_tool_failure: shells never halt ----------------------------------------------------------
+
+
+@pytest.mark.parametrize("shell", SHELLS)
+def test_shells_warn_but_never_halt_on_same_tool_failure(shell: str) -> None:
+    """Twenty different failing commands through one shell: same_tool_failure warns from 3, never halts."""
+    steps = run_script(make_guard(), [shell_fail(shell) for _ in range(20)])
+    assert no_stops(steps)
+    assert codes(steps) == ["allow", "allow"] + ["same_tool_failure_warn"] * 18
+
+
+def test_a_shell_of_ones_own_is_failure_tolerant_too() -> None:
+    """tools.shell makes a tool a shell, and a shell failure-tolerant, without listing it twice."""
+    guard = make_guard(tools={"shell": ["sandbox_exec"]})
+    steps = run_script(guard, [shell_fail("sandbox_exec") for _ in range(12)])
+    assert no_stops(steps)
+    assert codes(steps)[-1] == "same_tool_failure_warn"
+
+
+def test_a_shell_moved_to_write_halts_again() -> None:
+    """With tools.replace, a former shell listed as a write is no longer tolerant: it halts at 8."""
+    guard = make_guard(tools={"replace": True, "write": ["bash"]})
+    steps = run_script(guard, [shell_fail("bash") for _ in range(8)])
+    assert last(steps).code == "same_tool_failure_halt"
+
+
+# -- read_only_streak and write_streak -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("call", [shell_ok(), shell_fail()], ids=["ok", "failed"])
+def test_a_shell_call_ends_a_read_only_streak(call: tuple[Any, ...]) -> None:
+    """Any shell call resets read_only_streak, like a write call."""
+    steps = run_script(make_guard(), [*reads(39), call, *reads(39)])
+    assert "read_only_streak_warn" not in codes(steps)
+    steps = run_script(make_guard(), [*reads(39), call, *reads(40)])
+    assert last(steps).code == "read_only_streak_warn" and last(steps).count == 40
+
+
+def test_shell_calls_do_not_extend_the_write_streak() -> None:
+    """A shell-only agent is never warned for writing blindly: shell calls are not writes there."""
+    steps = run_script(make_guard(), [shell_ok(command=f"echo {i}") for i in range(100)])
+    assert "write_streak_warn" not in codes(steps)
+
+
+def test_shell_calls_do_not_reset_the_write_streak() -> None:
+    """29 writes, ten shell calls, one more write: the streak goes on at 30."""
+    steps = run_script(make_guard(), [*writes(29), *(shell_ok() for _ in range(10)), *writes(1)])
+    assert codes(steps)[:-1] == ["allow"] * 39
+    assert last(steps).code == "write_streak_warn" and last(steps).count == 30
+
+
+# -- identical_call --------------------------------------------------------------------------------
+
+
+def test_the_same_shell_command_with_the_same_output_is_an_identical_call() -> None:
+    """The same command answering the same output back to back warns at 3 and halts at 5."""
+    same = shell_ok("bash", "git status", "nothing to commit, working tree clean")
+    guard = make_guard()
+    steps = run_script(guard, [same] * 5)
+    assert codes(steps) == [
+        "allow",
+        "allow",
+        "identical_call_warn",
+        "identical_call_warn",
+        "identical_call_halt",
+    ]
+    assert guard.halt_decision is not None and guard.halt_decision.code == "identical_call_halt"
+
+
+# -- editors ---------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("editor", EDITORS)
+def test_an_editor_success_is_a_fix(editor: str) -> None:
+    """A successful edit through any default editor starts a new exact_failure epoch (a write)."""
+    test_run = {"command": "pytest -x"}
+    guard = make_guard()
+    script = [fail("run_tests", test_run)] * 4 + [ok(editor, {"path": "src/a.py"})]
+    steps = run_script(guard, script + [fail("run_tests", test_run)] * 3)  # 7 failures without the edit
+    assert "exact_failure_warn" not in codes(steps)[4:6]
+    assert guard.before_call("run_tests", test_run).allows_execution
+
+
+@pytest.mark.parametrize("editor", EDITORS)
+def test_editors_count_for_the_write_streak(editor: str) -> None:
+    """Editors are writes, shells are not: thirty edits in a row warn."""
+    steps = run_script(make_guard(), [ok(editor, {"path": fresh()}) for _ in range(30)])
+    assert last(steps).code == "write_streak_warn"
