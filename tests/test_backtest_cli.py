@@ -57,6 +57,7 @@ def test_a_missing_binary_is_named_with_the_debian_package(
         (["T", "--rules", "NOALERTS"], "hold no alerting rule"),
         (["T", "--rules", "NOTYAML"], "are not valid YAML"),
         (["T", "--since", "2025-03-04", "--until", "2025-03-03"], "--since must be before --until"),
+        (["T", "--rules", "CYCLE"], "recording rules read each other in a cycle (a:b -> c:d -> a:b)"),
     ],
 )
 def test_usage_errors(
@@ -74,12 +75,30 @@ def test_usage_errors(
     )
     not_yaml = tmp_path / "notyaml.yaml"
     not_yaml.write_text("groups: [\n")
+    cycle = tmp_path / "cycle.yaml"
+    cycle.write_text(
+        yaml.safe_dump(
+            {
+                "groups": [
+                    {
+                        "name": "g",
+                        "rules": [
+                            {"record": "a:b", "expr": "c:d"},
+                            {"record": "c:d", "expr": "a:b"},
+                            {"alert": "A", "expr": "a:b > 0"},
+                        ],
+                    }
+                ]
+            }
+        )
+    )
     names = {
         "T": str(transcript),
         "MISSING": str(tmp_path / "missing"),
         "BADCONFIG": str(bad_config),
         "NOALERTS": str(no_alerts),
         "NOTYAML": str(not_yaml),
+        "CYCLE": str(cycle),
     }
     assert main(["backtest", *[names.get(a, a) for a in arguments]]) == 2
     err = capsys.readouterr().err

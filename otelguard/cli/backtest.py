@@ -118,6 +118,7 @@ def _prepare(args: argparse.Namespace) -> tuple[BacktestOptions, Binaries]:
     )
     if not rules.alerts:
         raise UsageError(f"rules {rules.path} hold no alerting rule: there is nothing to backtest")
+    rules.levels()  # recording rules that read each other in a cycle cannot be backfilled
     binaries = Binaries.find()
     options = BacktestOptions(
         files,
