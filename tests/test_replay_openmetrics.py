@@ -330,3 +330,26 @@ def test_a_moment_is_a_time_or_a_duration_before_now(capsys: pytest.CaptureFixtu
     assert parse_moment("2025-03-03", 0.0) == DAY.timestamp()
     with pytest.raises(ValueError, match="neither a time"):
         parse_moment("last tuesday", 0.0)
+
+
+def test_forgetting_a_written_window_keeps_what_later_scrapes_need_and_drops_removed_series() -> None:
+    registry = CollectorRegistry()
+    counter = Counter("hits", "h", ["signature"], registry=registry)
+    history = MetricsHistory(registry, "j", "i")
+    grid = ScrapeGrid(0, 15_000, 8)
+    counter.labels("a").inc()
+    counter.labels("b").inc()
+    history.scrape(0)
+    counter.remove("a")
+    counter.labels("b").inc()
+    history.scrape(2)
+    history.forget_before(4)  # scrapes 0..3 are written
+    assert history.series_count() == 1, "a was removed before scrape 4: nothing left to write of it"
+    counter.labels("a").inc()
+    history.scrape(5)
+    out: list[str] = []
+    history.write(_Collect(out), grid, 4, 7)
+    series, _ = parse_openmetrics("".join(out))
+    labels = (("job", "j"), ("instance", "i"))
+    assert series[("hits_total", (("signature", "b"), *labels))] == [(60, 2), (75, 2), (90, 2), (105, 2)]
+    assert series[("hits_total", (("signature", "a"), *labels))] == [(75, 1), (90, 1), (105, 1)]

@@ -179,13 +179,28 @@ class MetricsHistory:
         return written
 
     def forget_before(self, k: int) -> None:
-        """Drop the changes no scrape from ``k`` on needs (all but the last one before ``k``)."""
+        """Drop the changes no scrape from ``k`` on needs (all but the last one before ``k``), and the
+        series the exporter removed before ``k`` (a signature series hit again later comes back as a
+        new one), so memory follows the live series, not every series ever seen."""
         for family in self._families.values():
-            for series in family.index.values():
+            gone = []
+            for key, series in family.index.items():
                 position = _position(series.steps, k - 1)
-                if position > 0:
+                if position == len(series.steps) - 1 and math.isnan(series.last):
+                    gone.append(key)
+                elif position > 0:
                     del series.steps[:position]
                     del series.values[:position]
+            for key in gone:
+                self._drop(family, key)
+
+    def _drop(self, family: _Family, key: tuple[str, tuple[tuple[str, str], ...]]) -> None:
+        series = family.index.pop(key)
+        metric_labels = tuple(item for item in key[1] if item[0] != "le")
+        metric = family.metrics[metric_labels]
+        metric.series.remove(series)
+        if not metric.series:
+            del family.metrics[metric_labels]
 
     def _new_series(self, family: _Family, name: str, labels: tuple[tuple[str, str], ...]) -> _Series:
         shown = ",".join(f'{key}="{escape_label_value(value)}"' for key, value in labels)
