@@ -47,7 +47,7 @@ from otelguard.replay.times import format_duration, iso_utc, parse_duration
 
 _INTERRUPTED = 130
 _LISTED = 20
-_SHOWN_APART = frozenset({"alertname", "job", "instance", "severity"})
+_SHOWN_APART = frozenset({"alertname", "job", "instance"})
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -177,14 +177,11 @@ def _write_html(path: str, report: BacktestReport, timelines: Timelines) -> None
     print(f"otelguard backtest: wrote the HTML report to {path} ({size} bytes)", file=sys.stderr)
 
 
-def _span(start: float, end: float | None) -> str:
-    """``2025-03-03 10:12:55 → 10:25:55``, to the second (``--json`` has the milliseconds and when it
-    became pending); the end's date only when it differs."""
-    first = iso_utc(math.floor(start)).replace("T", " ").removesuffix("Z")
-    if end is None:
-        return f"{first} → still firing at the end"
-    last = iso_utc(math.floor(end)).replace("T", " ").removesuffix("Z")
-    return f"{first} → {last[11:] if last[:10] == first[:10] else last}"
+def _moment(seconds: float, same_day_as: str = "") -> str:
+    """``2025-03-03 10:12:55`` to the second (``--json`` has the milliseconds, and when the alert
+    became pending); only the time when the date is ``same_day_as``'s."""
+    text = iso_utc(math.floor(seconds)).replace("T", " ").removesuffix("Z")
+    return text[11:] if text[:10] == same_day_as[:10] else text
 
 
 def _render(report: BacktestReport, console: Console) -> None:
@@ -197,21 +194,22 @@ def _render(report: BacktestReport, console: Console) -> None:
             f"Recorded period {iso_utc(report.period_start)} to {iso_utc(report.period_end)}, "
             f"scraped every {format_duration(report.scrape_interval)}; rules {report.rules_path}"
         )
-    table = Table(title="Alerts that would have fired (times in UTC)")
-    table.add_column("alert", no_wrap=True)
-    table.add_column("severity", no_wrap=True)
-    table.add_column("labels", overflow="fold", min_width=12)
-    table.add_column("firing", no_wrap=True)
-    for column in ("halts", "cap hits"):
-        table.add_column(column, justify="right")
+    table = Table(title="Alerts that would have fired (UTC)")
+    table.add_column("alert", overflow="fold", min_width=10)
+    table.add_column("labels", overflow="fold", min_width=10)
+    table.add_column("fired", no_wrap=True)
+    table.add_column("resolved", no_wrap=True)
+    table.add_column("halts", justify="right")
+    table.add_column("cap hits", justify="right")
     for outcome in report.fired:
         for interval in outcome.intervals:
             labels = " ".join(f"{k}={v}" for k, v in sorted(interval.labels.items()) if k not in _SHOWN_APART)
+            start = _moment(interval.start)
             cells = (
                 interval.alert,
-                interval.labels.get("severity", ""),
                 labels,
-                _span(interval.start, interval.end if interval.resolved else None),
+                start,
+                _moment(interval.end, start) if interval.resolved else "still firing",
                 str(interval.halts_total),
                 str(interval.cap_hits_total),
             )
