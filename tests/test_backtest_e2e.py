@@ -386,3 +386,28 @@ def test_since_leaves_out_what_came_before(tmp_path: Path) -> None:
     assert "OtelguardRunawaySearchLoop" in document["quiet"]
     assert when(document["period"]["start"]) >= SEARCH_START + timedelta(minutes=12)
     assert document["events_outside_since_until"] > 0
+
+
+def test_the_alerts_section_in_a_real_browser(
+    runaway: tuple[int, dict[str, Any], str, str], tmp_path: Path
+) -> None:
+    """Headless chromium: the page loads clean, fetches nothing, and the section shows one row per
+    interval the document lists, laid out with a real size."""
+    from tests.browser import run_chromium
+
+    _, document, _, page_text = runaway
+    page_file = tmp_path / "report.html"
+    page_file.write_text(page_text, encoding="utf-8")
+    expected = sorted(a["alert"] for a in document["alerts"] for _ in a["intervals"])
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        page.navigate(page_file.as_uri())
+        assert page.events("Runtime.exceptionThrown") == []
+        requested = [e["request"]["url"] for e in page.events("Network.requestWillBeSent")]
+        assert requested == [page_file.as_uri()]
+        rows = page.evaluate(
+            "[...document.querySelectorAll('#alerts tbody tr')].map(r => r.cells[0].textContent)"
+        )
+        assert sorted(rows) == expected
+        height = page.evaluate("document.querySelector('#alerts').getBoundingClientRect().height")
+        assert height > 20 * len(rows)
