@@ -11,6 +11,7 @@ import os
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from datetime import datetime, timedelta
@@ -208,13 +209,18 @@ def test_a_tuned_rule_file_is_backtested_instead(tmp_path: Path) -> None:
 
 
 def test_a_rule_file_prometheus_cannot_load_is_a_usage_error(
-    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """promtool refuses the file once the temporary directory exists: it is removed all the same."""
+    scratch = tmp_path / "scratch"
+    scratch.mkdir()
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
     (tmp_path / "t.jsonl").write_text("", encoding="utf-8")
     rules = tmp_path / "bad.yaml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "g", "rules": [{"alert": "A", "expr": "rate("}]}]}))
     assert main(["backtest", str(tmp_path / "t.jsonl"), "--rules", str(rules)]) == 2
     assert "the rules file does not load" in capsys.readouterr().err
+    assert list(scratch.iterdir()) == []
 
 
 def test_transcripts_without_timestamps_backtest_nothing_and_are_named(
