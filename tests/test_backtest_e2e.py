@@ -7,6 +7,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import math
 import os
 import signal
 import subprocess
@@ -23,7 +24,8 @@ import pytest
 import yaml
 
 from otelguard.backtest.engine import Binaries, Engine
-from otelguard.backtest.rules import RULE_FILE_NAME, eval_offset
+from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, eval_offset
+from otelguard.backtest.run import evaluation_times
 from otelguard.cli import main
 from tests.backtest_fleet import DAY, SessionWriter, healthy_sessions, runaway_minutes, write_fleet
 from tests.e2e import require_binary, stop_process, wait_until
@@ -276,21 +278,27 @@ def test_promtool_accepts_the_openmetrics_file_and_keeps_every_sample(tmp_path: 
 
 def test_the_evaluation_offsets_are_the_ones_promtool_uses(tmp_path: Path) -> None:
     """Recorded rule samples land at the offset ``eval_offset`` computes for the group and the fixed
-    rule file name, so the alerts are evaluated on the same grid."""
-    start = DAY.timestamp()
+    rule file name, so the alerts are evaluated on the same grid; backfilled a day per promtool run,
+    a period across midnight still gets every evaluation."""
+    start = DAY.timestamp() - 1800
     samples = tmp_path / "s.om"
     samples.write_text(
-        "# TYPE x counter\n" + "".join(f"x_total 1 {start + 15 * k:.0f}\n" for k in range(200)) + "# EOF\n"
+        "# TYPE x counter\n" + "".join(f"x_total 1 {start + 15 * k:.0f}\n" for k in range(240)) + "# EOF\n"
     )
+    end = start + 15 * 239
     with Engine(Binaries.find(), tmp_path, lookback=60, retention_days=3) as engine:
         engine.create_blocks(samples)
         engine.start()
         for record, group in (("y:a", "otelguard.rules"), ("y:b", "another group")):
             document = {"groups": [{"name": group, "rules": [{"record": record, "expr": "x_total"}]}]}
-            engine.backfill_rules(document, start, start + 15 * 200, 60)
+            engine.backfill_rules(document, start, end, 60)
             engine.start()
             [(_, [(_, stamp)])] = engine.query_range(f"timestamp({record})", start + 600, start + 600, 60)
             assert round(stamp % 60, 3) == round(eval_offset(RULE_FILE_NAME, group, 60), 3)
+            rule = AlertRule(record, group, record, 60.0, 0.0, 0.0, {})
+            expected = len(evaluation_times(rule, math.floor(start), math.ceil(end)))
+            [(_, [(_, count)])] = engine.query_range(f"count_over_time({record}[2h])", end, end, 60)
+            assert count == expected
 
 
 @contextlib.contextmanager
