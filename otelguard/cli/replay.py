@@ -92,7 +92,7 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         help="write the metrics a Prometheus scraping a live exporter would have stored, with the "
         "transcripts' timestamps, as OpenMetrics to FILE (for promtool tsdb create-blocks-from openmetrics)",
     )
-    add_series_arguments(parser)
+    add_series_arguments(parser, replay=True)
 
 
 def add_input_arguments(parser: argparse.ArgumentParser, paths_help: str) -> None:
@@ -104,23 +104,22 @@ def add_input_arguments(parser: argparse.ArgumentParser, paths_help: str) -> Non
     parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
 
 
-def add_series_arguments(parser: argparse.ArgumentParser) -> None:
-    """``--scrape-interval``, ``--job`` and ``--instance``: shared with ``otelguard backtest``."""
+def add_series_arguments(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:
+    """``--scrape-interval``, ``--job``, ``--instance``, ``--since`` and ``--until``: shared with
+    ``otelguard backtest`` (for replay they go with ``--openmetrics``; ``--job`` with the Pushgateway too)."""
+    where = "with --openmetrics: " if replay else ""
     parser.add_argument(
         "--scrape-interval",
         type=duration_argument,
         metavar="DURATION",
-        help=f"with --openmetrics: the scrape interval of the simulated Prometheus (default: {DEFAULT_SCRAPE_INTERVAL})",
+        help=f"{where}the scrape interval of the simulated Prometheus (default: {DEFAULT_SCRAPE_INTERVAL})",
     )
-    parser.add_argument(
-        "--job",
-        metavar="NAME",
-        help=f"the job label for --openmetrics, the job name for --pushgateway (default: {DEFAULT_JOB})",
+    job_help = (
+        "the job label for --openmetrics, the job name for --pushgateway" if replay else "the job label"
     )
+    parser.add_argument("--job", metavar="NAME", help=f"{job_help} (default: {DEFAULT_JOB})")
     parser.add_argument(
-        "--instance",
-        metavar="NAME",
-        help=f"the instance label for --openmetrics (default: {DEFAULT_INSTANCE})",
+        "--instance", metavar="NAME", help=f"{where}the instance label (default: {DEFAULT_INSTANCE})"
     )
     now = time.time()
     for option, which in (("--since", "before"), ("--until", "after")):
@@ -128,7 +127,7 @@ def add_series_arguments(parser: argparse.ArgumentParser) -> None:
             option,
             type=lambda text: moment_argument(text, now),
             metavar="WHEN",
-            help=f"leave out the metrics of events {which} WHEN: a time (2025-09-01, 2025-09-01T10:00:00Z; "
+            help=f"{where}leave out the metrics of events {which} WHEN: a time (2025-09-01, 2025-09-01T10:00:00Z; "
             "UTC unless it says otherwise) or a duration before now (7d)",
         )
 
