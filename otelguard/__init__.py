@@ -5,12 +5,12 @@ Claude Code hook command starts on every tool call and must not pay for the core
 prometheus_client; a submodule import always runs this file first.
 """
 
-import importlib
-import typing as _typing
-
 from otelguard._version import __version__
 
-if _typing.TYPE_CHECKING:
+# Not ``typing.TYPE_CHECKING``: importing typing (and the re and enum it pulls in) would be a third of
+# the hook command's own startup time. Type checkers treat any constant of this name as true.
+TYPE_CHECKING = False
+if TYPE_CHECKING:
     from otelguard.config import GuardConfig, TelemetrySettings
     from otelguard.decisions import Decision, Signature, TurnSummary
     from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
@@ -19,6 +19,7 @@ if _typing.TYPE_CHECKING:
     from otelguard.observers import CallEvent, GuardObserver, TurnInfo
     from otelguard.telemetry import Telemetry
     from otelguard.tool_calls import GuardedCall
+del TYPE_CHECKING  # not part of the package's namespace
 
 __all__ = [
     "CallEvent",
@@ -62,6 +63,8 @@ def __getattr__(name: str) -> object:
     home = _HOMES.get(name)
     if home is None:
         raise AttributeError(f"module 'otelguard' has no attribute {name!r}")
+    import importlib
+
     value = getattr(importlib.import_module(home), name)
     globals()[name] = value
     return value

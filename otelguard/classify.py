@@ -6,12 +6,14 @@ import threading
 import weakref
 from collections.abc import Iterable, Mapping
 from fnmatch import fnmatchcase
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from otelguard.config import GuardConfig
 from otelguard.decisions import ToolClass
+
+if TYPE_CHECKING:
+    from otelguard.config import GuardConfig
 
 __all__ = ["NamePatterns", "ToolCatalog", "ToolFacts", "catalog_for", "looks_failed"]
 

@@ -5,14 +5,29 @@ Every error is a ``ConfigError`` naming the dotted key path, the bad value and w
 
 from __future__ import annotations
 
-import difflib
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
 from typing import Any, Final
 
+from otelguard.config_checks import (
+    NO_KEYS,
+    NO_NAMES,
+    Problems,
+    argument_keys,
+    as_mapping,
+    boolean,
+    check_keys,
+    choice,
+    integer,
+    tool_names,
+    unknown_keys,
+)
 from otelguard.config_file import load_config_file
+from otelguard.config_names import is_glob, near_misses
+from otelguard.config_state import StateSettings, check_state_ready, effective_state, mask_url
+from otelguard.config_telemetry import SPAN_MODES, TelemetrySettings
 from otelguard.errors import ConfigError
 
 __all__ = [
@@ -22,12 +37,14 @@ __all__ = [
     "SPAN_MODES",
     "CapsConfig",
     "GuardConfig",
+    "StateSettings",
     "TelemetrySettings",
     "ToolClasses",
+    "effective_state",
+    "mask_url",
 ]
 
 MODES: Final = ("interactive", "unattended")
-SPAN_MODES: Final = ("auto", "own", "event", "decisions", "off")
 ON_HIT: Final = ("block", "reject")
 
 DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -115,7 +132,7 @@ DEFAULT_VOLATILE_RESULT_KEYS: Final = (
 _TOP_KEYS: Final = (
     "mode", "hard_stop", "warnings", "warn_after", "hard_stop_after", "caps", "tool_groups", "tools",
     "spawn_tools", "ignore_args", "volatile_result_keys", "max_tracked_signatures", "signature_key",
-    "telemetry",
+    "telemetry", "state",
 )  # fmt: skip
 _HERMES_FLAT: Final = {
     "exact_failure_warn_after": ("warn_after", "exact_failure"),
@@ -129,69 +146,6 @@ _HERMES_KEYS: Final = (
     "warnings_enabled", "hard_stop_enabled", "non_interactive_hard_stop_enabled", "loop_caps",
     "idempotent_no_progress", *_HERMES_FLAT,
 )  # fmt: skip
-
-
-def _suggest(key: str, allowed: Iterable[str]) -> str:
-    allowed = list(allowed)
-    close = difflib.get_close_matches(key, allowed, n=1)
-    hint = f"did you mean {close[0]!r}? " if close else ""
-    return f"unknown key; {hint}allowed keys: {', '.join(sorted(allowed))}"
-
-
-def _check_keys(path: str, mapping: Mapping[str, Any], allowed: Iterable[str]) -> None:
-    allowed = tuple(allowed)
-    for key in mapping:
-        if key not in allowed:
-            raise ConfigError(_join(path, str(key)), key, _suggest(str(key), allowed))
-
-
-def _join(path: str, key: str) -> str:
-    return f"{path}.{key}" if path else key
-
-
-def _mapping(path: str, value: Any) -> Mapping[str, Any]:
-    if not isinstance(value, Mapping):
-        raise ConfigError(path or "(top level)", value, "expected a mapping")
-    for key in value:
-        if not isinstance(key, str):
-            raise ConfigError(_join(path, str(key)), key, "keys must be strings")
-    return value
-
-
-def _bool(path: str, value: Any) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(path, value, "expected true or false")
-    return value
-
-
-def _int(path: str, value: Any, minimum: int) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum:
-        raise ConfigError(path, value, f"expected an integer >= {minimum}")
-    return value
-
-
-def _names(path: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple, set, frozenset)):
-        raise ConfigError(path, value, "expected a list of tool names or fnmatch globs")
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise ConfigError(f"{path}[{i}]", item, "expected a non-empty string")
-    return tuple(value)
-
-
-def _argument_keys(path: str, value: Any) -> tuple[str, ...]:
-    if isinstance(value, str) or not isinstance(value, (list, tuple)):
-        raise ConfigError(path, value, "expected a list of top-level argument names")
-    for i, item in enumerate(value):
-        if not isinstance(item, str) or not item:
-            raise ConfigError(f"{path}[{i}]", item, "expected a non-empty argument name")
-    return tuple(dict.fromkeys(value))
-
-
-def _choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
-    if value not in allowed:
-        raise ConfigError(path, value, f"expected one of {', '.join(allowed)}")
-    return str(value)
 
 
 _TOOL_LISTS: Final = ("read", "write", "shell", "poll", "failure_tolerant")
@@ -212,15 +166,19 @@ class ToolClasses:
     def parse(cls, value: Any, path: str = "tools") -> ToolClasses:
         if isinstance(value, ToolClasses):
             return value
-        section = _mapping(path, value)
-        _check_keys(path, section, (*_TOOL_LISTS, "replace"))
-        replace_all = _bool(f"{path}.replace", section.get("replace", False))
+        section = as_mapping(path, value)
+        problems = Problems()
+        problems.found += unknown_keys(path, section, (*_TOOL_LISTS, "replace"))
+        replace_all = problems.attempt(
+            boolean, f"{path}.replace", section.get("replace", False), fallback=False
+        )
         defaults = cls(**dict.fromkeys(_TOOL_LISTS, ())) if replace_all else cls()
         lists = {}
         for name in _TOOL_LISTS:
-            extra = _names(f"{path}.{name}", section.get(name, ()))
+            extra = problems.attempt(tool_names, f"{path}.{name}", section.get(name, ()), fallback=NO_NAMES)
             base: tuple[str, ...] = getattr(defaults, name)
             lists[name] = base + tuple(n for n in extra if n not in base)
+        problems.raise_any()
         return cls(**lists)
 
 
@@ -237,51 +195,36 @@ class CapsConfig:
     )
 
     def __post_init__(self) -> None:
-        _choice("caps.on_hit", self.on_hit, ON_HIT)
+        problems = Problems()
+        problems.attempt(choice, "caps.on_hit", self.on_hit, ON_HIT, fallback="")
         for scope in ("turn", "session"):
-            limits = _mapping(f"caps.{scope}", getattr(self, scope))
+            limits = problems.attempt(as_mapping, f"caps.{scope}", getattr(self, scope), fallback=NO_KEYS)
             for key, limit in limits.items():
-                _int(f"caps.{scope}.{key}", limit, 0)
+                problems.attempt(integer, f"caps.{scope}.{key}", limit, 0, fallback=0)
             object.__setattr__(self, scope, MappingProxyType(dict(limits)))
+        problems.raise_any()
 
     @classmethod
     def parse(cls, value: Any, path: str = "caps") -> CapsConfig:
         if isinstance(value, CapsConfig):
             return value
-        section = _mapping(path, value)
-        _check_keys(path, section, ("on_hit", "turn", "session"))
+        section = as_mapping(path, value)
+        problems = Problems()
+        problems.found += unknown_keys(path, section, ("on_hit", "turn", "session"))
         defaults = cls()
-        return cls(
-            on_hit=section.get("on_hit", defaults.on_hit),
-            turn={**defaults.turn, **_mapping(f"{path}.turn", section.get("turn", {}))},
-            session={**defaults.session, **_mapping(f"{path}.session", section.get("session", {}))},
+        turn = problems.attempt(as_mapping, f"{path}.turn", section.get("turn", {}), fallback=NO_KEYS)
+        session = problems.attempt(
+            as_mapping, f"{path}.session", section.get("session", {}), fallback=NO_KEYS
         )
-
-
-@dataclass(frozen=True, kw_only=True)
-class TelemetrySettings:
-    """The ``telemetry:`` section. ``Telemetry(...)`` keyword arguments override these."""
-
-    span_mode: str = "auto"
-    turn_spans: bool = False
-    max_tool_values: int = 100
-    max_signature_series: int = 200
-    max_series_per_metric: int = 2000
-
-    def __post_init__(self) -> None:
-        _choice("telemetry.span_mode", self.span_mode, SPAN_MODES)
-        _bool("telemetry.turn_spans", self.turn_spans)
-        _int("telemetry.max_tool_values", self.max_tool_values, 1)
-        _int("telemetry.max_signature_series", self.max_signature_series, 1)
-        _int("telemetry.max_series_per_metric", self.max_series_per_metric, 1)
-
-    @classmethod
-    def parse(cls, value: Any, path: str = "telemetry") -> TelemetrySettings:
-        if isinstance(value, TelemetrySettings):
-            return value
-        section = _mapping(path, value)
-        _check_keys(path, section, [f.name for f in fields(cls)])
-        return cls(**section)
+        caps = problems.attempt(
+            cls,
+            fallback=defaults,
+            on_hit=section.get("on_hit", defaults.on_hit),
+            turn={**defaults.turn, **turn},
+            session={**defaults.session, **session},
+        )
+        problems.raise_any()
+        return caps
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -306,35 +249,51 @@ class GuardConfig:
     max_tracked_signatures: int = 4096
     signature_key: str | None = field(default=None, repr=False)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
+    state: StateSettings = field(default_factory=StateSettings)
+
+    config_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
+    """Keys that are valid but probably typos (a cap on ``web_serch``), one line each naming the key
+    and the name it is one edit away from. Never printed here: the command line prints them."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
-        _choice("mode", self.mode, MODES)
+        problems = Problems()
+        problems.attempt(choice, "mode", self.mode, MODES, fallback="")
         if self.hard_stop is not None:
-            _bool("hard_stop", self.hard_stop)
-        _bool("warnings", self.warnings)
-        self._set_thresholds()
-        set_(self, "caps", CapsConfig.parse(self.caps))
-        groups = _mapping("tool_groups", self.tool_groups)
+            problems.attempt(boolean, "hard_stop", self.hard_stop, fallback=False)
+        problems.attempt(boolean, "warnings", self.warnings, fallback=True)
+        self._set_thresholds(problems)
+        set_(self, "caps", problems.attempt(CapsConfig.parse, self.caps, fallback=CapsConfig()))
+        groups = problems.attempt(as_mapping, "tool_groups", self.tool_groups, fallback=NO_KEYS)
         merged_groups = {
             **DEFAULT_TOOL_GROUPS,
-            **{k: _names(f"tool_groups.{k}", v) for k, v in groups.items()},
+            **{
+                k: problems.attempt(tool_names, f"tool_groups.{k}", v, fallback=NO_NAMES)
+                for k, v in groups.items()
+            },
         }
         set_(self, "tool_groups", MappingProxyType(merged_groups))
-        set_(self, "tools", ToolClasses.parse(self.tools))
-        spawn = _mapping("spawn_tools", self.spawn_tools)
+        set_(self, "tools", problems.attempt(ToolClasses.parse, self.tools, fallback=ToolClasses()))
+        spawn = problems.attempt(as_mapping, "spawn_tools", self.spawn_tools, fallback=NO_KEYS)
         for key, arg in spawn.items():
             if arg is not None and (not isinstance(arg, str) or not arg):
-                raise ConfigError(
-                    f"spawn_tools.{key}", arg, "expected the name of the batch-list argument, or null"
+                problems.found.append(
+                    ConfigError(
+                        f"spawn_tools.{key}", arg, "expected the name of the batch-list argument, or null"
+                    )
                 )
         set_(self, "spawn_tools", MappingProxyType({**DEFAULT_SPAWN_TOOLS, **spawn}))
-        ignore = _mapping("ignore_args", self.ignore_args)
+        ignore = problems.attempt(as_mapping, "ignore_args", self.ignore_args, fallback=NO_KEYS)
         if "" in ignore:
-            raise ConfigError("ignore_args", "", "expected tool names or fnmatch globs as keys")
+            problems.found.append(
+                ConfigError("ignore_args", "", "expected tool names or fnmatch globs as keys")
+            )
         merged_ignore = {
             **DEFAULT_IGNORE_ARGS,
-            **{k: _argument_keys(f"ignore_args.{k}", v) for k, v in ignore.items()},
+            **{
+                k: problems.attempt(argument_keys, f"ignore_args.{k}", v, fallback=NO_NAMES)
+                for k, v in ignore.items()
+            },
         }
         set_(self, "ignore_args", MappingProxyType(merged_ignore))
         keys = self.volatile_result_keys
@@ -343,45 +302,92 @@ class GuardConfig:
             or not isinstance(keys, (list, tuple))
             or not all(isinstance(k, str) for k in keys)
         ):
-            raise ConfigError("volatile_result_keys", keys, "expected a list of key names")
+            problems.found.append(ConfigError("volatile_result_keys", keys, "expected a list of key names"))
+            keys = DEFAULT_VOLATILE_RESULT_KEYS
         set_(self, "volatile_result_keys", tuple(keys))
-        _int("max_tracked_signatures", self.max_tracked_signatures, 1)
+        problems.attempt(integer, "max_tracked_signatures", self.max_tracked_signatures, 1, fallback=1)
         if self.signature_key is not None and (
             not isinstance(self.signature_key, str) or not self.signature_key
         ):
-            raise ConfigError("signature_key", "<hidden>", "expected a non-empty string or null")
-        set_(self, "telemetry", TelemetrySettings.parse(self.telemetry))
-
-    def _set_thresholds(self) -> None:
-        """Merge ``warn_after`` and ``hard_stop_after`` over the defaults; a warning never comes after its stop."""
-        set_ = object.__setattr__
-        stop_set_by_user = set(_mapping("hard_stop_after", self.hard_stop_after))
-        warn_set_by_user = set(_mapping("warn_after", self.warn_after))
-        if self.warn_after is DEFAULT_WARN_AFTER:
-            warn_set_by_user = set()
-        set_(self, "warn_after", self._thresholds("warn_after", self.warn_after, DEFAULT_WARN_AFTER))
+            problems.found.append(
+                ConfigError("signature_key", "<hidden>", "expected a non-empty string or null")
+            )
         set_(
             self,
-            "hard_stop_after",
-            self._thresholds("hard_stop_after", self.hard_stop_after, DEFAULT_HARD_STOP_AFTER),
+            "telemetry",
+            problems.attempt(TelemetrySettings.parse, self.telemetry, fallback=TelemetrySettings()),
         )
+        set_(self, "state", problems.attempt(StateSettings.parse, self.state, fallback=StateSettings()))
+        if self.state.url is not None:
+            problems.attempt(
+                check_state_ready, "state.url", self.state.url, self.signature_key, fallback=None
+            )
+        problems.raise_any()
+        set_(self, "config_warnings", self._near_misses())
+
+    def _set_thresholds(self, problems: Problems) -> None:
+        """Merge ``warn_after`` and ``hard_stop_after`` over the defaults; a warning never comes after its stop."""
+        set_ = object.__setattr__
+        stop_set_by_user = set(
+            problems.attempt(as_mapping, "hard_stop_after", self.hard_stop_after, fallback=NO_KEYS)
+        )
+        warn_set_by_user = set(problems.attempt(as_mapping, "warn_after", self.warn_after, fallback=NO_KEYS))
+        if self.warn_after is DEFAULT_WARN_AFTER:
+            warn_set_by_user = set()
+        before = len(problems.found)
+        for name, defaults in (
+            ("warn_after", DEFAULT_WARN_AFTER),
+            ("hard_stop_after", DEFAULT_HARD_STOP_AFTER),
+        ):
+            merged = problems.attempt(
+                self._thresholds, name, getattr(self, name), defaults, fallback=defaults
+            )
+            set_(self, name, merged)
+        if len(problems.found) > before:
+            return  # the order of thresholds that did not parse means nothing
         for name, stop_at in self.hard_stop_after.items():
             warn_at = self.warn_after[name]
             if warn_at <= stop_at:
                 continue
             if name in stop_set_by_user and name not in warn_set_by_user:  # name the key the user set
-                raise ConfigError(
-                    f"hard_stop_after.{name}", stop_at, f"must be >= warn_after.{name} ({warn_at})"
+                problems.found.append(
+                    ConfigError(
+                        f"hard_stop_after.{name}", stop_at, f"must be >= warn_after.{name} ({warn_at})"
+                    )
                 )
-            raise ConfigError(f"warn_after.{name}", warn_at, f"must be <= hard_stop_after.{name} ({stop_at})")
+            else:
+                problems.found.append(
+                    ConfigError(
+                        f"warn_after.{name}", warn_at, f"must be <= hard_stop_after.{name} ({stop_at})"
+                    )
+                )
+
+    def _near_misses(self) -> tuple[str, ...]:
+        """Tool names the user wrote that are probably typos (see ``otelguard.config_names``)."""
+        members = [name for names in self.tool_groups.values() for name in names]
+        known = (*_DEFAULT_NAMES, *self.tool_groups, *(n for n in members if not is_glob(n)))
+        globs = (*_DEFAULT_GLOBS, *(n for n in members if is_glob(n)))
+        named = [
+            (f"caps.{scope}.{key}", key) for scope in ("turn", "session") for key in getattr(self.caps, scope)
+        ]
+        for name in _TOOL_LISTS:
+            default_names = set(getattr(_DEFAULT_TOOL_CLASSES, name))
+            named += [
+                (f"tools.{name}", tool) for tool in getattr(self.tools, name) if tool not in default_names
+            ]
+        named += [(f"ignore_args.{key}", key) for key in self.ignore_args if key not in DEFAULT_IGNORE_ARGS]
+        return near_misses(named, known, globs)
 
     @staticmethod
     def _thresholds(path: str, value: Any, defaults: Mapping[str, int]) -> Mapping[str, int]:
-        section = _mapping(path, value)
-        _check_keys(path, section, defaults)
+        section = as_mapping(path, value)
+        problems = Problems()
+        problems.found += unknown_keys(path, section, defaults)
         merged = dict(defaults)
         for key, threshold in section.items():
-            merged[key] = _int(f"{path}.{key}", threshold, 1)
+            if key in defaults:
+                merged[key] = problems.attempt(integer, f"{path}.{key}", threshold, 1, fallback=defaults[key])
+        problems.raise_any()
         return MappingProxyType(merged)
 
     @property
@@ -398,18 +404,26 @@ class GuardConfig:
         """Build a config from a parsed YAML/JSON section (otelguard's keys or hermes' aliases)."""
         if mapping is None:
             return cls()
-        section = dict(_mapping("", mapping))
+        section = dict(as_mapping("", mapping))
         if set(section) == {"tool_loop_guardrails"}:
-            section = dict(_mapping("tool_loop_guardrails", section["tool_loop_guardrails"]))
+            section = dict(as_mapping("tool_loop_guardrails", section["tool_loop_guardrails"]))
         section = _apply_hermes_aliases(section)
-        _check_keys("", section, _TOP_KEYS)
-        return cls(**section)
+        problems = Problems()
+        problems.found += unknown_keys("", section, _TOP_KEYS)
+        known = {key: value for key, value in section.items() if key in _TOP_KEYS}
+        config = problems.attempt(cls, fallback=None, **known)
+        problems.raise_any()
+        assert config is not None
+        return config
 
     @classmethod
     def from_file(cls, path: str | Path) -> GuardConfig:
         """Read a YAML (or JSON) file. An empty file gives the defaults. A hostile file (too big, not
         UTF-8, a FIFO or device, an alias bomb, too deep) is a ``ConfigError``: see ``otelguard.config_file``."""
-        return cls.from_mapping(load_config_file(path))
+        try:
+            return cls.from_mapping(load_config_file(path))
+        except ConfigError as exc:
+            raise ConfigError.collected([exc], source=str(path)) from None
 
     def to_mapping(self) -> dict[str, Any]:
         """The effective configuration as plain data (the signature key is never included)."""
@@ -439,7 +453,17 @@ class GuardConfig:
             "max_tracked_signatures": self.max_tracked_signatures,
             "signature_key": "<set>" if self.signature_key else None,
             "telemetry": {f.name: getattr(self.telemetry, f.name) for f in fields(self.telemetry)},
+            "state": self.state.to_mapping(),
         }
+
+
+_DEFAULT_TOOL_CLASSES: Final = ToolClasses()
+_DEFAULT_TOOL_NAMES: Final = (
+    *DEFAULT_READ_TOOLS, *DEFAULT_WRITE_TOOLS, *DEFAULT_SHELL_TOOLS, *DEFAULT_POLL_TOOLS,
+    *DEFAULT_FAILURE_TOLERANT, *DEFAULT_SPAWN_TOOLS, *DEFAULT_IGNORE_ARGS,
+)  # fmt: skip
+_DEFAULT_NAMES: Final = tuple(dict.fromkeys(n for n in _DEFAULT_TOOL_NAMES if not is_glob(n)))
+_DEFAULT_GLOBS: Final = tuple(dict.fromkeys(n for n in _DEFAULT_TOOL_NAMES if is_glob(n)))
 
 
 def _apply_hermes_aliases(section: dict[str, Any]) -> dict[str, Any]:
@@ -454,29 +478,29 @@ def _apply_hermes_aliases(section: dict[str, Any]) -> dict[str, Any]:
                 raise ConfigError(hermes_key, value, f"set either {hermes_key} or {key}, not both")
             out[key] = value
     if "non_interactive_hard_stop_enabled" in out:
-        value = _bool("non_interactive_hard_stop_enabled", out.pop("non_interactive_hard_stop_enabled"))
+        value = boolean("non_interactive_hard_stop_enabled", out.pop("non_interactive_hard_stop_enabled"))
         if value is False and out.get("hard_stop") is None:
             out["hard_stop"] = False
     if "loop_caps" in out:
-        loop_caps = _mapping("loop_caps", out.pop("loop_caps"))
-        _check_keys("loop_caps", loop_caps, ("max_web_searches", "max_subagents"))
-        caps = dict(_mapping("caps", out.get("caps", {})))
-        turn = dict(_mapping("caps.turn", caps.get("turn", {})))
+        loop_caps = as_mapping("loop_caps", out.pop("loop_caps"))
+        check_keys("loop_caps", loop_caps, ("max_web_searches", "max_subagents"))
+        caps = dict(as_mapping("caps", out.get("caps", {})))
+        turn = dict(as_mapping("caps.turn", caps.get("turn", {})))
         for hermes_key, cap_key in (("max_web_searches", "web_search"), ("max_subagents", "subagents")):
             if hermes_key in loop_caps:
-                turn[cap_key] = _int(f"loop_caps.{hermes_key}", loop_caps[hermes_key], 0)
+                turn[cap_key] = integer(f"loop_caps.{hermes_key}", loop_caps[hermes_key], 0)
         caps["turn"] = turn
         out["caps"] = caps
     if "idempotent_no_progress" in out:
-        nested = _mapping("idempotent_no_progress", out.pop("idempotent_no_progress"))
-        _check_keys("idempotent_no_progress", nested, ("warn_after", "block_after", "hard_stop_after"))
+        nested = as_mapping("idempotent_no_progress", out.pop("idempotent_no_progress"))
+        check_keys("idempotent_no_progress", nested, ("warn_after", "block_after", "hard_stop_after"))
         for nested_key, target in (("warn_after", "warn_after"), ("block_after", "hard_stop_after"),
                                    ("hard_stop_after", "hard_stop_after")):  # fmt: skip
             if nested_key in nested:
-                out[target] = {**_mapping(target, out.get(target, {})), "no_progress": nested[nested_key]}
+                out[target] = {**as_mapping(target, out.get(target, {})), "no_progress": nested[nested_key]}
     for flat, (target, detector) in _HERMES_FLAT.items():
         if flat in out:
-            out[target] = {**_mapping(target, out.get(target, {})), detector: out.pop(flat)}
+            out[target] = {**as_mapping(target, out.get(target, {})), detector: out.pop(flat)}
     return _rename_no_progress(out)
 
 

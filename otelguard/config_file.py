@@ -31,10 +31,11 @@ MAX_CONFIG_DEPTH: Final = 32
 MAX_CONFIG_NODES: Final = 100_000
 """Values (scalars, lists, mappings) in the document once every alias is expanded."""
 MAX_INT_DIGITS: Final = 18
-_FILE: Final = "<file>"
-_QUOTED: Final = re.compile(r"'[^']{5,}'|\"[^\"]{5,}\"")
-"""Quoted source text inside a YAML problem (an alias, tag or key name). A single quoted character
-(``'\\t'``) helps and cannot hold a secret, so short quotes stay."""
+_NOT_REGULAR: Final = "not a regular file (a directory, FIFO or device)"
+_QUOTED: Final = re.compile(r"'[^'\s]{5,}'|\"[^\"\s]{5,}\"")
+"""Quoted source text inside a YAML problem (an alias, anchor or tag: none holds a space). A single
+quoted character (``'\\t'``) helps and cannot hold a secret, so short quotes stay, and so do
+PyYAML's own token names (``'<stream end>'``) and the text between two quotes (``', but got '``)."""
 _INT_TAG: Final = "tag:yaml.org,2002:int"
 
 
@@ -50,22 +51,16 @@ def load_config_file(path: str | Path) -> Any:
         _check_expansion(node)
         return loader.construct_document(node)
     except yaml.MarkedYAMLError as exc:
-        raise ConfigError(
-            _FILE, str(path), f"must be valid YAML: {_where(exc.problem_mark)}{_problem(exc)}"
-        ) from None
+        raise _file_error(path, f"{_where(exc.problem_mark)}not valid YAML: {_problem(exc)}") from None
     except yaml.reader.ReaderError as exc:
         where = _line_column(text, exc.position)
-        raise ConfigError(
-            _FILE, str(path), f"must be valid YAML: {where}control character {exc.character!r}"
-        ) from None
+        raise _file_error(path, f"{where}not valid YAML: control character {exc.character!r}") from None
     except yaml.YAMLError as exc:
-        raise ConfigError(_FILE, str(path), f"must be valid YAML ({type(exc).__name__})") from None
+        raise _file_error(path, f"not valid YAML ({type(exc).__name__})") from None
     except (ValueError, OverflowError) as exc:
         # a timestamp or number the YAML resolver accepted but Python cannot build (2001-13-45);
         # the exception text would quote the value, so only its type is named
-        raise ConfigError(
-            _FILE, str(path), f"must be valid YAML (a value could not be read: {type(exc).__name__})"
-        ) from None
+        raise _file_error(path, f"not valid YAML: a value could not be read ({type(exc).__name__})") from None
     finally:
         if loader is not None:
             loader.dispose()
@@ -75,26 +70,22 @@ def _read_text(path: str | Path) -> str:
     try:
         # stat first: opening a FIFO with no writer blocks, and a device can be endless
         if not stat.S_ISREG(os.stat(path).st_mode):
-            raise ConfigError(_FILE, str(path), "must be a regular file (not a directory, FIFO or device)")
+            raise _file_error(path, _NOT_REGULAR)
         # O_NONBLOCK: if the path became a FIFO since the stat, opening it still returns at once
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOCTTY", 0))
         with os.fdopen(fd, "rb") as file:
             if not stat.S_ISREG(os.fstat(file.fileno()).st_mode):
-                raise ConfigError(
-                    _FILE, str(path), "must be a regular file (not a directory, FIFO or device)"
-                )
+                raise _file_error(path, _NOT_REGULAR)
             data = file.read(MAX_CONFIG_BYTES + 1)
     except OSError as exc:
-        raise ConfigError(_FILE, str(path), f"must be a readable file ({exc.strerror})") from None
+        raise _file_error(path, f"cannot be read ({exc.strerror})") from None
     if len(data) > MAX_CONFIG_BYTES:
-        raise ConfigError(_FILE, str(path), f"must be at most {MAX_CONFIG_BYTES:,} bytes")
+        raise _file_error(path, f"larger than {MAX_CONFIG_BYTES:,} bytes, the most a config may be")
     try:
         return data.decode("utf-8")
     except UnicodeDecodeError as exc:
         where = _line_column(data[: exc.start].decode("utf-8"), exc.start)
-        raise ConfigError(
-            _FILE, str(path), f"must be UTF-8 text: {where}byte offset {exc.start} is not UTF-8"
-        ) from None
+        raise _file_error(path, f"{where}not UTF-8 text (byte offset {exc.start})") from None
 
 
 class _BoundedLoader(yaml.SafeLoader):
@@ -183,6 +174,11 @@ def _children(node: Node) -> list[Node]:
     if isinstance(node, MappingNode):
         return [part for pair in node.value for part in pair]
     return []
+
+
+def _file_error(path: str | Path, problem: str) -> ConfigError:
+    """A problem with the file itself, read as ``path: problem``."""
+    return ConfigError(ConfigError.FILE_KEY, str(path), problem, source=str(path))
 
 
 def _where(mark: Any) -> str:

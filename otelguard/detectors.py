@@ -7,40 +7,19 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
-from collections import OrderedDict
-from collections.abc import Callable
-from typing import Final, Generic, NamedTuple, TypeVar
+from typing import TYPE_CHECKING, Final, NamedTuple
 
 from otelguard import decisions as codes
-from otelguard.config import GuardConfig
+from otelguard.bounded_map import BoundedMap
 from otelguard.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.results import ResultSlot
 
+if TYPE_CHECKING:
+    from otelguard.config import GuardConfig
+
 __all__ = ["SignatureState", "TurnDetectors"]
 
-K = TypeVar("K")
-V = TypeVar("V")
-
 _CYCLE_PERIODS: Final = (2, 3, 4)
-
-
-class _Lru(OrderedDict[K, V], Generic[K, V]):
-    """An OrderedDict that forgets its least recently used entries past ``capacity``."""
-
-    def __init__(self, capacity: int) -> None:
-        super().__init__()
-        self.capacity = capacity
-
-    def touch(self, key: K, factory: Callable[[], V]) -> V:
-        value = self.get(key)
-        if value is None:
-            value = factory()
-            self[key] = value
-            if len(self) > self.capacity:
-                self.popitem(last=False)
-        else:
-            self.move_to_end(key)
-        return value
 
 
 class _FailureCounts(NamedTuple):
@@ -126,12 +105,12 @@ class TurnDetectors:
         self.warn_after = config.warn_after
         self.stop_after = config.hard_stop_after
         capacity = config.max_tracked_signatures
-        self.signatures: _Lru[Signature, SignatureState] = _Lru(capacity)
-        self.tool_failures: _Lru[str, int] = _Lru(capacity)
-        self.refusals: _Lru[tuple[str, str], int] = _Lru(capacity)
+        self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
+        self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
+        self.refusals: BoundedMap[tuple[str, str], int] = BoundedMap(capacity)
         # same_error: per error fingerprint since the turn's last successful write or shell call,
         # (failures counted, the one tool they came from; None once a second tool has given it)
-        self.errors: _Lru[int, tuple[int, str | None]] = _Lru(capacity)
+        self.errors: BoundedMap[int, tuple[int, str | None]] = BoundedMap(capacity)
         self.write_epoch = 0
         # Below these counts an ok call cannot make any detector fire.
         self._quiet_identical = min(self.warn_after["identical_call"], self.stop_after["identical_call"])
@@ -146,15 +125,7 @@ class TurnDetectors:
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used."""
-        signatures = self.signatures
-        state = signatures.get(sig)
-        if state is None:
-            state = signatures[sig] = SignatureState()
-            if len(signatures) > signatures.capacity:
-                signatures.popitem(last=False)
-        else:
-            signatures.move_to_end(sig)
-        return state
+        return self.signatures.touch(sig, SignatureState)
 
     # before_call -----------------------------------------------------------------------------
 

@@ -6,6 +6,11 @@ OTELGUARD_SIGNATURE_KEY = "OTELGUARD_SIGNATURE_KEY"
 """Key for the keyed hash of tool arguments (``args_hash``). Share one value across a fleet so the
 same loop has the same hash everywhere. ``signature_key`` in the config takes precedence."""
 
+OTELGUARD_STATE_URL = "OTELGUARD_STATE_URL"
+"""Where session caps are shared (``redis://``, ``rediss://``, ``unix://``): wins over ``state.url``
+in the config; ``otelguard serve --state URL`` wins over it. Needs a signature key
+(``OTELGUARD_SIGNATURE_KEY`` or ``signature_key``)."""
+
 OTELGUARD_REQUIRE_E2E = "OTELGUARD_REQUIRE_E2E"
 """Test-suite switch: when ``1``, end-to-end tests whose binaries are missing fail instead of skipping."""
 

@@ -15,6 +15,8 @@ import reprlib
 from typing import TYPE_CHECKING, Final
 
 if TYPE_CHECKING:
+    from collections.abc import Sequence
+
     from otelguard.decisions import Decision
 
 __all__ = ["ConfigError", "GuardHalted", "OtelGuardError", "UsageError"]
@@ -42,15 +44,57 @@ class OtelGuardError(Exception):
 class ConfigError(OtelGuardError, ValueError):
     """A configuration value is invalid.
 
-    ``key`` is the dotted key path (``warn_after.exact_failure``), ``value`` the offending value.
+    ``key`` is the dotted key path (``warn_after.exact_failure``), ``value`` the offending value,
+    ``allowed`` what is allowed, ``source`` the file it came from (when it came from one). A config
+    with several problems raises one ``ConfigError`` for all of them: ``errors`` holds each problem
+    (one ``ConfigError`` each; just this one when there is one), ``str()`` gives one line per
+    problem, and ``key``/``value``/``allowed`` are the first problem's.
     """
 
-    def __init__(self, key: str, value: object, allowed: str) -> None:
+    FILE_KEY: Final = "<file>"
+    """``key`` of a problem with the file itself (unreadable, not YAML): its line is ``file: what``."""
+
+    def __init__(self, key: str, value: object, allowed: str, *, source: str | None = None) -> None:
         self.key = key
         self.value = value
         self.allowed = allowed
-        shown_key = key if len(key) <= _MAX_KEY_CHARS else f"{key[:_MAX_KEY_CHARS]}..."
-        super().__init__(f"{shown_key}: {_VALUE_REPR.repr(value)} is not allowed; {allowed}")
+        self.source = source
+        self.errors: tuple[ConfigError, ...] = (self,)
+        super().__init__(self.line)
+
+    @property
+    def line(self) -> str:
+        """This problem alone, on one line."""
+        if self.key == self.FILE_KEY:
+            return f"{self.source or self.value}: {self.allowed}"
+        shown_key = self.key if len(self.key) <= _MAX_KEY_CHARS else f"{self.key[:_MAX_KEY_CHARS]}..."
+        where = f"{self.source}: " if self.source else ""
+        return f"{where}{shown_key}: {_VALUE_REPR.repr(self.value)} is not allowed; {self.allowed}"
+
+    @classmethod
+    def collected(cls, errors: Sequence[ConfigError], *, source: str | None = None) -> ConfigError:
+        """One error for every problem of ``errors`` (at least one), each named with ``source`` when
+        given: the error itself when there is one problem."""
+        problems = [
+            problem if source is None or problem.source else _with_source(problem, source)
+            for error in errors
+            for problem in error.errors
+        ]
+        if not problems:
+            raise ValueError("ConfigError.collected needs at least one error")
+        if len(problems) == 1:
+            return problems[0]
+        first = problems[0]
+        combined = cls(first.key, first.value, first.allowed, source=first.source)
+        combined.errors = tuple(problems)
+        combined.args = ("\n".join(problem.line for problem in problems),)
+        return combined
+
+
+def _with_source(problem: ConfigError, source: str) -> ConfigError:
+    named = ConfigError(problem.key, problem.value, problem.allowed, source=source)
+    named.__cause__ = problem.__cause__
+    return named
 
 
 class GuardHalted(OtelGuardError):

@@ -9,6 +9,7 @@ loop.
 
 from __future__ import annotations
 
+import sys
 import threading
 import time
 from collections.abc import Iterable
@@ -16,12 +17,12 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, cast
 
 from otelguard import decisions as codes
-from otelguard.caps import CapLedger, Charge
+from otelguard.caps import CapLedger, Charge, SessionCapStore, session_cap_store
 from otelguard.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
-from otelguard.observers import GuardObserver, ObserverGroup, TurnInfo, new_call_event
+from otelguard.observers import GuardObserver, ObserverGroup, StateReport, TurnInfo, new_call_event
 from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key
 from otelguard.results import ResultMemory
 from otelguard.signatures import (
@@ -30,6 +31,7 @@ from otelguard.signatures import (
     bounded_name,
     parse_json_args,
     resolve_signature_key,
+    uses_random_key,
 )
 from otelguard.tool_calls import call_context, wrap_tool
 
@@ -50,6 +52,9 @@ class Guard:
     ``telemetry``: ``None`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer
     provider, default registry), or an object; one with ``bind(settings)`` is bound to this
     config's ``telemetry`` section, anything else is used as a ``GuardObserver``.
+    ``session_id``: the session this guard serves (hosts that know it pass it; it picks the store of
+    the session's caps). ``session_caps``: the store of the session's cap counters, shared with the
+    session's other guards; by default a new one (``otelguard.caps.session_cap_store``).
     """
 
     def __init__(
@@ -59,19 +64,25 @@ class Guard:
         *,
         agent: str = DEFAULT_AGENT,
         observers: Iterable[GuardObserver] = (),
+        session_id: str | None = None,
+        session_caps: SessionCapStore | None = None,
     ) -> None:
         self.config = config if config is not None else GuardConfig()
         self.agent = agent or DEFAULT_AGENT
+        self.session_id = session_id
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = catalog_for(self.config)
-        self._caps = CapLedger(self.config.caps.on_hit)
+        if session_caps is None:
+            session_caps = session_cap_store(self.config, session_id)
+        self._caps = CapLedger(self.config.caps.on_hit, session_caps)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
         self._last_halt: Decision | None = None  # of the turn that ended last, until the next starts
         self._pending = PendingCalls(self.config.max_tracked_signatures)
         all_observers = list(observers)
+        self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
         if telemetry is not None and telemetry is not False:
             all_observers.append(self._bind_telemetry(telemetry))
         self._observers = ObserverGroup(all_observers)
@@ -85,12 +96,35 @@ class Guard:
             # Imported here so the pure core never loads OpenTelemetry or prometheus_client.
             from otelguard.telemetry import Telemetry
 
-            return Telemetry.default().bind(self.config.telemetry)
+            telemetry = Telemetry.default()
         bind = getattr(telemetry, "bind", None)
-        if callable(bind):
-            bound: GuardObserver = bind(self.config.telemetry)
-            return bound
-        return cast(GuardObserver, telemetry)  # an object without bind() observes the guard itself
+        if not callable(bind):
+            return cast(GuardObserver, telemetry)  # an object without bind() observes the guard itself
+        core = sys.modules.get("otelguard.telemetry.core")  # loaded if telemetry is otelguard's own
+        if core is not None and isinstance(telemetry, core.Telemetry):
+            # it says once, when it first exports a hash, that a random key's hashes match no other process's
+            random_key = uses_random_key(self.config.signature_key)
+            return cast(GuardObserver, bind(self.config.telemetry, random_signature_key=random_key))
+        return cast(GuardObserver, bind(self.config.telemetry))
+
+    @property
+    def session_caps(self) -> SessionCapStore:
+        """The store of this session's cap counters (shared with the session's other guards)."""
+        return self._caps.session
+
+    def subagent_guard(self, agent: str | None = None) -> Guard:
+        """A guard for a subagent of this guard's session: its own turns and detector state, the same
+        config, telemetry, observers and session, and the same session cap counters (a session cap
+        holds across the main agent and all its subagents, charged atomically between them)."""
+        telemetry, observers = self._made_with
+        return Guard(
+            self.config,
+            telemetry,
+            agent=agent or self.agent,
+            observers=observers,
+            session_id=self.session_id,
+            session_caps=self._caps.session,
+        )
 
     # turns -----------------------------------------------------------------------------------
 
@@ -172,7 +206,7 @@ class Guard:
             halt_decision=turn.halt,
             cap_usage=MappingProxyType(dict(self._caps.turn)),
             cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
-            session_cap_usage=MappingProxyType(dict(self._caps.session)),
+            session_cap_usage=MappingProxyType(dict(self._caps.session.usage())),
             decisions=MappingProxyType(dict(turn.decisions)),
         )
 
@@ -199,6 +233,7 @@ class Guard:
         sig = Signature(name, self._hasher.args_hash(args, facts.ignored_args))
         requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
         pending = None
+        reports: list[StateReport] | None = None
         with self._lock:
             turn.tool_calls += 1
             if turn.halt is not None:
@@ -206,9 +241,14 @@ class Guard:
             else:
                 decision = None
                 if facts.caps_turn or facts.caps_session:
+                    # charges the session caps when no cap refuses: refunded if a detector does
                     decision = self._caps.check(sig, facts.caps_turn, facts.caps_session, requested or 1)
                 if decision is None and turn.detectors.hard_stop:
                     decision = turn.detectors.refuse_before(sig, facts.tool_class)
+                    if decision is not None and facts.caps_session:
+                        self._caps.refund_session(facts.caps_session, requested or 1)
+            if self._caps.reports:  # only with a shared store (state.url)
+                reports = self._caps.take_reports()
             if decision is None:
                 decision = codes.allow_decision(name, sig)
                 charges: tuple[Charge, ...] = ()
@@ -216,10 +256,22 @@ class Guard:
                     charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                 tokens = [] if self._observe_starts else _NO_TOKENS
                 # found again by call id, or by (tool, id(args)): the args are never kept alive
-                pending = PendingCall(sig, turn, charges, requested, decision, time.time_ns(), tokens)
+                pending = PendingCall(
+                    sig,
+                    turn,
+                    charges,
+                    requested,
+                    decision,
+                    time.time_ns(),
+                    tokens,
+                    reports is not None and _fell_back(reports),
+                )
                 self._pending.add(call_key(name, args, call_id), pending)
             else:
                 turn.record(decision)
+        fell_back = False
+        if reports is not None:
+            fell_back = self._report_state(reports)
         if self._observed and (pending is None or self._observe_starts):
             outcome: Outcome | None = None
             if pending is None:
@@ -237,6 +289,7 @@ class Guard:
                 None,
                 requested,
                 pending.start_time_ns if pending is not None else time.time_ns(),
+                fell_back,
             )
             started = self._observers.call_started(event)
             if pending is None:
@@ -292,6 +345,9 @@ class Guard:
             )
             if outcome == "refused" and pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+                reports = self._caps.take_reports() if self._caps.reports else None
+            else:
+                reports = None
             verdict = turn.detectors.record_after(
                 sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same, error
             )
@@ -300,6 +356,8 @@ class Guard:
             else:
                 decision = verdict
                 turn.record(decision)
+        if reports is not None:
+            self._report_state(reports)
         if self._observed:
             if pending is not None:
                 before = pending.before
@@ -319,6 +377,7 @@ class Guard:
                 refusal,
                 spawned,
                 started,
+                pending is not None and pending.state_fallback,
             )
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision
@@ -327,8 +386,12 @@ class Guard:
         name, facts, turn = self._open(tool_name)
         with self._lock:
             sig, pending = self._take_pending(name, args, call_id, facts.ignored_args)
+            reports = None
             if pending is not None:
                 self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+                reports = self._caps.take_reports() if self._caps.reports else None
+        if reports is not None:
+            self._report_state(reports)
         decision = pending.before if pending is not None else codes.allow_decision(name, sig)
         if self._observed:
             spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
@@ -345,6 +408,7 @@ class Guard:
                 None,
                 spawned,
                 started,
+                pending is not None and pending.state_fallback,
             )
             self._observers.call_ended(event, pending.tokens if pending is not None else ())
         return decision
@@ -369,6 +433,13 @@ class Guard:
         """Guard a plain Python tool function (sync or async); see ``otelguard.tool_calls.wrap_tool``."""
         return wrap_tool(self, fn, tool_name)
 
+    def _report_state(self, reports: list[StateReport]) -> bool:
+        """Tell the observers how the shared store took part; whether the call was decided without it."""
+        if self._observed:
+            for report in reports:
+                self._observers.state_reported(report)
+        return _fell_back(reports)
+
     def _notify_turn_start(self, turn: TurnState) -> None:
         if self._observed:
             self._observers.turn_started(TurnInfo(turn_id=turn.turn_id, agent=turn.agent))
@@ -379,6 +450,10 @@ class Guard:
         self._observers.internal_error(stage, exc)
         name = tool_name if isinstance(tool_name, str) else ""
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
+
+
+def _fell_back(reports: list[StateReport]) -> bool:
+    return any(report.fell_back for report in reports)
 
 
 def _parsed(args: Any) -> Any:

@@ -9,11 +9,20 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Literal, NamedTuple
 
 from otelguard._slots import positional_factory
 from otelguard.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
 
-__all__ = ["CallEvent", "GuardObserver", "ObserverGroup", "Outcome", "ToolClass", "TurnInfo"]
+__all__ = [
+    "CallEvent",
+    "GuardObserver",
+    "ObserverGroup",
+    "Outcome",
+    "StateReport",
+    "ToolClass",
+    "TurnInfo",
+]
 
 logger = logging.getLogger("otelguard")
 
@@ -22,6 +31,23 @@ logger = logging.getLogger("otelguard")
 class TurnInfo:
     turn_id: str | None
     agent: str
+
+
+StateOp = Literal["connect", "charge", "refund"]
+
+
+class StateReport(NamedTuple):
+    """What one use of the shared session-cap store (``state.url``) came to.
+
+    ``sent``: a command reached for the store (``False``: it was backing off after a failure, so the
+    process's own counts answered without trying). ``error``: the operation that failed (``connect``,
+    ``charge`` or ``refund``), ``None`` when the command succeeded or none was sent. ``fell_back``:
+    the call was decided from the process's own counts. Holds no session id, key or value.
+    """
+
+    sent: bool
+    error: StateOp | None
+    fell_back: bool
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,6 +75,9 @@ class CallEvent:
     """Subagents this call spawns (spawn tools only; 0 for every other tool)."""
     start_time_ns: int = 0
     """Wall-clock time of the call's ``before_call`` (``time.time_ns()``); 0 when unknown."""
+    state_fallback: bool = False
+    """The session caps of this call were decided without the shared store (``state.url``), which
+    did not answer: from the process's own counts."""
 
 
 class GuardObserver:
@@ -77,6 +106,9 @@ class GuardObserver:
 
     def on_internal_error(self, stage: str) -> None:
         """The guard (or another observer) hit an internal error in ``stage``; the call was allowed."""
+
+    def on_state(self, report: StateReport) -> None:
+        """The guard used the shared session-cap store (only with ``state.url`` and a session id)."""
 
 
 class ObserverGroup:
@@ -131,6 +163,16 @@ class ObserverGroup:
             except Exception as exc:
                 self._observer_failed(observer, "on_turn_end", exc)
 
+    def state_reported(self, report: StateReport) -> None:
+        for observer in self._observers:
+            on_state = getattr(observer, "on_state", None)  # an observer older than shared state has none
+            if on_state is None:
+                continue
+            try:
+                on_state(report)
+            except Exception as exc:
+                self._observer_failed(observer, "on_state", exc)
+
     def internal_error(self, stage: str, exc: BaseException) -> None:
         """The guard itself failed in ``stage``: log it once and tell every observer."""
         self._log_once(stage, exc)
@@ -168,4 +210,4 @@ def _wants_call_start(observer: object) -> bool:
 
 new_call_event = positional_factory(CallEvent)
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
-refusal, spawn_count, start_time_ns)``: a ``CallEvent`` built for the hot path."""
+refusal, spawn_count, start_time_ns, state_fallback)``: a ``CallEvent`` built for the hot path."""

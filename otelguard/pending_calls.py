@@ -57,6 +57,8 @@ class PendingCall(NamedTuple):
     before: Decision
     start_time_ns: int
     tokens: list[object]
+    state_fallback: bool = False
+    """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
 
 
 def call_key(tool_name: str, args: Any, call_id: Any) -> object:
@@ -75,6 +77,8 @@ class PendingCalls:
 
     def __init__(self, limit: int) -> None:
         self._limit = limit
+        # Not a BoundedMap: the bound counts calls, not keys (one args-identity key may hold several
+        # overlapping calls), and the oldest call is dropped first, not the least recently used key.
         self._queues: OrderedDict[object, list[PendingCall]] = OrderedDict()
         self._count = 0
         self._last_key: object = None

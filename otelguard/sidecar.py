@@ -18,23 +18,16 @@ from typing import Any, Final
 import orjson
 from prometheus_client import CollectorRegistry
 
+from otelguard.claude_code_hooks import DEFAULT_AGENT, MAX_ID_CHARS, ClaudeCodeHooks, HookPayloadError
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
 from otelguard.http_server import Request, Response
-from otelguard.integrations.claude_code_hooks import (
-    GUARD_ACCEPTS_CANCELLED,
-    MAX_ID_CHARS,
-    ClaudeCodeHooks,
-    HookPayloadError,
-    SessionGuards,
-)
 from otelguard.metrics_server import metrics_response
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
+from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, Session, SessionHost
 
-__all__ = ["DEFAULT_SIDECAR_AGENT", "Sidecar"]
+__all__ = ["Sidecar"]
 
-DEFAULT_SIDECAR_AGENT: Final = "sidecar"
 _JSON: Final = "application/json"
 _EMPTY: Final = b""
 
@@ -52,10 +45,16 @@ class Sidecar:
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
     ) -> None:
-        self.hooks = ClaudeCodeHooks(
-            config, telemetry=telemetry, max_sessions=max_sessions, idle_seconds=idle_seconds
+        # One host for both APIs: a session is the same whether its events come as hook payloads
+        # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
+        self.host = SessionHost(
+            config,
+            telemetry=telemetry,
+            agent=DEFAULT_AGENT,
+            max_sessions=max_sessions,
+            idle_seconds=idle_seconds,
         )
-        self.pool = self.hooks.pool
+        self.hooks = ClaudeCodeHooks(host=self.host)
         self._registry = registry
         self._token = f"Bearer {token}".encode() if token else None
         self._routes: dict[str, Callable[[Mapping[str, Any]], Response]] = {
@@ -78,8 +77,10 @@ class Sidecar:
             if request.method not in ("GET", "HEAD"):
                 return _text(405, "only GET is served here", (("Allow", "GET, HEAD"),))
             if path == "/metrics":
+                # sessions gone idle since the last request end their open turns before a scrape
+                self.host.expire()
                 return metrics_response(self._registry, request)
-            return Response(200, orjson.dumps({"status": "ok", "sessions": len(self.pool)}), _JSON)
+            return Response(200, orjson.dumps({"status": "ok", "sessions": len(self.host)}), _JSON)
         route = self._routes.get(path)
         if route is None:
             return _text(404, "not found; see /metrics, /healthz and /v1/")
@@ -100,15 +101,15 @@ class Sidecar:
 
     # routes -----------------------------------------------------------------------------------
 
-    def _session(self, body: Mapping[str, Any]) -> SessionGuards:
-        return self.pool.get(_required_text(body, "session_id"))
+    def _session(self, body: Mapping[str, Any]) -> Session:
+        return self.host.session(_required_text(body, "session_id"))
 
     def _guard(self, body: Mapping[str, Any]) -> Guard:
         return self._session(body).main
 
     def _start_turn(self, body: Mapping[str, Any]) -> Response:
         turn_id, agent = _optional_text(body, "turn_id"), _optional_text(body, "agent")
-        self._guard(body).start_turn(turn_id=turn_id, agent=agent)
+        self._session(body).start_turn(turn_id=turn_id, agent=agent)
         return Response(200, b'{"ok":true}', _JSON)
 
     def _before_call(self, body: Mapping[str, Any]) -> Response:
@@ -126,14 +127,11 @@ class Sidecar:
         guard = self._guard(body)
         args, result = body.get("args"), body.get("result")
         if cancelled:
-            after: Any = guard.after_call  # a guard without cancellation support is not asked
-            if not GUARD_ACCEPTS_CANCELLED:
-                return _decision(None)
-            return _decision(after(tool_name, args, result, call_id=call_id, cancelled=True))
+            return _decision(guard.after_call(tool_name, args, result, call_id=call_id, cancelled=True))
         return _decision(guard.after_call(tool_name, args, result, failed, refusal, call_id))
 
     def _end_turn(self, body: Mapping[str, Any]) -> Response:
-        summary = self._guard(body).end_turn()
+        summary = self._session(body).end_turn()
         halt = summary.halt_decision
         answer = {
             "tool_calls": summary.tool_calls,
@@ -144,9 +142,7 @@ class Sidecar:
         return Response(200, orjson.dumps(answer), _JSON)
 
     def _end_session(self, body: Mapping[str, Any]) -> Response:
-        session = self.pool.pop(_required_text(body, "session_id"))
-        if session is not None:
-            session.close()
+        session = self.host.end_session(_required_text(body, "session_id"))
         return Response(200, orjson.dumps({"ended": session is not None}), _JSON)
 
     def _claude_code(self, body: Mapping[str, Any]) -> Response:
@@ -161,13 +157,8 @@ def _authorized(request: Request, expected: bytes) -> bool:
     return hmac.compare_digest(given, expected)
 
 
-def _decision(decision: Decision | None) -> Response:
-    if decision is None:
-        answer: dict[str, Any] = {"action": "allow", "code": "allow", "message": "", "count": 0, "limit": 0}
-        answer["args_hash"] = None
-        answer["synthetic_result"] = None
-        return Response(200, orjson.dumps(answer), _JSON)
-    answer = {
+def _decision(decision: Decision) -> Response:
+    answer: dict[str, Any] = {
         "action": decision.action,
         "code": decision.code,
         "message": decision.message,

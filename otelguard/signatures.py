@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import logging
 import math
 import os
 import threading
@@ -21,25 +20,51 @@ import orjson
 import xxhash
 
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
+from otelguard.session_keys import key_bytes
 
 __all__ = [
     "MAX_NAME_CHARS",
+    "RANDOM_KEY_NOTE",
     "ArgsHasher",
     "ResultFingerprinter",
     "bounded_name",
     "canonical_args",
+    "claim_random_key_note",
     "parse_json_args",
     "resolve_signature_key",
+    "uses_random_key",
 ]
 
-logger = logging.getLogger("otelguard")
 
 _SORT: Final = orjson.OPT_SORT_KEYS
 _EMPTY: Final = b"{}"
-_BLAKE2B_MAX_KEY: Final = 64
 
 _random_key: bytes | None = None
 _random_key_lock = threading.Lock()
+
+
+RANDOM_KEY_NOTE: Final = (
+    "no signature key is set, so args_hash values come from a random key of this process and match "
+    "no other process's (nor the next run's); set `signature_key:` in the config or "
+    f"{OTELGUARD_SIGNATURE_KEY} to the same secret everywhere"
+)
+"""Said once per process, and only where hashes are compared across processes (``otelguard serve``,
+telemetry that exports them): anywhere else a random key changes nothing the user sees."""
+_note_claimed = False
+
+
+def uses_random_key(configured: str | None) -> bool:
+    """Whether ``resolve_signature_key(configured)`` is the process's random key."""
+    return not (configured or os.environ.get(OTELGUARD_SIGNATURE_KEY))
+
+
+def claim_random_key_note() -> bool:
+    """True for the first caller in this process, which then says ``RANDOM_KEY_NOTE``; later callers
+    stay quiet, so the note is said once whoever says it."""
+    global _note_claimed
+    with _random_key_lock:
+        first, _note_claimed = not _note_claimed, True
+    return first
 
 
 def resolve_signature_key(configured: str | None) -> bytes:
@@ -47,16 +72,10 @@ def resolve_signature_key(configured: str | None) -> bytes:
     global _random_key
     secret = configured or os.environ.get(OTELGUARD_SIGNATURE_KEY)
     if secret:
-        raw = secret.encode("utf-8", "surrogatepass")
-        return raw if len(raw) <= _BLAKE2B_MAX_KEY else hashlib.blake2b(raw).digest()
+        return key_bytes(secret)
     with _random_key_lock:
         if _random_key is None:
             _random_key = os.urandom(32)
-            logger.warning(
-                "otelguard: no signature_key and no %s set; using a random per-process key, "
-                "so args_hash values will not match across processes",
-                OTELGUARD_SIGNATURE_KEY,
-            )
         return _random_key
 
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otelguard.decisions import Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, Outcome, StateReport, TurnInfo
 
 if TYPE_CHECKING:
     from otelguard.guard import Guard
@@ -45,6 +45,7 @@ class RecordingObserver(GuardObserver):
         self._call_ends: list[CallEvent] = []
         self._summaries: list[TurnSummary] = []
         self._internal_errors: list[str] = []
+        self._state_reports: list[StateReport] = []
         self._unmatched_tokens = 0
 
     # -- GuardObserver -------------------------------------------------------------------------
@@ -71,6 +72,10 @@ class RecordingObserver(GuardObserver):
     def on_internal_error(self, stage: str) -> None:
         with self._lock:
             self._internal_errors.append(stage)
+
+    def on_state(self, report: StateReport) -> None:
+        with self._lock:
+            self._state_reports.append(report)
 
     # -- what a test reads ---------------------------------------------------------------------
     @property
@@ -100,6 +105,12 @@ class RecordingObserver(GuardObserver):
             return tuple(self._internal_errors)
 
     @property
+    def state_reports(self) -> tuple[StateReport, ...]:
+        """How each use of the shared session-cap store went (only with ``state.url``)."""
+        with self._lock:
+            return tuple(self._state_reports)
+
+    @property
     def unmatched_tokens(self) -> int:
         """How many ``on_call_end`` calls got back a token that was not their own start event."""
         with self._lock:
@@ -126,6 +137,7 @@ class RecordingObserver(GuardObserver):
             self._call_ends.clear()
             self._summaries.clear()
             self._internal_errors.clear()
+            self._state_reports.clear()
             self._unmatched_tokens = 0
 
 

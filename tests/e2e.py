@@ -24,10 +24,12 @@ import pytest
 from otelguard.environment_variables import OTELGUARD_REQUIRE_E2E
 
 
-def require_binary(name: str) -> str:
+def require_binary(
+    name: str, packages: str = "prometheus prometheus-pushgateway prometheus-alertmanager"
+) -> str:
     path = shutil.which(name)
     if path is None:
-        reason = f"{name} not found on PATH (apt-get install prometheus prometheus-pushgateway prometheus-alertmanager)"
+        reason = f"{name} not found on PATH (apt-get install {packages})"
         if os.environ.get(OTELGUARD_REQUIRE_E2E) == "1":
             pytest.fail(f"{reason}; {OTELGUARD_REQUIRE_E2E}=1 forbids skipping", pytrace=False)
         pytest.skip(reason)
@@ -207,3 +209,15 @@ def run_demo(
         yield demo
     finally:
         stop_process(process, grace_seconds=15)
+
+
+def self_signed_certificate(directory: Path) -> tuple[Path, Path]:
+    """A throwaway certificate for 127.0.0.1 and localhost, and its key (the openssl binary makes them)."""
+    openssl = require_binary("openssl")
+    cert, key = directory / "cert.pem", directory / "key.pem"
+    subprocess.run(
+        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
+         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
+        check=True, capture_output=True,
+    )  # fmt: skip
+    return cert, key

@@ -18,9 +18,15 @@ import otelguard
 PACKAGE_DIR = Path(otelguard.__file__).parent
 
 CORE = {
+    "otelguard.bounded_map",
     "otelguard.caps",
     "otelguard.classify",
     "otelguard.config",
+    "otelguard.config_checks",
+    "otelguard.config_file",
+    "otelguard.config_names",
+    "otelguard.config_state",
+    "otelguard.config_telemetry",
     "otelguard.decisions",
     "otelguard.detectors",
     "otelguard.errors",
@@ -28,6 +34,7 @@ CORE = {
     "otelguard.observers",
     "otelguard.pending_calls",
     "otelguard.results",
+    "otelguard.session_keys",
     "otelguard.sessions",
     "otelguard.signatures",
     "otelguard.tool_calls",
@@ -44,11 +51,12 @@ OUTER = (
     "demo",
     "metrics_server",
     "exporter",
+    "state",
 )
 """Packages and modules built on the core; the core imports none of them."""
 
 MAX_DEPTH = 5
-HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client")
+HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client", "redis")
 
 
 def _module_name(path: Path) -> str:
@@ -148,6 +156,41 @@ def test_the_core_imports_nothing_built_on_it() -> None:
     assert {m: t for m, t in offences.items() if t} == {}
 
 
+def _reach(module: str, graph: dict[str, frozenset[str]]) -> set[str]:
+    """Every module ``module`` loads through module-level imports, itself excluded."""
+    seen: set[str] = set()
+    pending = [module]
+    while pending:
+        for target in graph.get(pending.pop(), ()):
+            if target not in seen:
+                seen.add(target)
+                pending.append(target)
+    return seen
+
+
+def test_the_sidecar_imports_no_adapter() -> None:
+    """``otelguard serve`` and the Claude Code hook mapping sit on the session host, as the adapters do:
+    neither loads anything from ``otelguard.integrations``, directly or through another module."""
+    graph = _graph()
+    assert "otelguard.sessions" in _reach("otelguard.sidecar", graph)
+    for module in ("otelguard.sidecar", "otelguard.claude_code_hooks"):
+        assert sorted(m for m in _reach(module, graph) if m.startswith("otelguard.integrations")) == []
+
+
+def test_every_adapter_holds_its_sessions_through_the_session_host() -> None:
+    """Each framework adapter, and the Claude Code mapping they share with the sidecar, imports the
+    session host; none keeps a pool of its own."""
+    graph = _graph()
+    adapters = [
+        m for m in graph if m.startswith("otelguard.integrations.") and not m.split(".")[-1].startswith("_")
+    ]
+    assert len(adapters) >= 5
+    for module in [*adapters, "otelguard.claude_code_hooks", "otelguard.sidecar"]:
+        assert "otelguard.sessions" in _reach(module, graph), module
+        source = _modules()[module].read_text(encoding="utf-8")
+        assert "SessionPool" not in source and "OrderedDict" not in source, module
+
+
 def test_no_import_cycles() -> None:
     """No module reaches itself through module-level imports."""
     graph = _graph()
@@ -225,3 +268,26 @@ def test_only_the_cli_imports_rich() -> None:
                 users.append(module)
     assert sorted(m for m in set(users) if not m.startswith("otelguard.cli")) == []
     assert "otelguard.cli.replay_tables" in users
+
+
+def _importers_of(package: str) -> set[str]:
+    """Modules that import ``package`` anywhere (module level or inside a function)."""
+    users = set()
+    for module, path in _modules().items():
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
+            if isinstance(node, ast.ImportFrom) and node.module and not node.level:
+                names = [node.module]
+            if any(n == package or n.startswith(f"{package}.") for n in names):
+                users.add(module)
+    return users
+
+
+def test_only_the_state_backend_imports_redis() -> None:
+    """The redis client is the shared-state backend's (``otelguard.state``); the core reaches that
+    backend only through the one function-local import that a configured URL takes."""
+    assert {m for m in _importers_of("redis") if not m.startswith("otelguard.state.")} == set()
+    assert "otelguard.state.redis_caps" in _importers_of("redis")
+    core_users = _importers_of("otelguard.state") & CORE
+    assert core_users == {"otelguard.caps"}
+    assert not any(t.startswith("otelguard.state") for t in _graph()["otelguard.caps"])  # function-local

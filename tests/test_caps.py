@@ -74,7 +74,7 @@ def test_default_session_cap_is_two_hundred() -> None:
 
 
 def test_session_cap_counts_across_turns() -> None:
-    """caps.session counters live for the whole Guard."""
+    """caps.session counters live for the whole session (the guard, and any subagent guards it makes)."""
     guard = make_guard(turn={"web_search": 0}, session={"web_search": 3})
     assert call(guard, "web_search").allows_execution
     assert call(guard, "web_search").allows_execution

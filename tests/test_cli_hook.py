@@ -12,7 +12,9 @@ from pathlib import Path
 
 import pytest
 
-from otelguard.cli.hook import HOOK_EVENTS, settings_block
+from otelguard.claude_code_events import TOOL_EVENTS
+from otelguard.cli.hook import HOOK_EVENTS
+from otelguard.cli.hook_settings import settings_block
 from otelguard.http_server import HttpServer, Request, Response
 from tests.test_cli_serve import Serve, start_serve
 
@@ -117,14 +119,30 @@ def imported_modules(stderr: bytes) -> set[str]:
     }
 
 
+REPO = Path(__file__).resolve().parent.parent
+
+
+def imports_without_site(*args: str, payload: bytes = b"", signature_key: str = "") -> set[str]:
+    """What ``python -S -m otelguard ...`` imports beyond a bare ``python -S -c pass``: without the
+    site module (installed packages' ``.pth`` hooks may load typing or re first and hide them)."""
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OTELGUARD_SIGNATURE_KEY": signature_key}
+    run = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", "-m", "otelguard", *args],
+        input=payload, capture_output=True, timeout=TIMEOUT, env=env,
+    )  # fmt: skip
+    assert run.returncode == 0, run.stderr
+    bare = subprocess.run(
+        [sys.executable, "-S", "-X", "importtime", "-c", "pass"], capture_output=True, check=True
+    )
+    return imported_modules(run.stderr) - imported_modules(bare.stderr)
+
+
 def test_the_hook_path_imports_only_the_standard_library() -> None:
     from tests.e2e import free_port
 
-    result = hook(PRE, "--url", f"http://127.0.0.1:{free_port()}", python_flags=("-X", "importtime"))
-    assert result.returncode == 0
-    # what the interpreter loads before any of our code (site, .pth hooks of installed packages)
-    bare = subprocess.run([sys.executable, "-X", "importtime", "-c", "pass"], capture_output=True, check=True)
-    imported = imported_modules(result.stderr) - imported_modules(bare.stderr)
+    imported = imports_without_site(
+        "hook", "claude-code", "--url", f"http://127.0.0.1:{free_port()}", payload=json.dumps(PRE).encode()
+    )
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
     assert ours == {
         "otelguard",
@@ -132,22 +150,189 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
         "otelguard.cli",
         "otelguard.cli.hook",
         "otelguard.environment_variables",
-        "otelguard.integrations",
-        "otelguard.integrations.claude_code_events",
+        "otelguard.claude_code_events",
     }
     assert {name.split(".")[0] for name in imported} - {"otelguard"} <= set(sys.stdlib_module_names)
-    for heavy in (
-        "argparse",
-        "json",
-        "ssl",
-        "asyncio",
-        "orjson",
-        "yaml",
-        "rich",
-        "opentelemetry",
-        "prometheus_client",
-    ):
-        assert heavy not in {name.split(".")[0] for name in imported}
+    # what startup time went to: typing (and the re and enum it loads) for annotations, socket (with
+    # selectors, enum and array) for one connection, the idna codec for a host name, json, argparse
+    for heavy in ("argparse", "json", "ssl", "asyncio", "typing", "re", "enum", "socket", "selectors",
+                  "encodings.idna", "orjson", "yaml", "rich", "opentelemetry", "prometheus_client"):  # fmt: skip
+        assert heavy not in imported, heavy
+    assert imported - ours <= EXPECTED, imported - ours - EXPECTED
+
+
+EXPECTED = {
+    "runpy", "importlib", "importlib._abc", "importlib.machinery", "importlib.util", "contextlib",
+    "collections", "functools", "operator", "keyword", "reprlib", "types", "itertools", "_operator",
+    "_functools", "_collections", "warnings",
+    "os", "stat", "_stat", "posixpath", "genericpath", "_collections_abc",
+    "__future__", "_socket", "time",
+}  # fmt: skip
+"""What ``python -m`` itself loads (runpy), what the site module would have loaded anyway (os), and
+what the hook needs: ``__future__`` and two C modules."""
+
+
+def test_with_a_key_the_hook_adds_only_the_session_digest_to_its_imports() -> None:
+    """The affinity header costs hashlib, not the json or re modules, for Claude Code's payloads
+    (session_id first)."""
+    from tests.e2e import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    payload = json.dumps(PRE).encode()
+    assert payload.startswith(b'{"session_id"')
+    without = imports_without_site("hook", "claude-code", "--url", url, payload=payload)
+    keyed = imports_without_site("hook", "claude-code", "--url", url, payload=payload, signature_key="k")
+    added = keyed - without
+    assert "otelguard.session_keys" in added and "hashlib" in added
+    assert not added & {"json", "re", "typing", "enum", "socket"}, added
+
+
+def test_printing_the_settings_or_the_config_loads_json_only_then() -> None:
+    settings = imports_without_site("hook", "claude-code", "--print-settings", "--http")
+    assert "json" in settings and "otelguard.cli.hook_settings" in settings
+
+
+def test_print_settings_http_is_claude_codes_http_hooks_block() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "otelguard", "hook", "claude-code", "--print-settings", "--http",
+         "--url", "http://10.0.0.5:9464/guard/", "--timeout", "3"],
+        capture_output=True, timeout=TIMEOUT, check=True,
+    )  # fmt: skip
+    block = json.loads(result.stdout)
+    assert set(block["hooks"]) == set(HOOK_EVENTS)
+    for event, (entry,) in block["hooks"].items():
+        (handler,) = entry["hooks"]
+        assert handler == {
+            "type": "http",
+            "url": "http://10.0.0.5:9464/guard/v1/hooks/claude-code",
+            "timeout": 3,
+            "headers": {"Authorization": "Bearer $OTELGUARD_TOKEN"},
+            "allowedEnvVars": ["OTELGUARD_TOKEN"],
+        }
+        assert ("matcher" in entry) == (event in TOOL_EVENTS)
+
+
+def test_the_http_block_is_what_the_sidecar_answers(serve: Serve) -> None:
+    """Claude Code posts the payload to the block's url with the block's header: the sidecar answers it
+    as it answers the hook command."""
+    block = json.loads(
+        subprocess.run(
+            [sys.executable, "-m", "otelguard", "hook", "claude-code", "--print-settings", "--http",
+             "--url", f"http://127.0.0.1:{serve.port}"],
+            capture_output=True, timeout=TIMEOUT, check=True,
+        ).stdout
+    )  # fmt: skip
+    handler = block["hooks"]["PreToolUse"][0]["hooks"][0]
+    path = handler["url"].split(str(serve.port), 1)[1]
+    headers = {k: v.replace("$OTELGUARD_TOKEN", "tok") for k, v in handler["headers"].items()}
+    prompt = {**PRE, "hook_event_name": "UserPromptSubmit", "prompt": "p"}
+    assert serve.request("POST", path, prompt, headers=headers)[0] == 200
+    for index in range(3):  # the config caps web_search at 2 per turn
+        call = {**PRE, "tool_input": {"query": f"q{index}"}, "tool_use_id": f"t{index}"}
+        status, answer = serve.request("POST", path, call, headers=headers)
+        assert status == 200
+        if index < 2:
+            assert answer == b""
+            serve.request(
+                "POST",
+                path,
+                {**call, "hook_event_name": "PostToolUse", "tool_response": "r"},
+                headers=headers,
+            )
+    assert json.loads(answer)["hookSpecificOutput"]["permissionDecision"] == "deny"
+
+
+def test_print_config_is_a_valid_unattended_config_with_a_fresh_key(tmp_path: Path) -> None:
+    from otelguard import GuardConfig
+
+    texts = [
+        subprocess.run(
+            [sys.executable, "-m", "otelguard", "hook", "claude-code", "--print-config"],
+            capture_output=True, timeout=TIMEOUT, check=True,
+        ).stdout.decode()
+        for _ in range(2)
+    ]  # fmt: skip
+    path = tmp_path / "otelguard.yaml"
+    path.write_text(texts[0])
+    config = GuardConfig.from_file(path)
+    assert config.mode == "unattended" and config.hard_stop_enabled
+    assert config.signature_key and len(config.signature_key) == 32
+    assert config.config_warnings == ()
+    assert texts[0] != texts[1], "each print writes its own key"
+
+
+def test_https_to_a_sidecar_with_a_certificate(tmp_path: Path) -> None:
+    from tests.e2e import free_port, self_signed_certificate, stop_process
+
+    cert, key = self_signed_certificate(tmp_path)
+    config = tmp_path / "otelguard.yaml"
+    config.write_text("signature_key: k\n")
+    port = free_port()
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otelguard", "serve", "--port", str(port), "--config", str(config),
+         "--certfile", str(cert), "--keyfile", str(key)],
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert process.stderr is not None
+        assert "listening on https://" in process.stderr.readline()
+        url = f"https://localhost:{port}"
+        trusted = hook(PRE, "--url", url, env={"SSL_CERT_FILE": str(cert)})
+        assert (trusted.returncode, trusted.stdout, trusted.stderr) == (0, b"", b"")
+        untrusted = hook(PRE, "--url", url, env={"SSL_CERT_FILE": str(tmp_path / "none.pem")})
+        assert untrusted.returncode == 0
+        assert untrusted.stderr.decode().startswith(
+            f"otelguard hook: sidecar at {url} failed (SSLCertVerificationError)"
+        )
+    finally:
+        stop_process(process)
+
+
+def _headers_sent(payload: object, env: dict[str, str]) -> dict[str, str]:
+    seen: list[dict[str, str]] = []
+
+    def record(request: Request) -> Response:
+        seen.append(dict(request.headers))
+        return Response(200, b"")
+
+    with HttpServer(record) as server:
+        result = hook(payload, "--url", f"http://127.0.0.1:{server.port}", env=env)
+    assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+    (headers,) = seen
+    return headers
+
+
+def test_with_a_key_the_hook_sends_the_keyed_session_digest_for_affinity() -> None:
+    """X-Otelguard-Session is the session id's digest under OTELGUARD_SIGNATURE_KEY: the same for every
+    event of a session, different under another key, never the raw id."""
+    from otelguard.session_keys import key_bytes, session_digest
+
+    headers = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})
+    assert headers["x-otelguard-session"] == session_digest("hook-1", key_bytes("fleet-key"))
+    stop = {**PRE, "hook_event_name": "Stop"}
+    same_session = _headers_sent(stop, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})
+    assert same_session["x-otelguard-session"] == headers["x-otelguard-session"]
+    other = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "another-key"})["x-otelguard-session"]
+    assert other != headers["x-otelguard-session"]
+    assert all("hook-1" not in value for value in headers.values())
+    # a payload whose session_id is not its first key (read with the json module): the same digest
+    reordered = {**{k: v for k, v in PRE.items() if k != "session_id"}, "session_id": "hook-1"}
+    again = _headers_sent(reordered, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})["x-otelguard-session"]
+    assert again == headers["x-otelguard-session"]
+
+
+@pytest.mark.parametrize(
+    ("payload", "env"),
+    [
+        (PRE, {"OTELGUARD_SIGNATURE_KEY": ""}),  # no key: no header (a raw id never leaves)
+        ({**PRE, "session_id": 7}, {"OTELGUARD_SIGNATURE_KEY": "k"}),  # no usable id
+        ([1, 2], {"OTELGUARD_SIGNATURE_KEY": "k"}),  # not an object: the sidecar answers it
+    ],
+)
+def test_without_a_key_or_a_session_id_there_is_no_session_header(
+    payload: object, env: dict[str, str]
+) -> None:
+    assert "x-otelguard-session" not in _headers_sent(payload, env)
 
 
 def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:

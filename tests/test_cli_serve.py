@@ -206,6 +206,41 @@ def test_a_flood_of_session_ids_keeps_the_pool_bounded(serve: Serve) -> None:
     assert status == 200 and json.loads(health)["sessions"] <= 100
 
 
+def turns_total(serve: Serve, agent: str, outcome: str = "completed") -> float:
+    status, metrics = serve.request("GET", "/metrics")
+    assert status == 200
+    prefix = f'otelguard_turns_total{{agent="{agent}",outcome="{outcome}"}} '.encode()
+    line = next((line for line in metrics.splitlines() if line.startswith(prefix)), None)
+    return float(line[len(prefix) :]) if line is not None else 0.0
+
+
+def test_an_evicted_session_ends_its_open_turns_and_the_metrics_count_them(tmp_path: Path) -> None:
+    """With --max-sessions 1, a second session evicts the first: its open turns (the main agent's,
+    begun over /v1/, and a subagent's, begun by a Claude Code payload) are ended and counted."""
+    serve = start_serve(tmp_path, "--max-sessions", "1")
+    try:
+        serve.post("/v1/start_turn", {"session_id": "a", "agent": "go-agent"})
+        serve.post("/v1/before_call", {"session_id": "a", "tool_name": "read_file", "args": {"p": 1}})
+        hook = {"session_id": "a", "hook_event_name": "PreToolUse", "tool_name": "Read", "tool_input": {}}
+        serve.post("/v1/hooks/claude-code", {**hook, "agent_id": "sub-1", "agent_type": "Explore"})
+        assert turns_total(serve, "go-agent") == turns_total(serve, "Explore") == 0
+        serve.post("/v1/before_call", {"session_id": "b", "tool_name": "read_file", "args": {"p": 1}})
+        assert turns_total(serve, "go-agent") == 1 and turns_total(serve, "Explore") == 1
+    finally:
+        stop_process(serve.process)
+
+
+def test_an_idle_session_expires_and_its_turn_is_counted_by_the_next_scrape(tmp_path: Path) -> None:
+    """No other traffic needed: a scrape of /metrics ends the turns of sessions gone idle."""
+    serve = start_serve(tmp_path, "--session-idle", "0.5")
+    try:
+        serve.post("/v1/start_turn", {"session_id": "idle", "agent": "go-agent"})
+        wait_until(lambda: turns_total(serve, "go-agent") == 1, TIMEOUT, 0.2, "the idle session's turn")
+        assert json.loads(serve.request("GET", "/healthz")[1])["sessions"] == 0
+    finally:
+        stop_process(serve.process)
+
+
 @pytest.mark.parametrize("signum", [signal.SIGINT, signal.SIGTERM])
 def test_stops_cleanly_on_sigint_and_sigterm(tmp_path: Path, signum: int) -> None:
     running = start_serve(tmp_path)

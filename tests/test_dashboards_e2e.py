@@ -46,12 +46,15 @@ RUNAWAY_ALERTS = {"OtelguardRunawaySearchLoop", "OtelguardRunawayDelegationLoop"
 RATE_INTERVAL = "4s"
 # Panels whose healthy value is 0: they must return series, not necessarily a positive number.
 ZERO_IS_HEALTHY = {"Internal errors / min", "Internal errors per minute by stage"}
+# Panels and rules of the shared state: the demo has none; a serve replica on a real Redis has.
+STATE_PANELS = {"Shared state: errors and fallbacks per minute", "Shared state up by instance"}
+STATE_RECORD_PREFIX = "otelguard:state_"
 
 
 def fast_rules_copy(tmp_path: Path) -> Path:
     """The shipped rules with every `for:` shortened, so a test sees `firing` in seconds."""
     text, count = re.subn(r"(?m)^(\s+for:) \S+$", rf"\1 {FAST_FOR}", RULES_YAML.read_text(encoding="utf-8"))
-    assert count == 5
+    assert count == 6
     path = tmp_path / "otelguard-rules-fast.yaml"
     path.write_text(text, encoding="utf-8")
     return path
@@ -136,11 +139,16 @@ def samples(prom: Prometheus, expr: str, *, instant: bool, start: float) -> list
     return [float(value) for series in body["data"]["result"] for _, value in series["values"]]
 
 
-def panel_problems(prom: Prometheus, dashboard: dict[str, Any], started: float) -> list[str]:
-    """What is still wrong with the dashboard's panels against the live Prometheus (empty: all good)."""
+def panel_problems(
+    prom: Prometheus, dashboard: dict[str, Any], started: float, *, state: bool = False
+) -> list[str]:
+    """What is still wrong with the dashboard's panels against the live Prometheus (empty: all good):
+    the shared-state panels with ``state``, every other panel without."""
     variables = demo_variables(prom, started)
     problems: list[str] = []
     for target in walk.targets(dashboard):
+        if (target.panel_title in STATE_PANELS) != state:
+            continue
         expr = walk.substitute(target.expr, variables)
         finite = [v for v in samples(prom, expr, instant=target.instant, start=started) if math.isfinite(v)]
         if not finite:
@@ -181,7 +189,8 @@ def test_demo_prometheus_alertmanager_dashboard_and_rules(tmp_path: Path) -> Non
         )
 
         for record in records:
-            assert prom.query(record), f"recording rule {record} has no value"
+            if not record.startswith(STATE_RECORD_PREFIX):
+                assert prom.query(record), f"recording rule {record} has no value"
 
         # A decision series is born at its first increment, which rate() cannot see: give the demo
         # a few more scrapes until every panel has something to show, then report what is missing.
@@ -191,3 +200,49 @@ def test_demo_prometheus_alertmanager_dashboard_and_rules(tmp_path: Path) -> Non
             time.sleep(2)
             problems = panel_problems(prom, dashboard, started)
         assert not problems, "\n".join(problems)
+
+
+def test_shared_state_panels_rules_and_alert_against_a_real_redis_outage(tmp_path: Path) -> None:
+    """A serve replica on a real Redis, scraped by Prometheus with the shipped rules: its Redis is
+    killed under traffic, the shared-state panels and rules show it and OtelguardSharedStateDown fires."""
+    import threading
+
+    from tests.redis_e2e import run_redis
+    from tests.test_sidecar_state import call, start_replica
+
+    dashboard: dict[str, Any] = json.loads(DASHBOARD_JSON.read_text(encoding="utf-8"))
+    rules = fast_rules_copy(tmp_path)
+    stop = threading.Event()
+    with run_redis(tmp_path) as redis:
+        serve = start_replica(tmp_path, "--state", redis.url)
+
+        def traffic() -> None:
+            n = 0
+            while not stop.wait(0.05):
+                call(serve, f"conversation-{n // 5}", n)
+                n += 1
+
+        driver = threading.Thread(target=traffic)
+        try:
+            with run_prometheus(tmp_path, [f"127.0.0.1:{serve.port}"], rule_files=[rules]) as prom:
+                started = time.time()
+                driver.start()
+                wait_until(prom.targets_up, 20, what="serve scraped")
+                wait_until(lambda: prom.query("otelguard_state_up == 1"), 20, what="state up in Prometheus")
+                redis.kill()
+                wait_until(
+                    lambda: "OtelguardSharedStateDown" in firing_alerts(prom), 60, what="the alert firing"
+                )
+                for record in ("otelguard:state_errors:rate5m", "otelguard:state_fallback:rate5m"):
+                    assert prom.query(f"{record} > 0"), f"recording rule {record} shows no outage"
+                deadline = time.monotonic() + 30
+                problems = panel_problems(prom, dashboard, started, state=True)
+                while problems and time.monotonic() < deadline:
+                    time.sleep(2)
+                    problems = panel_problems(prom, dashboard, started, state=True)
+                assert not problems, "\n".join(problems)
+        finally:
+            stop.set()
+            if driver.is_alive():
+                driver.join(10)
+            stop_process(serve.process)

@@ -155,10 +155,13 @@ def test_tool_class_values_in_the_docs_are_the_code_s() -> None:
 def test_metrics_table_lists_every_metric_family() -> None:
     from prometheus_client import CollectorRegistry
 
+    from otelguard.observers import StateReport
     from otelguard.telemetry import Telemetry
 
     registry = CollectorRegistry()
-    Telemetry(registry=registry).prime("docs", tools=("web_search",), caps=("web_search",))
+    telemetry = Telemetry(registry=registry)
+    telemetry.prime("docs", tools=("web_search",), caps=("web_search",))
+    telemetry.state_reported(StateReport(sent=True, error=None, fell_back=False))  # with a state URL
     families = {metric.name for metric in registry.collect()}
     table = _section(DOCS_DIR / "telemetry.md", "Metrics")
     shown = {
@@ -229,3 +232,20 @@ def test_configuration_doc_lists_every_environment_variable() -> None:
     table = _section(DOCS_DIR / "configuration.md", "Environment variables")
     shown = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", table, flags=re.M))
     assert names <= shown, names - shown
+
+
+def test_every_page_that_installs_from_pypi_also_says_how_before_a_release() -> None:
+    """`pip install otelguard` finds nothing before a release: a page that shows it also shows an
+    install from a checkout, or links to the section that shows a checkout and a wheel."""
+    section = "installing-from-a-checkout-or-a-wheel"
+    assert section in anchors(DOCS_DIR / "integrations.md")
+    how = (
+        (DOCS_DIR / "integrations.md")
+        .read_text(encoding="utf-8")
+        .split("## Installing from a checkout", 1)[1]
+    )
+    assert 'pip install -e ".[langchain]"' in how and "pip wheel . -w dist" in how
+    for path in DOCUMENTS:
+        text = path.read_text(encoding="utf-8")
+        if re.search(r"pip install \"?otelguard\b", text):
+            assert "pip install -e" in text or f"#{section}" in text, path.name

@@ -20,7 +20,7 @@ from prometheus_client import CollectorRegistry
 from otelguard import ConfigError, Guard, GuardConfig
 from otelguard.metrics_server import render, serve_metrics
 from otelguard.telemetry import Telemetry
-from tests.e2e import free_port, http_get, require_binary
+from tests.e2e import free_port, http_get, self_signed_certificate
 
 OPENMETRICS = "application/openmetrics-text; version=1.0.0"
 
@@ -103,14 +103,7 @@ def test_unreadable_or_invalid_certificate_is_a_clear_error(tmp_path: Path) -> N
 
 @pytest.fixture
 def self_signed(tmp_path: Path) -> tuple[Path, Path]:
-    openssl = require_binary("openssl")
-    cert, key = tmp_path / "cert.pem", tmp_path / "key.pem"
-    subprocess.run(
-        [openssl, "req", "-x509", "-newkey", "rsa:2048", "-nodes", "-days", "1", "-subj", "/CN=localhost",
-         "-addext", "subjectAltName=IP:127.0.0.1,DNS:localhost", "-keyout", str(key), "-out", str(cert)],
-        check=True, capture_output=True,
-    )  # fmt: skip
-    return cert, key
+    return self_signed_certificate(tmp_path)
 
 
 def test_tls_serves_https_and_refuses_plain_http(self_signed: tuple[Path, Path]) -> None:

@@ -3,6 +3,7 @@ what it promises, runs nothing a transcript smuggles in, and draws a picture."""
 
 from __future__ import annotations
 
+import itertools
 import json
 from pathlib import Path
 from typing import Any
@@ -186,3 +187,134 @@ def test_a_page_of_thousands_of_sessions_loads_clean_with_every_row(tmp_path: Pa
         last = "[...document.querySelectorAll('#other-sessions tr.session')].at(-1)"
         page.evaluate(f"{last}.scrollIntoView()")
         assert page.evaluate(f"{last}.getBoundingClientRect().height") > 0
+
+
+LONG_ID = "agent-run-" + "0123456789abcdef" * 4 + ":sidechain-7"
+
+
+def short_sessions_transcript(tmp_path: Path) -> Path:
+    """Conversations of one call per turn (the turn labels sit closest there), warnings from a call
+    that keeps failing, a call that never got a result, and an 80-character session id."""
+
+    def call(n: int, tool: str) -> dict[str, Any]:
+        function = {"name": tool, "arguments": json.dumps({"q": "same"})}
+        return {
+            "role": "assistant",
+            "tool_calls": [{"id": f"call_{n}", "type": "function", "function": function}],
+        }
+
+    def result(n: int, text: str) -> dict[str, Any]:
+        return {"role": "tool", "tool_call_id": f"call_{n}", "content": text}
+
+    short: list[dict[str, Any]] = []
+    for n in range(12):
+        short += [{"role": "user", "content": f"question {n}"}, call(n, "web_fetch"), result(n, "Error: 503")]
+    failing: list[dict[str, Any]] = [{"role": "user", "content": "go"}]
+    for n in range(100, 106):
+        failing += [call(n, "terminal"), result(n, "Error: exit 1")]
+    failing += [call(200, "read_file"), call(201, "read_file"), result(201, "text")]  # call_200: no result
+    path = tmp_path / "short.jsonl"
+    path.write_text(
+        json.dumps({"id": "short-turns", "messages": short})
+        + "\n"
+        + json.dumps({"id": LONG_ID, "messages": failing})
+        + "\n"
+    )
+    return path
+
+
+def boxes(page: Page, selector: str) -> list[list[dict[str, float]]]:
+    """Per figure, the boxes of the elements ``selector`` picks inside its SVG."""
+    return page.evaluate(
+        "[...document.querySelectorAll('figure.timeline')].map(f => [...f.querySelectorAll("
+        f"{json.dumps(selector)})].map(e => {{ const r = e.getBoundingClientRect();"
+        " return {left: r.left, right: r.right, top: r.top, bottom: r.bottom}; }))"
+    )
+
+
+def test_turn_labels_never_overlap_and_every_mark_names_its_call(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page_file = tmp_path / "report.html"
+    assert main(["replay", str(short_sessions_transcript(tmp_path)), "--json", "--html", str(page_file)]) == 1
+    doc = json.loads(capsys.readouterr().out)
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        open_report(page, page_file)
+        assert console_problems(page) == []
+        labels = boxes(page, "svg text:not(.halt)")
+        assert any(len(figure) > 1 for figure in labels)
+        for figure in labels:
+            ordered = sorted(figure, key=lambda box: box["left"])
+            for before, after in itertools.pairwise(ordered):
+                assert before["right"] <= after["left"], "turn labels overlap"
+        marks = page.evaluate(
+            "[...document.querySelectorAll('figure.timeline svg path[class^=m]')]"
+            ".map(p => p.querySelector('title')?.textContent ?? null)"
+        )
+        assert len(marks) == sum(s["tool_calls"] for s in doc["sessions"])
+        assert None not in marks
+        assert "call 1 · turn 1 · web_fetch · allow" in marks
+        assert "call 3 · turn 1 · terminal · exact_failure_warn" in marks
+        assert "call 7 · turn 1 · read_file · no result" in marks
+
+
+def test_the_tables_link_to_each_timeline_and_long_ids_are_shortened(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    page_file = tmp_path / "report.html"
+    main(["replay", str(short_sessions_transcript(tmp_path)), "--json", "--html", str(page_file)])
+    doc = json.loads(capsys.readouterr().out)
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        open_report(page, page_file)
+        links = page.evaluate(
+            "[...document.querySelectorAll('a[href^=\"#\"]')].map(a => a.getAttribute('href'))"
+        )
+        index = page.evaluate(
+            "[...document.querySelectorAll('#session-index a')].map(a => a.getAttribute('href'))"
+        )
+        assert sorted(index) == ["#session-1", "#session-2"]
+        for href in set(links):
+            assert page.evaluate(f"document.getElementById({json.dumps(href[1:])}) !== null"), href
+        page.evaluate("document.querySelector('#session-index a[href=\"#session-2\"]').click()")
+        assert page.evaluate("location.hash") == "#session-2"
+        assert abs(page.evaluate("document.getElementById('session-2').getBoundingClientRect().top")) < 2
+        # the 80-character id is shown shortened, whole in its hover text
+        shown = page.evaluate(
+            f"[...document.querySelectorAll('[title={json.dumps(LONG_ID)}]')].map(e => e.textContent)"
+        )
+        assert shown and all(len(text) < 40 and "…" in text for text in shown)
+        warned = page.evaluate(
+            "[...document.querySelectorAll('#warned-calls tr.warned')].map(r => r.dataset.code)"
+        )
+        expected = [c["code"] for s in doc["sessions"] for c in s["warned_calls"]]
+        assert sorted(warned) == sorted(expected) and len(warned) == 5
+
+
+def relative_luminance(css_colour: str) -> float:
+    channels = [int(part) / 255 for part in css_colour[css_colour.index("(") + 1 : -1].split(",")[:3]]
+    linear = [c / 12.92 if c <= 0.04045 else ((c + 0.055) / 1.055) ** 2.4 for c in channels]
+    return 0.2126 * linear[0] + 0.7152 * linear[1] + 0.0722 * linear[2]
+
+
+def test_the_no_result_mark_stands_out_from_its_card_in_both_schemes(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """At least 3:1 contrast against the card (WCAG's bar for graphics), light and dark."""
+    page_file = tmp_path / "report.html"
+    main(["replay", str(short_sessions_transcript(tmp_path)), "--html", str(page_file)])
+    capsys.readouterr()
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        for scheme in ("light", "dark"):
+            page.send(
+                "Emulation.setEmulatedMedia", features=[{"name": "prefers-color-scheme", "value": scheme}]
+            )
+            open_report(page, page_file)
+            mark, card = page.evaluate(
+                "[getComputedStyle(document.querySelector('figure.timeline path.m5')).stroke,"
+                " getComputedStyle(document.querySelector('figure.timeline')).backgroundColor]"
+            )
+            lighter, darker = sorted((relative_luminance(mark), relative_luminance(card)), reverse=True)
+            assert (lighter + 0.05) / (darker + 0.05) >= 3, (scheme, mark, card)

@@ -183,10 +183,32 @@ def test_recorded_actions_win_over_the_text(tmp_path: Path) -> None:
     assert [(command(c), c.failed) for c in sink.calls] == [("ls -la", False)]
 
 
-def test_a_tool_call_never_answered_before_the_file_ends_is_reported(tmp_path: Path) -> None:
+def test_a_tool_call_never_answered_before_the_file_ends_is_in_progress(tmp_path: Path) -> None:
+    """The trajectory is written as the run goes: its last call, unanswered where the file ends, is
+    still running (reported as in progress, not as an input error)."""
     messages = [*TASK, assistant_calls(tool_call("c1", "ls"), tool_call("c2", "pwd")), tool_result("c1", 0)]
     sink = read(write(tmp_path, trajectory(messages)))
-    assert [(c.call_id, c.has_result) for c in sink.calls] == [("c1", True), ("c2", False)]
+    assert [(c.call_id, c.has_result, c.in_progress) for c in sink.calls] == [
+        ("c1", True, False),
+        ("c2", False, True),
+    ]
+    assert sink.errors == []
+
+
+def test_a_tool_call_left_unanswered_before_more_of_the_run_is_reported(tmp_path: Path) -> None:
+    messages = [
+        *TASK,
+        assistant_calls(tool_call("c1", "ls"), tool_call("c2", "pwd")),
+        tool_result("c1", 0),
+        assistant_calls(tool_call("c3", "ls")),
+        tool_result("c3", 0),
+    ]
+    sink = read(write(tmp_path, trajectory(messages)))
+    assert [(c.call_id, c.has_result, c.in_progress) for c in sink.calls] == [
+        ("c1", True, False),
+        ("c2", False, False),
+        ("c3", True, False),
+    ]
     assert sink.errors == [(1, "tool call c2 (bash) has no result; not replayed")]
 
 

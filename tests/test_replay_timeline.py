@@ -14,7 +14,9 @@ from otelguard.replay.timeline import (
     ALLOWED,
     CANCELLED,
     CLASS_MASK,
+    MANY_TOOLS,
     MAX_COLUMNS,
+    MAX_LABELS,
     MAX_STORED_MARKS,
     NOT_REPLAYED,
     PREVENTED,
@@ -194,3 +196,27 @@ def test_the_runner_buckets_turn_cap_usage() -> None:
     # web_search cap 5 per turn: 0/5, 2/5, 5/5, and a turn stopped at the cap
     assert timelines.cap_usage["web_search"].turns == [1, 1, 0, 0, 2]
     assert timelines.cap_usage["subagents"].turns == [4, 0, 0, 0, 0]
+
+
+def test_a_folded_mark_is_named_after_the_call_whose_class_it_shows() -> None:
+    marks = SessionMarks()
+    marks.start_turn()
+    for call in range(1000):
+        if call == 517:
+            marks.add(STOPPED, "Bash", "exact_failure_block")
+        else:
+            marks.add(ALLOWED, "Read", "allow")
+    marks.shrink(MAX_COLUMNS)
+    names = [marks.name(column) for column in range(len(marks.marks))]
+    stopped = [c for c, mark in enumerate(marks.marks) if mark & CLASS_MASK == STOPPED]
+    assert [names[c] for c in stopped] == [("Bash", "exact_failure_block")]
+    assert set(names) == {("Read", "allow"), ("Bash", "exact_failure_block")}
+
+
+def test_the_names_a_session_keeps_are_bounded() -> None:
+    marks = SessionMarks()
+    for call in range(5000):
+        marks.add(ALLOWED, f"tool-{call}", "allow")
+    assert len(marks.names) <= MAX_LABELS + 1
+    assert marks.name(0) == ("tool-0", "allow")
+    assert marks.name(4999) == MANY_TOOLS

@@ -30,6 +30,7 @@ ALERTS = {
     "OtelguardHaltRateHigh": "halt_rate_high.yaml",
     "OtelguardLoopRateHigh": "loop_rate_high.yaml",
     "OtelguardInternalErrors": "internal_errors.yaml",
+    "OtelguardSharedStateDown": "shared_state_down.yaml",
 }
 SEVERITIES = {"critical", "warning", "info"}
 

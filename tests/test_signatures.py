@@ -264,8 +264,9 @@ def test_env_key_correlates_across_processes() -> None:
     assert outputs.pop().strip() == args_hash({"q": [1, "x"]}, key="fleet-key")
 
 
-def test_random_key_warns_once_per_process() -> None:
-    """With no key configured, a random per-process key is used and a warning is logged once."""
+def test_a_random_key_differs_between_processes_and_a_bare_guard_says_nothing() -> None:
+    """With no key configured, one random key per process is used; a guard that exports nothing says
+    nothing about it (the hashes never leave the process)."""
     code = (
         "import logging, io\n"
         "stream = io.StringIO(); logging.basicConfig(stream=stream, level=logging.WARNING)\n"
@@ -277,7 +278,7 @@ def test_random_key_warns_once_per_process() -> None:
         "ha = ra.call_starts[-1].signature.args_hash\n"
         "hb = rb.call_starts[-1].signature.args_hash\n"
         "print(ha == hb, ha)\n"
-        "print(sum('OTELGUARD_SIGNATURE_KEY' in line or 'random' in line for line in stream.getvalue().splitlines()))\n"
+        "print(len(stream.getvalue().splitlines()))\n"
     )
     env = {k: v for k, v in os.environ.items() if k != "OTELGUARD_SIGNATURE_KEY"}
     runs = [
@@ -286,9 +287,9 @@ def test_random_key_warns_once_per_process() -> None:
         ).stdout.split()
         for _ in range(2)
     ]
-    for same_in_process, _hash, warnings in runs:
+    for same_in_process, _hash, log_lines in runs:
         assert same_in_process == "True"
-        assert warnings == "1"
+        assert log_lines == "0"
     assert runs[0][1] != runs[1][1], "a random key differs between processes"
 
 

@@ -38,11 +38,14 @@ from .queries import (
     DECISIONS,
     INTERNAL_ERRORS,
     LOOP_CODE_MATCHER,
+    OP,
     OUTCOME,
     SCOPE,
     SIGNATURE,
     SIGNATURE_HITS,
     STAGE,
+    STATE_ERRORS,
+    STATE_UP,
     SUBAGENT_SPAWNS,
     TARGET,
     TOOL,
@@ -513,6 +516,40 @@ def _health_row(ids: _Ids) -> list[Any]:
         .inspect(False)
         .height(8)
         .span(12),
+        *_shared_state_panels(ids),
+    ]
+
+
+def _shared_state_panels(ids: _Ids) -> list[Any]:
+    errors = f"sum by ({OP}) ({rate(selector(STATE_ERRORS, agent=False))}) * 60"
+    fallbacks = f"sum({selector(rules.STATE_FALLBACKS_RATE, agent=False)}) * 60"
+    return [
+        _timeseries(
+            ids,
+            "Shared state: errors and fallbacks per minute",
+            "Failed commands to the shared session-cap store (Redis) by operation, and the tool calls "
+            "whose session caps were decided without it (from the process's own counts). Empty without "
+            "state.url. OtelguardSharedStateDown fires when calls keep falling back for 5 minutes.",
+            "cpm",
+            [_query(errors, f"errors: {legend(OP)}"), _query(fallbacks, "calls decided without it", ref="B")],
+            width=12,
+            steps=OK_THEN_BAD,
+        ),
+        _timeseries(
+            ids,
+            "Shared state up by instance",
+            "1 when the process's last command to the shared session-cap store succeeded, 0 when it "
+            "failed. Empty without state.url.",
+            "short",
+            [
+                _query(
+                    f"min by ({TARGET}) ({selector(STATE_UP, agent=False)})",
+                    f"{legend('instance')} ({legend('job')})",
+                )
+            ],
+            width=12,
+            steps=[(None, "red"), (1, "green")],
+        ),
     ]
 
 

@@ -20,6 +20,9 @@ CAP_USAGE_BUCKET = f"{attr.TURN_CAP_USAGE_RATIO}_bucket"
 SIGNATURE_HITS = f"{attr.LOOP_SIGNATURE_HITS}_total"
 INTERNAL_ERRORS = f"{attr.INTERNAL_ERRORS}_total"
 BUILD_INFO = attr.BUILD_INFO
+STATE_ERRORS = f"{attr.STATE_ERRORS}_total"
+STATE_FALLBACKS = f"{attr.STATE_FALLBACKS}_total"
+STATE_UP = attr.STATE_UP
 
 AGENT = attr.LABEL_AGENT
 TOOL = attr.LABEL_TOOL
@@ -31,6 +34,7 @@ SCOPE = attr.LABEL_SCOPE
 SIGNATURE = attr.LABEL_SIGNATURE
 STAGE = attr.LABEL_STAGE
 VERSION = attr.LABEL_VERSION
+OP = attr.LABEL_OP
 
 # The loop rate excludes the codes no loop detector makes (rather than listing the loop codes), so
 # a loop detector added later counts inside it.

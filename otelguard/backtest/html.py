@@ -10,7 +10,7 @@ from typing import Final
 
 from otelguard.backtest.alerts import FiredInterval
 from otelguard.backtest.report import BacktestReport
-from otelguard.replay.html_report import esc
+from otelguard.replay.html_parts import esc
 from otelguard.replay.times import iso_utc
 
 __all__ = ["alerts_section"]

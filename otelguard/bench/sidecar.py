@@ -19,12 +19,20 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = ["SIDECAR_TARGETS", "SidecarOptions", "run_sidecar_bench"]
+__all__ = [
+    "CLIENTS",
+    "SIDECAR_TARGETS",
+    "SidecarOptions",
+    "free_port",
+    "pairs_per_second",
+    "run_sidecar_bench",
+    "serve",
+]
 
 SIDECAR_TARGETS: Final = {"sidecar_calls_per_s": 2000.0, "hook_roundtrip_ratio": 1.5}
 """``sidecar_calls_per_s`` is a lower bound; ``hook_roundtrip_ratio`` an upper bound."""
 
-_CLIENTS: Final = 8
+CLIENTS: Final = 8
 _PRE_TOOL_USE: Final = {
     "session_id": "bench-hook",
     "transcript_path": "/tmp/bench.jsonl",
@@ -42,20 +50,25 @@ class SidecarOptions:
     hook_runs: int = 21
     sessions: int = 100_000
     max_sessions: int = 10_000
+    state_calls: int = 4000
+    """Capped calls timed in process per store, and per outage, for the shared-state figures."""
 
 
 def run_sidecar_bench(options: SidecarOptions, progress: Callable[[str], None]) -> dict[str, Any]:
-    with _serve(options.max_sessions) as (port, _):
-        progress(f"sidecar: {_CLIENTS} keep-alive clients x {options.pairs_per_client:,} before+after pairs")
+    with serve(options.max_sessions) as (port, _):
+        progress(f"sidecar: {CLIENTS} keep-alive clients x {options.pairs_per_client:,} before+after pairs")
         calls_per_s = _pairs_per_second(port, options.pairs_per_client)
         progress(f"sidecar: {options.hook_runs} hook processes vs python -c pass")
         hook_ms, python_ms = _hook_round_trip(port, options.hook_runs)
-    with _serve(options.max_sessions) as (port, pid):
+    with serve(options.max_sessions) as (port, pid):
         progress(
             f"sidecar: memory after {options.sessions:,} distinct sessions (max {options.max_sessions:,})"
         )
         memory = _memory_under_session_flood(port, pid, options.sessions, options.max_sessions)
     ratio = hook_ms / python_ms if python_ms else float("inf")
+    from otelguard.bench.shared_state import run_shared_state_bench  # loads the redis client
+
+    shared = run_shared_state_bench(options.pairs_per_client, options.state_calls, progress)
     return {
         "sidecar_calls_per_s": round(calls_per_s, 1),
         "hook_median_ms": round(hook_ms, 2),
@@ -75,29 +88,28 @@ def run_sidecar_bench(options: SidecarOptions, progress: Callable[[str], None]) 
                 "target": f"<= {SIDECAR_TARGETS['hook_roundtrip_ratio']:g}",
                 "met": ratio <= SIDECAR_TARGETS["hook_roundtrip_ratio"],
             },
+            *shared.get("targets", ()),
         ],
+        "shared_state": {key: value for key, value in shared.items() if key != "targets"},
     }
 
 
-@contextmanager
-def _serve(max_sessions: int) -> Iterator[tuple[int, int]]:
+def free_port() -> int:
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
-        port = int(probe.getsockname()[1])
+        return int(probe.getsockname()[1])
+
+
+@contextmanager
+def serve(max_sessions: int, *extra: str) -> Iterator[tuple[int, int]]:
+    """A real ``otelguard serve`` on a free loopback port: ``(port, pid)`` once it answers."""
+    port = free_port()
     process = subprocess.Popen(
-        [
-            sys.executable,
-            "-m",
-            "otelguard",
-            "serve",
-            "--port",
-            str(port),
-            "--max-sessions",
-            str(max_sessions),
-        ],
+        [sys.executable, "-m", "otelguard", "serve", "--port", str(port),
+         "--max-sessions", str(max_sessions), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
-    )
+    )  # fmt: skip
     try:
         deadline = time.monotonic() + 30
         while True:
@@ -138,13 +150,19 @@ def _pairs_per_second(port: int, pairs: int) -> float:
             _request(connection, "POST", "/v1/after_call", json.dumps(body).encode())
         connection.close()
 
-    threads = [threading.Thread(target=client, args=(index,)) for index in range(_CLIENTS)]
+    return pairs_per_second(client, pairs)
+
+
+def pairs_per_second(client: Callable[[int], None], pairs: int) -> float:
+    """Run ``client(index)`` in ``CLIENTS`` threads at once (each sends ``pairs`` before+after
+    pairs); the pairs per second of them all."""
+    threads = [threading.Thread(target=client, args=(index,)) for index in range(CLIENTS)]
     start = time.perf_counter()
     for thread in threads:
         thread.start()
     for thread in threads:
         thread.join()
-    return _CLIENTS * pairs / (time.perf_counter() - start)
+    return CLIENTS * pairs / (time.perf_counter() - start)
 
 
 def _hook_round_trip(port: int, runs: int) -> tuple[float, float]:
@@ -167,7 +185,7 @@ def _memory_under_session_flood(port: int, pid: int, sessions: int, max_sessions
     """RSS of serve at start, once the pool is full, and after ``sessions`` distinct session ids."""
 
     def flood(first: int, count: int) -> None:
-        per_client = max(1, count // _CLIENTS)
+        per_client = max(1, count // CLIENTS)
 
         def client(index: int) -> None:
             connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
@@ -177,7 +195,7 @@ def _memory_under_session_flood(port: int, pid: int, sessions: int, max_sessions
                 _request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
             connection.close()
 
-        threads = [threading.Thread(target=client, args=(index,)) for index in range(_CLIENTS)]
+        threads = [threading.Thread(target=client, args=(index,)) for index in range(CLIENTS)]
         for thread in threads:
             thread.start()
         for thread in threads:

@@ -8,11 +8,11 @@ imported (argparse and the command modules included) and uses only the standard 
 from __future__ import annotations
 
 import sys
-from collections.abc import Sequence
-from typing import TYPE_CHECKING
 
+TYPE_CHECKING = False  # not typing's: the hook command must not pay for importing typing
 if TYPE_CHECKING:
     import argparse
+    from collections.abc import Sequence
 
 __all__ = ["main"]
 

@@ -178,3 +178,39 @@ def _print_sidecar(console: Console, sidecar: dict[str, Any]) -> None:
         "",
     )
     console.print(table)
+    _print_shared_state(console, sidecar["shared_state"], met.get("shared_state_capped_calls_per_s"))
+
+
+def _print_shared_state(console: Console, shared: dict[str, Any], target: dict[str, Any] | None) -> None:
+    if "skipped" in shared:
+        console.print(f"shared state: not measured ({shared['skipped']})")
+        return
+    table = Table(title="shared state: session caps in Redis (two serve replicas, one local Redis)")
+    for column in ("measurement", "value", "target", ""):
+        table.add_column(column)
+    rate = shared["shared_state_capped_calls_per_s"]
+    table.add_row(
+        "capped before+after pairs/s, Redis",
+        f"{rate:,}",
+        target["target"] if target else "",
+        _verdict(target["met"] if target else None),
+    )
+    table.add_row(
+        "capped before+after pairs/s, memory state", f"{shared['memory_state_capped_calls_per_s']:,}", "", ""
+    )
+    cost = shared["capped_call_us"]
+    table.add_row(
+        "added µs per capped call (in process)",
+        f"{shared['added_us_per_capped_call']:,} ({cost['redis']:,} with Redis, {cost['memory']:,} in memory)",
+        "",
+        "",
+    )
+    for outage, figures in shared["fail_open"].items():
+        table.add_row(
+            f"Redis {outage}: µs per call, median / p99 / max",
+            f"{figures['median_us']:,} / {figures['p99_us']:,} / {figures['max_us']:,} "
+            f"({figures['redis_attempts']} of {figures['calls']:,} calls tried Redis)",
+            "",
+            "",
+        )
+    console.print(table)

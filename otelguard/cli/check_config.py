@@ -4,13 +4,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import sys
 
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from otelguard import ConfigError, GuardConfig
+from otelguard import ConfigError
+from otelguard.cli.config_messages import load_config, print_config_error
+from otelguard.config import effective_state
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -19,11 +20,14 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    config = load_config("otelguard", args.file)
+    if config is None:
+        return 2
     try:
-        config = GuardConfig.from_file(args.file)
+        # the state URL this process would use: OTELGUARD_STATE_URL wins over the file
+        config = config.with_changes(state=effective_state(config))
     except ConfigError as exc:
-        message = " ".join(str(exc).split())  # one line, whatever the YAML parser wrote
-        print(f"otelguard: invalid config {args.file}: {message}", file=sys.stderr)
+        print_config_error("otelguard", exc)
         return 2
     effective = config.to_mapping()
     if args.json:

@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otelguard import ConfigError, GuardConfig
+from otelguard.cli.config_messages import load_config
 from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.metrics_server import MetricsServer, serve_metrics
@@ -58,10 +59,8 @@ def run(args: argparse.Namespace) -> int:
     if problem:
         print(f"otelguard demo: {problem}", file=sys.stderr)
         return 2
-    try:
-        config = _demo_config(args.config)
-    except ConfigError as exc:
-        print(f"otelguard demo: {exc}", file=sys.stderr)
+    config = _demo_config(args.config)
+    if config is None:
         return 2
     stop = threading.Event()
     restore = _handle_signals(stop)
@@ -126,15 +125,18 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
     return None
 
 
-def _demo_config(path: str | None) -> GuardConfig:
-    """``--config`` as given; otherwise unattended (hard stops on, so turns get halted) with turn spans."""
+def _demo_config(path: str | None) -> GuardConfig | None:
+    """``--config`` as given (``None`` once its errors are printed); otherwise unattended (hard stops
+    on, so turns get halted) with turn spans."""
     if path is not None:
-        config = GuardConfig.from_file(path)
+        config = load_config("otelguard demo", path)
+        if config is None:
+            return None
     else:
         config = GuardConfig.from_mapping({"mode": "unattended", "telemetry": {"turn_spans": True}})
     if config.signature_key is None and not os.environ.get(OTELGUARD_SIGNATURE_KEY):
         # A per-run key, set explicitly: the demo's hashes need not correlate across runs, and the
-        # guard's "random key" warning would only confuse a first-time user.
+        # note that telemetry gives about a random key would only confuse a first-time user.
         config = config.with_changes(signature_key=secrets.token_hex(16))
     return config
 

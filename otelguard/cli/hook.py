@@ -3,21 +3,31 @@
 It reads one payload on stdin, posts it to the sidecar (``otelguard serve``) and prints the answer.
 It always exits 0: Claude Code reads hook output only on exit 0, and a guard that is down must not
 stop the user's work (fail open: no output, one line on stderr). This module runs on every tool
-call, so it imports only the standard library, and only what it needs.
+call, so it imports only the standard library, and only what it needs: the C ``_socket`` module
+rather than ``socket`` (which brings ``selectors``, ``enum`` and ``array``), no ``typing``, and a host
+name given to the resolver as bytes (a ``str`` loads the ``idna`` codec). ``--print-settings`` and
+``--print-config`` import more, as they run once.
+
+With ``OTELGUARD_SIGNATURE_KEY`` set, the request carries ``X-Otelguard-Session``: the session id's
+keyed digest, for a load balancer in front of several sidecars to keep a session on one of them
+(docs/shared-state.md). Without a key there is no header: a raw session id never leaves.
 """
 
 from __future__ import annotations
 
+import _socket
 import os
-import socket
 import sys
 import time
-from typing import Final
 
-from otelguard.environment_variables import OTELGUARD_TOKEN, OTELGUARD_URL
-from otelguard.integrations.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
+from otelguard.claude_code_events import HOOK_EVENTS
+from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
 
-__all__ = ["DEFAULT_URL", "HOOK_EVENTS", "main", "settings_block"]
+TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "HOOK_EVENTS", "endpoint", "main", "post"]
 
 DEFAULT_URL: Final = "http://127.0.0.1:9464"
 DEFAULT_TIMEOUT_SECONDS: Final = 2.0
@@ -25,16 +35,32 @@ HOOK_PATH: Final = "/v1/hooks/claude-code"
 MAX_PAYLOAD_BYTES: Final = 1 << 20
 MAX_ANSWER_BYTES: Final = 1 << 20
 USAGE: Final = (
-    "usage: otelguard hook claude-code [--url URL] [--timeout SECONDS] [--print-settings]\n"
+    "usage: otelguard hook claude-code [--url URL] [--timeout SECONDS] [--print-settings [--http]] [--print-config]\n"
     "  reads one Claude Code hook payload on stdin, asks the sidecar, prints its answer; always exits 0\n"
     f"  --url URL          the sidecar (default: ${OTELGUARD_URL} or {DEFAULT_URL})\n"
     f"  --timeout SECONDS  give up and let the call go ahead after this long (default: {DEFAULT_TIMEOUT_SECONDS:g})\n"
-    "  --print-settings   print the hooks block for .claude/settings.json\n"
+    "  --print-settings   print the hooks block for .claude/settings.json (a command per event)\n"
+    "  --http             with --print-settings: Claude Code posts each event to the sidecar itself\n"
+    "  --print-config     print a starter config for unattended use: otelguard serve --config it\n"
 )
 
 
 class _Failed(Exception):
     """Why the sidecar gave no usable answer (one line, no payload content)."""
+
+
+class _Options:
+    """What the command line asked for (a plain class: dataclasses would cost startup time)."""
+
+    __slots__ = ("print_config", "print_settings", "timeout", "url", "url_given", "use_http")
+
+    def __init__(self) -> None:
+        self.url = os.environ.get(OTELGUARD_URL) or DEFAULT_URL
+        self.url_given = False
+        self.timeout = DEFAULT_TIMEOUT_SECONDS
+        self.print_settings = False
+        self.use_http = False
+        self.print_config = False
 
 
 def main(argv: list[str]) -> int:
@@ -46,16 +72,23 @@ def main(argv: list[str]) -> int:
     if options is None:
         sys.stdout.write(USAGE)
         return 0
-    url, timeout, print_settings, explicit_url = options
-    if print_settings:
-        sys.stdout.write(settings_block(url if explicit_url else None, timeout) + "\n")
+    if options.print_settings or options.print_config:
+        from otelguard.cli import hook_settings  # what runs once is kept out of what runs every call
+
+        if options.print_config:
+            sys.stdout.write(hook_settings.starter_config())
+        elif options.use_http:
+            sys.stdout.write(hook_settings.http_settings_block(options.url, options.timeout) + "\n")
+        else:
+            url = options.url if options.url_given else None
+            sys.stdout.write(hook_settings.settings_block(url, options.timeout) + "\n")
         return 0
-    deadline = time.monotonic() + timeout
+    deadline = time.monotonic() + options.timeout
     try:
         payload = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
         if len(payload) > MAX_PAYLOAD_BYTES:
             raise _Failed(f"payload over {MAX_PAYLOAD_BYTES} bytes; not sent")
-        answer = post(url, payload, deadline)
+        answer = post(options.url, payload, deadline, _session_affinity(payload))
     except _Failed as exc:
         sys.stderr.write(f"otelguard hook: {exc}; the call goes ahead\n")
         return 0
@@ -68,27 +101,25 @@ def main(argv: list[str]) -> int:
     return 0
 
 
-def _parse(argv: list[str]) -> tuple[str, float, bool, bool] | None:
-    """(url, timeout, print_settings, url_given); ``None`` for ``--help``. By hand: argparse costs
-    more startup time than this whole command."""
+_FLAGS: Final = {"--print-settings": "print_settings", "--http": "use_http", "--print-config": "print_config"}
+
+
+def _parse(argv: list[str]) -> _Options | None:
+    """The options; ``None`` for ``--help``. By hand: argparse costs more startup time than this
+    whole command."""
     if not argv or argv[0] in ("-h", "--help"):
         return None
     if argv[0] != "claude-code":
         raise _Failed(f"unknown agent {argv[0]!r}; expected claude-code")
-    url, url_given, timeout, print_settings = (
-        os.environ.get(OTELGUARD_URL) or DEFAULT_URL,
-        False,
-        DEFAULT_TIMEOUT_SECONDS,
-        False,
-    )
+    options = _Options()
     rest = list(argv[1:])
     while rest:
         arg = rest.pop(0)
         name, eq, inline = arg.partition("=")
         if name in ("-h", "--help"):
             return None
-        if name == "--print-settings":
-            print_settings = True
+        if name in _FLAGS and not eq:
+            setattr(options, _FLAGS[name], True)
             continue
         if name not in ("--url", "--timeout"):
             raise _Failed(f"unknown option {name}")
@@ -97,25 +128,74 @@ def _parse(argv: list[str]) -> tuple[str, float, bool, bool] | None:
                 raise _Failed(f"{name} needs a value")
             inline = rest.pop(0)
         if name == "--url":
-            url, url_given = inline, True
+            options.url, options.url_given = inline, True
             continue
         try:
-            timeout = float(inline)
+            options.timeout = float(inline)
         except ValueError:
             raise _Failed("--timeout must be a number of seconds") from None
-        if not 0 < timeout <= 600:
+        if not 0 < options.timeout <= 600:
             raise _Failed("--timeout must be above 0 and at most 600 seconds")
-    return url, timeout, print_settings, url_given
+    if options.use_http and not options.print_settings:
+        raise _Failed("--http goes with --print-settings")
+    if options.print_config and options.print_settings:
+        raise _Failed("--print-config and --print-settings print different files: one at a time")
+    return options
 
 
-def post(url: str, payload: bytes, deadline: float) -> bytes:
-    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``."""
-    scheme, _, rest = url.partition("://")
-    if scheme not in ("http", "https") or not rest:
-        raise _Failed("--url must be an http:// or https:// URL")
-    hostport, _, base = rest.partition("/")
+_SESSION_ID_FIELD: Final = b'"session_id"'
+MAX_SESSION_ID_BYTES: Final = 1024
+
+
+def _leading_session_id(payload: bytes) -> bytes | None:
+    """The session id when it is the payload's first field, as Claude Code writes it: read by hand,
+    since ``re`` and ``json`` would cost milliseconds of startup on every tool call."""
+    rest = payload.lstrip()
+    if not rest.startswith(b"{"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith(_SESSION_ID_FIELD):
+        return None
+    rest = rest[len(_SESSION_ID_FIELD) :].lstrip()
+    if not rest.startswith(b":"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith(b'"'):
+        return None
+    end = rest.find(b'"', 1)
+    value = rest[1:end]
+    if end < 2 or len(value) > MAX_SESSION_ID_BYTES or b"\\" in value:
+        return None  # empty, too long or escaped: the full parse below decides
+    return value
+
+
+def _session_affinity(payload: bytes) -> str | None:
+    """The ``X-Otelguard-Session`` value for this payload, or ``None`` (no key, or no session id)."""
+    secret = os.environ.get(OTELGUARD_SIGNATURE_KEY)
+    if not secret:
+        return None
+    leading = _leading_session_id(payload)
+    if leading is not None:
+        session_id: object = leading.decode("utf-8", "surrogateescape")
+    else:
+        import json
+
+        try:
+            session_id = json.loads(payload).get("session_id")
+        except (ValueError, AttributeError):  # not a JSON object: the sidecar answers 400 for it
+            return None
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    from otelguard.session_keys import key_bytes, session_digest  # only with a key: hashlib
+
+    return session_digest(session_id, key_bytes(secret))
+
+
+def post(url: str, payload: bytes, deadline: float, session: str | None = None) -> bytes:
+    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``.
+    ``session``: the ``X-Otelguard-Session`` header's value (a keyed digest), if any."""
+    scheme, hostport, path = endpoint(url)
     host, port = _host_port(hostport, 443 if scheme == "https" else 80)
-    path = "/" + base.rstrip("/") + HOOK_PATH if base.strip("/") else HOOK_PATH
     headers = [
         f"POST {path} HTTP/1.1",
         f"Host: {hostport}",
@@ -126,18 +206,21 @@ def post(url: str, payload: bytes, deadline: float) -> bytes:
     token = os.environ.get(OTELGUARD_TOKEN)
     if token:
         headers.append(f"Authorization: Bearer {token}")
+    if session is not None:
+        from otelguard.session_keys import SESSION_HEADER
+
+        headers.append(f"{SESSION_HEADER}: {session}")
     request = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + payload
     try:
-        sock = socket.create_connection((host, port), timeout=_remaining(deadline))
+        sock = _connect(host, port, deadline)
     except TimeoutError:
         raise _Failed(f"sidecar at {scheme}://{hostport} did not answer in time") from None
     except OSError as exc:
         raise _Failed(f"sidecar at {scheme}://{hostport} unreachable ({type(exc).__name__})") from None
     try:
         if scheme == "https":
-            import ssl  # only HTTPS pays for it
-
-            sock = ssl.create_default_context().wrap_socket(sock, server_hostname=host)
+            sock = _tls(sock, host)
+        sock.settimeout(_remaining(deadline))
         sock.sendall(request)
         raw = _read_all(sock, deadline)
     except TimeoutError:
@@ -147,6 +230,43 @@ def post(url: str, payload: bytes, deadline: float) -> bytes:
     finally:
         sock.close()
     return _body_of_200(raw)
+
+
+def endpoint(url: str) -> tuple[str, str, str]:
+    """(scheme, host[:port], path of the hook endpoint under the URL's own path)."""
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("http", "https") or not rest:
+        raise _Failed("--url must be an http:// or https:// URL")
+    hostport, _, base = rest.partition("/")
+    path = "/" + base.rstrip("/") + HOOK_PATH if base.strip("/") else HOOK_PATH
+    return scheme, hostport, path
+
+
+def _connect(host: str, port: int, deadline: float) -> _socket.socket:
+    """A connected TCP socket, trying each address of ``host`` in turn (what ``socket.create_connection``
+    does, on the C module)."""
+    # the resolver encodes a str host with the idna codec, a module import; ASCII needs no codec
+    name = host.encode("ascii") if host.isascii() else host.encode("idna")
+    failure: OSError = OSError("no address")
+    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_remaining(deadline))
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            failure = exc
+    raise failure
+
+
+def _tls(raw: _socket.socket, host: str) -> _socket.socket:
+    """The connection wrapped in TLS (only HTTPS pays for ``ssl`` and ``socket``)."""
+    import socket
+    import ssl
+
+    plain = socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+    return ssl.create_default_context().wrap_socket(plain, server_hostname=host)
 
 
 def _host_port(hostport: str, default: int) -> tuple[str, int]:
@@ -169,7 +289,7 @@ def _remaining(deadline: float) -> float:
     return left
 
 
-def _read_all(sock: socket.socket, deadline: float) -> bytes:
+def _read_all(sock: _socket.socket, deadline: float) -> bytes:
     chunks: list[bytes] = []
     size = 0
     while True:
@@ -200,22 +320,3 @@ def _body_of_200(raw: bytes) -> bytes:
                 raise _Failed("sidecar sent an incomplete answer")
             return body[:length]
     return body
-
-
-def settings_block(url: str | None, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str:
-    """The ``hooks`` block for ``.claude/settings.json``: every event the guard needs, one command."""
-    command = "otelguard hook claude-code"
-    if url is not None:
-        command += f" --url {url}"
-    if timeout != DEFAULT_TIMEOUT_SECONDS:
-        command += f" --timeout {timeout:g}"
-    import json  # only --print-settings pays for it
-
-    # Claude Code's own per-hook timeout (seconds) sits above ours, so ours decides: fail open.
-    handler = {"type": "command", "command": command, "timeout": int(timeout) + 3}
-    hooks: dict[str, list[dict[str, object]]] = {}
-    for event in HOOK_EVENTS:
-        entry: dict[str, object] = {"matcher": "*"} if event in TOOL_EVENTS else {}
-        entry["hooks"] = [handler]
-        hooks[event] = [entry]
-    return json.dumps({"hooks": hooks}, indent=2)

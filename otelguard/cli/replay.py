@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from otelguard import ConfigError, GuardConfig
+from otelguard.cli.config_messages import load_config
 from otelguard.cli.replay_tables import render_report
 from otelguard.replay import (
     AUTO,
@@ -153,13 +154,11 @@ def run(args: argparse.Namespace) -> int:
     if problem is not None:
         print(f"otelguard replay: {problem}", file=sys.stderr)
         return 2
-    try:
-        config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
-        files = expand_paths(args.paths, allow_missing=args.follow)
-    except ConfigError as exc:
-        message = " ".join(str(exc).split())  # one line, whatever the YAML parser wrote
-        print(f"otelguard replay: invalid config {args.config}: {message}", file=sys.stderr)
+    config = load_config("otelguard replay", args.config)
+    if config is None:
         return 2
+    try:
+        files = expand_paths(args.paths, allow_missing=args.follow)
     except UsageError as exc:
         print(f"otelguard replay: {exc}", file=sys.stderr)
         return 2

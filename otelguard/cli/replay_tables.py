@@ -17,7 +17,8 @@ _MAX_ROWS: Final = 50
 
 
 def render_report(report: ReplayReport, console: Console) -> None:
-    """Print the report as tables: inputs, sessions, decisions, cap hits, halts, errors, totals."""
+    """Print the report as tables: inputs, sessions, decisions, cap hits, halts, errors, totals, and
+    the calls still in progress when their transcript ended (a live session), if any."""
     totals = report.totals()
     console.print(_inputs_table(report))
     console.print(_sessions_table(report))
@@ -36,6 +37,12 @@ def render_report(report: ReplayReport, console: Console) -> None:
         f"input errors: [bold]{totals['errors']}[/]",
         highlight=False,
     )
+    if totals["in_progress"]:
+        console.print(
+            f"in progress: [bold]{totals['in_progress']}[/] (still running when the transcript ended; "
+            "not replayed)",
+            highlight=False,
+        )
 
 
 def _inputs_table(report: ReplayReport) -> Table:

@@ -14,11 +14,14 @@ from types import FrameType
 
 from prometheus_client import REGISTRY
 
-from otelguard import ConfigError, GuardConfig
-from otelguard.environment_variables import OTELGUARD_TOKEN
+from otelguard import ConfigError
+from otelguard.cli.config_messages import load_config
+from otelguard.config import StateSettings, effective_state, mask_url
+from otelguard.environment_variables import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.metrics_server import bind, tls_context
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
 from otelguard.sidecar import Sidecar
+from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note, uses_random_key
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
 
@@ -40,6 +43,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         "--session-idle", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
         help=f"forget a session idle this long (default: {DEFAULT_IDLE_SECONDS:g})",
     )  # fmt: skip
+    parser.add_argument(
+        "--state", metavar="URL",
+        help=f"share session caps with other replicas through Redis: redis://host:6379/0, rediss://..., "
+        f"unix:///path (default: ${OTELGUARD_STATE_URL}, then the config's state.url; none: in memory)",
+    )  # fmt: skip
     parser.add_argument("--certfile", help="PEM certificate: serve HTTPS")
     parser.add_argument("--keyfile", help="PEM key of --certfile")
 
@@ -51,18 +59,44 @@ def _span_export() -> SpanExport | None:
     return None
 
 
+def _check_state(state: StateSettings, telemetry: Telemetry) -> None:
+    """One command to the shared state at start: its metrics exist from now on, and the log says
+    whether session caps are shared right away."""
+    from otelguard.state.redis_caps import link_for
+
+    report = link_for(state).ping()
+    telemetry.state_reported(report)
+    how = (
+        "answers" if report.error is None else "does not answer yet; session caps are kept here until it does"
+    )
+    print(f"otelguard serve: shared state at {mask_url(state.url or '')} {how}", file=sys.stderr, flush=True)
+
+
 def run(args: argparse.Namespace) -> int:
+    config = load_config("otelguard serve", args.config)
+    if config is None:
+        return 2
+    if uses_random_key(config.signature_key) and claim_random_key_note():
+        # sessions are compared by their hashes across restarts and replicas: say it at startup
+        print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
     spans = _span_export()
+    if args.state:
+        # every guard of this process reads the URL from here: the flag wins over the variable and
+        # the config alike
+        os.environ[OTELGUARD_STATE_URL] = args.state
     try:
-        config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
+        state = effective_state(config)
+        telemetry = Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY)
         sidecar = Sidecar(
             config,
-            telemetry=Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY),
+            telemetry=telemetry,
             registry=REGISTRY,
             token=args.token or os.environ.get(OTELGUARD_TOKEN) or None,
             max_sessions=args.max_sessions,
             idle_seconds=args.session_idle,
         )
+        if state.url is not None:  # before listening: the state metrics exist from the first scrape
+            _check_state(state, telemetry)
         server = bind(
             sidecar.handle, args.addr, args.port, tls_context(args.certfile, args.keyfile),
             inline=sidecar.inline, name="otelguard-serve",

@@ -23,21 +23,17 @@ from __future__ import annotations
 
 import logging
 import os
-import threading
-from collections import OrderedDict
 from collections.abc import Callable, Mapping
-from typing import Any, Final, Generic, Protocol, TypeVar
+from typing import Any, Final, Protocol
 
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.environment_variables import OTELGUARD_AGENT, OTELGUARD_CONFIG, OTELGUARD_METRICS_PORT
 from otelguard.errors import ConfigError
-from otelguard.integrations._sessions import DEFAULT_SESSION, GuardSessions, Session
-from otelguard.sessions import DEFAULT_MAX_SESSIONS
+from otelguard.integrations._protocol import CallMemory, guidance, refusal
+from otelguard.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 
 __all__ = ["HermesGuardPlugin", "register"]
-
-V = TypeVar("V")
 
 logger = logging.getLogger("otelguard")
 
@@ -54,29 +50,6 @@ class HookRegistry(Protocol):
     def register_hook(self, hook_name: str, callback: Callable[..., Any]) -> None: ...
 
 
-class _BoundedCallMap(Generic[V]):
-    """The last ``_CALL_MEMORY`` calls' entries, oldest dropped first; thread-safe."""
-
-    def __init__(self) -> None:
-        self._entries: OrderedDict[tuple[str, str], V] = OrderedDict()
-        self._lock = threading.Lock()
-
-    def put(self, key: tuple[str, str], value: V) -> None:
-        with self._lock:
-            self._entries[key] = value
-            while len(self._entries) > _CALL_MEMORY:
-                self._entries.popitem(last=False)
-
-    def take_value(self, key: tuple[str, str]) -> tuple[bool, V | None]:
-        with self._lock:
-            if key not in self._entries:
-                return False, None
-            return True, self._entries.pop(key)
-
-    def take(self, key: tuple[str, str]) -> bool:
-        return self.take_value(key)[0]
-
-
 class HermesGuardPlugin:
     """The hook callbacks, one ``Guard`` per hermes ``session_id`` in a bounded pool."""
 
@@ -88,11 +61,11 @@ class HermesGuardPlugin:
         agent: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
-        self._sessions = GuardSessions(
+        self.sessions = SessionHost(
             config, telemetry=telemetry, agent=agent or DEFAULT_AGENT, max_sessions=max_sessions
         )
-        self._refused = _BoundedCallMap[None]()
-        self._to_annotate = _BoundedCallMap[Decision]()
+        self._refused: CallMemory[bool] = CallMemory(_CALL_MEMORY)
+        self._to_annotate: CallMemory[Decision] = CallMemory(_CALL_MEMORY)
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> HermesGuardPlugin:
@@ -111,7 +84,7 @@ class HermesGuardPlugin:
         return cls(config, telemetry=True, agent=environ.get(OTELGUARD_AGENT))
 
     def _session_for_turn(self, session_id: str, turn_id: str) -> Session:
-        session = self._sessions.session(session_id or DEFAULT_SESSION)
+        session = self.sessions.session(session_id or None)
         # hermes leaves turn_id empty where it has none: such calls continue the current turn.
         if turn_id or session.run is None:
             session.enter_run(turn_id or _UNNAMED_TURN, turn_id or None)
@@ -131,12 +104,12 @@ class HermesGuardPlugin:
         **_: Any,
     ) -> dict[str, str] | None:
         session = self._session_for_turn(session_id, turn_id)
-        decision = session.guard.before_call(tool_name, args, call_id=tool_call_id or None)
-        if decision.allows_execution:
+        refused = refusal(session.main, tool_name, args, tool_call_id or None)
+        if refused is None:
             return None
         if tool_call_id:
-            self._refused.put((session_id, tool_call_id), None)
-        return {"action": "block", "message": decision.synthetic_result()}
+            self._refused.add((session_id, tool_call_id), True)
+        return {"action": "block", "message": refused.synthetic_result()}
 
     def on_post_tool_call(
         self,
@@ -153,35 +126,36 @@ class HermesGuardPlugin:
     ) -> None:
         if status == "blocked" and tool_call_id and self._refused.take((session_id, tool_call_id)):
             return
-        session = self._session_for_turn(session_id, turn_id)
-        call_id = tool_call_id or None
-        if status == "blocked":
-            refusal = error_type or PLUGIN_BLOCK
-            decision = session.guard.after_call(tool_name, args, result, refusal=refusal, call_id=call_id)
-        else:
-            failed = status == "error"
-            decision = session.guard.after_call(tool_name, args, result, failed=failed, call_id=call_id)
-        if decision.action in ("warn", "halt"):
-            self._to_annotate.put((session_id, tool_call_id), decision)
+        guard = self._session_for_turn(session_id, turn_id).main
+        blocked = status == "blocked"
+        note = guidance(
+            guard,
+            tool_name,
+            args,
+            result,
+            failed=None if blocked else status == "error",
+            refusal=(error_type or PLUGIN_BLOCK) if blocked else None,
+            call_id=tool_call_id or None,
+        )
+        if note is not None:
+            self._to_annotate.add((session_id, tool_call_id), note)
 
     def on_transform_tool_result(
         self, *, result: Any = None, session_id: str = "", tool_call_id: str = "", **_: Any
     ) -> str | None:
-        found, decision = self._to_annotate.take_value((session_id, tool_call_id))
-        if not found or decision is None or not isinstance(result, str):
+        decision = self._to_annotate.take((session_id, tool_call_id))
+        if decision is None or not isinstance(result, str):
             return None
         annotated: str = decision.annotate(result)
         return annotated
 
     def on_turn_end(self, *, session_id: str = "", **_: Any) -> None:
-        session = self._sessions.peek(session_id or DEFAULT_SESSION)
+        session = self.sessions.peek(session_id or None)
         if session is not None and session.run is not None:
-            session.leave_run(session.run)
+            session.end_turn()
 
     def on_session_finalize(self, *, session_id: str = "", **_: Any) -> None:
-        session = self._sessions.pop(session_id or DEFAULT_SESSION)
-        if session is not None and session.run is not None:
-            session.leave_run(session.run)
+        self.sessions.end_session(session_id or None)
 
     def register(self, ctx: HookRegistry) -> None:
         ctx.register_hook("pre_llm_call", self.on_pre_llm_call)

@@ -10,26 +10,35 @@
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
 * One guard per ``thread_id`` of the run config, else one for the middleware.
+* The session caps used so far also live in a private channel of the graph's state
+  (``otelguard_session_caps``), so a LangGraph checkpointer carries them to whichever worker runs
+  the thread next, or past a restart, without shared state. A worker takes the higher of its own
+  count and the checkpoint's; with ``state.url`` Redis holds the counts and the channel is only written.
 """
 
 from __future__ import annotations
 
-from collections.abc import Awaitable, Callable
-from typing import Any, Final
+import sys
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Annotated, Any, Final
 
+from otelguard.caps import SharedSessionCaps
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
-from otelguard.integrations._sessions import (
-    DEFAULT_SESSION,
-    GuardSessions,
-    Session,
-    error_result,
+from otelguard.guard import Guard
+from otelguard.integrations._protocol import (
+    CallMemory,
+    guidance,
+    halt_of,
     missing_framework,
+    raised,
+    refusal,
 )
-from otelguard.sessions import DEFAULT_MAX_SESSIONS
+from otelguard.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION, Session, SessionHost
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
+    from langchain.agents.middleware.types import PrivateStateAttr
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.config import get_config
     from langgraph.errors import GraphBubbleUp
@@ -38,15 +47,29 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("langchain", "langchain") from exc
 
-__all__ = ["GuardMiddleware"]
+if sys.version_info >= (3, 11):
+    from typing import NotRequired
+else:  # pragma: no cover
+    from typing_extensions import NotRequired
+
+__all__ = ["CAPS_CHANNEL", "GuardMiddleware", "GuardState"]
 
 ToolResult = ToolMessage | Command[Any]
 
 _HALT_PREFIX: Final = "Stopped by otelguard: "
+CAPS_CHANNEL: Final = "otelguard_session_caps"
 
 
-class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
+class GuardState(AgentState[Any]):
+    """The agent state with otelguard's private channel: session cap key -> count used so far."""
+
+    otelguard_session_caps: NotRequired[Annotated[dict[str, int], PrivateStateAttr]]
+
+
+class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     """Guards every tool call of a ``create_agent`` agent; see the module docstring."""
+
+    state_schema = GuardState
 
     def __init__(
         self,
@@ -57,87 +80,145 @@ class GuardMiddleware(AgentMiddleware[AgentState[Any], Any, Any]):
         max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
         super().__init__()
-        self.sessions = GuardSessions(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+        self.sessions = SessionHost(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+        self._cap_keys = frozenset(
+            key for key, limit in self.sessions.config.caps.session.items() if limit > 0
+        )
+        # (thread id, call id) of calls a LangGraph interrupt paused: they run again on resume
+        self._paused: CallMemory[bool] = CallMemory()
 
     # -- turns ---------------------------------------------------------------------------------
 
-    def before_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        self._session().enter_run(object())
+    def before_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        session = self._session()
+        self._restore_caps(session, state.get(CAPS_CHANNEL))
+        session.start_turn()
         return None
 
-    async def abefore_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def abefore_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_agent(state, runtime)
 
     @hook_config(can_jump_to=["end"])
-    def before_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
-        halt = self._session().guard.halt_decision
+    def before_model(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
+        session = self._session()
+        update = self._caps_update(session, state)
+        halt = halt_of(session)
         if halt is None:
-            return None
-        return {"jump_to": "end", "messages": [AIMessage(content=_HALT_PREFIX + halt.message)]}
+            return update
+        return {
+            **(update or {}),
+            "jump_to": "end",
+            "messages": [AIMessage(content=_HALT_PREFIX + halt.message)],
+        }
 
     @hook_config(can_jump_to=["end"])
-    async def abefore_model(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def abefore_model(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.before_model(state, runtime)
 
-    def after_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    def after_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         session = self._session()
-        session.leave_run(session.run)
-        return None
+        session.end_turn()
+        return self._caps_update(session, state)
 
-    async def aafter_agent(self, state: AgentState[Any], runtime: Runtime[Any]) -> dict[str, Any] | None:
+    async def aafter_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.after_agent(state, runtime)
+
+    # -- session caps in the graph's state -----------------------------------------------------
+
+    def _restore_caps(self, session: Session, saved: object) -> None:
+        """Raise the session's counts to what the checkpoint says (the thread may have run elsewhere)."""
+        store = session.main.session_caps
+        if not isinstance(saved, Mapping) or isinstance(store, SharedSessionCaps):
+            return  # nothing saved yet, or Redis holds the counts of every worker already
+        used = store.usage()
+        for key, count in saved.items():
+            if key in self._cap_keys and type(count) is int and count > used.get(key, 0):
+                store.try_charge([(key, sys.maxsize)], count - used.get(key, 0))
+
+    def _caps_update(self, session: Session, state: GuardState) -> dict[str, Any] | None:
+        used = {
+            key: count for key, count in session.main.session_caps.usage().items() if key in self._cap_keys
+        }
+        if not used or used == state.get(CAPS_CHANNEL):
+            return None
+        return {CAPS_CHANNEL: used}
 
     # -- tool calls ----------------------------------------------------------------------------
 
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
-        session, name, args, call_id, refused = self._start(request)
+        call, refused = self._start(request)
         if refused is not None:
             return refused
         try:
             result = handler(request)
         except GraphBubbleUp:
-            session.paused.add(call_id)  # an interrupt: control flow, not a failure
+            self._paused.add(call.paused_key, True)  # an interrupt: control flow, not a failure
             raise
         except Exception as error:
-            session.guard.after_call(name, args, error_result(error), failed=True, call_id=call_id)
+            raised(call.guard, call.name, call.args, error, call.call_id)
             raise
-        return _finish(session, name, args, call_id, result)
+        return call.finish(result)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> ToolResult:
-        session, name, args, call_id, refused = self._start(request)
+        call, refused = self._start(request)
         if refused is not None:
             return refused
         try:
             result = await handler(request)
         except GraphBubbleUp:
-            session.paused.add(call_id)
+            self._paused.add(call.paused_key, True)
             raise
         except Exception as error:
-            session.guard.after_call(name, args, error_result(error), failed=True, call_id=call_id)
+            raised(call.guard, call.name, call.args, error, call.call_id)
             raise
-        return _finish(session, name, args, call_id, result)
+        return call.finish(result)
 
-    def _start(self, request: ToolCallRequest) -> tuple[Session, str, Any, str | None, ToolMessage | None]:
+    def _start(self, request: ToolCallRequest) -> tuple[_Call, ToolMessage | None]:
         """The call's ``before_call``, unless it is an interrupted call running again on resume
         (the guard already counted and allowed it)."""
-        session, name, args, call_id = self._call(request)
-        if session.paused.take(call_id) is not None:
-            return session, name, args, call_id, None
-        decision = session.guard.before_call(name, args, call_id=call_id)
-        refused = None if decision.allows_execution else _refused(decision, name, call_id)
-        return session, name, args, call_id, refused
+        thread_id = _thread_id()
+        call = _Call(self._session(thread_id).main, request.tool_call, thread_id)
+        if self._paused.take(call.paused_key) is not None:
+            return call, None
+        refused = refusal(call.guard, call.name, call.args, call.call_id)
+        return call, None if refused is None else _refused(refused, call.name, call.call_id)
 
-    def _call(self, request: ToolCallRequest) -> tuple[Session, str, Any, str | None]:
-        call = request.tool_call
-        call_id = call.get("id")
-        return self._session(), call["name"], call.get("args"), call_id if isinstance(call_id, str) else None
+    def _session(self, thread_id: str | None = None) -> Session:
+        return self.sessions.session(thread_id if thread_id is not None else _thread_id())
 
-    def _session(self) -> Session:
-        return self.sessions.session(_thread_id())
+
+class _Call:
+    """One tool call of the model, as the guard sees it."""
+
+    __slots__ = ("args", "call_id", "guard", "name", "paused_key")
+
+    def __init__(self, guard: Guard, tool_call: Any, thread_id: str) -> None:
+        call_id = tool_call.get("id")
+        self.guard = guard
+        self.name: str = tool_call["name"]
+        self.args = tool_call.get("args")
+        self.call_id = call_id if isinstance(call_id, str) else None
+        self.paused_key = (thread_id, self.call_id) if self.call_id is not None else None
+
+    def finish(self, result: ToolResult) -> ToolResult:
+        """Record the tool's answer; a warning or halt is appended to the content the model reads."""
+        if not isinstance(result, ToolMessage):  # a Command: the tool ran and changed the graph state
+            self.guard.after_call(self.name, self.args, None, failed=False, call_id=self.call_id)
+            return result
+        content = result.content
+        note = guidance(
+            self.guard, self.name, self.args, content, failed=result.status == "error", call_id=self.call_id
+        )
+        if note is None:
+            return result
+        if isinstance(content, str):
+            return result.model_copy(update={"content": note.annotate(content)})
+        block = {"type": "text", "text": note.annotate("").lstrip()}
+        return result.model_copy(update={"content": [*content, block]})
 
 
 def _thread_id() -> str:
@@ -154,17 +235,3 @@ def _refused(decision: Decision, name: str, call_id: str | None) -> ToolMessage:
     return ToolMessage(
         content=decision.synthetic_result(), tool_call_id=call_id or "", name=name, status="error"
     )
-
-
-def _finish(session: Session, name: str, args: Any, call_id: str | None, result: ToolResult) -> ToolResult:
-    if not isinstance(result, ToolMessage):  # a Command: the tool ran and changed the graph state
-        session.guard.after_call(name, args, None, failed=False, call_id=call_id)
-        return result
-    content = result.content
-    decision = session.guard.after_call(name, args, content, failed=result.status == "error", call_id=call_id)
-    if decision.action not in ("warn", "halt"):
-        return result
-    if isinstance(content, str):
-        return result.model_copy(update={"content": decision.annotate(content)})
-    note = decision.annotate("").lstrip()
-    return result.model_copy(update={"content": [*content, {"type": "text", "text": note}]})

@@ -25,15 +25,21 @@ import copy
 import inspect
 import threading
 import weakref
-from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
+from otelguard.bounded_map import BoundedMap
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
-from otelguard.errors import GuardHalted
-from otelguard.integrations._sessions import CallIds, GuardSessions, Session, error_result, missing_framework
-from otelguard.sessions import DEFAULT_MAX_SESSIONS
+from otelguard.integrations._protocol import (
+    CallMemory,
+    error_result,
+    guidance,
+    missing_framework,
+    refusal,
+    stop_if_halted,
+)
+from otelguard.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 
 try:
     from agents import (
@@ -73,7 +79,7 @@ def guard_agent(
 ) -> GuardRunHooks:
     """Guard every function tool of ``agent`` and of its handoff agents; return the run hooks."""
     hooks = GuardRunHooks(
-        GuardSessions(config, telemetry=telemetry, agent=agent_name or agent.name, max_sessions=max_sessions),
+        SessionHost(config, telemetry=telemetry, agent=agent_name or agent.name, max_sessions=max_sessions),
         session_key=session_key,
     )
     for tool in _function_tools(agent):
@@ -103,13 +109,13 @@ def _function_tools(root: Agent[Any]) -> Iterator[FunctionTool]:
 class GuardRunHooks(RunHooks[Any]):
     """The ``RunHooks`` that ``guard_agent`` returns: turns, results and halts of guarded runs."""
 
-    def __init__(self, sessions: GuardSessions, *, session_key: SessionKey | None = None) -> None:
+    def __init__(self, sessions: SessionHost, *, session_key: SessionKey | None = None) -> None:
         self.sessions = sessions
         self._session_key = session_key
         self._lock = threading.Lock()
         # One entry per live run, keyed by its usage object (shared by every context of one run,
         # tool contexts included); dropped when the run's usage is garbage collected.
-        self._runs: OrderedDict[int, tuple[Session, object]] = OrderedDict()
+        self._runs: BoundedMap[int, tuple[Session, object]] = BoundedMap(sessions.max_sessions)
 
     def knows_run(self, context: RunContextWrapper[Any]) -> bool:
         with self._lock:
@@ -129,9 +135,7 @@ class GuardRunHooks(RunHooks[Any]):
         session_id = self._session_key(context) if self._session_key is not None else None
         run = (self.sessions.session(session_id), object())
         with self._lock:
-            self._runs[key] = run
-            while len(self._runs) > self.sessions.max_sessions:
-                self._runs.popitem(last=False)
+            self._runs.put(key, run)
         weakref.finalize(usage, self._forget, key, run[1])
         run[0].enter_run(run[1])
         return run
@@ -149,10 +153,7 @@ class GuardRunHooks(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
         session, token = self._run(context)
-        halt = session.guard.halt_decision
-        if halt is not None:
-            session.leave_run(token)
-            raise GuardHalted(halt)
+        stop_if_halted(session, token)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         session, token = self._run(context)
@@ -165,13 +166,17 @@ class GuardRunHooks(RunHooks[Any]):
         tool_guard = getattr(tool, _TOOL_GUARD_ATTR, None)
         if not isinstance(tool_guard, _ToolGuard) or tool_guard.owner_for(context) is not self:
             return
-        if tool_guard.finished.take(getattr(context, "tool_call_id", None)) is None:
+        if tool_guard.finished.take(_call_id(context)) is None:
             self.after_call(context, tool_guard, result)
 
-    def after_call(self, context: RunContextWrapper[Any], tool_guard: _ToolGuard, result: object) -> Decision:
-        call_id = getattr(context, "tool_call_id", None)
+    def after_call(
+        self, context: RunContextWrapper[Any], tool_guard: _ToolGuard, result: object
+    ) -> Decision | None:
+        """Record how a call ended; the warning or halt to append to its result, if any."""
+        call_id = _call_id(context)
         error = tool_guard.failed.take(call_id)
-        return self.session_for(context).guard.after_call(
+        return guidance(
+            self.session_for(context).main,
             tool_guard.tool_name,
             getattr(context, "tool_arguments", None),
             result if error is None else error,  # the real error, not the SDK's generic message
@@ -189,8 +194,8 @@ class _ToolGuard:
         self.tool_name = tool.name
         self._owners: list[weakref.ref[GuardRunHooks]] = []
         self._lock = threading.Lock()
-        self.failed = CallIds()  # call id -> the error, from the failure function
-        self.finished = CallIds()  # after_call made by the output guardrail, so not by on_tool_end
+        self.failed: CallMemory[str] = CallMemory()  # call id -> the error, from the failure function
+        self.finished: CallMemory[bool] = CallMemory()  # after_call made by the output guardrail
         self._original_failure: Callable[..., Any] | None = (
             _sdk_default_failure(tool)
             if tool._use_default_failure_error_function
@@ -235,13 +240,12 @@ class _ToolGuard:
         if hooks is None:
             return ToolGuardrailFunctionOutput.allow()
         context = data.context
-        decision = hooks.session_for(context).guard.before_call(
-            context.tool_name, context.tool_arguments, call_id=context.tool_call_id
-        )
-        if decision.allows_execution:
+        guard = hooks.session_for(context).main
+        refused = refusal(guard, context.tool_name, context.tool_arguments, context.tool_call_id)
+        if refused is None:
             return ToolGuardrailFunctionOutput.allow()
         return ToolGuardrailFunctionOutput.reject_content(
-            decision.synthetic_result(), output_info=decision.to_metadata()
+            refused.synthetic_result(), output_info=refused.to_metadata()
         )
 
     async def check_output(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
@@ -249,17 +253,17 @@ class _ToolGuard:
         hooks = self.owner_for(data.context)
         if hooks is None:
             return ToolGuardrailFunctionOutput.allow()
-        decision = hooks.after_call(data.context, self, data.output)
-        self.finished.add(data.context.tool_call_id)
+        note = hooks.after_call(data.context, self, data.output)
+        self.finished.add(_call_id(data.context), True)
         output = data.output
-        if decision.action in ("warn", "halt") and isinstance(output, str):
+        if note is not None and isinstance(output, str):
             return ToolGuardrailFunctionOutput.reject_content(
-                decision.annotate(output), output_info=decision.to_metadata()
+                note.annotate(output), output_info=note.to_metadata()
             )
         return ToolGuardrailFunctionOutput.allow()
 
     async def failure(self, context: RunContextWrapper[Any], error: Exception) -> str | None:
-        self.failed.add(getattr(context, "tool_call_id", None), error_result(error))
+        self.failed.add(_call_id(context), error_result(error))
         original = self._original_failure
         result = original(context, error) if original is not None else None
         if inspect.isawaitable(result):
@@ -272,6 +276,11 @@ class _ToolGuard:
                 hooks.after_call(context, self, None)
             return None
         return str(result)
+
+
+def _call_id(context: object) -> str | None:
+    call_id = getattr(context, "tool_call_id", None)
+    return call_id if isinstance(call_id, str) else None
 
 
 def _sdk_default_failure(

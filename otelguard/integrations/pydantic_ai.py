@@ -22,10 +22,16 @@ from __future__ import annotations
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
-from otelguard.errors import GuardHalted
 from otelguard.guard import Guard
-from otelguard.integrations._sessions import CallIds, GuardSessions, Session, error_result, missing_framework
-from otelguard.sessions import DEFAULT_MAX_SESSIONS
+from otelguard.integrations._protocol import (
+    CallMemory,
+    guidance,
+    missing_framework,
+    raised,
+    refusal,
+    stop_if_halted,
+)
+from otelguard.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 
 try:
     from pydantic_ai import RunContext
@@ -66,9 +72,9 @@ class GuardCapability(AbstractCapability[Any]):
         agent: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
     ) -> None:
-        self.sessions = GuardSessions(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+        self.sessions = SessionHost(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
         # Calls whose exception another capability turned into a result: still failures.
-        self._recovered = CallIds()
+        self._recovered: CallMemory[bool] = CallMemory()
 
     def _session(self, ctx: RunContext[Any]) -> Session:
         return self.sessions.session(ctx.conversation_id)
@@ -85,9 +91,7 @@ class GuardCapability(AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        halt = self._session(ctx).guard.halt_decision
-        if halt is not None:
-            raise GuardHalted(halt)
+        stop_if_halted(self._session(ctx))  # the run's turn ends in wrap_run, as the exception leaves
         return request_context
 
     async def wrap_tool_execute(
@@ -99,11 +103,11 @@ class GuardCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         handler: WrapToolExecuteHandler,
     ) -> Any:
-        guard = self._session(ctx).guard
+        guard = self._session(ctx).main
         name, call_id = call.tool_name, call.tool_call_id
-        decision = guard.before_call(name, args, call_id=call_id)
-        if not decision.allows_execution:
-            raise ToolFailed(decision.synthetic_result())
+        refused = refusal(guard, name, args, call_id)
+        if refused is not None:
+            raise ToolFailed(refused.synthetic_result())
         try:
             result = await handler(args)
         except _NOT_RUN:
@@ -118,11 +122,11 @@ class GuardCapability(AbstractCapability[Any]):
             raise
         except Exception as error:
             self._recovered.take(call_id)
-            guard.after_call(name, args, error_result(error), failed=True, call_id=call_id)
+            raised(guard, name, args, error, call_id)
             raise
         recovered = self._recovered.take(call_id) is not None
-        decision = guard.after_call(name, args, result, failed=recovered, call_id=call_id)
-        return decision.annotate(result)
+        note = guidance(guard, name, args, result, failed=recovered, call_id=call_id)
+        return result if note is None else note.annotate(result)
 
     async def on_tool_execute_error(
         self,
@@ -133,13 +137,13 @@ class GuardCapability(AbstractCapability[Any]):
         args: ValidatedToolArgs,
         error: Exception,
     ) -> Any:
-        self._recovered.add(call.tool_call_id)
+        self._recovered.add(call.tool_call_id, True)
         raise error
 
 
 def _annotate_part(part: Any, guard: Guard, name: str, args: Any, call_id: str) -> None:
     """Record a failure whose message part the model will read; a warning is appended to it."""
     content = getattr(part, "content", None)
-    decision = guard.after_call(name, args, content, failed=True, call_id=call_id)
-    if isinstance(content, str) and decision.action in ("warn", "halt"):
-        part.content = decision.annotate(content)
+    note = guidance(guard, name, args, content, failed=True, call_id=call_id)
+    if note is not None and isinstance(content, str):
+        part.content = note.annotate(content)

@@ -8,9 +8,9 @@ Every line's ``timestamp`` is kept: a call's time is its result's line, else its
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Final
 
+from otelguard.bounded_map import BoundedMap
 from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
@@ -82,13 +82,17 @@ class _Session:
             self.feed.start_turn(time)
 
 
+def _close(_session_id: str, session: _Session) -> None:
+    session.feed.close()
+
+
 class ClaudeCodeReader:
     def __init__(self, sink: EventSink, path: str, fallback_session_id: str) -> None:
         self.sink = sink
         self.path = path
         self._fallback = fallback_session_id
-        self._sessions: OrderedDict[str, _Session] = OrderedDict()
-        self._sidechain_roots: OrderedDict[str, str] = OrderedDict()
+        self._sessions: BoundedMap[str, _Session] = BoundedMap(_MAX_OPEN_SESSIONS, _close)
+        self._sidechain_roots: BoundedMap[str, str] = BoundedMap(_MAX_SIDECHAIN_UUIDS)
 
     def feed(self, line: int, record: Any) -> None:
         if not isinstance(record, dict):
@@ -113,9 +117,7 @@ class ClaudeCodeReader:
             session.user(line, message, time)
 
     def close(self) -> None:
-        while self._sessions:
-            _, session = self._sessions.popitem(last=False)
-            session.feed.close()
+        self._sessions.evict(len(self._sessions))
 
     def _session_id(self, record: dict[str, Any]) -> str:
         session_id = record.get("sessionId")
@@ -127,25 +129,19 @@ class ClaudeCodeReader:
 
     def _sidechain_root(self, record: dict[str, Any]) -> str:
         uuid, parent = record.get("uuid"), record.get("parentUuid")
-        root = self._sidechain_roots.get(parent) if isinstance(parent, str) else None
+        root = self._sidechain_roots.use(parent) if isinstance(parent, str) else None
         if root is None:
             root = uuid if isinstance(uuid, str) else "sidechain"
-        else:
-            self._sidechain_roots.move_to_end(parent)  # type: ignore[arg-type]
         if isinstance(uuid, str):
-            self._sidechain_roots[uuid] = root
-            if len(self._sidechain_roots) > _MAX_SIDECHAIN_UUIDS:
-                self._sidechain_roots.popitem(last=False)
+            self._sidechain_roots.put(uuid, root)
         return root
 
     def _session(self, session_id: str) -> _Session:
-        session = self._sessions.get(session_id)
+        session = self._sessions.use(session_id)
         if session is not None:
-            self._sessions.move_to_end(session_id)
             return session
         if len(self._sessions) >= _MAX_OPEN_SESSIONS:
-            _, oldest = self._sessions.popitem(last=False)
-            oldest.feed.close()
+            self._sessions.evict(1)  # before the new one begins: at most this many open at once
         session = _Session(self.sink, SessionKey(self.path, session_id))
-        self._sessions[session_id] = session
+        self._sessions.put(session_id, session)
         return session

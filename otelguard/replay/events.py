@@ -27,10 +27,12 @@ class ToolCall:
 
     ``failed`` is ``None`` when the format has no error flag (OpenAI): the guard's fallback classifier
     decides then. ``has_result`` is false for a call the transcript never answered; such a call is
-    reported and never fed to the guard, because its outcome would have to be guessed. ``cancelled``
-    marks a call the host cancelled before it ran; ``refusal`` is the category of a host refusal.
-    ``time`` (seconds since the epoch) is when the transcript says the call ended: its result's line,
-    else its request's; ``None`` when the format records no time.
+    never fed to the guard, because its outcome would have to be guessed: it is reported as an input
+    error, unless ``in_progress`` says it is still running (made in the last model message of a
+    transcript that ends there: a live session). ``cancelled`` marks a call the host cancelled before
+    it ran; ``refusal`` is the category of a host refusal. ``time`` (seconds since the epoch) is when
+    the transcript says the call ended: its result's line, else its request's; ``None`` when the
+    format records no time.
     """
 
     call_id: str | None
@@ -42,6 +44,7 @@ class ToolCall:
     has_result: bool = False
     cancelled: bool = False
     refusal: str | None = None
+    in_progress: bool = False
     time: float | None = None
 
 

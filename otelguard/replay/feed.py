@@ -1,15 +1,25 @@
 """What every reader's session does the same way: pair tool calls with results, release them in the
-order the calls were made, and report calls the transcript never answered."""
+order the calls were made, and report calls the transcript never answered.
+
+A call still unanswered when its input ends, made in the session's last model message, is *in
+progress* (a live session: the host is still running it), not an input error. Whether the input has
+ended is known only to the one who read it (``sources.InputFile``): it closes its reader inside
+``input_ending()``, so no reader has to pass it on. A session closed earlier (the next conversation
+of the same file begins, a turn starts after the call) reports the call as having no result.
+"""
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 from collections import OrderedDict, deque
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
+from otelguard.bounded_map import BoundedMap
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 
-__all__ = ["SessionFeed", "result_text", "type_name"]
+__all__ = ["SessionFeed", "input_ending", "result_text", "type_name"]
 
 _RECENT_IDS: Final = 1024
 """How many answered call ids a session remembers, to recognise a duplicated transcript line."""
@@ -19,6 +29,18 @@ request bodies sometimes carry a result a model message or two late, never dozen
 output do not advance the count, so a parallel batch of any size has all the time it needs."""
 MAX_PENDING_CALLS: Final = 4096
 """Calls waiting for results per session; past it the oldest is reported, so memory stays flat."""
+_INPUT_ENDED: Final[contextvars.ContextVar[bool]] = contextvars.ContextVar("input_ended", default=False)
+
+
+@contextlib.contextmanager
+def input_ending(ended: bool = True) -> Iterator[None]:
+    """Sessions closed inside this block close because their input ended (``ended``: it was read to
+    its end, not cut short): their last unanswered calls are in progress."""
+    token = _INPUT_ENDED.set(ended)
+    try:
+        yield
+    finally:
+        _INPUT_ENDED.reset(token)
 
 
 def type_name(value: Any) -> str:
@@ -64,6 +86,7 @@ class SessionFeed:
     def __init__(self, sink: EventSink, key: SessionKey, *, dedupe: bool = False) -> None:
         self.sink = sink
         self.key = key
+        # a queue released from the front (by answers, age or overflow), not a cache: no LRU order
         self._pending: OrderedDict[str, ToolCall] = OrderedDict()
         self._made_at: dict[str, int] = {}
         self._messages = 0
@@ -72,7 +95,7 @@ class SessionFeed:
         # Claude Code sometimes writes the same message twice (resumed sessions); its call ids are
         # globally unique, so a repeated id there is a duplicate line, not a new call.
         self._dedupe = dedupe
-        self._answered: OrderedDict[str, None] = OrderedDict()
+        self._answered: BoundedMap[str, bool] = BoundedMap(_RECENT_IDS)
         sink.begin_session(key)
 
     def error(self, line: int | None, reason: str) -> None:
@@ -150,7 +173,11 @@ class SessionFeed:
         self._legacy.clear()
 
     def close(self) -> None:
-        self.drain()
+        if _INPUT_ENDED.get():
+            self._expire(lambda _slot: True, running=lambda slot: self._made_at.get(slot) == self._messages)
+            self._legacy.clear()
+        else:
+            self.drain()
         self.sink.end_session(self.key)
 
     def _oldest_legacy(self) -> str | None:
@@ -170,24 +197,26 @@ class SessionFeed:
             del self._pending[slot]
             self._emit(slot, call)
 
-    def _expire(self, overdue: Callable[[str], bool]) -> None:
+    def _expire(self, overdue: Callable[[str], bool], running: Callable[[str], bool] | None = None) -> None:
         """Release calls from the front while the front is answered or ``overdue``; an unanswered
-        overdue call is reported as having no result (it is not replayed)."""
+        overdue call is in progress when ``running`` says so, else reported as having no result (it
+        is not replayed either way)."""
         while self._pending:
             slot, call = next(iter(self._pending.items()))
             if not call.has_result:
                 if not overdue(slot):
                     return
-                # a call without an id is named by its reader's slot ("step 4"), else by its kind
-                which = call.call_id or ("(legacy function call)" if slot.startswith("\0") else slot)
-                self.error(call.line, f"tool call {which} ({call.tool_name}) has no result; not replayed")
+                if running is not None and running(slot):
+                    call.in_progress = True
+                else:
+                    # a call without an id is named by its reader's slot ("step 4"), else by its kind
+                    which = call.call_id or ("(legacy function call)" if slot.startswith("\0") else slot)
+                    self.error(call.line, f"tool call {which} ({call.tool_name}) has no result; not replayed")
             del self._pending[slot]
             self._emit(slot, call)
 
     def _emit(self, slot: str, call: ToolCall) -> None:
         self._made_at.pop(slot, None)
         if self._dedupe and call.call_id is not None:
-            self._answered[slot] = None
-            if len(self._answered) > _RECENT_IDS:
-                self._answered.popitem(last=False)
+            self._answered.put(slot, True)
         self.sink.tool_call(self.key, call)

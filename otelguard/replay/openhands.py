@@ -21,9 +21,9 @@ its action's.
 
 from __future__ import annotations
 
-from collections import OrderedDict
 from typing import Any, Final
 
+from otelguard.bounded_map import BoundedMap
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
 from otelguard.replay.times import parse_time
@@ -53,7 +53,7 @@ def is_openhands_event(record: Any) -> bool:
 class _Events:
     def __init__(self, sink: EventSink, key: SessionKey) -> None:
         self.feed = SessionFeed(sink, key)
-        self._slot_of_call_id: OrderedDict[str, str] = OrderedDict()
+        self._slot_of_call_id: BoundedMap[str, str] = BoundedMap(_REMEMBERED_CALL_IDS)
 
     def event(self, line: int, event: Any, where: str) -> None:
         if not isinstance(event, dict):
@@ -136,9 +136,7 @@ class _Events:
             return None
         self.feed.add_call(ToolCall(call_id, name, args, line, time=time), slot)
         if call_id is not None:
-            self._slot_of_call_id[call_id] = slot
-            if len(self._slot_of_call_id) > _REMEMBERED_CALL_IDS:
-                self._slot_of_call_id.popitem(last=False)
+            self._slot_of_call_id.put(call_id, slot)
         return slot
 
     def _answered_slot(self, slot: str | None, call_id: Any) -> str | None:

@@ -10,11 +10,13 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-__all__ = ["ErrorRecord", "HaltRecord", "InputReport", "ReplayReport", "SessionReport"]
+__all__ = ["CallRecord", "ErrorRecord", "HaltRecord", "InputReport", "ReplayReport", "SessionReport"]
 
 MAX_LISTED: Final = 1000
-"""Halts per session and errors per run kept in the report; the rest are counted as omitted so a
-huge input cannot grow the report without bound."""
+"""Halts and calls in progress per session, and errors per run, kept in the report; the rest are
+counted as omitted so a huge input cannot grow the report without bound."""
+MAX_LISTED_WARNINGS: Final = 100
+"""Warned calls listed per session (warnings are far more common than halts); the rest are counted."""
 MAX_DETAILED_SESSIONS: Final = 10_000
 """Sessions whose detail (halts, call ids, anything a reader or the HTML report adds to a
 ``SessionReport``) is kept; the ones that halted or warned most are kept first. Every session is
@@ -29,6 +31,29 @@ class HaltRecord:
     tool_name: str
     action: str
     code: str
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One call named by its place: a warned call (with the warning's code), or a call still in
+    progress when its transcript ended (``code`` is ``None``)."""
+
+    turn: int
+    call: int
+    call_id: str | None
+    tool_name: str
+    code: str | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        doc: dict[str, Any] = {
+            "turn": self.turn,
+            "call": self.call,
+            "call_id": self.call_id,
+            "tool": self.tool_name,
+        }
+        if self.code is not None:
+            doc["code"] = self.code
+        return doc
 
 
 @dataclass(frozen=True, slots=True)
@@ -58,6 +83,9 @@ class SessionReport:
     halts: list[HaltRecord] = field(default_factory=list)
     halts_total: int = 0
     prevented_calls: int = 0
+    warned_calls: list[CallRecord] = field(default_factory=list)
+    in_progress: list[CallRecord] = field(default_factory=list)
+    in_progress_total: int = 0
 
     @property
     def warnings(self) -> int:
@@ -73,6 +101,16 @@ class SessionReport:
         if len(self.halts) < MAX_LISTED:
             self.halts.append(halt)
 
+    def add_warning(self, call: CallRecord) -> None:
+        """A warning decision (its count is in ``decisions``)."""
+        if len(self.warned_calls) < MAX_LISTED_WARNINGS:
+            self.warned_calls.append(call)
+
+    def add_in_progress(self, call: CallRecord) -> None:
+        self.in_progress_total += 1
+        if len(self.in_progress) < MAX_LISTED:
+            self.in_progress.append(call)
+
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
             "session_id": self.session_id,
@@ -83,9 +121,15 @@ class SessionReport:
             "cap_hits": dict(sorted(self.cap_hits.items())),
             "halts": [_halt_json(h) for h in self.halts],
             "prevented_calls": self.prevented_calls,
+            "warned_calls": [call.to_json() for call in self.warned_calls],
+            "in_progress": [call.to_json() for call in self.in_progress],
         }
         if self.halts_total > len(self.halts):
             doc["halts_omitted"] = self.halts_total - len(self.halts)
+        if self.warnings > len(self.warned_calls):
+            doc["warned_calls_omitted"] = self.warnings - len(self.warned_calls)
+        if self.in_progress_total > len(self.in_progress):
+            doc["in_progress_omitted"] = self.in_progress_total - len(self.in_progress)
         return doc
 
 
@@ -107,6 +151,7 @@ class _Totals:
     tool_calls: int = 0
     halts: int = 0
     prevented_calls: int = 0
+    in_progress: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
     cap_hits: Counter[str] = field(default_factory=Counter)
 
@@ -116,6 +161,7 @@ class _Totals:
         self.tool_calls += session.tool_calls
         self.halts += session.halts_total
         self.prevented_calls += session.prevented_calls
+        self.in_progress += session.in_progress_total
         self.decisions.update(session.decisions)
         self.cap_hits.update(session.cap_hits)
 
@@ -164,6 +210,7 @@ class ReplayReport:
             "tool_calls": totals.tool_calls,
             "halts": totals.halts,
             "prevented_calls": totals.prevented_calls,
+            "in_progress": totals.in_progress,
             "decisions": dict(sorted(totals.decisions.items())),
             "cap_hits": dict(sorted(totals.cap_hits.items())),
             "errors": self.errors_total,

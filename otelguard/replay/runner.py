@@ -18,6 +18,7 @@ from otelguard import decisions as codes
 from otelguard.replay.events import SessionKey, ToolCall
 from otelguard.replay.report import (
     MAX_DETAILED_SESSIONS,
+    CallRecord,
     ErrorRecord,
     HaltRecord,
     InputReport,
@@ -26,6 +27,7 @@ from otelguard.replay.report import (
 )
 from otelguard.replay.timeline import (
     CANCELLED,
+    IN_PROGRESS,
     NOT_REPLAYED,
     PREVENTED,
     STOPPED,
@@ -112,10 +114,18 @@ class ReplayRunner:
         report.tool_calls += 1
         if session.halted:
             report.prevented_calls += 1
-            self._mark(session, PREVENTED)
+            self._mark(session, PREVENTED, call.tool_name, "prevented")
             return
-        if not call.has_result:  # reported by the reader; its outcome would be a guess
-            self._mark(session, CANCELLED if call.cancelled else NOT_REPLAYED)
+        if not call.has_result:  # its outcome would be a guess: never fed to the guard
+            if call.in_progress:  # still running when the transcript ended: a live session
+                report.add_in_progress(
+                    CallRecord(report.turns, session.call_in_turn, call.call_id, call.tool_name)
+                )
+                self._mark(session, IN_PROGRESS, call.tool_name, "in progress")
+            elif call.cancelled:  # reported by the reader as an input error
+                self._mark(session, CANCELLED, call.tool_name, "cancelled")
+            else:
+                self._mark(session, NOT_REPLAYED, call.tool_name, "no result")
             return
         played = play_call(
             session.guard,
@@ -133,10 +143,13 @@ class ReplayRunner:
             report.prevented_calls += 1
         self._note(session, call, played.before)
         if played.after is None:  # refused before it ran
-            self._mark(session, mark_for(played.before))
+            self._mark(session, mark_for(played.before), call.tool_name, played.before.code)
             return
         self._note(session, call, played.after)
-        self._mark(session, mark_for(played.after, cancelled=call.cancelled))
+        # the mark shows the call's notable decision: a warning at before_call is not lost to an allow
+        shown = played.before if played.after.code == codes.ALLOW else played.after
+        mark = mark_for(shown, cancelled=call.cancelled)
+        self._mark(session, mark, call.tool_name, "cancelled" if mark == CANCELLED else shown.code)
 
     def end_session(self, key: SessionKey) -> None:
         session = self._open.pop(key, None)
@@ -170,13 +183,14 @@ class ReplayRunner:
         if self.timelines is not None:
             self.timelines.add_turn(summary.cap_usage_ratio)
 
-    def _mark(self, session: _Session, mark: int) -> None:
-        """Record the call's mark when the HTML report is wanted; a call that halted its turn (it set
-        ``halted``, and only the halting call reaches here with it set) records its position."""
+    def _mark(self, session: _Session, mark: int, tool: str, code: str) -> None:
+        """Record the call's mark (named by its tool and code) when the HTML report is wanted; a call
+        that halted its turn (it set ``halted``, and only the halting call reaches here with it set)
+        records its position."""
         marks = session.marks
         if marks is None:
             return
-        marks.add(mark)
+        marks.add(mark, tool, code)
         report = session.report
         if mark == STOPPED and session.halted and report.halts_total <= len(report.halts):
             marks.halt_here()
@@ -190,6 +204,10 @@ class ReplayRunner:
         if decision.cap is not None and decision.code in (codes.CAP_TURN, codes.CAP_SESSION):
             report.cap_hits[decision.cap] += 1
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
+        if decision.action == "warn":
+            report.add_warning(
+                CallRecord(report.turns, session.call_in_turn, call.call_id, call.tool_name, decision.code)
+            )
         if not decision.should_halt:
             return False
         session.halted = True

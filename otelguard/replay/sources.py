@@ -19,6 +19,7 @@ from otelguard.errors import UsageError
 from otelguard.replay.chat import ANTHROPIC, OPENAI, ChatReader
 from otelguard.replay.claude_code import CLAUDE_CODE, ClaudeCodeReader
 from otelguard.replay.events import EventSink
+from otelguard.replay.feed import input_ending
 from otelguard.replay.lines import MAX_LINE_BYTES, LineSplitter, open_nonblocking, read_chunks
 from otelguard.replay.mini_swe_agent import MINI_SWE_AGENT, MiniSweAgentReader, is_mini_swe_agent_messages
 from otelguard.replay.openhands import OPENHANDS, OpenHandsReader, is_openhands_event
@@ -185,8 +186,11 @@ class InputFile:
         self.line = 1
         if self._reader is None and not self._detect(1, detect_document(document)):
             return
-        for record in document if isinstance(document, list) else [document]:
-            self.feed_record(1, record)
+        records = document if isinstance(document, list) else [document]
+        for index, record in enumerate(records):
+            # the document is the whole file: a session its last record closes ends with the file
+            with input_ending(index == len(records) - 1):
+                self.feed_record(1, record)
 
     def _detect(self, line: int, detected: str | None) -> bool:
         if detected is None:
@@ -203,12 +207,15 @@ class InputFile:
             self.sink.describe_input(self.path, detected)
         return True
 
-    def close(self) -> None:
+    def close(self, *, ended: bool = True) -> None:
+        """The input is done with; ``ended``: it was read to its end (its last unanswered calls are
+        in progress), not cut short."""
         if self._reader is not None:
             reader, self._reader = self._reader, None
             if isinstance(reader, ChatReader) and reader.dialect is None:
                 self.sink.describe_input(self.path, OPENAI)
-            reader.close()
+            with input_ending(ended):
+                reader.close()
 
     def _make_reader(self, fmt: str) -> _Reader:
         if fmt == CLAUDE_CODE:
@@ -239,16 +246,18 @@ def replay_inputs(
         if stop.is_set():
             break
         source = InputFile(path, fmt, sink, max_line_bytes)
+        ended = False
         try:
             if path == STDIN:
                 _feed_stream(source, read_chunks(sys.stdin.buffer, stop), progress)
             else:
                 with open_nonblocking(path) as stream:
                     _feed_file(source, read_chunks(stream, stop), progress)
+            ended = not stop.is_set()
         except OSError as exc:
             sink.error(path, None, f"cannot read: {exc.strerror or type(exc).__name__}")
         finally:
-            source.close()
+            source.close(ended=ended)
 
 
 def replay_bytes(

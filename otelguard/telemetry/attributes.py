@@ -30,6 +30,9 @@ DECISION_EVENT: Final = "otelguard.decision"
 TURN_TOOL_CALLS: Final = "otelguard.turn.tool_calls"
 TURN_HALTED: Final = "otelguard.turn.halted"
 TURN_HALT_CODE: Final = "otelguard.turn.halt_code"
+STATE: Final = "otelguard.state"
+STATE_FALLBACK: Final = "fallback"
+"""``otelguard.state`` of a call whose session caps were decided without the shared store."""
 
 TOOL_ERROR: Final = "tool_error"
 """``error.type`` of a call that ran and failed."""
@@ -45,6 +48,9 @@ TURN_CAP_USAGE_RATIO: Final = "otelguard_turn_cap_usage_ratio"
 LOOP_SIGNATURE_HITS: Final = "otelguard_loop_signature_hits"
 INTERNAL_ERRORS: Final = "otelguard_internal_errors"
 BUILD_INFO: Final = "otelguard_build_info"
+STATE_ERRORS: Final = "otelguard_state_errors"
+STATE_FALLBACKS: Final = "otelguard_state_fallback"
+STATE_UP: Final = "otelguard_state_up"
 
 # Prometheus label names (the dashboards and rules select and group by these same constants)
 LABEL_AGENT: Final = "agent"
@@ -57,12 +63,16 @@ LABEL_SCOPE: Final = "scope"
 LABEL_SIGNATURE: Final = "signature"
 LABEL_STAGE: Final = "stage"
 LABEL_VERSION: Final = "version"
+LABEL_OP: Final = "op"
 
 TURN_TOOL_CALLS_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 CAP_USAGE_BUCKETS: Final = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 
 STAGES: Final = ("before_call", "after_call", "start_turn", "end_turn", "observer")
 """Guard stages that report internal errors; each has a series at 0 from the start."""
+
+STATE_OPS: Final = ("connect", "charge", "refund")
+"""Shared-state operations that report errors; each has a series at 0 once a store is in use."""
 
 OTHER: Final = "_other"
 """Label value that stands for every value past a label's bound."""

@@ -8,6 +8,7 @@ categories that look like identifiers.
 
 from __future__ import annotations
 
+import logging
 import re
 import threading
 from dataclasses import replace
@@ -19,9 +20,10 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
-from otelguard.config import TelemetrySettings
+from otelguard.config_telemetry import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, StateReport, TurnInfo
+from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
 
@@ -42,6 +44,8 @@ def refusal_category(refusal: str | None) -> str:
         return refusal
     return _REFUSED_FALLBACK
 
+
+logger = logging.getLogger("otelguard")
 
 _default: Telemetry | None = None
 _default_lock = threading.Lock()
@@ -94,10 +98,19 @@ class Telemetry:
         """The effective settings: the config's section with this object's keyword overrides."""
         return replace(settings or TelemetrySettings(), **self._overrides)
 
-    def bind(self, settings: TelemetrySettings | None = None) -> GuardTelemetry:
-        """A per-guard observer (the guard calls this once with ``config.telemetry``)."""
+    def bind(
+        self, settings: TelemetrySettings | None = None, *, random_signature_key: bool = False
+    ) -> GuardTelemetry:
+        """A per-guard observer (the guard calls this once with ``config.telemetry``).
+
+        ``random_signature_key``: the guard hashes with the process's random key, so its hashes match
+        no other process's; the first time one is exported (on a recording span, or as a looping
+        signature's series) that is said once on the ``otelguard`` logger, with how to set a key.
+        """
         effective = self.settings(settings)
-        return GuardTelemetry(self._tracer, self._space(effective), effective)
+        observer = GuardTelemetry(self._tracer, self._space(effective), effective)
+        observer.unkeyed = random_signature_key
+        return observer
 
     def prime(
         self, agent: str = "default", *, tools: tuple[str, ...] = (), caps: tuple[str, ...] = ()
@@ -115,6 +128,10 @@ class Telemetry:
             space.cap_usage(agent, cap)
             for scope in ("turn", "session"):
                 space.cap_hits(agent, cap, scope)
+
+    def state_reported(self, report: StateReport) -> None:
+        """Count a use of the shared store made outside any guard (``otelguard serve`` checks it at start)."""
+        self._families.state().record(report)
 
     def _space(self, settings: TelemetrySettings) -> LabelSpace:
         key = (settings.max_tool_values, settings.max_series_per_metric)
@@ -138,6 +155,8 @@ class GuardTelemetry(GuardObserver):
         self._span_names: dict[str, str] = {}
         self._turn_span: Span | None = None
         self._turn_parent_span_id = 0
+        self.unkeyed = False
+        """Whether the guard's hashes come from a random key (see ``Telemetry.bind``)."""
 
     # -- turns ---------------------------------------------------------------------------------
     def on_turn_start(self, turn: TurnInfo) -> None:
@@ -178,6 +197,9 @@ class GuardTelemetry(GuardObserver):
 
     def on_internal_error(self, stage: str) -> None:
         self._space.families.internal_error(stage)
+
+    def on_state(self, report: StateReport) -> None:
+        self._space.families.state().record(report)
 
     # -- calls ---------------------------------------------------------------------------------
     # Span work happens when a call ends: an own span is created then, with every attribute at once
@@ -221,6 +243,8 @@ class GuardTelemetry(GuardObserver):
     ) -> Exemplar:
         started_under, annotate = token if token is not None else (trace.get_current_span(), False)
         if annotate and started_under.is_recording():
+            if self.unkeyed:
+                self._exporting_unkeyed_hashes()
             started_under.set_attributes(_end_attributes(call, outcome))
             return self._finish_span(call, outcome, started_under, False, not quiet)
         if self._mode == "event":
@@ -234,7 +258,14 @@ class GuardTelemetry(GuardObserver):
             attributes=attributes,
             start_time=call.start_time_ns or None,
         )
+        if self.unkeyed and span.is_recording():
+            self._exporting_unkeyed_hashes()
         return self._finish_span(call, outcome, span, True, not quiet)
+
+    def _exporting_unkeyed_hashes(self) -> None:
+        self.unkeyed = False  # checked once per guard; said once per process
+        if claim_random_key_note():
+            logger.warning("otelguard: %s", RANDOM_KEY_NOTE)
 
     def _start_attributes(self, call: CallEvent) -> dict[str, Any]:
         attributes: dict[str, Any] = {
@@ -291,6 +322,8 @@ class GuardTelemetry(GuardObserver):
         if scope is not None:
             space.cap_hits(call.agent, decision.cap or call.tool_name, scope).inc(1, exemplar)
         elif decision.code in LOOP_CODES and decision.action in _LOOP_ACTIONS:
+            if self.unkeyed:
+                self._exporting_unkeyed_hashes()
             signature = decision.signature or call.signature
             space.signature_hit(
                 call.agent,
@@ -324,12 +357,15 @@ def _clip(text: str) -> str:
 
 def _end_attributes(call: CallEvent, outcome: str) -> dict[str, Any]:
     decision = call.decision
-    return {
+    attributes: dict[str, Any] = {
         attr.OUTCOME: outcome,
         attr.DECISION_ACTION: decision.action,
         attr.DECISION_CODE: decision.code,
         attr.DECISION_COUNT: decision.count,
     }
+    if call.state_fallback:
+        attributes[attr.STATE] = attr.STATE_FALLBACK
+    return attributes
 
 
 def _event_attributes(decision: Decision) -> dict[str, Any]:

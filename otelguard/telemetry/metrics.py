@@ -11,15 +11,26 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from collections import OrderedDict
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from otelguard._version import __version__
+from otelguard.bounded_map import BoundedMap
 from otelguard.telemetry import attributes as attr
 
-__all__ = ["LabelBound", "LabelSpace", "MetricFamilies", "SeriesBound", "families_for", "valid_utf8"]
+if TYPE_CHECKING:
+    from otelguard.observers import StateReport
+
+__all__ = [
+    "LabelBound",
+    "LabelSpace",
+    "MetricFamilies",
+    "SeriesBound",
+    "StateFamilies",
+    "families_for",
+    "valid_utf8",
+]
 
 Exemplar = dict[str, str] | None
 SignatureLabels = tuple[str, str, str, str]
@@ -34,22 +45,22 @@ class SignatureSeries:
 
     def __init__(self, counter: Counter) -> None:
         self._counter = counter
-        self._series: OrderedDict[SignatureLabels, Any] = OrderedDict()
+        self._series: BoundedMap[SignatureLabels, Any] = BoundedMap(1, self._remove)
         self._lock = threading.Lock()
 
     def hit(self, labels: SignatureLabels, limit: int, exemplar: Exemplar) -> None:
         with self._lock:
-            child = self._series.get(labels)
+            series = self._series
+            child = series.use(labels)
             if child is None:
                 child = self._counter.labels(*labels)
-                self._series[labels] = child
-                while len(self._series) > limit:
-                    evicted, _ = self._series.popitem(last=False)
-                    self._counter.remove(*evicted)
-            else:
-                self._series.move_to_end(labels)
+                series.max_size = limit  # each Telemetry's own bound, on the registry's one family
+                series.put(labels, child)
             # inside the lock: an increment must never land on a child that was just removed
             child.inc(1, exemplar)
+
+    def _remove(self, labels: SignatureLabels, _child: object) -> None:
+        self._counter.remove(*labels)
 
     def __len__(self) -> int:
         return len(self._series)
@@ -69,10 +80,47 @@ def _build_info(registry: CollectorRegistry) -> Gauge:
     return gauge
 
 
+class StateFamilies:
+    """The shared-state families: registered on a registry only once a store is in use, so a process
+    without ``state.url`` exports none of them."""
+
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.errors = Counter(
+            attr.STATE_ERRORS,
+            "Failed commands to the shared session-cap store (Redis), by operation.",
+            (attr.LABEL_OP,),
+            registry=registry,
+        )
+        self.error_children = {op: self.errors.labels(op) for op in attr.STATE_OPS}
+        self.fallback = Counter(
+            attr.STATE_FALLBACKS,
+            "Tool calls whose session caps were decided from the process's own counts, without the shared store.",
+            registry=registry,
+        )
+        # "livemin": with PROMETHEUS_MULTIPROC_DIR, 0 as long as one live worker cannot reach the store
+        self.up = Gauge(
+            attr.STATE_UP,
+            "1 when the last command to the shared session-cap store succeeded, 0 when it failed.",
+            registry=registry,
+            multiprocess_mode="livemin",
+        )
+
+    def record(self, report: StateReport) -> None:
+        if report.error is not None:
+            self.error_children[report.error].inc()
+            self.up.set(0)
+        elif report.sent:
+            self.up.set(1)
+        if report.fell_back:
+            self.fallback.inc()
+
+
 class MetricFamilies:
     """Every otelguard metric family on one registry (one owner per metric name)."""
 
     def __init__(self, registry: CollectorRegistry) -> None:
+        self._registry = registry
+        self._state: StateFamilies | None = None
         self.tool_calls = Counter(
             attr.TOOL_CALLS,
             "Guarded tool calls by outcome.",
@@ -130,6 +178,16 @@ class MetricFamilies:
         self.internal_error_children = {stage: self.internal_errors.labels(stage) for stage in attr.STAGES}
         self.signatures = SignatureSeries(self.loop_signature_hits)
         self.series = {family: SeriesBound() for family in _BOUNDED_FAMILIES}
+
+    def state(self) -> StateFamilies:
+        """The shared-state families, registered on first use."""
+        state = self._state
+        if state is None:
+            with _FAMILIES_LOCK:
+                if self._state is None:
+                    self._state = StateFamilies(self._registry)
+                state = self._state
+        return state
 
     def internal_error(self, stage: str) -> None:
         child = self.internal_error_children.get(stage)
@@ -209,30 +267,47 @@ class LabelBound:
 
 
 class SeriesBound:
-    """At most ``limit`` label sets in one family: past it, a new label set has its host-chosen
-    values (agent, tool, cap) replaced by ``_other`` and keeps its code-constant ones (outcome,
-    action, code, scope), so counts are never lost and the family stays bounded whatever the mix.
+    """At most ``limit`` label sets in one family, the ``_other`` ones included.
 
-    The ``_other`` label sets are not counted against the bound: there are only as many as there are
-    combinations of code constants.
+    Past the bound, a new label set has its host-chosen values (agent, tool, cap) replaced by
+    ``_other`` and keeps its code-constant ones (outcome, action, code, scope), so counts are never
+    lost. Room for those ``_other`` sets is kept aside as the constants they need are first seen, and
+    one more slot for the set that is ``_other`` throughout: it takes a count whose ``_other`` set
+    found no room (constants first seen once the family was full), so the bound holds exactly
+    whatever the mix, down to a limit of 1.
     """
 
-    __slots__ = ("_admitted", "_lock")
+    __slots__ = ("_admitted", "_lock", "_owed")
 
     def __init__(self) -> None:
         self._admitted: set[tuple[str, ...]] = set()
+        self._owed: set[tuple[str, ...]] = set()  # label sets promised a slot, not yet admitted
         self._lock = threading.Lock()
 
     def admit(self, labels: tuple[str, ...], host_chosen: int, limit: int) -> tuple[str, ...]:
         if labels in self._admitted:
             return labels
+        other = (attr.OTHER,) * host_chosen + labels[host_chosen:]
         with self._lock:
             if labels in self._admitted:
                 return labels
-            if len(self._admitted) < limit:
-                self._admitted.add(labels)
-                return labels
-        return (attr.OTHER,) * host_chosen + labels[host_chosen:]
+            owed = self._owed
+            if not self._admitted and not owed:
+                owed.add((attr.OTHER,) * len(labels))
+            if labels != other:
+                need = 1 if other in self._admitted or other in owed else 2
+                if len(self._admitted) + len(owed) + need <= limit:
+                    self._admitted.add(labels)
+                    if other not in self._admitted:
+                        owed.add(other)
+                    return labels
+            if other in self._admitted:
+                return other
+            if other not in owed and len(self._admitted) + len(owed) >= limit:
+                other = (attr.OTHER,) * len(labels)  # its slot was kept from the start
+            owed.discard(other)
+            self._admitted.add(other)
+            return other
 
     def __len__(self) -> int:
         return len(self._admitted)

@@ -143,8 +143,8 @@ def test_own_refusal_echoed_as_blocked_is_not_counted_again() -> None:
     directives = [_call(hooks, "s", f"c{i}") for i in range(8)]
     assert [d is None for d in directives] == [True] * 5 + [False] * 3
     assert directives[5]["action"] == "block" and directives[5]["message"]
-    session = plugin._sessions.peek("s")
-    assert session is not None and session.guard.end_turn().tool_calls == 8
+    session = plugin.sessions.peek("s")
+    assert session is not None and session.main.end_turn().tool_calls == 8
 
 
 def test_sessions_are_bounded() -> None:
@@ -152,7 +152,7 @@ def test_sessions_are_bounded() -> None:
     plugin, hooks = _plugin(max_sessions=3)
     for i in range(50):
         _call(hooks, f"s{i}", "c", status="ok")
-    assert len(plugin._sessions) == 3
+    assert len(plugin.sessions) == 3
 
 
 def test_environment_names_a_missing_config_file(tmp_path: Path) -> None:

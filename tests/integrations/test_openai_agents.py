@@ -259,7 +259,7 @@ def test_a_custom_failure_function_is_kept() -> None:
     hooks = guard_agent(agent)
     run(agent, hooks)
     assert seen[-1] == ["tool failed: KeyError"]
-    summary = hooks.sessions.session(None).guard.end_turn()
+    summary = hooks.sessions.session(None).main.end_turn()
     assert summary.tool_calls == 0  # the run's own turn already ended with the run
 
 

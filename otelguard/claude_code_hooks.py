@@ -1,13 +1,14 @@
 """Claude Code hook events → guard calls → the hook output Claude Code expects. One home for the mapping.
 
 Used by ``otelguard serve`` (``POST /v1/hooks/claude-code``, which the ``otelguard hook claude-code``
-command posts to) and by ``otelguard.integrations.claude_agent_sdk``. Imports no framework.
+command posts to) and by ``otelguard.integrations.claude_agent_sdk``; sits on the session host
+(``otelguard.sessions``) like every adapter. Imports no framework and no adapter.
 
 Events: ``UserPromptSubmit`` starts a turn (no output: anything printed there would be added to the
 model's context); ``PreToolUse`` asks ``before_call``; ``PostToolUse`` and ``PostToolUseFailure``
 report through ``after_call`` (an interrupted call, ``is_interrupt: true``, is cancelled, not
-failed); ``PermissionDenied`` is a refusal (``refusal="permission_denied"``); ``Stop`` ends the turn; ``SubagentStop`` ends a subagent's turn; ``SessionEnd`` forgets the
-session. Payloads with an ``agent_id`` come from a subagent: its calls are a turn stream of their
+failed); ``PermissionDenied`` is a refusal (``refusal="permission_denied"``); ``Stop`` ends the turn;
+``SubagentStop`` ends a subagent's turn; ``SessionEnd`` ends the session's open turns and forgets it. Payloads with an ``agent_id`` come from a subagent: its calls are a turn stream of their
 own inside the session, sharing the session's caps.
 
 Output rules Claude Code enforces silently: every ``hookSpecificOutput`` names its
@@ -19,34 +20,20 @@ a cap ``reject`` denies without stopping. Warnings reach the model as ``addition
 
 from __future__ import annotations
 
-import inspect
-import threading
-from collections import OrderedDict
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, Final
 
+from otelguard.claude_code_events import HOOK_EVENTS
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
-from otelguard.integrations.claude_code_events import HOOK_EVENTS
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionPool
+from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
 
-__all__ = [
-    "DEFAULT_AGENT",
-    "EVENTS",
-    "ClaudeCodeHooks",
-    "HookPayloadError",
-    "SessionGuards",
-    "hook_output",
-]
+__all__ = ["DEFAULT_AGENT", "EVENTS", "MAX_ID_CHARS", "ClaudeCodeHooks", "HookPayloadError", "hook_output"]
 
 DEFAULT_AGENT: Final = "claude-code"
 EVENTS: Final = HOOK_EVENTS
 MAX_ID_CHARS: Final = 256
-MAX_SUBAGENTS_PER_SESSION: Final = 64
-"""Subagents of one session held at once; the least recently active is ended first."""
-
-GUARD_ACCEPTS_CANCELLED: Final = "cancelled" in inspect.signature(Guard.after_call).parameters
 
 
 class HookPayloadError(ValueError):
@@ -57,71 +44,12 @@ class HookPayloadError(ValueError):
         self.field = field
 
 
-class SessionGuards:
-    """One session's guards: the main agent's, and one per subagent (``agent_id``).
-
-    A subagent's guard shares the session cap counters of the main guard, so a session cap holds
-    across the whole session whichever agent spends it.
-    """
-
-    def __init__(self, make_guard: Callable[[str | None], Guard]) -> None:
-        self._make_guard = make_guard
-        self.main = make_guard(None)
-        self._subagents: OrderedDict[str, Guard] = OrderedDict()
-        self._lock = threading.Lock()
-        self.turns = 0
-
-    def guard(self, agent_id: str | None, agent_type: str | None = None) -> Guard:
-        if agent_id is None:
-            return self.main
-        with self._lock:
-            guard = self._subagents.get(agent_id)
-            if guard is not None:
-                self._subagents.move_to_end(agent_id)
-                return guard
-            guard = self._make_guard(agent_type)
-            _share_session_caps(self.main, guard)
-            self._subagents[agent_id] = guard
-            evicted = (
-                self._subagents.popitem(last=False)[1]
-                if len(self._subagents) > MAX_SUBAGENTS_PER_SESSION
-                else None
-            )
-        if evicted is not None:
-            evicted.end_turn()
-        return guard
-
-    def end_subagent(self, agent_id: str) -> None:
-        with self._lock:
-            guard = self._subagents.pop(agent_id, None)
-        if guard is not None:
-            guard.end_turn()
-
-    def next_turn_id(self) -> str:
-        with self._lock:
-            self.turns += 1
-            return str(self.turns)
-
-    def close(self) -> None:
-        with self._lock:
-            subagents = list(self._subagents.values())
-            self._subagents.clear()
-        for guard in (*subagents, self.main):
-            guard.end_turn()
-
-
-def _share_session_caps(main: Guard, subagent: Guard) -> None:
-    main_caps, sub_caps = getattr(main, "_caps", None), getattr(subagent, "_caps", None)
-    if main_caps is not None and sub_caps is not None and hasattr(main_caps, "session"):
-        sub_caps.session = main_caps.session
-
-
 class ClaudeCodeHooks:
-    """Answers Claude Code hook payloads from a bounded pool of sessions (one per ``session_id``).
+    """Answers Claude Code hook payloads from the sessions of a ``SessionHost`` (one per ``session_id``).
 
     ``handle(payload)`` returns the hook output as a dict, or ``None`` when Claude Code should get
     no output. It raises ``HookPayloadError`` for a payload missing a field it needs; the guard
-    itself never raises.
+    itself never raises. ``host``: a session host to share (the sidecar's); by default one of its own.
     """
 
     def __init__(
@@ -132,20 +60,19 @@ class ClaudeCodeHooks:
         agent: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
-        pool: SessionPool[SessionGuards] | None = None,
+        host: SessionHost | None = None,
     ) -> None:
-        self.config = config if config is not None else GuardConfig()
-        self.agent = agent or DEFAULT_AGENT
-        self._telemetry = telemetry
-        self.pool: SessionPool[SessionGuards] = pool or SessionPool(
-            self.new_session, max_sessions=max_sessions, idle_seconds=idle_seconds
+        self.host = (
+            host
+            if host is not None
+            else SessionHost(
+                config,
+                telemetry=telemetry,
+                agent=agent or DEFAULT_AGENT,
+                max_sessions=max_sessions,
+                idle_seconds=idle_seconds,
+            )
         )
-
-    def new_session(self, session_id: str) -> SessionGuards:
-        return SessionGuards(self._make_guard)
-
-    def _make_guard(self, agent_type: str | None) -> Guard:
-        return Guard(self.config, self._telemetry, agent=agent_type or self.agent)
 
     def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(payload, Mapping):
@@ -153,19 +80,17 @@ class ClaudeCodeHooks:
         event = _text(payload, "hook_event_name")
         session_id = _text(payload, "session_id")
         if event == "SessionEnd":
-            session = self.pool.pop(session_id)
-            if session is not None:
-                session.close()
+            self.host.end_session(session_id)
             return None
         if event not in EVENTS:
             return None  # an event this mapping does not use (SessionStart, Notification, ...)
         agent_id = _optional_text(payload, "agent_id")
-        session = self.pool.get(session_id)
+        session = self.host.session(session_id)
         if event == "UserPromptSubmit":
-            session.main.start_turn(turn_id=session.next_turn_id())
+            session.start_turn()
             return None
         if event == "Stop":
-            session.main.end_turn()
+            session.end_turn()
             return None
         if event == "SubagentStop":
             if agent_id is not None:
@@ -188,13 +113,10 @@ class ClaudeCodeHooks:
             return hook_output(
                 event, guard.after_call(tool_name, args, result, failed=False, call_id=call_id)
             )
-        if payload.get("is_interrupt") is True:
-            # The user interrupted the call: it did not fail. A guard that cannot record a
-            # cancellation is left alone (the pending call is dropped when the turn ends).
-            if not GUARD_ACCEPTS_CANCELLED:
-                return None
-            after: Any = guard.after_call
-            return hook_output(event, after(tool_name, args, None, call_id=call_id, cancelled=True))
+        if payload.get("is_interrupt") is True:  # the user interrupted the call: it did not fail
+            return hook_output(
+                event, guard.after_call(tool_name, args, None, call_id=call_id, cancelled=True)
+            )
         error = payload.get("error")
         return hook_output(event, guard.after_call(tool_name, args, error, failed=True, call_id=call_id))
 

@@ -1,0 +1,30 @@
+"""How the commands that read a config report it: every problem on a line of its own, naming the file
+(the command then exits 2), and the config's warnings (probable typos) once on stderr."""
+
+from __future__ import annotations
+
+import sys
+
+from otelguard import ConfigError, GuardConfig
+
+__all__ = ["load_config", "print_config_error"]
+
+
+def print_config_error(command: str, exc: ConfigError) -> None:
+    """One line per problem; a problem read from a file starts with the file's name."""
+    for problem in exc.errors:
+        line = " ".join(problem.line.split())  # one line, whatever the YAML parser wrote
+        print(f"{command}: invalid config {line}", file=sys.stderr)
+
+
+def load_config(command: str, path: str | None) -> GuardConfig | None:
+    """The config of ``path`` (the defaults without one), its warnings printed; ``None`` once its
+    errors are printed."""
+    try:
+        config = GuardConfig.from_file(path) if path else GuardConfig()
+    except ConfigError as exc:
+        print_config_error(command, exc)
+        return None
+    for line in config.config_warnings:
+        print(f"{command}: warning: {path}: {line}", file=sys.stderr)
+    return config

@@ -1,0 +1,123 @@
+"""What every framework adapter does the same way; an adapter only translates its framework's hooks.
+
+* **Sessions**: a ``SessionHost`` (``otelguard.sessions``) per adapter instance, keyed by the
+  framework's conversation id (``None``: one default session).
+* **Before a tool runs**: ``refusal(guard, ...)`` is ``None`` when the call may run; otherwise the
+  model gets the refusal's ``synthetic_result()`` through the framework's own "tool refused" path,
+  and the tool never runs.
+* **After it ran**: ``guidance(guard, ...)`` records how the call ended and returns the ``warn``/
+  ``halt`` decision whose ``annotate(result)`` the model must read, or ``None``; ``raised(guard,
+  ...)`` records a tool's exception as a failure (the framework then handles it as it would
+  without the adapter).
+* **Before the next model call**: after a ``block``/``halt`` the run ends. ``halt_of(session)``
+  for frameworks with a way to end a run; ``stop_if_halted(session)`` raises ``GuardHalted`` for
+  those that can only stop a run by raising.
+
+Also: the ``ImportError`` for a missing framework, and ``CallMemory`` for what one hook of a call
+learns and a later hook of the same call needs.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Hashable
+from typing import Any, Final, Generic, TypeVar
+
+from otelguard.bounded_map import BoundedMap
+from otelguard.decisions import Decision
+from otelguard.errors import GuardHalted
+from otelguard.guard import Guard
+from otelguard.sessions import Session
+
+__all__ = [
+    "MAX_TRACKED_CALLS",
+    "CallMemory",
+    "error_result",
+    "guidance",
+    "halt_of",
+    "missing_framework",
+    "raised",
+    "refusal",
+    "stop_if_halted",
+]
+
+MAX_TRACKED_CALLS: Final = 4096
+"""Calls an adapter remembers between two hooks of the same call."""
+
+V = TypeVar("V")
+
+
+def missing_framework(framework: str, extra: str) -> ImportError:
+    """The error an adapter raises when its framework is not installed."""
+    return ImportError(
+        f'otelguard\'s {framework} adapter needs the {framework} package: pip install "otelguard[{extra}]"'
+    )
+
+
+def refusal(guard: Guard, tool_name: str, args: Any, call_id: str | None) -> Decision | None:
+    """Ask before a call runs: ``None`` to run it, else the decision that refuses it."""
+    decision = guard.before_call(tool_name, args, call_id=call_id)
+    return None if decision.allows_execution else decision
+
+
+def guidance(
+    guard: Guard,
+    tool_name: str,
+    args: Any,
+    result: Any,
+    *,
+    failed: bool | None,
+    call_id: str | None,
+    refusal: str | None = None,
+) -> Decision | None:
+    """Record how a call ended; the ``warn``/``halt`` whose guidance the model should read, else ``None``."""
+    decision = guard.after_call(tool_name, args, result, failed=failed, refusal=refusal, call_id=call_id)
+    return decision if decision.action in ("warn", "halt") else None
+
+
+def raised(guard: Guard, tool_name: str, args: Any, error: BaseException, call_id: str | None) -> None:
+    """Record a tool's exception as the call's failure."""
+    guard.after_call(tool_name, args, error_result(error), failed=True, call_id=call_id)
+
+
+def error_result(error: BaseException) -> str:
+    """What a failed call returned when its result is an exception: compared with other failures'
+    results (the same error again), never exported."""
+    return f"{type(error).__name__}: {error}"
+
+
+def halt_of(session: Session) -> Decision | None:
+    """The ``block``/``halt`` that ends the session's run before its next model call, if any."""
+    return session.main.halt_decision
+
+
+def stop_if_halted(session: Session, run: object = None) -> None:
+    """For frameworks that can only stop a run by raising: after a ``block``/``halt``, end the turn
+    of ``run`` (when given) and raise ``GuardHalted``."""
+    halt = session.main.halt_decision
+    if halt is not None:
+        if run is not None:
+            session.leave_run(run)
+        raise GuardHalted(halt)
+
+
+class CallMemory(Generic[V]):
+    """What an adapter learns in one hook of a call and needs in a later one, by call key (a
+    ``None`` key is not remembered). Calls that never reach the later hook must not pile up: past
+    ``limit`` the oldest are forgotten. Thread-safe."""
+
+    def __init__(self, limit: int = MAX_TRACKED_CALLS) -> None:
+        self._entries: BoundedMap[Hashable, V] = BoundedMap(limit)
+        self._lock = threading.Lock()
+
+    def add(self, key: Hashable | None, value: V) -> None:
+        if key is not None:
+            with self._lock:
+                self._entries.put(key, value)
+
+    def take(self, key: Hashable | None) -> V | None:
+        """The value added under ``key`` (``None`` when there is none); it is forgotten."""
+        if key is None:
+            return None
+        with self._lock:
+            return self._entries.pop(key, None)

@@ -1,0 +1,178 @@
+"""The ``state:`` section: defaults, validation, where the URL comes from, and the password never shown."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from otelguard import ConfigError, GuardConfig
+from otelguard.cli import main
+from otelguard.config import StateSettings, effective_state, mask_url
+
+KEY = "state-test-key"
+URL = "redis://:s3cr3t-canary@127.0.0.1:6379/0"
+
+
+@pytest.fixture(autouse=True)
+def _no_state_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("OTELGUARD_STATE_URL", raising=False)
+    monkeypatch.delenv("OTELGUARD_SIGNATURE_KEY", raising=False)
+
+
+def test_defaults_keep_session_caps_in_memory() -> None:
+    state = GuardConfig().state
+    assert state == StateSettings(url=None, key_prefix="otelguard", timeout_ms=50, ttl_seconds=3600)
+    assert effective_state(GuardConfig()).url is None
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "redis://localhost",
+        "redis://127.0.0.1:6379/0",
+        "rediss://user:pw@cache.internal:6380/2",
+        "unix:///run/redis/redis.sock",
+        "unix:///run/redis.sock?db=3",
+        "rediss://cache:6380?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required",
+    ],
+)
+def test_a_url_of_each_scheme_is_accepted(url: str) -> None:
+    config = GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": url}})
+    assert config.state.url == url
+
+
+@pytest.mark.parametrize(
+    ("state", "key", "allowed"),
+    [
+        ({"url": "http://cache:6379"}, "state.url", "redis://host:6379/0"),
+        ({"url": "redis://"}, "state.url", "no host"),
+        ({"url": "redis://cache:notaport"}, "state.url", "port"),
+        ({"url": "redis://cache/zero"}, "state.url", "database number"),
+        ({"url": "unix://"}, "state.url", "socket's path"),
+        ({"url": 6379}, "state.url", "expected null (memory) or a URL"),
+        ({"url": "redis://cache?socket_timeout=30"}, "state.url", "query key 'socket_timeout'"),
+        ({"key_prefix": "app:{x}"}, "state.key_prefix", "no braces"),
+        ({"key_prefix": ""}, "state.key_prefix", "1 to 64 characters"),
+        ({"timeout_ms": 0}, "state.timeout_ms", "integer >= 1"),
+        ({"timeout_ms": 60_000}, "state.timeout_ms", "from 1 to 10000"),
+        ({"timeout_ms": "50"}, "state.timeout_ms", "integer"),
+        ({"ttl_seconds": 0}, "state.ttl_seconds", "integer >= 1"),
+        ({"ttl_seconds": True}, "state.ttl_seconds", "integer"),
+        ({"tll_seconds": 60}, "state.tll_seconds", "did you mean 'ttl_seconds'"),
+    ],
+)
+def test_bad_state_settings_name_key_value_and_what_is_allowed(
+    state: dict[str, Any], key: str, allowed: str
+) -> None:
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_mapping({"signature_key": KEY, "state": state})
+    assert info.value.key == key
+    assert allowed in str(info.value)
+
+
+def test_a_bad_url_is_reported_with_its_password_masked() -> None:
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": "redis://:s3cr3t-canary@h/x"}})
+    assert "s3cr3t-canary" not in str(info.value)
+    assert "redis://:***@h/x" in str(info.value)
+
+
+def test_a_url_without_a_signature_key_is_a_config_error() -> None:
+    """Every process must name a session alike: no key (config or environment), no shared state."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_mapping({"state": {"url": URL}})
+    assert info.value.key == "state.url"
+    assert "signature_key" in str(info.value) and "OTELGUARD_SIGNATURE_KEY" in str(info.value)
+    assert "s3cr3t-canary" not in str(info.value)
+
+
+def test_the_signature_key_may_come_from_the_environment(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTELGUARD_SIGNATURE_KEY", "from-env")
+    assert GuardConfig.from_mapping({"state": {"url": URL}}).state.url == URL
+
+
+def test_a_missing_redis_package_is_a_config_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setitem(sys.modules, "redis", None)  # what the import system sees without the package
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": URL}})
+    assert 'pip install "otelguard[redis]"' in str(info.value)
+
+
+def test_the_environment_url_wins_over_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
+    config = GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": URL, "timeout_ms": 20}})
+    monkeypatch.setenv("OTELGUARD_STATE_URL", "unix:///run/other.sock")
+    state = effective_state(config)
+    assert (state.url, state.timeout_ms) == ("unix:///run/other.sock", 20)
+    monkeypatch.setenv("OTELGUARD_STATE_URL", "")
+    assert effective_state(config).url == URL
+
+
+def test_a_bad_environment_url_is_a_config_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("OTELGUARD_STATE_URL", "memcached://cache")
+    with pytest.raises(ConfigError) as info:
+        effective_state(GuardConfig(signature_key=KEY))
+    assert info.value.key == "OTELGUARD_STATE_URL"
+    monkeypatch.setenv("OTELGUARD_STATE_URL", URL)
+    with pytest.raises(ConfigError) as info:
+        effective_state(GuardConfig())  # no key anywhere
+    assert info.value.key == "OTELGUARD_STATE_URL" and "signature_key" in str(info.value)
+
+
+@pytest.mark.parametrize(
+    ("url", "shown"),
+    [
+        ("redis://:pw@h:6379/0", "redis://:***@h:6379/0"),
+        ("rediss://user:pw@h", "rediss://user:***@h"),
+        ("redis://lonely@h", "redis://***@h"),
+        ("unix:///s.sock?db=1&password=pw", "unix:///s.sock?db=1&password=***"),
+        ("redis://h:6379/0", "redis://h:6379/0"),
+        ("unix:///run/redis.sock", "unix:///run/redis.sock"),
+    ],
+)
+def test_mask_url_hides_passwords_only(url: str, shown: str) -> None:
+    assert mask_url(url) == shown
+
+
+def test_the_repr_and_the_mapping_mask_the_password() -> None:
+    config = GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": URL}})
+    assert "s3cr3t-canary" not in repr(config) and "s3cr3t-canary" not in repr(config.state)
+    assert config.to_mapping()["state"] == {
+        "url": "redis://:***@127.0.0.1:6379/0",
+        "key_prefix": "otelguard",
+        "timeout_ms": 50,
+        "ttl_seconds": 3600,
+    }
+
+
+def test_check_config_shows_the_effective_state_with_the_password_masked(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    path = tmp_path / "otelguard.yaml"
+    path.write_text(f"signature_key: {KEY}\nstate:\n  url: redis://cache:6379/0\n  ttl_seconds: 600\n")
+    monkeypatch.setenv("OTELGUARD_STATE_URL", "redis://:s3cr3t-canary@other:6379/1")
+    assert main(["check-config", str(path), "--json"]) == 0
+    out = capsys.readouterr().out
+    assert "s3cr3t-canary" not in out
+    assert json.loads(out)["state"] == {
+        "url": "redis://:***@other:6379/1",
+        "key_prefix": "otelguard",
+        "timeout_ms": 50,
+        "ttl_seconds": 600,
+    }
+    assert main(["check-config", str(path)]) == 0
+    table = capsys.readouterr().out
+    assert "redis://:***@other:6379/1" in table and "s3cr3t-canary" not in table
+
+
+def test_check_config_exits_2_on_a_url_without_a_key(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    path = tmp_path / "otelguard.yaml"
+    path.write_text(f"state:\n  url: {URL}\n")
+    assert main(["check-config", str(path)]) == 2
+    err = capsys.readouterr().err
+    assert "state.url" in err and "signature_key" in err and "s3cr3t-canary" not in err
