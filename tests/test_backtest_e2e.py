@@ -179,7 +179,7 @@ def test_the_html_report_gains_the_alerts_section(runaway: tuple[int, dict[str, 
     assert section.startswith("Alerts that would have fired")
     for alert in ("OtelguardRunawaySearchLoop", "OtelguardRunawayDelegationLoop", "OtelguardHaltRateHigh"):
         assert alert in section
-    assert "Quiet: OtelguardInternalErrors" in section
+    assert "Quiet: " in section and "OtelguardInternalErrors" in section.split("Quiet: ", 1)[1]
     assert "untimed-1" in section
     assert "<script" not in page
 
@@ -189,7 +189,7 @@ def test_a_day_of_healthy_sessions_fires_nothing(tmp_path: Path) -> None:
     code, document, _ = backtest(str(tmp_path))
     assert code == 0
     assert document["fired"] == []
-    assert len(document["quiet"]) == 5
+    assert len(document["quiet"]) == len(document["alerts"]) >= 5
     assert when(document["period"]["end"]) - when(document["period"]["start"]) > timedelta(hours=23)
 
 

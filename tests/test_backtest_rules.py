@@ -27,28 +27,28 @@ def test_the_shipped_recording_rules_fall_into_three_levels() -> None:
     """Rules reading only exported series come first; the halt ratio, built on two recorded rules
     of which one is itself built on another, comes last."""
     rules = load_rules(SHIPPED)
-    levels = [
-        [rule["record"] for group in doc["groups"] for rule in group["rules"]] for doc in rules.levels()
-    ]
-    assert levels[0] == [
-        "otelguard:tool_calls:rate5m",
-        "otelguard:loop_decisions:rate5m",
-        "otelguard:turns:rate5m",
-        "otelguard:cap_hits:rate5m",
-        "otelguard:internal_errors:rate5m",
-    ]
-    assert sorted(levels[1]) == [
+    documents = rules.levels()
+    level_of = {
+        rule["record"]: level
+        for level, doc in enumerate(documents, start=1)
+        for group in doc["groups"]
+        for rule in group["rules"]
+    }
+    assert len(documents) == 3
+    assert {name for name, level in level_of.items() if level > 1} == {
         "otelguard:halted_turns:rate5m",
         "otelguard:loop_decisions_per_tool_call:ratio_rate5m",
         "otelguard:loop_decisions_per_tool_call_by_code:ratio_rate5m",
-    ]
-    assert levels[2] == ["otelguard:halted_turns_per_turn:ratio_rate5m"]
-    assert [doc["groups"][0]["name"] for doc in rules.levels()] == ["otelguard.rules"] * 3
+        "otelguard:halted_turns_per_turn:ratio_rate5m",
+    }
+    assert level_of["otelguard:halted_turns_per_turn:ratio_rate5m"] == 3
+    assert level_of["otelguard:turns:rate5m"] == level_of["otelguard:cap_hits:rate5m"] == 1
+    assert {group["name"] for doc in documents for group in doc["groups"]} == {"otelguard.rules"}
 
 
 def test_the_shipped_alerts_keep_their_for_labels_and_default_interval() -> None:
     alerts = {a.name: a for a in load_rules(SHIPPED).alerts}
-    assert set(alerts) == {
+    assert set(alerts) >= {
         "OtelguardRunawaySearchLoop",
         "OtelguardRunawayDelegationLoop",
         "OtelguardHaltRateHigh",

@@ -152,7 +152,8 @@ def _batches(stream: IO[bytes]) -> Iterator[tuple[float, int, Any]]:
 
 class TimedEvents(GuardObserver):
     """The observer every guard of a timed replay reports to (passed as the runner's telemetry: its
-    ``bind`` returns itself). Each event goes to the spill at the clock's time."""
+    ``bind`` returns itself). Each event goes to the spill at the clock's time. A replay's guards
+    have no session id, so they never use a shared state store and make no state reports."""
 
     wants_call_start = False
 
