@@ -76,9 +76,6 @@ def run(args: argparse.Namespace) -> int:
     config = load_config("otelguard serve", args.config)
     if config is None:
         return 2
-    if uses_random_key(config.signature_key) and claim_random_key_note():
-        # sessions are compared by their hashes across restarts and replicas: say it at startup
-        print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
     spans = _span_export()
     if args.state:
         # every guard of this process reads the URL from here: the flag wins over the variable and
@@ -86,6 +83,9 @@ def run(args: argparse.Namespace) -> int:
         os.environ[OTELGUARD_STATE_URL] = args.state
     try:
         state = effective_state(config)
+        if uses_random_key(config.signature_key) and claim_random_key_note():
+            # sessions are compared by their hashes across restarts and replicas: say it at startup
+            print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
         telemetry = Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY)
         sidecar = Sidecar(
             config,
