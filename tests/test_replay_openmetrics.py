@@ -206,11 +206,15 @@ def test_a_bad_scrape_interval_is_a_usage_error(tmp_path: Path, capsys: pytest.C
     assert "'soon' is not a duration" in capsys.readouterr().err
 
 
+def signature_history() -> tuple[Counter, MetricsHistory]:
+    """A counter labelled like the signature family, and the history of its registry."""
+    registry = CollectorRegistry()
+    return Counter("hits", "h", ["signature"], registry=registry), MetricsHistory(registry, "j", "i")
+
+
 def test_a_series_the_exporter_removes_stops_and_a_new_one_starts_over() -> None:
     """The bounded signature family removes its least recently hit series: its samples stop there."""
-    registry = CollectorRegistry()
-    counter = Counter("hits", "h", ["signature"], registry=registry)
-    history = MetricsHistory(registry, "j", "i")
+    counter, history = signature_history()
     grid = ScrapeGrid(0, 15_000, 6)
     counter.labels("a").inc()
     history.scrape(0)
@@ -333,9 +337,7 @@ def test_a_moment_is_a_time_or_a_duration_before_now(capsys: pytest.CaptureFixtu
 
 
 def test_forgetting_a_written_window_keeps_what_later_scrapes_need_and_drops_removed_series() -> None:
-    registry = CollectorRegistry()
-    counter = Counter("hits", "h", ["signature"], registry=registry)
-    history = MetricsHistory(registry, "j", "i")
+    counter, history = signature_history()
     grid = ScrapeGrid(0, 15_000, 8)
     counter.labels("a").inc()
     counter.labels("b").inc()
