@@ -22,7 +22,7 @@ from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from typing import Any, Final
 
-from otelguard.bench.sidecar import CLIENTS, free_port, pairs_per_second, serve
+from otelguard.bench.serving import CLIENTS, free_port, pairs_per_second, serve
 from otelguard.caps import LocalSessionCaps, SessionCapStore
 from otelguard.config import GuardConfig
 from otelguard.guard import Guard
