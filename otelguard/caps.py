@@ -13,7 +13,6 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, runtime_checkable
 
 from otelguard import decisions as codes
-from otelguard.config_state import effective_state
 from otelguard.decisions import Decision, Signature
 from otelguard.signatures import resolve_signature_key
 
@@ -121,7 +120,7 @@ def session_cap_store(config: GuardConfig, session_id: str | None) -> SessionCap
     shared state URL is set (``state.url`` or ``OTELGUARD_STATE_URL``) and the session is known."""
     if session_id is None:
         return LocalSessionCaps()
-    state = effective_state(config)
+    state = config.effective_state()
     if state.url is None:
         return LocalSessionCaps()
     # Imported here so that only a process with a state URL loads the redis client.

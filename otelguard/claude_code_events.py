@@ -10,7 +10,7 @@ TYPE_CHECKING = False  # not typing's: importing typing would cost the hook comm
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["HOOK_EVENTS", "TOOL_EVENTS"]
+__all__ = ["DEFAULT_TIMEOUT_SECONDS", "HOOK_EVENTS", "TOOL_EVENTS"]
 
 HOOK_EVENTS: Final = (
     "UserPromptSubmit",
@@ -25,3 +25,5 @@ HOOK_EVENTS: Final = (
 )
 TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
 """The events about one tool call: their settings entry takes a tool ``matcher``."""
+DEFAULT_TIMEOUT_SECONDS: Final = 2.0
+"""How long the hook waits for the sidecar before the call goes ahead (``--timeout``)."""

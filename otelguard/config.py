@@ -40,7 +40,6 @@ __all__ = [
     "StateSettings",
     "TelemetrySettings",
     "ToolClasses",
-    "effective_state",
     "mask_url",
 ]
 
@@ -395,6 +394,11 @@ class GuardConfig:
         if self.hard_stop is not None:
             return self.hard_stop
         return self.mode == "unattended"
+
+    def effective_state(self) -> StateSettings:
+        """The ``state`` this process uses: ``OTELGUARD_STATE_URL`` over ``state.url``
+        (``ConfigError`` for a bad one)."""
+        return effective_state(self.state, self.signature_key)
 
     def with_changes(self, **changes: Any) -> GuardConfig:
         return replace(self, **changes)

@@ -10,15 +10,12 @@ import importlib.util
 import os
 import re
 from dataclasses import dataclass, field, fields, replace
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 from urllib.parse import parse_qsl, urlsplit
 
 from otelguard.config_checks import as_mapping, check_keys, integer
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_STATE_URL
 from otelguard.errors import ConfigError
-
-if TYPE_CHECKING:
-    from otelguard.config import GuardConfig
 
 __all__ = ["StateSettings", "check_state_ready", "effective_state", "mask_url"]
 
@@ -144,12 +141,12 @@ def check_state_ready(path: str, url: str, signature_key: str | None) -> None:
         raise ConfigError(path, mask_url(url), f"the redis package is not installed; {_REDIS_EXTRA}")
 
 
-def effective_state(config: GuardConfig) -> StateSettings:
+def effective_state(state: StateSettings, signature_key: str | None) -> StateSettings:
     """The ``state`` section this process uses: ``OTELGUARD_STATE_URL`` (``otelguard serve --state``
     sets it) over the config's ``url``; a URL is checked as the config's is (``ConfigError``)."""
     from_env = os.environ.get(OTELGUARD_STATE_URL)
-    if not from_env or from_env == config.state.url:
-        return config.state
+    if not from_env or from_env == state.url:
+        return state
     _state_url(OTELGUARD_STATE_URL, from_env)
-    check_state_ready(OTELGUARD_STATE_URL, from_env, config.signature_key)
-    return replace(config.state, url=from_env)
+    check_state_ready(OTELGUARD_STATE_URL, from_env, signature_key)
+    return replace(state, url=from_env)

@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
 from otelguard.bounded_map import BoundedMap
-from otelguard.config import GuardConfig, effective_state
+from otelguard.config import GuardConfig
 from otelguard.decisions import TurnSummary
 from otelguard.errors import ConfigError
 from otelguard.guard import DEFAULT_AGENT, Guard
@@ -230,7 +230,7 @@ class SessionHost:
     ) -> None:
         self.config = config if config is not None else GuardConfig()
         # a bad OTELGUARD_STATE_URL is a ConfigError here, not at a session's first tool call
-        effective_state(self.config)
+        self.config.effective_state()
         self.telemetry = telemetry
         self.agent = agent or DEFAULT_AGENT
         self.max_sessions = max_sessions

@@ -54,8 +54,8 @@ def test_the_guides_first_commands_work_in_an_empty_directory(tmp_path: Path) ->
         for command in guide_commands()[1:]:  # the first is the install that put otelguard here
             if " serve " in f" {command} ":
                 port = free_port()
-                serve = subprocess.Popen(
-                    f"{as_run_here(command)} --port {port}",
+                serve = subprocess.Popen(  # exec: stopping the shell's process stops the sidecar itself
+                    f"exec {as_run_here(command)} --port {port}",
                     shell=True, cwd=tmp_path, env=env, stderr=subprocess.PIPE, text=True,
                 )  # fmt: skip
                 assert serve.stderr is not None

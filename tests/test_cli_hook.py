@@ -382,3 +382,12 @@ def test_the_settings_block_shown_in_the_docs_is_the_real_one() -> None:
     text = (Path(__file__).parent.parent / "docs" / "claude-code.md").read_text(encoding="utf-8")
     shown = text.split("prints the block to paste:", 1)[1].split("```json", 1)[1].split("```", 1)[0]
     assert json.loads(shown) == json.loads(settings_block(None))
+
+
+def test_print_settings_http_with_a_bad_url_exits_2_naming_it() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "otelguard", "hook", "claude-code", "--print-settings", "--http", "--url", "ftp://x"],
+        capture_output=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert (result.returncode, result.stdout) == (2, b"")
+    assert b"--url must be an http:// or https:// URL" in result.stderr

@@ -11,7 +11,7 @@ import pytest
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli import main
-from otelguard.config import StateSettings, effective_state, mask_url
+from otelguard.config import StateSettings, mask_url
 
 KEY = "state-test-key"
 URL = "redis://:s3cr3t-canary@127.0.0.1:6379/0"
@@ -26,7 +26,7 @@ def _no_state_environment(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_defaults_keep_session_caps_in_memory() -> None:
     state = GuardConfig().state
     assert state == StateSettings(url=None, key_prefix="otelguard", timeout_ms=50, ttl_seconds=3600)
-    assert effective_state(GuardConfig()).url is None
+    assert GuardConfig().effective_state().url is None
 
 
 @pytest.mark.parametrize(
@@ -105,20 +105,20 @@ def test_a_missing_redis_package_is_a_config_error_naming_the_extra(monkeypatch:
 def test_the_environment_url_wins_over_the_config(monkeypatch: pytest.MonkeyPatch) -> None:
     config = GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": URL, "timeout_ms": 20}})
     monkeypatch.setenv("OTELGUARD_STATE_URL", "unix:///run/other.sock")
-    state = effective_state(config)
+    state = config.effective_state()
     assert (state.url, state.timeout_ms) == ("unix:///run/other.sock", 20)
     monkeypatch.setenv("OTELGUARD_STATE_URL", "")
-    assert effective_state(config).url == URL
+    assert config.effective_state().url == URL
 
 
 def test_a_bad_environment_url_is_a_config_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTELGUARD_STATE_URL", "memcached://cache")
     with pytest.raises(ConfigError) as info:
-        effective_state(GuardConfig(signature_key=KEY))
+        GuardConfig(signature_key=KEY).effective_state()
     assert info.value.key == "OTELGUARD_STATE_URL"
     monkeypatch.setenv("OTELGUARD_STATE_URL", URL)
     with pytest.raises(ConfigError) as info:
-        effective_state(GuardConfig())  # no key anywhere
+        GuardConfig().effective_state()  # no key anywhere
     assert info.value.key == "OTELGUARD_STATE_URL" and "signature_key" in str(info.value)
 
 

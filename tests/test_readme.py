@@ -91,7 +91,7 @@ OTELGUARD_COMMANDS = [
 
 def test_docs_show_every_command() -> None:
     shown = {argv[0] for _, argv in OTELGUARD_COMMANDS}
-    assert {"demo", "replay", "check-config", "bench", "dashboards", "rules"} <= shown
+    assert {"demo", "replay", "backtest", "check-config", "bench", "dashboards", "rules"} <= shown
 
 
 @pytest.mark.parametrize(("where", "argv"), OTELGUARD_COMMANDS, ids=[w for w, _ in OTELGUARD_COMMANDS])

@@ -142,7 +142,7 @@ def test_unknown_format_is_an_input_error_naming_the_file(
     ("argv", "message"),
     [
         (["does-not-exist.jsonl"], "no such file or directory: does-not-exist.jsonl"),
-        ([str(FIXTURES), "--job", "x"], "--job needs --pushgateway URL"),
+        ([str(FIXTURES), "--job", "x"], "--job needs --pushgateway URL or --openmetrics FILE"),
         ([str(FIXTURES), "--idle-timeout", "1"], "--idle-timeout needs --follow"),
         (["-", "-"], "stdin (-) can be given only once"),
     ],

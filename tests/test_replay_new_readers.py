@@ -29,7 +29,7 @@ class Sink:
     def begin_session(self, key: SessionKey) -> None:
         self.events.append(("session", key.session_id))
 
-    def start_turn(self, key: SessionKey) -> None:
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
         self.events.append(("turn", key.session_id))
 
     def end_session(self, key: SessionKey) -> None:

@@ -26,7 +26,7 @@ class Recorder:
     def begin_session(self, key: SessionKey) -> None:
         self.events.append(("session", key.session_id))
 
-    def start_turn(self, key: SessionKey) -> None:
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
         self.events.append(("turn", key.session_id))
 
     def tool_call(self, key: SessionKey, call: ToolCall) -> None:

@@ -21,7 +21,7 @@ class Sink:
 
     def begin_session(self, key: SessionKey) -> None: ...
 
-    def start_turn(self, key: SessionKey) -> None:
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
         self.turns += 1
 
     def end_session(self, key: SessionKey) -> None: ...

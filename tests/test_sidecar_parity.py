@@ -82,7 +82,7 @@ class HookFeed:
     def begin_session(self, key: SessionKey) -> None:
         self.streams[key.session_id] = _Stream()
 
-    def start_turn(self, key: SessionKey) -> None:
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
         stream = self.streams[key.session_id]
         if stream.open:
             self._end_turn(key)

@@ -7,32 +7,23 @@ from __future__ import annotations
 
 import http.client
 import json
-import socket
 import statistics
 import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-__all__ = [
-    "CLIENTS",
-    "SIDECAR_TARGETS",
-    "SidecarOptions",
-    "free_port",
-    "pairs_per_second",
-    "run_sidecar_bench",
-    "serve",
-]
+from otelguard.bench.serving import CLIENTS, pairs_per_second, request, serve
+
+__all__ = ["SIDECAR_TARGETS", "SidecarOptions", "run_sidecar_bench"]
 
 SIDECAR_TARGETS: Final = {"sidecar_calls_per_s": 2000.0, "hook_roundtrip_ratio": 1.5}
 """``sidecar_calls_per_s`` is a lower bound; ``hook_roundtrip_ratio`` an upper bound."""
 
-CLIENTS: Final = 8
 _PRE_TOOL_USE: Final = {
     "session_id": "bench-hook",
     "transcript_path": "/tmp/bench.jsonl",
@@ -94,75 +85,18 @@ def run_sidecar_bench(options: SidecarOptions, progress: Callable[[str], None]) 
     }
 
 
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
-@contextmanager
-def serve(max_sessions: int, *extra: str) -> Iterator[tuple[int, int]]:
-    """A real ``otelguard serve`` on a free loopback port: ``(port, pid)`` once it answers."""
-    port = free_port()
-    process = subprocess.Popen(
-        [sys.executable, "-m", "otelguard", "serve", "--port", str(port),
-         "--max-sessions", str(max_sessions), *extra],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )  # fmt: skip
-    try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                _request(http.client.HTTPConnection("127.0.0.1", port, timeout=5), "GET", "/healthz", None)
-                break
-            except OSError:
-                if time.monotonic() > deadline or process.poll() is not None:
-                    raise RuntimeError("otelguard serve did not start") from None
-                time.sleep(0.05)
-        yield port, process.pid
-    finally:
-        process.terminate()
-        try:
-            process.wait(10)
-        except subprocess.TimeoutExpired:
-            process.kill()
-            process.wait(5)
-
-
-def _request(connection: http.client.HTTPConnection, method: str, path: str, body: bytes | None) -> bytes:
-    connection.request(method, path, body=body, headers={"Content-Type": "application/json"})
-    response = connection.getresponse()
-    data = response.read()
-    if response.status != 200:
-        raise RuntimeError(f"otelguard serve answered {response.status} on {path}")
-    return data
-
-
 def _pairs_per_second(port: int, pairs: int) -> float:
     def client(index: int) -> None:
         connection = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
         for call in range(pairs):
             body: dict[str, object] = {"session_id": f"bench-{index}", "tool_name": "read_file",
                                        "args": {"path": f"f{call % 50}"}, "call_id": f"c{call}"}  # fmt: skip
-            _request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
+            request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
             body["result"], body["failed"] = f"content {call}", False
-            _request(connection, "POST", "/v1/after_call", json.dumps(body).encode())
+            request(connection, "POST", "/v1/after_call", json.dumps(body).encode())
         connection.close()
 
     return pairs_per_second(client, pairs)
-
-
-def pairs_per_second(client: Callable[[int], None], pairs: int) -> float:
-    """Run ``client(index)`` in ``CLIENTS`` threads at once (each sends ``pairs`` before+after
-    pairs); the pairs per second of them all."""
-    threads = [threading.Thread(target=client, args=(index,)) for index in range(CLIENTS)]
-    start = time.perf_counter()
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join()
-    return CLIENTS * pairs / (time.perf_counter() - start)
 
 
 def _hook_round_trip(port: int, runs: int) -> tuple[float, float]:
@@ -192,7 +126,7 @@ def _memory_under_session_flood(port: int, pid: int, sessions: int, max_sessions
             start = first + index * per_client
             for number in range(start, start + per_client):
                 body = {"session_id": f"flood-{number}", "tool_name": "read_file", "args": {"n": number}}
-                _request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
+                request(connection, "POST", "/v1/before_call", json.dumps(body).encode())
             connection.close()
 
         threads = [threading.Thread(target=client, args=(index,)) for index in range(CLIENTS)]
@@ -206,7 +140,7 @@ def _memory_under_session_flood(port: int, pid: int, sessions: int, max_sessions
     full_rss = _rss_kib(pid)
     flood(max_sessions, max(0, sessions - max_sessions))
     health = json.loads(
-        _request(http.client.HTTPConnection("127.0.0.1", port, timeout=5), "GET", "/healthz", None)
+        request(http.client.HTTPConnection("127.0.0.1", port, timeout=5), "GET", "/healthz", None)
     )
     return {
         "serve_sessions_sent": sessions,

@@ -20,6 +20,7 @@ __all__ = ["main"]
 COMMANDS = {
     "demo": ("demo", "simulated agents through a real guard, serving live /metrics"),
     "replay": ("replay", "run recorded agent transcripts through the guard"),
+    "backtest": ("backtest", "which alerts would have fired on recorded transcripts (real Prometheus)"),
     "serve": ("serve", "the sidecar: a guard per session over HTTP, with /metrics, on one port"),
     "hook": ("hook", "the command for Claude Code's hooks: stdin payload -> sidecar -> stdout"),
     "check-config": ("check_config", "validate a config file and print the effective config"),

@@ -11,7 +11,6 @@ from rich.text import Text
 
 from otelguard import ConfigError
 from otelguard.cli.config_messages import load_config, print_config_error
-from otelguard.config import effective_state
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -25,7 +24,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         # the state URL this process would use: OTELGUARD_STATE_URL wins over the file
-        config = config.with_changes(state=effective_state(config))
+        config = config.with_changes(state=config.effective_state())
     except ConfigError as exc:
         print_config_error("otelguard", exc)
         return 2

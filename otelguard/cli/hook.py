@@ -20,7 +20,7 @@ import os
 import sys
 import time
 
-from otelguard.claude_code_events import HOOK_EVENTS
+from otelguard.claude_code_events import DEFAULT_TIMEOUT_SECONDS, HOOK_EVENTS
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
@@ -30,7 +30,6 @@ if TYPE_CHECKING:
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "HOOK_EVENTS", "endpoint", "main", "post"]
 
 DEFAULT_URL: Final = "http://127.0.0.1:9464"
-DEFAULT_TIMEOUT_SECONDS: Final = 2.0
 HOOK_PATH: Final = "/v1/hooks/claude-code"
 MAX_PAYLOAD_BYTES: Final = 1 << 20
 MAX_ANSWER_BYTES: Final = 1 << 20
@@ -78,10 +77,17 @@ def main(argv: list[str]) -> int:
         if options.print_config:
             sys.stdout.write(hook_settings.starter_config())
         elif options.use_http:
-            sys.stdout.write(hook_settings.http_settings_block(options.url, options.timeout) + "\n")
+            try:
+                scheme, hostport, path = endpoint(options.url)
+            except _Failed as exc:
+                sys.stderr.write(f"otelguard hook: {exc}\n")
+                return 2
+            block = hook_settings.http_settings_block(f"{scheme}://{hostport}{path}", options.timeout)
+            sys.stdout.write(block + "\n")
         else:
             url = options.url if options.url_given else None
-            sys.stdout.write(hook_settings.settings_block(url, options.timeout) + "\n")
+            timeout = options.timeout if options.timeout != DEFAULT_TIMEOUT_SECONDS else None
+            sys.stdout.write(hook_settings.settings_block(url, timeout) + "\n")
         return 0
     deadline = time.monotonic() + options.timeout
     try:

@@ -9,8 +9,7 @@ import os
 import secrets
 from typing import Final
 
-from otelguard.claude_code_events import HOOK_EVENTS, TOOL_EVENTS
-from otelguard.cli.hook import DEFAULT_TIMEOUT_SECONDS, endpoint
+from otelguard.claude_code_events import DEFAULT_TIMEOUT_SECONDS, HOOK_EVENTS, TOOL_EVENTS
 from otelguard.environment_variables import OTELGUARD_TOKEN
 
 __all__ = ["STARTER_CONFIG", "http_settings_block", "settings_block", "starter_config"]
@@ -19,27 +18,29 @@ STARTER_CONFIG: Final = os.path.join(os.path.dirname(os.path.dirname(__file__)),
 """The starter config ``--print-config`` prints, with a fresh signature key written in."""
 
 
-def settings_block(url: str | None, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str:
-    """The ``hooks`` block for ``.claude/settings.json``: every event the guard needs, one command."""
+def settings_block(url: str | None, timeout: float | None = None) -> str:
+    """The ``hooks`` block for ``.claude/settings.json``: every event the guard needs, one command.
+    ``url``/``timeout``: written into the command when given (``None``: the command's defaults)."""
     command = "otelguard hook claude-code"
     if url is not None:
         command += f" --url {url}"
-    if timeout != DEFAULT_TIMEOUT_SECONDS:
+    if timeout is not None:
         command += f" --timeout {timeout:g}"
+    else:
+        timeout = DEFAULT_TIMEOUT_SECONDS
     # Claude Code's own per-hook timeout (seconds) sits above ours, so ours decides: fail open.
     return _hooks_block({"type": "command", "command": command, "timeout": int(timeout) + 3})
 
 
-def http_settings_block(url: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str:
+def http_settings_block(hook_url: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str:
     """The ``hooks`` block with Claude Code's ``http`` hooks: it posts each event to the sidecar itself,
     so no process starts per event. Claude Code fails open on its own: an answer that is not a 2xx,
     a refused connection or the timeout is a non-blocking error and the call goes ahead. The bearer
     token comes from ``OTELGUARD_TOKEN`` where Claude Code runs (an empty header without it, which a
-    sidecar without a token ignores)."""
-    scheme, hostport, path = endpoint(url)
+    sidecar without a token ignores). ``hook_url``: the sidecar's hook endpoint."""
     handler: dict[str, object] = {
         "type": "http",
-        "url": f"{scheme}://{hostport}{path}",
+        "url": hook_url,
         "timeout": int(timeout) if timeout == int(timeout) else timeout,
         "headers": {"Authorization": f"Bearer ${OTELGUARD_TOKEN}"},
         "allowedEnvVars": [OTELGUARD_TOKEN],

@@ -10,9 +10,12 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
+import tempfile
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
@@ -27,6 +30,7 @@ from otelguard.replay import (
     AUTO,
     FORMATS,
     STDIN,
+    EventSink,
     ReplayReport,
     ReplayRunner,
     UsageError,
@@ -36,22 +40,19 @@ from otelguard.replay import (
 )
 from otelguard.replay.lines import MAX_LINE_BYTES
 from otelguard.replay.report import MAX_DETAILED_SESSIONS
+from otelguard.replay.timed import TimedRun
 from otelguard.replay.timeline import Timelines
+from otelguard.replay.times import parse_duration, parse_moment
 
 DEFAULT_JOB = "otelguard_replay"
+DEFAULT_INSTANCE = "replay"
+DEFAULT_SCRAPE_INTERVAL = "15s"
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
-    parser.add_argument(
-        "paths",
-        nargs="+",
-        metavar="PATH",
-        help="a transcript file, a directory (searched recursively for *.jsonl and *.json), or - for stdin",
+    add_input_arguments(
+        parser, "a transcript file, a directory (searched recursively for *.jsonl and *.json), or - for stdin"
     )
-    parser.add_argument(
-        "--format", choices=FORMATS, default=AUTO, help="transcript format (default: detect per file)"
-    )
-    parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
     parser.add_argument(
         "--html",
@@ -86,7 +87,66 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("--serve", type=int, metavar="PORT", help="serve the replay's metrics on /metrics")
     parser.add_argument("--addr", default="127.0.0.1", help="address for --serve (default: 127.0.0.1)")
     parser.add_argument("--pushgateway", metavar="URL", help="push the metrics to this Pushgateway when done")
-    parser.add_argument("--job", metavar="NAME", help=f"Pushgateway job name (default: {DEFAULT_JOB})")
+    parser.add_argument(
+        "--openmetrics",
+        metavar="FILE",
+        help="write the metrics a Prometheus scraping a live exporter would have stored, with the "
+        "transcripts' timestamps, as OpenMetrics to FILE (for promtool tsdb create-blocks-from openmetrics)",
+    )
+    add_series_arguments(parser, replay=True)
+
+
+def add_input_arguments(parser: argparse.ArgumentParser, paths_help: str) -> None:
+    """``PATH...``, ``--format`` and ``--config``: shared with ``otelguard backtest``."""
+    parser.add_argument("paths", nargs="+", metavar="PATH", help=paths_help)
+    parser.add_argument(
+        "--format", choices=FORMATS, default=AUTO, help="transcript format (default: detect per file)"
+    )
+    parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
+
+
+def add_series_arguments(parser: argparse.ArgumentParser, *, replay: bool = False) -> None:
+    """``--scrape-interval``, ``--job``, ``--instance``, ``--since`` and ``--until``: shared with
+    ``otelguard backtest`` (for replay they go with ``--openmetrics``; ``--job`` with the Pushgateway too)."""
+    where = "with --openmetrics: " if replay else ""
+    parser.add_argument(
+        "--scrape-interval",
+        type=duration_argument,
+        metavar="DURATION",
+        help=f"{where}the scrape interval of the simulated Prometheus (default: {DEFAULT_SCRAPE_INTERVAL})",
+    )
+    job_help = (
+        "the job label for --openmetrics, the job name for --pushgateway" if replay else "the job label"
+    )
+    parser.add_argument("--job", metavar="NAME", help=f"{job_help} (default: {DEFAULT_JOB})")
+    parser.add_argument(
+        "--instance", metavar="NAME", help=f"{where}the instance label (default: {DEFAULT_INSTANCE})"
+    )
+    now = time.time()
+    for option, which in (("--since", "before"), ("--until", "after")):
+        parser.add_argument(
+            option,
+            type=lambda text: moment_argument(text, now),
+            metavar="WHEN",
+            help=f"{where}leave out the metrics of events {which} WHEN: a time (2025-09-01, 2025-09-01T10:00:00Z; "
+            "UTC unless it says otherwise) or a duration before now (7d)",
+        )
+
+
+def moment_argument(text: str, now: float) -> float:
+    """An argparse type: a time, or a duration before ``now``."""
+    try:
+        return parse_moment(text, now)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
+
+
+def duration_argument(text: str) -> float:
+    """An argparse type: a Prometheus duration of at least a millisecond."""
+    try:
+        return parse_duration(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def run(args: argparse.Namespace) -> int:
@@ -109,18 +169,25 @@ def run(args: argparse.Namespace) -> int:
         print(f"otelguard replay: cannot serve metrics: {exc}", file=sys.stderr)
         return 2
     stop = threading.Event()
+    workdir = tempfile.mkdtemp(prefix="otelguard-replay-") if args.openmetrics else None
     with _stop_on_signals(stop):
         try:
             timelines = Timelines() if args.html else None
-            runner = ReplayRunner(
-                config,
-                telemetry,
-                agent=args.agent,
-                timelines=timelines,
-                max_detailed_sessions=args.detail_sessions,
-            )
-            _replay(args, files, runner, stop)
-            report = runner.finish()
+            options: dict[str, Any] = {
+                "agent": args.agent,
+                "timelines": timelines,
+                "max_detailed_sessions": args.detail_sessions,
+            }
+            if workdir is None:
+                runner = ReplayRunner(config, telemetry, **options)
+                _replay(args, files, runner, stop)
+                report = runner.finish()
+                exported = True
+            else:
+                timed = TimedRun(config, workdir, args.since, args.until, **options)
+                _replay(args, files, timed.sink, stop)
+                report = timed.finish()
+                exported = _write_openmetrics(args, timed, config)
             pushed = _push(args, registry)
             written = timelines is None or _write_html(args.html, report, timelines)
             _print_report(report, as_json=args.json)
@@ -132,12 +199,24 @@ def run(args: argparse.Namespace) -> int:
         finally:
             if server is not None:
                 server.shutdown()
-    return 1 if report.errors_total or not pushed or not written else 0
+            if workdir is not None:
+                shutil.rmtree(workdir, ignore_errors=True)
+    return 1 if report.errors_total or not pushed or not written or not exported else 0
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
-    if args.job is not None and args.pushgateway is None:
-        return "--job needs --pushgateway URL"
+    if args.job is not None and args.pushgateway is None and args.openmetrics is None:
+        return "--job needs --pushgateway URL or --openmetrics FILE"
+    if args.openmetrics is None and any(
+        value is not None for value in (args.instance, args.scrape_interval, args.since, args.until)
+    ):
+        return "--instance, --scrape-interval, --since and --until need --openmetrics FILE"
+    if args.since is not None and args.until is not None and args.since >= args.until:
+        return "--since must be before --until"
+    if args.openmetrics is not None:
+        problem = _openmetrics_problem(args)
+        if problem is not None:
+            return problem
     if args.idle_timeout is not None and not args.follow:
         return "--idle-timeout needs --follow"
     if args.idle_timeout is not None and args.idle_timeout <= 0:
@@ -151,15 +230,27 @@ def _usage_problem(args: argparse.Namespace) -> str | None:
     return None
 
 
+def _openmetrics_problem(args: argparse.Namespace) -> str | None:
+    if args.follow:
+        return "--openmetrics cannot be used with --follow (the file is written once, when the replay ends)"
+    if args.serve is not None or args.pushgateway is not None:
+        return "--openmetrics cannot be combined with --serve or --pushgateway"
+    return output_file_problem("--openmetrics", args.openmetrics)
+
+
+def output_file_problem(option: str, path: str) -> str | None:
+    target = Path(path)
+    if target.is_dir():
+        return f"{option} {path} is a directory; give a file name"
+    if not target.parent.is_dir():
+        return f"{option} {path}: directory {target.parent} does not exist"
+    return None
+
+
 def _html_problem(args: argparse.Namespace) -> str | None:
     if args.follow:
         return "--html cannot be used with --follow (the report is written once, when the replay ends)"
-    target = Path(args.html)
-    if target.is_dir():
-        return f"--html {args.html} is a directory; give a file name"
-    if not target.parent.is_dir():
-        return f"--html {args.html}: directory {target.parent} does not exist"
-    return None
+    return output_file_problem("--html", args.html)
 
 
 def _telemetry(args: argparse.Namespace, config: GuardConfig) -> tuple[Any, Any]:
@@ -185,7 +276,7 @@ def _serve(args: argparse.Namespace, registry: Any) -> Any:
     return serve_metrics(args.serve, args.addr, registry=registry)
 
 
-def _replay(args: argparse.Namespace, files: list[str], runner: ReplayRunner, stop: threading.Event) -> None:
+def _replay(args: argparse.Namespace, files: list[str], runner: EventSink, stop: threading.Event) -> None:
     if args.follow:
         follow_inputs(
             args.paths, args.format, runner, stop, args.idle_timeout, max_line_bytes=args.max_line_bytes
@@ -218,6 +309,58 @@ def _push(args: argparse.Namespace, registry: Any) -> bool:
     except (OSError, ValueError) as exc:
         print(f"otelguard replay: push to {args.pushgateway} failed: {exc}", file=sys.stderr)
         return False
+    return True
+
+
+def _write_openmetrics(args: argparse.Namespace, timed: TimedRun, config: GuardConfig) -> bool:
+    """Write ``--openmetrics``; sessions without timestamps are named on stderr and left out."""
+    from otelguard.replay.openmetrics import write_openmetrics
+
+    if timed.sink.untimed_sessions_total:
+        print(
+            f"otelguard replay: {timed.sink.untimed_sessions_total} session(s) without timestamps left out "
+            f"of {args.openmetrics}: {timed.untimed_names()}",
+            file=sys.stderr,
+        )
+    spill = timed.spill
+    if timed.events.failure is not None:
+        spill.close()
+        print(
+            f"otelguard replay: cannot write --openmetrics {args.openmetrics}: the replay's events "
+            f"could not be kept ({timed.events.failure})",
+            file=sys.stderr,
+        )
+        return False
+    try:
+        with open(args.openmetrics, "w", encoding="utf-8", errors="replace") as stream:
+            if spill.first is None or spill.last is None:
+                stream.write("# EOF\n")
+                print(
+                    f"otelguard replay: no timed events; {args.openmetrics} holds no samples", file=sys.stderr
+                )
+                return True
+            summary = write_openmetrics(
+                stream,
+                spill.drain(),
+                spill.first,
+                spill.last,
+                args.scrape_interval or parse_duration(DEFAULT_SCRAPE_INTERVAL),
+                config.telemetry,
+                job=args.job or DEFAULT_JOB,
+                instance=args.instance or DEFAULT_INSTANCE,
+            )
+    except OSError as exc:
+        print(
+            f"otelguard replay: cannot write --openmetrics {args.openmetrics}: {exc.strerror or exc}",
+            file=sys.stderr,
+        )
+        return False
+    finally:
+        spill.close()
+    print(
+        f"otelguard replay: wrote {summary.samples} samples of {summary.series} series to {args.openmetrics}",
+        file=sys.stderr,
+    )
     return True
 
 

@@ -16,7 +16,7 @@ from prometheus_client import REGISTRY
 
 from otelguard import ConfigError
 from otelguard.cli.config_messages import load_config
-from otelguard.config import StateSettings, effective_state, mask_url
+from otelguard.config import StateSettings, mask_url
 from otelguard.environment_variables import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.metrics_server import bind, tls_context
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
@@ -76,16 +76,16 @@ def run(args: argparse.Namespace) -> int:
     config = load_config("otelguard serve", args.config)
     if config is None:
         return 2
-    if uses_random_key(config.signature_key) and claim_random_key_note():
-        # sessions are compared by their hashes across restarts and replicas: say it at startup
-        print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
     spans = _span_export()
     if args.state:
         # every guard of this process reads the URL from here: the flag wins over the variable and
         # the config alike
         os.environ[OTELGUARD_STATE_URL] = args.state
     try:
-        state = effective_state(config)
+        state = config.effective_state()
+        if uses_random_key(config.signature_key) and claim_random_key_note():
+            # sessions are compared by their hashes across restarts and replicas: say it at startup
+            print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
         telemetry = Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY)
         sidecar = Sidecar(
             config,

@@ -3,6 +3,7 @@
 One event per line; ``user``/``assistant`` lines carry an Anthropic ``message``. An assistant message
 is often split over several lines with the same ``message.id``. Lines with ``isSidechain: true`` are a
 subagent's own conversation and form their own session (``<sessionId>:<sidechain root uuid>``).
+Every line's ``timestamp`` is kept: a call's time is its result's line, else its request's.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from otelguard.bounded_map import BoundedMap
 from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
+from otelguard.replay.times import parse_time
 
 __all__ = ["CLAUDE_CODE", "ClaudeCodeReader"]
 
@@ -31,7 +33,7 @@ class _Session:
         self.feed = SessionFeed(sink, key, dedupe=True)
         self._message_id: object = None
 
-    def assistant(self, line: int, message: dict[str, Any]) -> None:
+    def assistant(self, line: int, message: dict[str, Any], time: float | None) -> None:
         message_id = message.get("id")
         if message_id is None or message_id != self._message_id:
             self.feed.tick()  # one message split over several lines counts once
@@ -50,13 +52,13 @@ class _Session:
             if not isinstance(call_id, str) or not isinstance(name, str) or not name:
                 self.feed.error(line, f"message.content[{index}]: tool_use needs a string id and name")
                 continue
-            self.feed.add_call(ToolCall(call_id, name, block.get("input"), line))
+            self.feed.add_call(ToolCall(call_id, name, block.get("input"), line, time=time))
 
-    def user(self, line: int, message: dict[str, Any]) -> None:
+    def user(self, line: int, message: dict[str, Any], time: float | None) -> None:
         content = message.get("content")
         if isinstance(content, str):
             if not content.startswith(_NOT_A_PROMPT):
-                self.feed.start_turn()
+                self.feed.start_turn(time)
             return
         if not isinstance(content, list):
             self.feed.error(line, f"message.content is {type_name(content)}, expected a string or an array")
@@ -69,7 +71,7 @@ class _Session:
                     self.feed.error(line, f"message.content[{index}].tool_use_id is {type_name(call_id)}")
                     continue
                 failed = block.get("is_error") is True
-                add_tool_result(self.feed, call_id, result_text(block.get("content")), failed, line)
+                add_tool_result(self.feed, call_id, result_text(block.get("content")), failed, line, time)
             elif not (
                 isinstance(block, dict)
                 and isinstance(block.get("text"), str)
@@ -77,7 +79,7 @@ class _Session:
             ):
                 prompt = True
         if prompt:
-            self.feed.start_turn()
+            self.feed.start_turn(time)
 
 
 def _close(_session_id: str, session: _Session) -> None:
@@ -108,10 +110,11 @@ class ClaudeCodeReader:
         if kind == "user" and record.get("isMeta") is True:
             return
         session = self._session(self._session_id(record))
+        time = parse_time(record.get("timestamp"))
         if kind == "assistant":
-            session.assistant(line, message)
+            session.assistant(line, message, time)
         else:
-            session.user(line, message)
+            session.user(line, message, time)
 
     def close(self) -> None:
         self._sessions.evict(len(self._sessions))

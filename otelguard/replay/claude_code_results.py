@@ -103,12 +103,20 @@ def host_result(content: Any) -> HostResult | None:
     return HostResult(refusal=refusal) if refusal is not None else None
 
 
-def add_tool_result(feed: SessionFeed, call_id: str, text: Any, failed: bool, line: int) -> None:
+def add_tool_result(
+    feed: SessionFeed, call_id: str, text: Any, failed: bool, line: int, time: float | None = None
+) -> None:
     """Attach an Anthropic ``tool_result`` to its call, as cancelled or refused when Claude Code made it."""
     made_by_host = host_result(text)
     if made_by_host is None:
-        feed.add_result(call_id, text, failed, line)
+        feed.add_result(call_id, text, failed, line, time=time)
     else:
         feed.add_result(
-            call_id, text, failed, line, cancelled=made_by_host.cancelled, refusal=made_by_host.refusal
+            call_id,
+            text,
+            failed,
+            line,
+            cancelled=made_by_host.cancelled,
+            refusal=made_by_host.refusal,
+            time=time,
         )

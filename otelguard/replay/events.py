@@ -30,7 +30,9 @@ class ToolCall:
     never fed to the guard, because its outcome would have to be guessed: it is reported as an input
     error, unless ``in_progress`` says it is still running (made in the last model message of a
     transcript that ends there: a live session). ``cancelled`` marks a call the host cancelled before
-    it ran; ``refusal`` is the category of a host refusal.
+    it ran; ``refusal`` is the category of a host refusal. ``time`` (seconds since the epoch) is when
+    the transcript says the call ended: its result's line, else its request's; ``None`` when the
+    format records no time.
     """
 
     call_id: str | None
@@ -43,6 +45,7 @@ class ToolCall:
     cancelled: bool = False
     refusal: str | None = None
     in_progress: bool = False
+    time: float | None = None
 
 
 class EventSink(Protocol):
@@ -51,7 +54,8 @@ class EventSink(Protocol):
 
     def begin_session(self, key: SessionKey) -> None: ...
 
-    def start_turn(self, key: SessionKey) -> None: ...
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
+        """A user request starts a turn; ``time`` is its line's, when the format records one."""
 
     def tool_call(self, key: SessionKey, call: ToolCall) -> None: ...
 

@@ -101,10 +101,11 @@ class SessionFeed:
     def error(self, line: int | None, reason: str) -> None:
         self.sink.error(self.key.path, line, reason)
 
-    def start_turn(self) -> None:
-        """A new user request: a call of the previous turn still unanswered never will be."""
+    def start_turn(self, time: float | None = None) -> None:
+        """A new user request (at ``time``, when known): a call of the previous turn still unanswered
+        never will be."""
         self.drain()
-        self.sink.start_turn(self.key)
+        self.sink.start_turn(self.key, time)
 
     def tick(self) -> None:
         """One more model message; report the calls that waited too long."""
@@ -138,8 +139,10 @@ class SessionFeed:
         *,
         cancelled: bool = False,
         refusal: str | None = None,
+        time: float | None = None,
     ) -> None:
-        """Attach a result to its call; ``call_id=None`` answers the oldest unanswered legacy call."""
+        """Attach a result to its call; ``call_id=None`` answers the oldest unanswered legacy call.
+        ``time`` is the result line's: the call's time from then on (else its request's)."""
         if call_id is None:
             slot = self._oldest_legacy()
         else:
@@ -153,6 +156,8 @@ class SessionFeed:
             return
         call.result, call.failed, call.has_result = result, failed, True
         call.cancelled, call.refusal = cancelled, refusal
+        if time is not None:
+            call.time = time
         self._release_ready()
 
     def has_pending(self, slot: str) -> bool:

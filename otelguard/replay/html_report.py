@@ -73,8 +73,9 @@ a{color:inherit}figure.timeline:target{outline:2px solid var(--warned)}
 """
 
 
-def render_html(report: ReplayReport, timelines: Timelines) -> str:
-    """The whole page for ``report``; ``timelines`` holds the marks the runner kept."""
+def render_html(report: ReplayReport, timelines: Timelines, sections: Sequence[str] = ()) -> str:
+    """The whole page for ``report``; ``timelines`` holds the marks the runner kept. ``sections`` are
+    whole sections (already escaped HTML, e.g. the backtest's alerts) placed after the totals."""
     totals = report.totals()
     ranked = sorted(
         report.sessions, key=lambda s: session_rank(s.halts_total, s.decisions, s.seq), reverse=True
@@ -90,6 +91,7 @@ def render_html(report: ReplayReport, timelines: Timelines) -> str:
         "This page holds tool names, decision codes, counts, call ids, session ids and paths only: "
         "never arguments, results or error texts.</p>",
         _totals(totals),
+        *sections,
         _decisions(report, totals["decisions"]),
         _in_progress(totals["in_progress"]),
         _timelines(drawn, kept),
@@ -104,9 +106,11 @@ def render_html(report: ReplayReport, timelines: Timelines) -> str:
     return "\n".join(parts)
 
 
-def write_html(path: str | Path, report: ReplayReport, timelines: Timelines) -> int:
+def write_html(
+    path: str | Path, report: ReplayReport, timelines: Timelines, sections: Sequence[str] = ()
+) -> int:
     """Write the page; returns its size in bytes. A lone surrogate in a name is written as ``?``."""
-    body = render_html(report, timelines).encode("utf-8", "replace")
+    body = render_html(report, timelines, sections).encode("utf-8", "replace")
     Path(path).write_bytes(body)
     return len(body)
 

@@ -35,6 +35,7 @@ import orjson
 
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
+from otelguard.replay.times import parse_time
 
 __all__ = ["MINI_SWE_AGENT", "MiniSweAgentReader", "is_mini_swe_agent_messages"]
 
@@ -90,6 +91,7 @@ class _Run:
         self._actions = 0
         self._started = False
         self._ended = False
+        self._time: float | None = None  # the message being read: recent versions stamp it in extra
 
     def message(self, line: int, message: Any, where: str) -> None:
         if not isinstance(message, dict):
@@ -97,6 +99,7 @@ class _Run:
             return
         if self._ended:
             return
+        self._time = parse_time(_extra(message).get("timestamp"))
         role = message.get("role")
         kind = message.get("type")
         if role == "assistant" or (role is None and isinstance(message.get("output"), list)):
@@ -149,7 +152,7 @@ class _Run:
             self.feed.error(line, f"tool call id {call_id} repeats a call still waiting for its result")
             return
         # arguments stay as recorded: the guard parses a JSON string and hashes an invalid one raw
-        self.feed.add_call(ToolCall(call_id, name, arguments, line))
+        self.feed.add_call(ToolCall(call_id, name, arguments, line, time=self._time))
         self._waiting.append(call_id)
 
     def _text_actions(self, line: int, message: dict[str, Any], where: str) -> None:
@@ -167,7 +170,7 @@ class _Run:
                 continue
             self._actions += 1
             slot = f"{_SLOT}{self._actions}"
-            self.feed.add_call(ToolCall(None, TOOL_NAME, {"command": command}, line), slot)
+            self.feed.add_call(ToolCall(None, TOOL_NAME, {"command": command}, line, time=self._time), slot)
             self._waiting.append(slot)
 
     # --- results ----------------------------------------------------------------------------------
@@ -194,16 +197,16 @@ class _Run:
         slot = next((slot for slot in self._waiting if slot.startswith(_SLOT)), None)
         if not self._started:  # the task
             self._started = True
-            self.feed.start_turn()
+            self.feed.start_turn(self._time)
         elif interrupt == _NEW_TASK or (interrupt not in (None, _FORMAT_ERROR) and self._waiting):
             while self._waiting:  # the user stopped the calls before they ran
                 waiting = self._waiting.popleft()
                 if interrupt == _REJECTED:
-                    self.feed.add_result(waiting, text, True, line, refusal="user_rejected")
+                    self.feed.add_result(waiting, text, True, line, refusal="user_rejected", time=self._time)
                 else:
-                    self.feed.add_result(waiting, text, None, line, cancelled=True)
+                    self.feed.add_result(waiting, text, None, line, cancelled=True, time=self._time)
             if interrupt == _NEW_TASK:
-                self.feed.start_turn()
+                self.feed.start_turn(self._time)
         elif slot is not None:
             self._waiting.remove(slot)
             self._answer(slot, text, extra, line)
@@ -220,13 +223,15 @@ class _Run:
         text = _text(message.get("content"))
         submitted = _extra(message).get("exit_status") == "Submitted"
         while self._waiting:
-            self.feed.add_result(self._waiting.popleft(), text, False if submitted else None, line)
+            self.feed.add_result(
+                self._waiting.popleft(), text, False if submitted else None, line, time=self._time
+            )
 
     def _answer(self, slot: str, text: str, extra: dict[str, Any], line: int) -> None:
         if extra.get("exception_info") == _NOT_EXECUTED:
-            self.feed.add_result(slot, text, None, line, cancelled=True)
+            self.feed.add_result(slot, text, None, line, cancelled=True, time=self._time)
         else:
-            self.feed.add_result(slot, text, _failed(text, extra), line)
+            self.feed.add_result(slot, text, _failed(text, extra), line, time=self._time)
 
 
 def _head(text: str) -> str:

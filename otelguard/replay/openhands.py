@@ -15,6 +15,8 @@ shares its ``tool_call_id``; a user ``MessageEvent`` starts a turn.
 An observation ``user_rejected`` (the user declined the action in confirmation mode) is a refusal of
 category ``user_rejected``. A user ``message`` action starts a turn. ``finish`` ends the run and ``message``/``reject`` speak to
 the user: the host never answers those with an observation, so they count as calls that succeeded.
+Every event's ``timestamp`` is kept (naive times are UTC): a call's time is its observation's, else
+its action's.
 """
 
 from __future__ import annotations
@@ -24,6 +26,7 @@ from typing import Any, Final
 from otelguard.bounded_map import BoundedMap
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
+from otelguard.replay.times import parse_time
 
 __all__ = ["OPENHANDS", "OpenHandsReader"]
 
@@ -57,15 +60,16 @@ class _Events:
             self.feed.error(line, f"{where}expected an event object, got {type_name(event)}")
             return
         kind = event.get("kind")
+        time = parse_time(event.get("timestamp"))
         if isinstance(kind, str) and kind in _SDK_KINDS:
-            self._sdk_event(line, event, kind, where)
+            self._sdk_event(line, event, kind, where, time)
         elif "observation" in event:
-            self._observation(line, event)
+            self._observation(line, event, time)
         elif "action" in event:
             self.feed.tick()
-            self._action(line, event, where)
+            self._action(line, event, where, time)
 
-    def _sdk_event(self, line: int, event: dict[str, Any], kind: str, where: str) -> None:
+    def _sdk_event(self, line: int, event: dict[str, Any], kind: str, where: str, time: float | None) -> None:
         """An event of the OpenHands agent SDK (V1): typed by ``kind``, calls and answers share
         ``tool_call_id``, an answer names its action by ``action_id``."""
         if kind in _SDK_CALLS:
@@ -73,38 +77,38 @@ class _Events:
             tool_call = event.get("tool_call")
             args = tool_call.get("arguments") if isinstance(tool_call, dict) else None
             self._queue_call(
-                line, event, event.get("tool_name"), event.get("tool_call_id"), args, where, "tool_name"
+                line, event, event.get("tool_name"), event.get("tool_call_id"), args, where, "tool_name", time
             )
         elif kind in _SDK_ANSWERS:
             slot = self._answered_slot(_slot_of_cause(event.get("action_id")), event.get("tool_call_id"))
             if slot is None:
                 return
             if kind == "UserRejectObservation":
-                self.feed.add_result(slot, None, True, line, refusal=_USER_REJECTED)
+                self.feed.add_result(slot, None, True, line, refusal=_USER_REJECTED, time=time)
             elif kind == "AgentErrorEvent":
-                self.feed.add_result(slot, result_text(event.get("error")), True, line)
+                self.feed.add_result(slot, result_text(event.get("error")), True, line, time=time)
             else:
                 observation = event.get("observation")
                 content = observation.get("content") if isinstance(observation, dict) else observation
-                self.feed.add_result(slot, result_text(content), _sdk_failed(observation), line)
+                self.feed.add_result(slot, result_text(content), _sdk_failed(observation), line, time=time)
         elif kind == "MessageEvent" and event.get("source") == "user":
-            self.feed.start_turn()
+            self.feed.start_turn(time)
 
-    def _action(self, line: int, event: dict[str, Any], where: str) -> None:
+    def _action(self, line: int, event: dict[str, Any], where: str, time: float | None) -> None:
         meta = event.get("tool_call_metadata")
         if not isinstance(meta, dict):
             if event.get("source") == "user" and event.get("action") == "message":
-                self.feed.start_turn()
+                self.feed.start_turn(time)
             return
         args = _model_arguments(meta.get("model_response"), meta.get("tool_call_id"))
         if args is None:
             args = event.get("args")
         name_field = "tool_call_metadata.function_name"
         slot = self._queue_call(
-            line, event, meta.get("function_name"), meta.get("tool_call_id"), args, where, name_field
+            line, event, meta.get("function_name"), meta.get("tool_call_id"), args, where, name_field, time
         )
         if slot is not None and event.get("action") in _ANSWERED_BY_DESIGN:
-            self.feed.add_result(slot, None, False, line)
+            self.feed.add_result(slot, None, False, line, time=time)
 
     def _queue_call(
         self,
@@ -115,6 +119,7 @@ class _Events:
         args: Any,
         where: str,
         name_field: str,
+        time: float | None,
     ) -> str | None:
         """Queue one call; returns the slot its answer is matched by (None when it is unusable)."""
         if not isinstance(name, str) or not name:
@@ -129,7 +134,7 @@ class _Events:
         else:
             self.feed.error(line, f"{where}action has neither an id nor a tool_call_id; not replayed")
             return None
-        self.feed.add_call(ToolCall(call_id, name, args, line), slot)
+        self.feed.add_call(ToolCall(call_id, name, args, line, time=time), slot)
         if call_id is not None:
             self._slot_of_call_id.put(call_id, slot)
         return slot
@@ -140,7 +145,7 @@ class _Events:
             slot = self._slot_of_call_id.get(call_id) if isinstance(call_id, str) else None
         return slot if slot is not None and self.feed.has_pending(slot) else None
 
-    def _observation(self, line: int, event: dict[str, Any]) -> None:
+    def _observation(self, line: int, event: dict[str, Any], time: float | None) -> None:
         meta = event.get("tool_call_metadata")
         call_id = meta.get("tool_call_id") if isinstance(meta, dict) else None
         slot = self._answered_slot(_slot_of_cause(event.get("cause")), call_id)
@@ -148,9 +153,9 @@ class _Events:
             return  # observations of user messages, state changes, ...: no tool call to answer
         content = result_text(event.get("content"))
         if event.get("observation") == _USER_REJECTED:  # the user declined it in confirmation mode
-            self.feed.add_result(slot, content, True, line, refusal=_USER_REJECTED)
+            self.feed.add_result(slot, content, True, line, refusal=_USER_REJECTED, time=time)
         else:
-            self.feed.add_result(slot, content, _failed(event), line)
+            self.feed.add_result(slot, content, _failed(event), line, time=time)
 
 
 def _slot_of_cause(cause: Any) -> str | None:

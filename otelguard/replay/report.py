@@ -191,7 +191,7 @@ class ReplayReport:
         entry = (session.detail_rank(), -self._totals.sessions, session)  # unique: never compares sessions
         if len(self._detailed) < self.max_detailed_sessions:
             heapq.heappush(self._detailed, entry)
-        elif entry[:2] > self._detailed[0][:2]:
+        elif self._detailed and entry[:2] > self._detailed[0][:2]:
             heapq.heapreplace(self._detailed, entry)  # the lowest-ranked kept session is only counted
 
     def add_error(self, error: ErrorRecord) -> None:

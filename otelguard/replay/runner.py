@@ -93,7 +93,7 @@ class ReplayRunner:
         self._open[key] = _Session(self._seq, guard, report, marks=marks)
         self._input(key.path).sessions += 1
 
-    def start_turn(self, key: SessionKey) -> None:
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
         session = self._session(key)
         if session.turn_open:
             self._end_turn(session)

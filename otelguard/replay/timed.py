@@ -1,0 +1,324 @@
+"""A replay that keeps the transcripts' times: every guard event stamped, then read back in time order.
+
+The replay runs file by file and session by session, but a live exporter saw the sessions of every
+file interleaved in time. ``TimedReplay`` wraps the ``ReplayRunner``: it follows each session's
+latest time (a call's time is its result's line, else its request's; a turn ends at the latest time
+of the turn) and points a ``Clock`` at it, so ``TimedEvents`` — the observer every guard of the
+replay reports to — stamps each call end, turn end and internal error with its transcript time and
+hands it to a ``TimeSortedSpill``. The spill sorts in bounded memory (sorted runs on disk, merged on
+the way out), so a history of any size is read back in time order.
+
+A session whose transcript records no time at all is named and left out; an event before its
+session's first time is counted and left out.
+"""
+
+from __future__ import annotations
+
+import heapq
+import os
+import pickle
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import IO, Any, Final
+
+from otelguard.config import GuardConfig, TelemetrySettings
+from otelguard.decisions import CAP_SESSION, CAP_TURN, Decision, TurnSummary
+from otelguard.observers import CallEvent, GuardObserver
+from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.replay.report import MAX_LISTED, ReplayReport
+from otelguard.replay.runner import ReplayRunner
+
+__all__ = [
+    "CALL",
+    "INTERNAL_ERROR",
+    "TURN",
+    "Clock",
+    "TimeSortedSpill",
+    "TimedEvents",
+    "TimedReplay",
+    "TimedRun",
+    "counted_decisions",
+]
+
+CALL: Final = 0
+TURN: Final = 1
+INTERNAL_ERROR: Final = 2
+RUN_RECORDS: Final = 20_000
+"""Events held in memory before a sorted run goes to disk: the spill's memory bound."""
+_BATCH: Final = 1000
+_CAP_CODES: Final = frozenset((CAP_TURN, CAP_SESSION))
+
+
+def counted_decisions(call: CallEvent) -> tuple[Decision, ...]:
+    """The non-allow decisions a call reports, as telemetry counts them: a call that ran after a
+    non-allow ``before_call`` decision has two."""
+    decision, before = call.decision, call.before
+    both = before.action != "allow" and before is not decision and before != decision
+    found = (before,) if both else ()
+    return (*found, decision) if decision.action != "allow" else found
+
+
+@dataclass(slots=True)
+class Clock:
+    """The time and session of the event being replayed (``now`` is ``None`` when unknown)."""
+
+    now: float | None = None
+    key: SessionKey | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class MarkedCall:
+    """A call with a halt or a cap hit: kept with its session, for the backtest's report."""
+
+    call: CallEvent
+    key: SessionKey
+
+
+class TimeSortedSpill:
+    """``(time, item)`` pairs in, the same pairs out in time order (ties in the order they came).
+
+    At most ``run_records`` pairs are held in memory; each full batch is sorted and pickled to a run
+    file in ``directory``, and ``drain`` merges the runs. The files are private temporary data; only
+    ``close`` (or the directory's removal) deletes them.
+    """
+
+    def __init__(self, directory: str | Path, run_records: int = RUN_RECORDS) -> None:
+        self._directory = Path(directory)
+        self._run_records = run_records
+        self._buffer: list[tuple[float, int, Any]] = []
+        self._runs: list[Path] = []
+        self._files = 0
+        self._seq = 0
+        self.first: float | None = None
+        self.last: float | None = None
+
+    def __len__(self) -> int:
+        return self._seq
+
+    def add(self, time: float, item: Any) -> None:
+        self._buffer.append((time, self._seq, item))
+        self._seq += 1
+        if self.first is None or time < self.first:
+            self.first = time
+        if self.last is None or time > self.last:
+            self.last = time
+        if len(self._buffer) >= self._run_records:
+            self._write_run()
+
+    def drain(self) -> Iterator[tuple[float, Any]]:
+        """Every pair, oldest first. Call once."""
+        self._buffer.sort(key=_time_and_seq)
+        sources: list[Iterator[tuple[float, int, Any]]] = [_read_run(path) for path in self._runs]
+        sources.append(iter(self._buffer))
+        for time, _seq, item in heapq.merge(*sources, key=_time_and_seq):
+            yield time, item
+
+    def close(self) -> None:
+        for path in self._runs:
+            path.unlink(missing_ok=True)
+        self._runs.clear()
+        self._buffer.clear()
+
+    def _write_run(self) -> None:
+        self._buffer.sort(key=_time_and_seq)
+        self._files += 1
+        path = self._directory / f"events-{self._files:05d}.run"
+        descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(descriptor, "wb") as stream:
+            for start in range(0, len(self._buffer), _BATCH):
+                pickle.dump(self._buffer[start : start + _BATCH], stream, protocol=pickle.HIGHEST_PROTOCOL)
+        self._runs.append(path)
+        self._buffer = []
+
+
+def _time_and_seq(record: tuple[float, int, Any]) -> tuple[float, int]:
+    return record[0], record[1]
+
+
+def _read_run(path: Path) -> Iterator[tuple[float, int, Any]]:
+    with path.open("rb") as stream:
+        yield from _batches(stream)
+
+
+def _batches(stream: IO[bytes]) -> Iterator[tuple[float, int, Any]]:
+    while True:
+        try:
+            batch = pickle.load(stream)  # our own run file, written above: never outside data
+        except EOFError:
+            return
+        yield from batch
+
+
+class TimedEvents(GuardObserver):
+    """The observer every guard of a timed replay reports to (passed as the runner's telemetry: its
+    ``bind`` returns itself). Each event goes to the spill at the clock's time. A replay's guards
+    have no session id, so they never use a shared state store and make no state reports."""
+
+    wants_call_start = False
+
+    def __init__(
+        self, clock: Clock, spill: TimeSortedSpill, since: float | None = None, until: float | None = None
+    ) -> None:
+        self.clock = clock
+        self.spill = spill
+        self.since = since
+        self.until = until
+        self.outside_events = 0
+        """Events left out because they happened before ``since`` or after ``until``."""
+        self.settings = TelemetrySettings()
+        self.untimed_events = 0
+        """Events left out because their session had shown no time yet."""
+        self.failure: Exception | None = None
+        """Why events could not be kept (a full disk, ...): the metrics are then incomplete."""
+
+    def bind(self, settings: TelemetrySettings | None = None) -> TimedEvents:
+        if settings is not None:
+            self.settings = settings
+        return self
+
+    def on_call_end(self, call: CallEvent, token: object) -> None:
+        now, key = self.clock.now, self.clock.key
+        if now is None or key is None:
+            self.untimed_events += 1
+            return
+        marked = any(d.should_halt or d.code in _CAP_CODES for d in counted_decisions(call))
+        self._keep(now, (CALL, MarkedCall(call, key) if marked else call))
+
+    def on_turn_end(self, summary: TurnSummary) -> None:
+        now = self.clock.now
+        if now is None:
+            self.untimed_events += 1
+            return
+        # a TurnSummary holds read-only mappings, which do not pickle: keep what telemetry reads
+        slim = TurnSummary(
+            summary.turn_id,
+            summary.agent,
+            summary.tool_calls,
+            summary.halted,
+            summary.halt_decision,
+            cap_usage={},
+            cap_usage_ratio=dict(summary.cap_usage_ratio),
+            session_cap_usage={},
+            decisions={},
+        )
+        self._keep(now, (TURN, slim))
+
+    def on_internal_error(self, stage: str) -> None:
+        if self.clock.now is None:
+            self.untimed_events += 1
+            return
+        self._keep(self.clock.now, (INTERNAL_ERROR, stage))
+
+    def _keep(self, now: float, item: tuple[int, Any]) -> None:
+        """Spill one event. The guard isolates an observer's errors (it logs them and goes on), but a
+        lost event would silently falsify the metrics: the first failure is kept for ``failure``."""
+        if self.failure is not None:
+            return
+        if (self.since is not None and now < self.since) or (self.until is not None and now > self.until):
+            self.outside_events += 1
+            return
+        try:
+            self.spill.add(now, item)
+        except Exception as exc:
+            self.failure = exc
+
+
+@dataclass(slots=True)
+class _Times:
+    last: float | None = None
+    events: int = 0
+
+
+class TimedReplay:
+    """The event sink of a timed replay: follows each session's latest time, points the clock at the
+    right one before the runner (and so the guard and ``TimedEvents``) sees an event, and forwards
+    everything to the runner."""
+
+    def __init__(self, runner: ReplayRunner, clock: Clock) -> None:
+        self.runner = runner
+        self.clock = clock
+        self._times: dict[SessionKey, _Times] = {}
+        self.untimed_sessions: list[SessionKey] = []
+        self.untimed_sessions_total = 0
+
+    def describe_input(self, path: str, fmt: str) -> None:
+        self.runner.describe_input(path, fmt)
+
+    def begin_session(self, key: SessionKey) -> None:
+        if key in self._times:  # the runner closes the earlier session of that id first
+            self.end_session(key)
+        self._times[key] = _Times()
+        self.runner.begin_session(key)
+
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
+        times = self._at(key)  # the turn that ends now ends at its latest time
+        self.runner.start_turn(key, time)
+        times.events += 1
+        if time is not None and (times.last is None or time > times.last):
+            times.last = time
+
+    def tool_call(self, key: SessionKey, call: ToolCall) -> None:
+        times = self._at(key)
+        times.events += 1
+        if call.time is not None:
+            self.clock.now = call.time
+            if times.last is None or call.time > times.last:
+                times.last = call.time
+        self.runner.tool_call(key, call)
+
+    def end_session(self, key: SessionKey) -> None:
+        times = self._at(key)
+        self.runner.end_session(key)
+        self._times.pop(key, None)
+        if times.last is None and times.events:
+            self.untimed_sessions_total += 1
+            if len(self.untimed_sessions) < MAX_LISTED:
+                self.untimed_sessions.append(key)
+
+    def error(self, path: str, line: int | None, reason: str) -> None:
+        self.runner.error(path, line, reason)
+
+    def finish(self) -> ReplayReport:
+        for key in list(self._times):
+            self.end_session(key)
+        return self.runner.finish()
+
+    def _at(self, key: SessionKey) -> _Times:
+        times = self._times.get(key)
+        if times is None:
+            times = self._times[key] = _Times()
+        self.clock.now, self.clock.key = times.last, key
+        return times
+
+
+class TimedRun:
+    """A replay that keeps times: the runner, the sink to feed, and the spill the events go to.
+
+    ``directory`` holds the spill's run files (a private temporary directory the caller removes).
+    Events before ``since`` or after ``until`` are left out (the guard still sees every call, so
+    its state at ``since`` is what it would have been).
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig,
+        directory: str | Path,
+        since: float | None = None,
+        until: float | None = None,
+        **runner_options: Any,
+    ) -> None:
+        self.clock = Clock()
+        self.spill = TimeSortedSpill(directory)
+        self.events = TimedEvents(self.clock, self.spill, since, until)
+        self.runner = ReplayRunner(config, self.events, **runner_options)
+        self.sink = TimedReplay(self.runner, self.clock)
+
+    def finish(self) -> ReplayReport:
+        return self.sink.finish()
+
+    def untimed_names(self, limit: int = 20) -> str:
+        """The sessions without timestamps, for one line on stderr."""
+        names = [f"{key.path} ({key.session_id})" for key in self.sink.untimed_sessions[:limit]]
+        more = self.sink.untimed_sessions_total - len(names)
+        return ", ".join(names) + (f" and {more} more" if more > 0 else "")

@@ -1,0 +1,132 @@
+"""Fleets of timestamped Claude Code sessions for the backtest tests and measurements.
+
+Each session is one ``<session-id>.jsonl`` file as Claude Code writes it under
+``~/.claude/projects/<project>/``: user and assistant lines with ``sessionId``, ``uuid`` and an ISO
+``timestamp``, tool calls as ``tool_use`` blocks and their results as ``tool_result`` blocks one or
+two seconds later. The guard's defaults cap a turn at 50 web searches and 50 subagents, so a runaway
+turn makes 51 and hits the cap on its last one.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+UTC = timezone.utc
+DAY = datetime(2025, 3, 3, tzinfo=UTC)
+"""The fixed day the fleets live on (a Monday)."""
+
+RUNAWAY_CALLS = 51
+"""One more than the default turn caps of web_search and subagents."""
+
+_HEALTHY_TOOLS = ("Read", "Grep", "Glob", "Bash", "Edit", "Write", "WebSearch", "WebFetch")
+
+
+def stamp(moment: datetime) -> str:
+    return moment.astimezone(UTC).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass
+class SessionWriter:
+    """Builds one session's lines; ``call`` adds a tool call and its result."""
+
+    session_id: str
+    timestamps: bool = True
+    lines: list[dict[str, Any]] = field(default_factory=list)
+    calls: list[tuple[datetime, str]] = field(default_factory=list)
+    _serial: int = 0
+
+    def _line(self, kind: str, moment: datetime, message: dict[str, Any]) -> None:
+        self._serial += 1
+        line: dict[str, Any] = {
+            "type": kind,
+            "sessionId": self.session_id,
+            "uuid": f"{self.session_id}-{self._serial}",
+            "isSidechain": False,
+            "message": message,
+        }
+        if self.timestamps:
+            line["timestamp"] = stamp(moment)
+        self.lines.append(line)
+
+    def prompt(self, moment: datetime, text: str = "please look into it") -> None:
+        self._line("user", moment, {"role": "user", "content": text})
+
+    def call(
+        self, moment: datetime, tool: str, args: dict[str, Any], result: str, *, error: bool = False
+    ) -> None:
+        call_id = f"toolu_{self.session_id[:8]}_{self._serial:05d}"
+        use = {"type": "tool_use", "id": call_id, "name": tool, "input": args}
+        self._line(
+            "assistant",
+            moment,
+            {"id": f"msg_{call_id}", "role": "assistant", "content": [use]},
+        )
+        answer = {"type": "tool_result", "tool_use_id": call_id, "content": result, "is_error": error}
+        done = moment + timedelta(seconds=1)
+        self._line("user", done, {"role": "user", "content": [answer]})
+        self.calls.append((done, tool))
+
+    def write(self, directory: Path) -> Path:
+        path = directory / f"{self.session_id}.jsonl"
+        path.write_text("".join(json.dumps(line) + "\n" for line in self.lines), encoding="utf-8")
+        return path
+
+
+def healthy_session(
+    session_id: str, start: datetime, rng: random.Random, *, timestamps: bool = True
+) -> SessionWriter:
+    """One to three turns of a few varied calls each: reads, searches and edits with distinct
+    arguments, the odd failing command; nothing any detector or cap stops."""
+    writer = SessionWriter(session_id, timestamps)
+    moment = start
+    for turn in range(rng.randint(1, 3)):
+        writer.prompt(moment, f"task {turn} of {session_id}")
+        for index in range(rng.randint(3, 10)):
+            moment += timedelta(seconds=rng.randint(4, 20))
+            tool = _HEALTHY_TOOLS[(index + turn) % len(_HEALTHY_TOOLS)]
+            args = {"target": f"{session_id}/{turn}/{index}"}
+            writer.call(moment, tool, args, f"output {session_id} {turn} {index}", error=rng.random() < 0.05)
+        moment += timedelta(seconds=rng.randint(20, 90))
+    return writer
+
+
+def runaway_session(session_id: str, start: datetime, tool: str, *, spacing: float = 0.9) -> SessionWriter:
+    """One turn that calls ``tool`` (``WebSearch`` or ``Task``) 51 times with distinct arguments, a
+    call every ``spacing`` seconds: the 51st hits the turn cap and halts the turn."""
+    writer = SessionWriter(session_id)
+    writer.prompt(start, "find everything about it")
+    for index in range(RUNAWAY_CALLS):
+        moment = start + timedelta(seconds=1 + index * spacing)
+        args = (
+            {"query": f"{session_id} angle {index}"} if tool == "WebSearch" else {"prompt": f"part {index}"}
+        )
+        writer.call(moment, tool, args, f"{tool} answer {session_id} {index}")
+    return writer
+
+
+def runaway_minutes(prefix: str, start: datetime, minutes: int, tool: str) -> Iterator[SessionWriter]:
+    """A runaway session starting every minute for ``minutes`` minutes."""
+    for minute in range(minutes):
+        yield runaway_session(f"{prefix}-{minute:03d}", start + timedelta(minutes=minute), tool)
+
+
+def healthy_sessions(
+    prefix: str, start: datetime, end: datetime, every: timedelta, seed: int = 7
+) -> Iterator[SessionWriter]:
+    rng = random.Random(seed)
+    moment, serial = start, 0
+    while moment < end:
+        yield healthy_session(f"{prefix}-{serial:05d}", moment, rng)
+        moment += every
+        serial += 1
+
+
+def write_fleet(directory: Path, sessions: Iterator[SessionWriter]) -> list[Path]:
+    directory.mkdir(parents=True, exist_ok=True)
+    return [session.write(directory) for session in sessions]
