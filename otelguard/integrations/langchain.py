@@ -31,6 +31,7 @@ from typing import Annotated, Any, Final
 from otelguard.caps import SharedSessionCaps
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
+from otelguard.guard import Guard
 from otelguard.integrations._protocol import (
     CallMemory,
     errored,
@@ -182,10 +183,12 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
-        call, refused = self._start(request)
-        if refused is not None:
-            return refused
-        with _in_flight(call.session):
+        thread_id = _thread_id()
+        session = self._session(thread_id)
+        with _in_flight(session):
+            call, refused = self._start(request, session, thread_id)
+            if refused is not None:
+                return refused
             try:
                 result = handler(request)
             except GraphBubbleUp:
@@ -199,10 +202,12 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> ToolResult:
-        call, refused = self._start(request)
-        if refused is not None:
-            return refused
-        with _in_flight(call.session):
+        thread_id = _thread_id()
+        session = self._session(thread_id)
+        with _in_flight(session):
+            call, refused = self._start(request, session, thread_id)
+            if refused is not None:
+                return refused
             try:
                 result = await handler(request)
             except GraphBubbleUp:
@@ -213,11 +218,12 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
                 raise
             return call.finish(result)
 
-    def _start(self, request: ToolCallRequest) -> tuple[_Call, ToolMessage | None]:
+    def _start(
+        self, request: ToolCallRequest, session: Session, thread_id: str
+    ) -> tuple[_Call, ToolMessage | None]:
         """The call's ``before_call``, unless it is an interrupted call running again on resume
         (the guard already counted and allowed it)."""
-        thread_id = _thread_id()
-        call = _Call(self._session(thread_id), request.tool_call, thread_id)
+        call = _Call(session.main, request.tool_call, thread_id)
         if self._paused.take(call.paused_key) is not None:
             return call, None
         refused = refusal(call.guard, call.name, call.args, call.call_id)
@@ -292,12 +298,11 @@ def _tool_calls(response: Any) -> int:
 class _Call:
     """One tool call of the model, as the guard sees it."""
 
-    __slots__ = ("args", "call_id", "guard", "name", "paused_key", "session")
+    __slots__ = ("args", "call_id", "guard", "name", "paused_key")
 
-    def __init__(self, session: Session, tool_call: Any, thread_id: str) -> None:
+    def __init__(self, guard: Guard, tool_call: Any, thread_id: str) -> None:
         call_id = tool_call.get("id")
-        self.session = session
-        self.guard = session.main
+        self.guard = guard
         self.name: str = tool_call["name"]
         self.args = tool_call.get("args")
         self.call_id = call_id if isinstance(call_id, str) else None

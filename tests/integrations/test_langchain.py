@@ -470,6 +470,35 @@ def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig:
     assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
 
 
+def test_a_refused_call_of_a_failing_batch_does_not_hold_the_errored_turn_open(rig: Rig) -> None:
+    """The cap refuses one call of the batch (it never reaches the tool) and another raises: the
+    refused call is over too, so the turn ends as errored with the run."""
+
+    @tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "results"
+
+    @tool
+    def explode(x: int) -> str:
+        """Always raises."""
+        raise ValueError("boom")
+
+    config = GuardConfig(caps={"on_hit": "reject", "turn": {"web_search": 1}})
+    batch = calls(("web_search", {"query": "a"}), ("web_search", {"query": "b"}), ("explode", {"x": 1}))
+    agent = create_agent(
+        model(lambda messages: batch),
+        [web_search, explode],
+        middleware=[GuardMiddleware(config, telemetry=rig.telemetry())],
+    )
+    with pytest.raises(ValueError, match="boom"):
+        agent.invoke({"messages": [HumanMessage("go")]})
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="rejected") == 1
+    )
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+
+
 def test_a_model_error_a_retry_middleware_listed_after_the_guard_recovers_is_no_error(rig: Rig) -> None:
     failures = Counter()
 
