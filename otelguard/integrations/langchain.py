@@ -183,40 +183,43 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
-        thread_id = _thread_id()
-        session = self._session(thread_id)
+        session, thread_id = self._session_and_thread()
         with _in_flight(session):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
-            try:
+            with self._running(call):
                 result = handler(request)
-            except GraphBubbleUp:
-                self._paused.add(call.paused_key, True)  # an interrupt: control flow, not a failure
-                raise
-            except Exception as error:
-                raised(call.guard, call.name, call.args, error, call.call_id)
-                raise
             return call.finish(result)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> ToolResult:
-        thread_id = _thread_id()
-        session = self._session(thread_id)
+        session, thread_id = self._session_and_thread()
         with _in_flight(session):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
-            try:
+            with self._running(call):
                 result = await handler(request)
-            except GraphBubbleUp:
-                self._paused.add(call.paused_key, True)
-                raise
-            except Exception as error:
-                raised(call.guard, call.name, call.args, error, call.call_id)
-                raise
             return call.finish(result)
+
+    @contextmanager
+    def _running(self, call: _Call) -> Iterator[None]:
+        """The tool runs: an exception is the call's failure, and is raised on as without the
+        middleware; an interrupt is control flow, not a failure (the call runs again on resume)."""
+        try:
+            yield
+        except GraphBubbleUp:
+            self._paused.add(call.paused_key, True)
+            raise
+        except Exception as error:
+            raised(call.guard, call.name, call.args, error, call.call_id)
+            raise
+
+    def _session_and_thread(self) -> tuple[Session, str]:
+        thread_id = _thread_id()
+        return self._session(thread_id), thread_id
 
     def _start(
         self, request: ToolCallRequest, session: Session, thread_id: str
