@@ -18,6 +18,7 @@ HOOK_EVENTS: Final = (
     "PostToolUse",
     "PostToolUseFailure",
     "Stop",
+    "StopFailure",
     "SubagentStop",
     "SessionEnd",
     "PermissionDenied",

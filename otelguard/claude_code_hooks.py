@@ -8,8 +8,10 @@ Events: ``UserPromptSubmit`` starts a turn (no output: anything printed there wo
 model's context); ``PreToolUse`` asks ``before_call``; ``PostToolUse`` and ``PostToolUseFailure``
 report through ``after_call`` (an interrupted call, ``is_interrupt: true``, is cancelled, not
 failed); ``PermissionDenied`` is a refusal (``refusal="permission_denied"``); ``Stop`` ends the turn;
-``SubagentStop`` ends a subagent's turn; ``SessionEnd`` ends the session's open turns and forgets it. Payloads with an ``agent_id`` come from a subagent: its calls are a turn stream of their
-own inside the session, sharing the session's caps.
+``StopFailure`` (a turn that an API error ended) ends it as ``errored``; ``SubagentStop`` ends a
+subagent's turn; ``SessionEnd`` ends the session's open turns and forgets it. Payloads with an
+``agent_id`` come from a subagent: its calls are a turn stream of their own inside the session,
+sharing the session's caps.
 
 Output rules Claude Code enforces silently: every ``hookSpecificOutput`` names its
 ``hookEventName``; an allowed call gets no ``permissionDecision`` at all (``"allow"`` would skip
@@ -89,8 +91,8 @@ class ClaudeCodeHooks:
         if event == "UserPromptSubmit":
             session.start_turn()
             return None
-        if event == "Stop":
-            session.end_turn()
+        if event == "Stop" or event == "StopFailure":  # Claude Code ignores StopFailure's output
+            session.end_turn(errored=event == "StopFailure")
             return None
         if event == "SubagentStop":
             if agent_id is not None:

@@ -17,11 +17,13 @@ __all__ = [
     "CODES",
     "LOOP_CODES",
     "NON_LOOP_CODES",
+    "TURN_OUTCOMES",
     "Action",
     "Decision",
     "Outcome",
     "Signature",
     "ToolClass",
+    "TurnOutcome",
     "TurnSummary",
 ]
 
@@ -29,6 +31,10 @@ Action = Literal["allow", "warn", "reject", "block", "halt"]
 ACTIONS: Final = ("allow", "warn", "reject", "block", "halt")
 ToolClass = Literal["read", "write", "shell", "poll", "unknown"]
 Outcome = Literal["ok", "failed", "refused", "blocked", "rejected", "cancelled"]
+TurnOutcome = Literal["completed", "halted", "errored"]
+TURN_OUTCOMES: Final[tuple[TurnOutcome, ...]] = ("completed", "halted", "errored")
+"""How a turn ended: ``halted`` by a ``block``/``halt``; else ``errored`` when the host said its run
+ended in an exception; else ``completed``."""
 
 ALLOW: Final = "allow"
 INTERNAL_ERROR: Final = "internal_error"
@@ -181,7 +187,9 @@ class TurnSummary:
     """What one turn did, returned by ``Guard.end_turn()``.
 
     ``cap_usage`` maps each turn cap key to the units used in the turn; ``cap_usage_ratio`` maps each
-    cap key with a turn limit to the highest used/limit reached (0 when unused).
+    cap key with a turn limit to the highest used/limit reached (0 when unused). ``errored``: the host
+    said the turn's run ended in an exception (``end_turn(errored=True)``); ``outcome`` is
+    ``halted`` when the guard halted the turn, whatever came after, else ``errored`` or ``completed``.
     """
 
     turn_id: str | None
@@ -193,3 +201,10 @@ class TurnSummary:
     cap_usage_ratio: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
     session_cap_usage: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
     decisions: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    errored: bool = False
+
+    @property
+    def outcome(self) -> TurnOutcome:
+        if self.halted:
+            return "halted"
+        return "errored" if self.errored else "completed"

@@ -9,12 +9,11 @@ loop.
 
 from __future__ import annotations
 
-import sys
 import threading
 import time
 from collections.abc import Iterable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, cast
+from typing import TYPE_CHECKING, Any, Final
 
 from otelguard import decisions as codes
 from otelguard.caps import CapLedger, Charge, SessionCapStore, session_cap_store
@@ -22,8 +21,15 @@ from otelguard.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
 from otelguard.detectors import TurnDetectors
-from otelguard.observers import GuardObserver, ObserverGroup, StateReport, TurnInfo, new_call_event
-from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key
+from otelguard.observers import (
+    GuardObserver,
+    ObserverGroup,
+    StateReport,
+    TurnInfo,
+    bind_telemetry,
+    call_event,
+)
+from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key, unrecorded
 from otelguard.results import ResultMemory
 from otelguard.signatures import (
     MAX_NAME_CHARS,
@@ -31,7 +37,6 @@ from otelguard.signatures import (
     bounded_name,
     parse_json_args,
     resolve_signature_key,
-    uses_random_key,
 )
 from otelguard.tool_calls import call_context, wrap_tool
 
@@ -84,28 +89,12 @@ class Guard:
         all_observers = list(observers)
         self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
         if telemetry is not None and telemetry is not False:
-            all_observers.append(self._bind_telemetry(telemetry))
+            all_observers.append(bind_telemetry(telemetry, self.config))
         self._observers = ObserverGroup(all_observers)
         self._observed = self._observers.any
         # Observers that say they have no use for the start of an allowed call are spared it
         # (and the guard builds no event for it): metrics-only telemetry counts calls at their end.
         self._observe_starts = self._observers.wants_call_start
-
-    def _bind_telemetry(self, telemetry: Telemetry | GuardObserver | Literal[True]) -> GuardObserver:
-        if telemetry is True:
-            # Imported here so the pure core never loads OpenTelemetry or prometheus_client.
-            from otelguard.telemetry import Telemetry
-
-            telemetry = Telemetry.default()
-        bind = getattr(telemetry, "bind", None)
-        if not callable(bind):
-            return cast(GuardObserver, telemetry)  # an object without bind() observes the guard itself
-        core = sys.modules.get("otelguard.telemetry.core")  # loaded if telemetry is otelguard's own
-        if core is not None and isinstance(telemetry, core.Telemetry):
-            # it says once, when it first exports a hash, that a random key's hashes match no other process's
-            random_key = uses_random_key(self.config.signature_key)
-            return cast(GuardObserver, bind(self.config.telemetry, random_signature_key=random_key))
-        return cast(GuardObserver, bind(self.config.telemetry))
 
     @property
     def session_caps(self) -> SessionCapStore:
@@ -147,7 +136,7 @@ class Guard:
             # turn begun is ended (and counted) exactly once
             with self._lock:
                 previous = self._turn
-                ended = self._summarise_locked(previous) if previous is not None else None
+                ended = self._summarise_locked(previous, False) if previous is not None else None
                 turn = self._begin_turn(turn_id, agent)
             if ended is not None and self._observed:
                 self._observers.turn_ended(ended)
@@ -178,24 +167,25 @@ class Guard:
         self._notify_turn_start(turn)
         return turn
 
-    def end_turn(self) -> TurnSummary:
-        """End the current turn and summarise it. Without a current turn, an empty summary."""
+    def end_turn(self, errored: bool = False) -> TurnSummary:
+        """End the current turn and summarise it. Without a current turn, an empty summary.
+
+        ``errored=True``: the turn's run ended in an exception (not the guard's own halt); the turn
+        is counted as ``errored`` unless the guard halted it (then ``halted``)."""
         try:
             with self._lock:
                 turn, self._turn = self._turn, None
                 if turn is None:
-                    return TurnSummary(
-                        turn_id=None, agent=self.agent, tool_calls=0, halted=False, halt_decision=None
-                    )
-                summary = self._summarise_locked(turn)
+                    return _no_turn(self.agent)
+                summary = self._summarise_locked(turn, errored)
             if self._observed:
                 self._observers.turn_ended(summary)
             return summary
         except Exception as exc:
             self._internal_error("end_turn", exc)
-            return TurnSummary(turn_id=None, agent=self.agent, tool_calls=0, halted=False, halt_decision=None)
+            return _no_turn(self.agent)
 
-    def _summarise_locked(self, turn: TurnState) -> TurnSummary:
+    def _summarise_locked(self, turn: TurnState, errored: bool) -> TurnSummary:
         """The summary of ``turn``, which is ending (called with the lock held)."""
         self._last_halt = turn.halt
         return TurnSummary(
@@ -208,16 +198,10 @@ class Guard:
             cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
             session_cap_usage=MappingProxyType(dict(self._caps.session.usage())),
             decisions=MappingProxyType(dict(turn.decisions)),
+            errored=bool(errored),
         )
 
     # calls -----------------------------------------------------------------------------------
-
-    def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision:
-        """Decide whether a call may run. Refused calls end here; allowed ones await ``after_call``."""
-        try:
-            return self._before_call(tool_name, args, call_id)
-        except Exception as exc:
-            return self._internal_error("before_call", exc, tool_name)
 
     def _open(self, tool_name: str) -> tuple[str, ToolFacts, TurnState]:
         """What both halves of a call start from: the tool's name, its facts and the current turn."""
@@ -228,75 +212,54 @@ class Guard:
         facts = catalog.known_facts(name) or catalog.facts(name)
         return name, facts, self._turn or self._current_turn()
 
-    def _before_call(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
-        name, facts, turn = self._open(tool_name)
-        sig = Signature(name, self._hasher.args_hash(args, facts.ignored_args))
-        requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
-        pending = None
-        reports: list[StateReport] | None = None
-        with self._lock:
-            turn.tool_calls += 1
-            if turn.halt is not None:
-                decision: Decision | None = _turn_halted(sig, turn.halt)
-            else:
-                decision = None
-                if facts.caps_turn or facts.caps_session:
-                    # charges the session caps when no cap refuses: refunded if a detector does
-                    decision = self._caps.check(sig, facts.caps_turn, facts.caps_session, requested or 1)
-                if decision is None and turn.detectors.hard_stop:
-                    decision = turn.detectors.refuse_before(sig, facts.tool_class)
-                    if decision is not None and facts.caps_session:
-                        self._caps.refund_session(facts.caps_session, requested or 1)
-            if self._caps.reports:  # only with a shared store (state.url)
-                reports = self._caps.take_reports()
-            if decision is None:
-                decision = codes.allow_decision(name, sig)
-                charges: tuple[Charge, ...] = ()
-                if facts.caps_turn or facts.caps_session:
-                    charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
-                tokens = [] if self._observe_starts else _NO_TOKENS
-                # found again by call id, or by (tool, id(args)): the args are never kept alive
-                pending = PendingCall(
-                    sig,
-                    turn,
-                    charges,
-                    requested,
-                    decision,
-                    time.time_ns(),
-                    tokens,
-                    reports is not None and _fell_back(reports),
-                )
-                self._pending.add(call_key(name, args, call_id), pending)
-            else:
-                turn.record(decision)
-        fell_back = False
-        if reports is not None:
-            fell_back = self._report_state(reports)
-        if self._observed and (pending is None or self._observe_starts):
-            outcome: Outcome | None = None
-            if pending is None:
-                outcome = "rejected" if decision.action == "reject" else "blocked"
-            event = new_call_event(
-                name,
-                facts.tool_class,
-                sig,
-                call_id,
-                turn.agent,
-                turn.turn_id,
-                decision,
-                decision,
-                outcome,
-                None,
-                requested,
-                pending.start_time_ns if pending is not None else time.time_ns(),
-                fell_back,
-            )
-            started = self._observers.call_started(event)
-            if pending is None:
-                self._observers.call_ended(event, started)
-            else:
-                pending.tokens.extend(started)
-        return decision
+    def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision:
+        """Decide whether a call may run. Refused calls end here; allowed ones await ``after_call``."""
+        try:
+            name, facts, turn = self._open(tool_name)
+            sig = Signature(name, self._hasher.args_hash(args, facts.ignored_args))
+            requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
+            pending = reports = None
+            with self._lock:
+                turn.tool_calls += 1
+                if turn.halt is not None:
+                    decision: Decision | None = _turn_halted(sig, turn.halt)
+                elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop:
+                    decision = _refusal(self._caps, turn, sig, facts, requested or 1)
+                else:
+                    decision = None
+                if self._caps.reports:  # only with a shared store (state.url)
+                    reports = self._caps.take_reports()
+                fell_back = reports is not None and _fell_back(reports)
+                if decision is None:
+                    decision = codes.allow_decision(name, sig)
+                    charges: tuple[Charge, ...] = ()
+                    if facts.caps_turn or facts.caps_session:
+                        charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
+                    tokens = [] if self._observe_starts else _NO_TOKENS
+                    # found again by call id, or by (tool, id(args)): the args are never kept alive
+                    pending = PendingCall(
+                        sig, turn, charges, requested, decision, time.time_ns(), tokens, fell_back
+                    )
+                    self._pending.add(call_key(name, args, call_id), pending)
+                else:
+                    turn.record(decision)
+            if reports is not None:
+                self._report_state(reports)
+            if self._observed and (pending is None or self._observe_starts):
+                outcome: Outcome | None = None
+                record = pending
+                if record is None:  # refused: it ends here
+                    outcome = "rejected" if decision.action == "reject" else "blocked"
+                    record = PendingCall(sig, turn, (), requested, decision, time.time_ns(), [], fell_back)
+                event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
+                started = self._observers.call_started(event)
+                if pending is None:
+                    self._observers.call_ended(event, started)
+                else:
+                    pending.tokens.extend(started)
+            return decision
+        except Exception as exc:
+            return self._internal_error("before_call", exc, tool_name)
 
     def after_call(
         self,
@@ -315,115 +278,46 @@ class Guard:
         cap charge is refunded, the decision is ``allow``; ``failed`` and ``refusal`` are ignored.
         """
         try:
+            name, facts, turn = self._open(tool_name)
             if cancelled:
-                return self._cancelled(tool_name, args, call_id)
-            return self._after_call(tool_name, args, result, failed, refusal, call_id)
+                outcome: Outcome = "cancelled"
+                refusal = None
+            else:
+                outcome = _outcome(result, failed, refusal)
+                if refusal is not None and not isinstance(refusal, str):
+                    refusal = str(refusal)
+            error = self._results.error_fingerprint(result) if outcome == "failed" else None
+            verdict = reports = None
+            with self._lock:
+                sig, pending = self._pending.take_call(name, args, call_id, self._hasher, facts.ignored_args)
+                if (outcome == "refused" or cancelled) and pending is not None:
+                    self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+                    reports = self._caps.take_reports() if self._caps.reports else None
+                if not cancelled:
+                    state = turn.detectors.state(sig)
+                    same = (
+                        outcome == "ok"
+                        and facts.tool_class != "poll"
+                        and self._results.same_as_previous(state, result)
+                    )
+                    verdict = turn.detectors.record_after(
+                        sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same, error
+                    )
+                if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
+                    decision = pending.before if pending is not None else codes.allow_decision(name, sig)
+                else:
+                    decision = verdict
+                    turn.record(decision)
+            if reports is not None:
+                self._report_state(reports)
+            if self._observed:
+                # with no before_call on record, an allow decision stands for its decision
+                record = pending or unrecorded(sig, turn, codes.allow_decision(name, sig))
+                event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, refusal, record)
+                self._observers.call_ended(event, pending.tokens if pending is not None else ())
+            return decision
         except Exception as exc:
             return self._internal_error("after_call", exc, tool_name)
-
-    def _after_call(
-        self,
-        tool_name: str,
-        args: Any,
-        result: Any,
-        failed: bool | None,
-        refusal: str | None,
-        call_id: str | None,
-    ) -> Decision:
-        name, facts, turn = self._open(tool_name)
-        outcome = _outcome(result, failed, refusal)
-        if refusal is not None and not isinstance(refusal, str):
-            refusal = str(refusal)
-        error = self._results.error_fingerprint(result) if outcome == "failed" else None
-        with self._lock:
-            sig, pending = self._take_pending(name, args, call_id, facts.ignored_args)
-            state = turn.detectors.state(sig)
-            same = (
-                outcome == "ok"
-                and facts.tool_class != "poll"
-                and self._results.same_as_previous(state, result)
-            )
-            if outcome == "refused" and pending is not None:
-                self._caps.refund(pending.charges, same_turn=pending.turn is turn)
-                reports = self._caps.take_reports() if self._caps.reports else None
-            else:
-                reports = None
-            verdict = turn.detectors.record_after(
-                sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same, error
-            )
-            if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
-                decision = pending.before if pending is not None else codes.allow_decision(name, sig)
-            else:
-                decision = verdict
-                turn.record(decision)
-        if reports is not None:
-            self._report_state(reports)
-        if self._observed:
-            if pending is not None:
-                before = pending.before
-            else:  # no before_call on record: the allow decision made above stands for it too
-                before = decision if verdict is None else codes.allow_decision(name, sig)
-            spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
-            event = new_call_event(
-                name,
-                facts.tool_class,
-                sig,
-                call_id,
-                turn.agent,
-                turn.turn_id,
-                decision,
-                before,
-                outcome,
-                refusal,
-                spawned,
-                started,
-                pending is not None and pending.state_fallback,
-            )
-            self._observers.call_ended(event, pending.tokens if pending is not None else ())
-        return decision
-
-    def _cancelled(self, tool_name: str, args: Any, call_id: str | None) -> Decision:
-        name, facts, turn = self._open(tool_name)
-        with self._lock:
-            sig, pending = self._take_pending(name, args, call_id, facts.ignored_args)
-            reports = None
-            if pending is not None:
-                self._caps.refund(pending.charges, same_turn=pending.turn is turn)
-                reports = self._caps.take_reports() if self._caps.reports else None
-        if reports is not None:
-            self._report_state(reports)
-        decision = pending.before if pending is not None else codes.allow_decision(name, sig)
-        if self._observed:
-            spawned, started = (pending.spawn_count, pending.start_time_ns) if pending is not None else (0, 0)
-            event = new_call_event(
-                name,
-                facts.tool_class,
-                sig,
-                call_id,
-                turn.agent,
-                turn.turn_id,
-                decision,
-                decision,
-                "cancelled",
-                None,
-                spawned,
-                started,
-                pending is not None and pending.state_fallback,
-            )
-            self._observers.call_ended(event, pending.tokens if pending is not None else ())
-        return decision
-
-    def _take_pending(
-        self, name: str, args: Any, call_id: str | None, ignored: frozenset[str]
-    ) -> tuple[Signature, PendingCall | None]:
-        """The call's signature and its ``before_call`` record, if any (called under the lock)."""
-        pending = self._pending.take(call_key(name, args, call_id))
-        if pending is not None:
-            return pending.sig, pending
-        sig = Signature(name, self._hasher.args_hash(args, ignored))
-        if call_id is None:
-            pending = self._pending.take_by_signature(sig)
-        return sig, pending
 
     def call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> call_context:
         """``with guard.call(name, args) as call:`` — ``call.allowed``, ``call.finish(result, ...)``."""
@@ -433,12 +327,11 @@ class Guard:
         """Guard a plain Python tool function (sync or async); see ``otelguard.tool_calls.wrap_tool``."""
         return wrap_tool(self, fn, tool_name)
 
-    def _report_state(self, reports: list[StateReport]) -> bool:
-        """Tell the observers how the shared store took part; whether the call was decided without it."""
+    def _report_state(self, reports: list[StateReport]) -> None:
+        """Tell the observers how the shared store took part in a call."""
         if self._observed:
             for report in reports:
                 self._observers.state_reported(report)
-        return _fell_back(reports)
 
     def _notify_turn_start(self, turn: TurnState) -> None:
         if self._observed:
@@ -458,6 +351,25 @@ def _fell_back(reports: list[StateReport]) -> bool:
 
 def _parsed(args: Any) -> Any:
     return parse_json_args(args) if isinstance(args, (str, bytes)) else args
+
+
+def _no_turn(agent: str) -> TurnSummary:
+    return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
+
+
+def _refusal(
+    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int
+) -> Decision | None:
+    """What refuses a call of a turn not yet halted: a cap (which, when none refuses, charges the
+    session caps), then a hard-stop detector (a call it refuses gets its session charge back)."""
+    decision = None
+    if facts.caps_turn or facts.caps_session:
+        decision = caps.check(sig, facts.caps_turn, facts.caps_session, units)
+    if decision is None and turn.detectors.hard_stop:
+        decision = turn.detectors.refuse_before(sig, facts.tool_class)
+        if decision is not None and facts.caps_session:
+            caps.refund_session(facts.caps_session, units)
+    return decision
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

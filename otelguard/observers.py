@@ -7,12 +7,18 @@ guard's lock. An error in one is logged once and never reaches the tool loop.
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, cast
 
 from otelguard._slots import positional_factory
 from otelguard.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
+from otelguard.signatures import uses_random_key
+
+if TYPE_CHECKING:
+    from otelguard.config import GuardConfig
+    from otelguard.pending_calls import PendingCall, TurnState
 
 __all__ = [
     "CallEvent",
@@ -22,6 +28,8 @@ __all__ = [
     "StateReport",
     "ToolClass",
     "TurnInfo",
+    "bind_telemetry",
+    "call_event",
 ]
 
 logger = logging.getLogger("otelguard")
@@ -211,3 +219,52 @@ def _wants_call_start(observer: object) -> bool:
 new_call_event = positional_factory(CallEvent)
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
 refusal, spawn_count, start_time_ns, state_fallback)``: a ``CallEvent`` built for the hot path."""
+
+
+def call_event(
+    name: str,
+    tool_class: ToolClass,
+    call_id: str | None,
+    turn: TurnState,
+    decision: Decision,
+    outcome: Outcome | None,
+    refusal: str | None,
+    record: PendingCall,
+) -> CallEvent:
+    """The event of a call of ``turn``. Its ``before_call`` record gives the signature, the
+    ``before_call`` decision, the spawn count, the start time and the state fallback."""
+    return new_call_event(
+        name,
+        tool_class,
+        record.sig,
+        call_id,
+        turn.agent,
+        turn.turn_id,
+        decision,
+        record.before,
+        outcome,
+        refusal,
+        record.spawn_count,
+        record.start_time_ns,
+        record.state_fallback,
+    )
+
+
+def bind_telemetry(telemetry: object, config: GuardConfig) -> GuardObserver:
+    """The observer a guard made with ``telemetry`` reports to: ``True`` is the process-wide
+    ``Telemetry.default()``; an object with ``bind(settings)`` is bound to the config's ``telemetry``
+    section; anything else observes the guard itself."""
+    if telemetry is True:
+        # Imported here so the pure core never loads OpenTelemetry or prometheus_client.
+        from otelguard.telemetry import Telemetry
+
+        telemetry = Telemetry.default()
+    bind = getattr(telemetry, "bind", None)
+    if not callable(bind):
+        return cast(GuardObserver, telemetry)
+    core = sys.modules.get("otelguard.telemetry.core")  # loaded if telemetry is otelguard's own
+    if core is not None and isinstance(telemetry, core.Telemetry):
+        # it says once, when it first exports a hash, that a random key's hashes match no other process's
+        random_key = uses_random_key(config.signature_key)
+        return cast(GuardObserver, bind(config.telemetry, random_signature_key=random_key))
+    return cast(GuardObserver, bind(config.telemetry))

@@ -13,13 +13,13 @@ from collections import Counter, OrderedDict
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otelguard.decisions import Decision, Signature
-from otelguard.signatures import MAX_NAME_CHARS, bounded_name
+from otelguard.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name
 
 if TYPE_CHECKING:
     from otelguard.caps import Charge
     from otelguard.detectors import TurnDetectors
 
-__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key"]
+__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "unrecorded"]
 
 
 class TurnState:
@@ -59,6 +59,12 @@ class PendingCall(NamedTuple):
     tokens: list[object]
     state_fallback: bool = False
     """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
+
+
+def unrecorded(sig: Signature, turn: TurnState, before: Decision) -> PendingCall:
+    """What stands for the record of a call with no ``before_call`` on record: spawn count and start
+    time unknown, and ``before`` for its ``before_call`` decision."""
+    return PendingCall(sig, turn, (), 0, before, 0, [])
 
 
 def call_key(tool_name: str, args: Any, call_id: Any) -> object:
@@ -108,6 +114,19 @@ class PendingCalls:
         if not queue:
             return None
         return self._unqueue(key, queue, len(queue) - 1 if isinstance(key, tuple) else 0)
+
+    def take_call(
+        self, name: str, args: Any, call_id: str | None, hasher: ArgsHasher, ignored: frozenset[str]
+    ) -> tuple[Signature, PendingCall | None]:
+        """The call's signature and its ``before_call`` record, if any: by its key, else (no call id:
+        the host passed an equal but not identical ``args`` object) by its signature."""
+        pending = self.take(call_key(name, args, call_id))
+        if pending is not None:
+            return pending.sig, pending
+        sig = Signature(name, hasher.args_hash(args, ignored))
+        if call_id is None:
+            pending = self.take_by_signature(sig)
+        return sig, pending
 
     def take_by_signature(self, sig: Signature) -> PendingCall | None:
         """The host passed an equal but not identical ``args`` object: match on the signature."""

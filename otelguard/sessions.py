@@ -162,19 +162,21 @@ class Session:
         self.main.start_turn(turn_id=str(number) if turn_id is None else turn_id, agent=agent)
         return True
 
-    def end_turn(self) -> TurnSummary:
-        """End the main agent's open turn and summarise it."""
+    def end_turn(self, errored: bool = False) -> TurnSummary:
+        """End the main agent's open turn and summarise it (``errored``: its run ended in an
+        exception, see ``Guard.end_turn``)."""
         with self._lock:
             self.run = None
-        return self.main.end_turn()
+        return self.main.end_turn(errored)
 
-    def leave_run(self, run: object) -> TurnSummary | None:
-        """End the turn of run ``run``; nothing when a later run has begun a turn of its own."""
+    def leave_run(self, run: object, errored: bool = False) -> TurnSummary | None:
+        """End the turn of run ``run`` as ``end_turn`` does; nothing when that turn has ended already
+        or a later run has begun a turn of its own."""
         with self._lock:
             if run != self.run:
                 return None
             self.run = None
-        return self.main.end_turn()
+        return self.main.end_turn(errored)
 
     # subagents -------------------------------------------------------------------------------
 

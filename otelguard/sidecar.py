@@ -131,12 +131,14 @@ class Sidecar:
         return _decision(guard.after_call(tool_name, args, result, failed, refusal, call_id))
 
     def _end_turn(self, body: Mapping[str, Any]) -> Response:
-        summary = self._session(body).end_turn()
+        errored = _optional_bool(body, "errored") is True  # the run ended in an exception
+        summary = self._session(body).end_turn(errored=errored)
         halt = summary.halt_decision
         answer = {
             "tool_calls": summary.tool_calls,
             "halted": summary.halted,
             "halt_code": halt.code if halt is not None else None,
+            "outcome": summary.outcome,
             "decisions": dict(summary.decisions),
         }
         return Response(200, orjson.dumps(answer), _JSON)

@@ -10,7 +10,8 @@ turn summaries, internal errors) so a test can assert on outcomes and decisions:
 
 ``run_script(guard, calls)`` feeds scripted tool calls through ``before_call``/``after_call`` the way
 a host does (a refused call is not run, so it gets no ``after_call``) and returns one ``ScriptStep``
-per call::
+per call (the driver is ``otelguard.scripted.play_call``; ``ScriptedCall``, ``ScriptStep`` and
+``play_call`` are importable from here too)::
 
     steps = run_script(guard, [("terminal", {"command": "pytest"}, "1 failed", True)] * 3)
     assert [s.decision.code for s in steps][-1] == "exact_failure_warn"
@@ -20,14 +21,12 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import Any
 
 from otelguard.decisions import Decision, TurnSummary
 from otelguard.observers import CallEvent, GuardObserver, Outcome, StateReport, TurnInfo
-
-if TYPE_CHECKING:
-    from otelguard.guard import Guard
+from otelguard.scripted import ScriptedCall, ScriptStep, play_call
+from otelguard.tool_calls import CallGuard
 
 __all__ = ["RecordingObserver", "ScriptStep", "ScriptedCall", "codes", "play_call", "run_script"]
 
@@ -141,37 +140,6 @@ class RecordingObserver(GuardObserver):
             self._unmatched_tokens = 0
 
 
-class ScriptedCall(NamedTuple):
-    """One tool call of a script. ``failed=None`` lets the guard's fallback classifier decide;
-    ``cancelled=True`` is a call the host dispatched but never ran."""
-
-    tool_name: str
-    args: Any = None
-    result: Any = None
-    failed: bool | None = None
-    refusal: str | None = None
-    call_id: str | None = None
-    cancelled: bool = False
-
-
-@dataclass(frozen=True, slots=True)
-class ScriptStep:
-    """What the guard said about one scripted call. ``after`` is ``None`` when the call was refused."""
-
-    call: ScriptedCall
-    before: Decision
-    after: Decision | None
-
-    @property
-    def decision(self) -> Decision:
-        """The call's final decision: ``after_call``'s when it ran, else ``before_call``'s."""
-        return self.after if self.after is not None else self.before
-
-    @property
-    def ran(self) -> bool:
-        return self.after is not None
-
-
 CallSpec = ScriptedCall | str | Sequence[Any]
 
 
@@ -185,27 +153,7 @@ def _as_call(spec: CallSpec) -> ScriptedCall:
     return ScriptedCall(*spec)
 
 
-def play_call(guard: Guard, call: ScriptedCall) -> ScriptStep:
-    """One call the way a host makes it: ``before_call``; then, unless refused, ``after_call``.
-
-    The one driver of a guard in otelguard: scripts, the demo's agents and replay all call it.
-    """
-    before = guard.before_call(call.tool_name, call.args, call_id=call.call_id)
-    after: Decision | None = None
-    if before.allows_execution:
-        after = guard.after_call(
-            call.tool_name,
-            call.args,
-            call.result,
-            failed=call.failed,
-            refusal=call.refusal,
-            call_id=call.call_id,
-            cancelled=call.cancelled,
-        )
-    return ScriptStep(call=call, before=before, after=after)
-
-
-def run_script(guard: Guard, calls: Iterable[CallSpec]) -> list[ScriptStep]:
+def run_script(guard: CallGuard, calls: Iterable[CallSpec]) -> list[ScriptStep]:
     """Feed calls through ``guard`` the way a host does and return one ``ScriptStep`` per call.
 
     Each call is a ``ScriptedCall``, a tool name, or a tuple ``(tool_name, args, result, failed,

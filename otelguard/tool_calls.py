@@ -5,21 +5,35 @@ from __future__ import annotations
 import functools
 import inspect
 from types import TracebackType
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from otelguard.decisions import Decision
 
-if TYPE_CHECKING:
-    from otelguard.guard import Guard
+__all__ = ["CallGuard", "GuardedCall", "call_context", "wrap_tool"]
 
-__all__ = ["GuardedCall", "call_context", "wrap_tool"]
+
+class CallGuard(Protocol):
+    """The two entry points of a ``Guard``: all that these wrappers (and ``otelguard.scripted``) use."""
+
+    def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision: ...
+
+    def after_call(
+        self,
+        tool_name: str,
+        args: Any,
+        result: Any,
+        failed: bool | None = None,
+        refusal: str | None = None,
+        call_id: str | None = None,
+        cancelled: bool = False,
+    ) -> Decision: ...
 
 
 class GuardedCall:
     """One call under ``with guard.call(...) as call``. ``decision`` is updated by ``finish``."""
 
     def __init__(
-        self, guard: Guard, tool_name: str, args: Any, call_id: str | None, decision: Decision
+        self, guard: CallGuard, tool_name: str, args: Any, call_id: str | None, decision: Decision
     ) -> None:
         self._guard = guard
         self.tool_name = tool_name
@@ -54,7 +68,7 @@ class call_context:
     """Context manager behind ``Guard.call``. An exception escaping an allowed, unfinished block counts
     as a failure and is re-raised; a clean exit without ``finish`` records an ``ok`` call with no result."""
 
-    def __init__(self, guard: Guard, tool_name: str, args: Any, call_id: str | None) -> None:
+    def __init__(self, guard: CallGuard, tool_name: str, args: Any, call_id: str | None) -> None:
         self._guard, self._tool_name, self._args, self._call_id = guard, tool_name, args, call_id
         self._call: GuardedCall | None = None
 
@@ -79,7 +93,7 @@ class call_context:
         self.__exit__(exc_type, exc, tb)
 
 
-def wrap_tool(guard: Guard, fn: Any, tool_name: str | None = None) -> Any:
+def wrap_tool(guard: CallGuard, fn: Any, tool_name: str | None = None) -> Any:
     """Guard a plain Python tool function, sync or async.
 
     The tool name defaults to ``fn.__name__``; ``args`` are the call's arguments bound to parameter

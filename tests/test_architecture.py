@@ -34,6 +34,7 @@ CORE = {
     "otelguard.observers",
     "otelguard.pending_calls",
     "otelguard.results",
+    "otelguard.scripted",
     "otelguard.session_keys",
     "otelguard.sessions",
     "otelguard.signatures",
@@ -143,8 +144,7 @@ def test_the_graph_sees_the_core() -> None:
     assert set(graph) >= CORE
     assert "otelguard.pending_calls" in graph["otelguard.guard"]
     assert "otelguard.decisions" in graph["otelguard.observers"]
-    # TYPE_CHECKING imports are not edges: tool_calls names Guard only for the type checker
-    assert "otelguard.guard" not in graph["otelguard.tool_calls"]
+    assert "otelguard.tool_calls" in graph["otelguard.guard"]
 
 
 def test_the_core_imports_nothing_built_on_it() -> None:
@@ -291,3 +291,43 @@ def test_only_the_state_backend_imports_redis() -> None:
     core_users = _importers_of("otelguard.state") & CORE
     assert core_users == {"otelguard.caps"}
     assert not any(t.startswith("otelguard.state") for t in _graph()["otelguard.caps"])  # function-local
+
+
+def _all_imports(module: str) -> set[str]:
+    """Every otelguard module ``module`` imports anywhere: module level, in functions, under
+    ``TYPE_CHECKING``."""
+    tree = ast.parse(_modules()[module].read_text(encoding="utf-8"))
+    found: set[str] = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Import, ast.ImportFrom)):
+            found |= _targets(module, node)
+    return found
+
+
+def test_the_guard_and_its_wrappers_do_not_import_each_other() -> None:
+    """``guard.call``/``guard.wrap`` live in ``tool_calls``, which knows the guard only as the
+    ``CallGuard`` protocol: no import of ``guard`` at all, not even for the type checker."""
+    assert "otelguard.tool_calls" in _all_imports("otelguard.guard")
+    assert "otelguard.guard" not in _all_imports("otelguard.tool_calls")
+    assert "otelguard.guard" not in _all_imports("otelguard.scripted")
+
+
+def test_product_code_does_not_import_the_testing_helpers() -> None:
+    """Replay, the demo, the bench and the command line drive the guard through
+    ``otelguard.scripted``; ``otelguard.testing`` is for tests of a user's own loop, and nothing
+    in the package imports it."""
+    assert _importers_of("otelguard.testing") == set()
+    drivers = {"otelguard.replay.runner", "otelguard.demo.simulation", "otelguard.bench.workloads"}
+    assert drivers <= _importers_of("otelguard.scripted")
+
+
+MAX_GUARD_LINES = 300
+
+
+def test_the_guard_class_is_its_turn_lifecycle_and_two_entry_points() -> None:
+    """``class Guard`` stays within 300 lines, its first line to its last: the event building, the
+    telemetry binding, the pending-call lookup and the refusal check live beside it."""
+    tree = ast.parse(_modules()["otelguard.guard"].read_text(encoding="utf-8"))
+    (guard,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Guard"]
+    assert guard.end_lineno is not None
+    assert guard.end_lineno - guard.lineno + 1 <= MAX_GUARD_LINES

@@ -153,6 +153,21 @@ def test_stop_ends_the_turn_and_session_end_forgets_the_session() -> None:
     assert h.handle(payload("SessionEnd", reason="exit")) is None  # twice is harmless
 
 
+def test_stop_failure_ends_the_turn_as_errored_and_stop_as_completed() -> None:
+    """``StopFailure`` is the turn an API error ended (Claude Code ignores any output there)."""
+    recorder = RecordingObserver()
+    h = hooks(telemetry=recorder)
+    h.handle(payload("UserPromptSubmit", prompt="p"))
+    h.handle(pre("Read", {"file_path": "a"}, "t1"))
+    h.handle(post("Read", {"file_path": "a"}, "t1"))
+    failed = payload("StopFailure", error_type="rate_limit", error="429", error_message="Rate limited")
+    assert h.handle(failed) is None
+    h.handle(payload("UserPromptSubmit", prompt="again"))
+    assert h.handle(payload("Stop", stop_hook_active=False)) is None
+    assert h.handle(failed) is None  # no open turn left: nothing more is counted
+    assert [(s.outcome, s.tool_calls) for s in recorder.summaries] == [("errored", 1), ("completed", 0)]
+
+
 def test_a_subagent_is_its_own_turn_stream_inside_the_session() -> None:
     h = hooks()
     h.handle(payload("UserPromptSubmit", prompt="p"))

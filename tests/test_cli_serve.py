@@ -174,6 +174,29 @@ def test_bad_failed_flag_is_named(serve: Serve) -> None:
     assert (status, answer) == (400, b"failed: expected true, false or null\n")
 
 
+def test_end_turn_with_errored_counts_an_errored_turn(serve: Serve) -> None:
+    """A run that ended in an exception: ``"errored": true`` ends its turn as ``errored``; a halted
+    turn stays ``halted`` whatever the agent says, and a flag that is not a boolean is a 400 naming
+    the field, which leaves the turn open."""
+    serve.post("/v1/start_turn", {"session_id": "e", "agent": "go-agent"})
+    serve.post("/v1/before_call", {"session_id": "e", "tool_name": "read_file", "args": {"p": 1}})
+    status, answer = serve.request("POST", "/v1/end_turn", {"session_id": "e", "errored": "yes"})
+    assert (status, answer) == (400, b"errored: expected true, false or null\n")
+    summary = serve.post("/v1/end_turn", {"session_id": "e", "errored": True})
+    assert summary["outcome"] == "errored" and summary["tool_calls"] == 1 and summary["halted"] is False
+    serve.post("/v1/start_turn", {"session_id": "e", "agent": "go-agent"})
+    assert serve.post("/v1/end_turn", {"session_id": "e", "errored": False})["outcome"] == "completed"
+    serve.post("/v1/start_turn", {"session_id": "e", "agent": "go-agent"})
+    for index in range(3):  # the turn cap is 2: the third search blocks the turn
+        call = {"session_id": "e", "tool_name": "web_search", "args": {"q": index}, "call_id": f"w{index}"}
+        if serve.post("/v1/before_call", call)["action"] == "allow":
+            serve.post("/v1/after_call", {**call, "result": "r"})
+    assert serve.post("/v1/end_turn", {"session_id": "e", "errored": True})["outcome"] == "halted"
+    assert turns_total(serve, "go-agent", "errored") == 1
+    assert turns_total(serve, "go-agent", "completed") == 1
+    assert turns_total(serve, "go-agent", "halted") == 1
+
+
 def test_a_body_over_one_mebibyte_is_413_and_unknown_paths_404(serve: Serve) -> None:
     status, _ = serve.request("POST", "/v1/before_call", raw=b"x" * ((1 << 20) + 1))
     assert status == 413

@@ -170,6 +170,22 @@ def test_metrics_table_lists_every_metric_family() -> None:
     assert shown == families
 
 
+def test_outcome_values_in_the_metrics_table_are_the_code_s() -> None:
+    """The ``outcome`` values the table lists for tool calls and for turns are the vocabulary's, in order."""
+    from typing import get_args
+
+    from otelguard.decisions import TURN_OUTCOMES, Outcome
+
+    table = _section(DOCS_DIR / "telemetry.md", "Metrics")
+    for family, values in (
+        ("otelguard_tool_calls_total", get_args(Outcome)),
+        ("otelguard_turns_total", TURN_OUTCOMES),
+    ):
+        row = re.search(rf"^\| `{family}` \|[^|]*\| [^(]*`outcome` \(([^)]*)\)", table, flags=re.M)
+        assert row is not None, family
+        assert tuple(re.findall(r"`(\w+)`", row.group(1))) == tuple(values), family
+
+
 def _rules() -> list[dict]:  # type: ignore[type-arg]
     import yaml
 

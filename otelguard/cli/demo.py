@@ -23,9 +23,9 @@ from otelguard.cli.config_messages import load_config
 from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.metrics_server import MetricsServer, serve_metrics
+from otelguard.scripted import ScriptedCall
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
-from otelguard.testing import ScriptedCall
 
 __all__ = ["add_arguments", "run"]
 

@@ -21,7 +21,7 @@ import orjson
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
-from otelguard.testing import ScriptedCall, play_call
+from otelguard.scripted import ScriptedCall, play_call
 
 __all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent"]
 

@@ -12,6 +12,9 @@
 * **Before the next model call**: after a ``block``/``halt`` the run ends. ``halt_of(session)``
   for frameworks with a way to end a run; ``stop_if_halted(session)`` raises ``GuardHalted`` for
   those that can only stop a run by raising.
+* **When a run raises**: its turn ends as ``errored`` (``end_run(session, run, error)``), unless the
+  exception is the adapter's own ``GuardHalted`` (that turn was halted) or not an ``Exception`` at
+  all (a cancellation or an interrupt is control flow, not an error).
 
 Also: the ``ImportError`` for a missing framework, and ``CallMemory`` for what one hook of a call
 learns and a later hook of the same call needs.
@@ -32,7 +35,9 @@ from otelguard.sessions import Session
 __all__ = [
     "MAX_TRACKED_CALLS",
     "CallMemory",
+    "end_run",
     "error_result",
+    "errored",
     "guidance",
     "halt_of",
     "missing_framework",
@@ -99,6 +104,16 @@ def stop_if_halted(session: Session, run: object = None) -> None:
         if run is not None:
             session.leave_run(run)
         raise GuardHalted(halt)
+
+
+def errored(error: BaseException | None) -> bool:
+    """Whether a run that ended with ``error`` (``None``: it returned) ended in an error."""
+    return isinstance(error, Exception) and not isinstance(error, GuardHalted)
+
+
+def end_run(session: Session, run: object, error: BaseException | None = None) -> None:
+    """End the turn of ``run``: ``errored`` when it raised ``error`` (see ``errored``)."""
+    session.leave_run(run, errored=errored(error))
 
 
 class CallMemory(Generic[V]):

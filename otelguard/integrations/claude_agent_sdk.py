@@ -27,9 +27,12 @@ from otelguard.sessions import DEFAULT_MAX_SESSIONS
 
 __all__ = ["SDK_EVENTS", "HookMatcherDict", "guard_hooks"]
 
-SDK_EVENTS: Final = tuple(event for event in HOOK_EVENTS if event not in ("SessionEnd", "PermissionDenied"))
+SDK_EVENTS: Final = tuple(
+    event for event in HOOK_EVENTS if event not in ("SessionEnd", "PermissionDenied", "StopFailure")
+)
 """The Claude Code events the guard listens to that the Python SDK offers as hooks. It has no
-``SessionEnd`` hook: sessions leave the pool when idle or least recently used."""
+``SessionEnd`` hook (sessions leave the pool when idle or least recently used) and no
+``StopFailure`` hook (a turn an API error ended stays open until the session's next prompt)."""
 
 HookCallback = Callable[[Any, "str | None", Any], Awaitable[dict[str, Any]]]
 

@@ -12,7 +12,9 @@ plugin then answers:
 * ``transform_tool_result`` (hermes runs it right after ``post_tool_call``) appends a warning's or
   halt's guidance to the result the model sees (``Decision.annotate``);
 * ``pre_llm_call`` and a new ``turn_id`` start a turn; ``on_session_end`` (hermes fires it at the end
-  of every conversation run) ends it; ``on_session_finalize`` forgets the session.
+  of every conversation run) ends it, as ``errored`` when hermes says the run did not complete
+  (``completed: false``: an API error, the iteration budget spent) and the user did not interrupt it;
+  ``on_session_finalize`` forgets the session.
 
 Configuration comes from the environment, since hermes passes plugins no arguments:
 ``OTELGUARD_CONFIG`` (a config file), ``OTELGUARD_METRICS_PORT`` (serve ``/metrics`` on loopback),
@@ -149,10 +151,13 @@ class HermesGuardPlugin:
         annotated: str = decision.annotate(result)
         return annotated
 
-    def on_turn_end(self, *, session_id: str = "", **_: Any) -> None:
+    def on_turn_end(
+        self, *, session_id: str = "", completed: object = True, interrupted: object = False, **_: Any
+    ) -> None:
         session = self.sessions.peek(session_id or None)
         if session is not None and session.run is not None:
-            session.end_turn()
+            # an interrupt is the user's doing (control flow), not an error of the run
+            session.end_turn(errored=completed is False and interrupted is not True)
 
     def on_session_finalize(self, *, session_id: str = "", **_: Any) -> None:
         self.sessions.end_session(session_id or None)

@@ -9,6 +9,10 @@
   untouched and are not failures.
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
+* A run that raises never reaches ``after_agent``: an exception leaving a model call or a tool call
+  (not an interrupt) ends the turn as ``errored`` once the run's last call in flight is over (the
+  siblings of a parallel batch finish first). Listed first, the middleware sees only what a retry or
+  fallback middleware listed after it gave up on.
 * One guard per ``thread_id`` of the run config, else one for the middleware.
 * The session caps used so far also live in a private channel of the graph's state
   (``otelguard_session_caps``), so a LangGraph checkpointer carries them to whichever worker runs
@@ -19,7 +23,9 @@
 from __future__ import annotations
 
 import sys
-from collections.abc import Awaitable, Callable, Mapping
+import threading
+from collections.abc import Awaitable, Callable, Iterator, Mapping
+from contextlib import contextmanager
 from typing import Annotated, Any, Final
 
 from otelguard.caps import SharedSessionCaps
@@ -28,6 +34,7 @@ from otelguard.decisions import Decision
 from otelguard.guard import Guard
 from otelguard.integrations._protocol import (
     CallMemory,
+    errored,
     guidance,
     halt_of,
     missing_framework,
@@ -38,7 +45,12 @@ from otelguard.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION, Session, S
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
-    from langchain.agents.middleware.types import PrivateStateAttr
+    from langchain.agents.middleware.types import (
+        ModelCallResult,
+        ModelRequest,
+        ModelResponse,
+        PrivateStateAttr,
+    )
     from langchain_core.messages import AIMessage, ToolMessage
     from langgraph.config import get_config
     from langgraph.errors import GraphBubbleUp
@@ -92,7 +104,10 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     def before_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         session = self._session()
         self._restore_caps(session, state.get(CAPS_CHANNEL))
-        session.start_turn()
+        previous = session.run
+        if isinstance(previous, _Run) and previous.failed:  # a failed run whose last call never came
+            session.leave_run(previous, errored=True)
+        session.enter_run(_Run())
         return None
 
     async def abefore_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
@@ -123,6 +138,26 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     async def aafter_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         return self.after_agent(state, runtime)
 
+    # -- a run that raises ----------------------------------------------------------------------
+
+    def wrap_model_call(
+        self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
+    ) -> ModelCallResult[Any]:
+        with _in_flight(self._session(), model=True) as asked:
+            response = handler(request)
+            asked[0] = _tool_calls(response)
+            return response
+
+    async def awrap_model_call(
+        self,
+        request: ModelRequest[Any],
+        handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
+    ) -> ModelCallResult[Any]:
+        with _in_flight(self._session(), model=True) as asked:
+            response = await handler(request)
+            asked[0] = _tool_calls(response)
+            return response
+
     # -- session caps in the graph's state -----------------------------------------------------
 
     def _restore_caps(self, session: Session, saved: object) -> None:
@@ -148,40 +183,50 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     def wrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
-        call, refused = self._start(request)
-        if refused is not None:
-            return refused
-        try:
-            result = handler(request)
-        except GraphBubbleUp:
-            self._paused.add(call.paused_key, True)  # an interrupt: control flow, not a failure
-            raise
-        except Exception as error:
-            raised(call.guard, call.name, call.args, error, call.call_id)
-            raise
-        return call.finish(result)
+        session, thread_id = self._session_and_thread()
+        with _in_flight(session):
+            call, refused = self._start(request, session, thread_id)
+            if refused is not None:
+                return refused
+            with self._running(call):
+                result = handler(request)
+            return call.finish(result)
 
     async def awrap_tool_call(
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> ToolResult:
-        call, refused = self._start(request)
-        if refused is not None:
-            return refused
+        session, thread_id = self._session_and_thread()
+        with _in_flight(session):
+            call, refused = self._start(request, session, thread_id)
+            if refused is not None:
+                return refused
+            with self._running(call):
+                result = await handler(request)
+            return call.finish(result)
+
+    @contextmanager
+    def _running(self, call: _Call) -> Iterator[None]:
+        """The tool runs: an exception is the call's failure, and is raised on as without the
+        middleware; an interrupt is control flow, not a failure (the call runs again on resume)."""
         try:
-            result = await handler(request)
+            yield
         except GraphBubbleUp:
             self._paused.add(call.paused_key, True)
             raise
         except Exception as error:
             raised(call.guard, call.name, call.args, error, call.call_id)
             raise
-        return call.finish(result)
 
-    def _start(self, request: ToolCallRequest) -> tuple[_Call, ToolMessage | None]:
+    def _session_and_thread(self) -> tuple[Session, str]:
+        thread_id = _thread_id()
+        return self._session(thread_id), thread_id
+
+    def _start(
+        self, request: ToolCallRequest, session: Session, thread_id: str
+    ) -> tuple[_Call, ToolMessage | None]:
         """The call's ``before_call``, unless it is an interrupted call running again on resume
         (the guard already counted and allowed it)."""
-        thread_id = _thread_id()
-        call = _Call(self._session(thread_id).main, request.tool_call, thread_id)
+        call = _Call(session.main, request.tool_call, thread_id)
         if self._paused.take(call.paused_key) is not None:
             return call, None
         refused = refusal(call.guard, call.name, call.args, call.call_id)
@@ -189,6 +234,68 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
 
     def _session(self, thread_id: str | None = None) -> Session:
         return self.sessions.session(thread_id if thread_id is not None else _thread_id())
+
+
+class _Run:
+    """One invocation of the agent on a thread (the session's ``run``): its model and tool calls in
+    flight, the tool calls its last model answer asked for that have not started yet, and whether an
+    exception left one of its calls."""
+
+    __slots__ = ("_lock", "calls", "expected", "failed")
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self.calls = 0
+        self.expected = 0
+        self.failed = False
+
+    def enter(self, model: bool) -> None:
+        with self._lock:
+            self.calls += 1
+            # a model call: the tools node of the previous answer is over, whatever did not start
+            self.expected = 0 if model else max(self.expected - 1, 0)
+
+    def leave(self, error: BaseException | None, tool_calls: int = 0) -> bool:
+        """A call is over (a model answer asking for ``tool_calls``); ``True`` when the run is over
+        too: an exception left one of its calls, and none is in flight or still to start."""
+        with self._lock:
+            self.calls -= 1
+            self.expected += tool_calls
+            self.failed = self.failed or errored(error)
+            return self.failed and self.calls == 0 and self.expected == 0
+
+
+@contextmanager
+def _in_flight(session: Session, model: bool = False) -> Iterator[list[int]]:
+    """A model or tool call of the session's run. An exception leaving it (an interrupt is control
+    flow, not one) ends the run's turn as ``errored`` once no call of the run is in flight or still
+    to start (the siblings of a parallel batch come first). A model call puts the number of tool
+    calls its answer asks for in the list it yields."""
+    asked = [0]
+    run = session.run
+    if not isinstance(run, _Run):  # a run resumed in this process without its before_agent
+        yield asked
+        return
+    run.enter(model)
+    error: BaseException | None = None
+    try:
+        yield asked
+    except GraphBubbleUp:
+        raise
+    except BaseException as exc:
+        error = exc
+        raise
+    finally:
+        if run.leave(error, asked[0]):
+            session.leave_run(run, errored=True)
+
+
+def _tool_calls(response: Any) -> int:
+    """How many tool calls a model answer asks for (a ``ModelResponse``, or a bare ``AIMessage``)."""
+    messages = getattr(response, "result", None)
+    if messages is None:
+        messages = getattr(getattr(response, "model_response", None), "result", [response])
+    return sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))
 
 
 class _Call:

@@ -15,6 +15,11 @@
 * A turn is one ``Runner.run``. Sessions: ``session_key(run_context)`` when given (the hooks cannot
   see the SDK ``Session``; the run's ``context`` object can carry a conversation id), else one
   session per ``guard_agent`` result.
+* Run hooks see no exception of a run. A tool exception the SDK raises out of the run (a failure
+  function that gives no message) ends the turn as ``errored`` at once; a run that ends any other
+  way without ``on_agent_end`` (a model error, ``MaxTurnsExceeded``, a guardrail tripwire, a
+  cancellation) is ``errored`` once the SDK has let go of it: when Python frees the run's usage
+  object, at the hooks' next event.
 * Hosted tools (``WebSearchTool``, ``FileSearchTool``, ``CodeInterpreterTool``, …) run at the
   provider, so they cannot be guarded.
 """
@@ -25,6 +30,7 @@ import copy
 import inspect
 import threading
 import weakref
+from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
@@ -33,6 +39,7 @@ from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.integrations._protocol import (
     CallMemory,
+    end_run,
     error_result,
     guidance,
     missing_framework,
@@ -116,8 +123,13 @@ class GuardRunHooks(RunHooks[Any]):
         # One entry per live run, keyed by its usage object (shared by every context of one run,
         # tool contexts included); dropped when the run's usage is garbage collected.
         self._runs: BoundedMap[int, tuple[Session, object]] = BoundedMap(sessions.max_sessions)
+        # Runs whose usage was freed, for the next event to settle: a finalizer runs inside the
+        # garbage collector, maybe in a thread holding a lock it would need, so it only appends.
+        self._freed: deque[tuple[int, Session, object]] = deque()
 
     def knows_run(self, context: RunContextWrapper[Any]) -> bool:
+        if self._freed:
+            self._settle_freed()
         with self._lock:
             return id(context.usage) in self._runs
 
@@ -126,6 +138,8 @@ class GuardRunHooks(RunHooks[Any]):
         return self._run(context)[0]
 
     def _run(self, context: RunContextWrapper[Any]) -> tuple[Session, object]:
+        if self._freed:
+            self._settle_freed()
         usage = context.usage
         key = id(usage)
         with self._lock:
@@ -136,15 +150,28 @@ class GuardRunHooks(RunHooks[Any]):
         run = (self.sessions.session(session_id), object())
         with self._lock:
             self._runs.put(key, run)
-        weakref.finalize(usage, self._forget, key, run[1])
+        weakref.finalize(usage, self._freed.append, (key, *run)).atexit = False
         run[0].enter_run(run[1])
         return run
 
-    def _forget(self, key: int, token: object) -> None:
-        with self._lock:
-            run = self._runs.get(key)
-            if run is not None and run[1] is token:
-                del self._runs[key]
+    def _settle_freed(self) -> None:
+        """Forget the runs the SDK has let go of; a turn still open there never reached
+        ``on_agent_end``, so its run ended in an exception (``leave_run`` is a no-op otherwise)."""
+        while self._freed:
+            try:
+                key, session, token = self._freed.popleft()
+            except IndexError:  # another thread settled it
+                return
+            with self._lock:
+                run = self._runs.get(key)
+                if run is not None and run[1] is token:
+                    del self._runs[key]
+            session.leave_run(token, errored=True)
+
+    def end_failed_run(self, context: RunContextWrapper[Any], error: Exception) -> None:
+        """A tool's exception is leaving the run (the SDK raises it to the caller): the turn is over."""
+        session, token = self._run(context)
+        end_run(session, token, error)
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
         self._run(context)
@@ -270,10 +297,11 @@ class _ToolGuard:
             result = await result
         if result is None:
             # No message for the model: the SDK re-raises as before and no later hook of this call
-            # runs, so the failure is recorded here.
+            # or of its run follows, so the failure, and the run's end, are recorded here.
             hooks = self.owner_for(context)
             if hooks is not None:
                 hooks.after_call(context, self, None)
+                hooks.end_failed_run(context, error)
             return None
         return str(result)
 

@@ -10,7 +10,9 @@
   ``ToolRetryError``) and any other exception (``on_tool_execute_error``, then handled as Pydantic
   AI would without the capability). Warnings are appended to the result the model sees.
 * A turn is one agent run. After a ``block``/``halt`` the next ``before_model_request`` raises
-  ``otelguard.GuardHalted``, so the refused call's result is in the history and the run ends.
+  ``otelguard.GuardHalted``, so the refused call's result is in the history and the run ends. A run
+  that raises anything else (an exception no capability's ``on_run_error`` recovered) is an
+  ``errored`` turn.
 * One guard per ``conversation_id`` (Pydantic AI always has one: given, inherited from the message
   history, or new; a run without history is a new session).
 * Pydantic AI already traces ``execute_tool``: with ``span_mode: auto`` otelguard's attributes go
@@ -25,6 +27,7 @@ from otelguard.config import GuardConfig
 from otelguard.guard import Guard
 from otelguard.integrations._protocol import (
     CallMemory,
+    end_run,
     guidance,
     missing_framework,
     raised,
@@ -84,9 +87,12 @@ class GuardCapability(AbstractCapability[Any]):
         run = object()
         session.enter_run(run, turn_id=ctx.run_id)
         try:
-            return await handler()
-        finally:
-            session.leave_run(run)
+            result = await handler()
+        except BaseException as error:  # what no capability's on_run_error recovered
+            end_run(session, run, error)
+            raise
+        end_run(session, run)
+        return result
 
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext

@@ -36,7 +36,7 @@ from otelguard.replay.timeline import (
     mark_for,
     session_rank,
 )
-from otelguard.testing import ScriptedCall, play_call
+from otelguard.scripted import play_call
 
 __all__ = ["ReplayRunner"]
 
@@ -127,18 +127,7 @@ class ReplayRunner:
             else:
                 self._mark(session, NOT_REPLAYED, call.tool_name, "no result")
             return
-        played = play_call(
-            session.guard,
-            ScriptedCall(
-                call.tool_name,
-                call.args,
-                call.result,
-                call.failed,
-                call.refusal,
-                call.call_id,
-                call.cancelled,
-            ),
-        )
+        played = play_call(session.guard, call)
         if played.after is None:  # refused at before_call: this call would not have run
             report.prevented_calls += 1
         self._note(session, call, played.before)

@@ -30,12 +30,15 @@ DECISION_EVENT: Final = "otelguard.decision"
 TURN_TOOL_CALLS: Final = "otelguard.turn.tool_calls"
 TURN_HALTED: Final = "otelguard.turn.halted"
 TURN_HALT_CODE: Final = "otelguard.turn.halt_code"
+TURN_OUTCOME: Final = "otelguard.turn.outcome"
 STATE: Final = "otelguard.state"
 STATE_FALLBACK: Final = "fallback"
 """``otelguard.state`` of a call whose session caps were decided without the shared store."""
 
 TOOL_ERROR: Final = "tool_error"
 """``error.type`` of a call that ran and failed."""
+RUN_ERROR: Final = "run_error"
+"""``error.type`` of a turn whose run ended in an exception (the host says only that it did)."""
 
 # Prometheus metric names (counters are declared without ``_total``; prometheus_client adds it)
 TOOL_CALLS: Final = "otelguard_tool_calls"

@@ -21,7 +21,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
 from otelguard.config_telemetry import TelemetrySettings
-from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, Decision, TurnSummary
+from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
 from otelguard.observers import CallEvent, GuardObserver, StateReport, TurnInfo
 from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
@@ -117,8 +117,8 @@ class Telemetry:
     ) -> None:
         """Create zero-valued series for an agent so dashboards and alerts see data before any call."""
         space = self._space(self.settings())
-        for outcome in ("completed", "halted"):
-            space.turns(agent, outcome)
+        for turn_outcome in TURN_OUTCOMES:
+            space.turns(agent, turn_outcome)
         space.per_agent("subagent_spawns", agent)
         space.per_agent("turn_tool_calls", agent)
         for tool in tools:
@@ -176,7 +176,7 @@ class GuardTelemetry(GuardObserver):
 
     def on_turn_end(self, summary: TurnSummary) -> None:
         space = self._space
-        space.turns(summary.agent, "halted" if summary.halted else "completed").inc()
+        space.turns(summary.agent, summary.outcome).inc()
         space.per_agent("turn_tool_calls", summary.agent).observe(summary.tool_calls)
         for cap, ratio in summary.cap_usage_ratio.items():
             space.cap_usage(summary.agent, cap).observe(ratio)
@@ -189,10 +189,14 @@ class GuardTelemetry(GuardObserver):
         if summary is not None:
             span.set_attribute(attr.TURN_TOOL_CALLS, summary.tool_calls)
             span.set_attribute(attr.TURN_HALTED, summary.halted)
+            span.set_attribute(attr.TURN_OUTCOME, summary.outcome)
             if summary.halt_decision is not None:
                 span.set_attribute(attr.TURN_HALT_CODE, summary.halt_decision.code)
                 span.set_status(Status(StatusCode.ERROR))
                 span.set_attribute(attr.ERROR_TYPE, summary.halt_decision.code)
+            elif summary.errored:
+                span.set_status(Status(StatusCode.ERROR))
+                span.set_attribute(attr.ERROR_TYPE, attr.RUN_ERROR)
         span.end()
 
     def on_internal_error(self, stage: str) -> None:

@@ -107,3 +107,57 @@ def test_example_runs_and_the_halt_says_why(block: str, monkeypatch: pytest.Monk
 
 def _agent(framework: str) -> str:
     return "researcher" if framework == "agents" else "default"
+
+
+def _halt_table() -> dict[str, tuple[str, str]]:
+    text = DOC.read_text(encoding="utf-8")
+    section = text.split("## How a halt reaches the user", 1)[1].split("\n## ", 1)[0]
+    rows = re.findall(r"^\| ([^|]+?) \| (.+?) \| (.+?) \|$", section, flags=re.MULTILINE)
+    return {host: (halt, failed) for host, halt, failed in rows[1:]}  # past the header
+
+
+def test_the_halt_table_has_a_row_for_every_host() -> None:
+    assert list(_halt_table()) == [
+        "LangChain / LangGraph",
+        "OpenAI Agents SDK",
+        "Pydantic AI",
+        "Claude Code (`otelguard hook`, http hooks)",
+        "Claude Agent SDK (`guard_hooks`)",
+        "`otelguard serve` (`/v1/`)",
+        "hermes-agent",
+        "your own loop (`Guard`)",
+    ]
+
+
+def test_the_halt_table_quotes_what_the_hosts_get() -> None:
+    """Each row names what the adapter really hands over: LangChain's last message, Claude Code's
+    output fields and stop reason, hermes' directive, and the events behind an errored turn."""
+    from otelguard import Decision, GuardConfig
+    from otelguard.claude_code_events import HOOK_EVENTS
+    from otelguard.claude_code_hooks import hook_output, stop_reason
+    from otelguard.integrations.claude_agent_sdk import SDK_EVENTS, sdk_output
+    from otelguard.integrations.hermes import HermesGuardPlugin
+
+    table = _halt_table()
+    langchain = pytest.importorskip("otelguard.integrations.langchain")
+    assert f"`{langchain._HALT_PREFIX}<message>`" in table["LangChain / LangGraph"][0]
+
+    halt = Decision(action="block", code="<code>", message="<message>")
+    claude_code, failed = table["Claude Code (`otelguard hook`, http hooks)"]
+    output = hook_output("PreToolUse", halt)
+    assert output is not None and output["continue"] is False
+    assert output["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert f"`stopReason` `{stop_reason(halt)}`" in claude_code and output["stopReason"] == stop_reason(halt)
+    assert '`permissionDecision: "deny"`' in claude_code and "`continue: false`" in claude_code
+    assert "`continue_: False`" in table["Claude Agent SDK (`guard_hooks`)"][0]
+    assert sdk_output(output)["continue_"] is False
+    assert "`StopFailure`" in failed and "StopFailure" in HOOK_EVENTS and "StopFailure" not in SDK_EVENTS
+
+    plugin = HermesGuardPlugin(GuardConfig(mode="unattended", caps={"turn": {"web_search": 1}}))
+    assert plugin.on_pre_tool_call(tool_name="web_search", args={"q": 1}, session_id="s") is None
+    directive = plugin.on_pre_tool_call(tool_name="web_search", args={"q": 2}, session_id="s")
+    assert directive is not None and set(directive) == {"action", "message"}
+    assert directive["action"] == "block"
+    hermes, hermes_failed = table["hermes-agent"]
+    assert '`{"action": "block", "message": <synthetic result>}`' in hermes
+    assert "`completed: false`" in hermes_failed

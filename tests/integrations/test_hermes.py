@@ -107,6 +107,7 @@ def test_metrics_are_served_from_the_hermes_process(hermes_run: dict[str, Any]) 
     assert _sample(metrics, "otelguard_decisions_total", code="exact_failure_warn", **agent) == 4
     assert _sample(metrics, "otelguard_turns_total", outcome="halted", **agent) == 1
     assert _sample(metrics, "otelguard_turns_total", outcome="completed", **agent) >= 1
+    assert _sample(metrics, "otelguard_turns_total", outcome="errored", **agent) == 1
     assert not re.search(r"no-such-file", metrics)
 
 
@@ -145,6 +146,29 @@ def test_own_refusal_echoed_as_blocked_is_not_counted_again() -> None:
     assert directives[5]["action"] == "block" and directives[5]["message"]
     session = plugin.sessions.peek("s")
     assert session is not None and session.main.end_turn().tool_calls == 8
+
+
+@pytest.mark.parametrize(
+    ("ended", "outcome"),
+    [
+        ({"completed": True, "interrupted": False}, "completed"),
+        ({"completed": False, "interrupted": False}, "errored"),
+        ({"completed": False, "interrupted": True}, "completed"),  # the user stopped it
+        ({}, "completed"),  # a hermes that does not say
+    ],
+)
+def test_a_run_hermes_reports_as_not_completed_is_an_errored_turn(
+    ended: dict[str, bool], outcome: str
+) -> None:
+    from otelguard.testing import RecordingObserver
+
+    recorder = RecordingObserver()
+    _, hooks = _plugin(telemetry=recorder)
+    hooks["pre_llm_call"](session_id="s", turn_id="t")
+    _call(hooks, "s", "c1", status="ok")
+    hooks["on_session_end"](session_id="s", turn_id="t", **ended)
+    (summary,) = recorder.summaries
+    assert summary.outcome == outcome and summary.tool_calls == 1
 
 
 def test_sessions_are_bounded() -> None:

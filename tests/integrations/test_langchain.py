@@ -16,7 +16,7 @@ from pydantic import Field
 pytest.importorskip("langchain.agents")
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import ToolCallRequest
+from langchain.agents.middleware import AgentMiddleware, ModelRetryMiddleware, ToolCallRequest
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -88,6 +88,13 @@ class Counter:
 UNATTENDED = GuardConfig(mode="unattended")
 
 
+def turn_outcomes(rig: Rig, agent: str = "default") -> dict[str, float]:
+    return {
+        outcome: rig.sample("otelguard_turns_total", agent=agent, outcome=outcome)
+        for outcome in ("completed", "halted", "errored")
+    }
+
+
 def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None:
     ran = Counter()
 
@@ -123,7 +130,10 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     assert rig.sample("otelguard_turns_total", agent="default", outcome="halted") == 1
 
 
-def test_tool_exception_is_a_failure_and_propagates_as_without_the_middleware(rig: Rig) -> None:
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_tool_exception_is_a_failure_and_propagates_as_without_the_middleware(rig: Rig, run: str) -> None:
+    """The exception ends the run, so its turn is an errored one (counted as it leaves the tool)."""
+
     @tool
     def explode(x: int) -> str:
         """Always raises."""
@@ -135,8 +145,12 @@ def test_tool_exception_is_a_failure_and_propagates_as_without_the_middleware(ri
         middleware=[GuardMiddleware(telemetry=rig.telemetry())],
     )
     with pytest.raises(ValueError, match="boom"):
-        agent.invoke({"messages": [HumanMessage("go")]})
+        if run == "invoke":
+            agent.invoke({"messages": [HumanMessage("go")]})
+        else:
+            asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}))
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="explode", outcome="failed") == 1
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
 
 
 def test_sixty_parallel_web_searches_stop_at_the_turn_cap(rig: Rig) -> None:
@@ -304,6 +318,7 @@ def test_interrupts_pass_through_untouched_and_are_not_failures(rig: Rig) -> Non
     assert out["messages"][-1].content == "ok"
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="ok") == 1
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="deploy", outcome="failed") == 0
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}  # an interrupt is no error
 
 
 @pytest.mark.parametrize("span_mode", ["auto", "own"])
@@ -389,3 +404,116 @@ def test_wrap_tool_call_never_raises_for_any_call(
             request, lambda r: ToolMessage(content=content, tool_call_id=call_id or "", status=status)
         )
         assert isinstance(out, ToolMessage)
+
+
+def test_a_run_whose_model_raises_is_an_errored_turn_before_the_next_run(rig: Rig) -> None:
+    """``after_agent`` never runs when the model call raises: the turn ends as errored as the
+    exception leaves the model call, not at the thread's next run (and not as completed)."""
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if tool_turns(messages):
+            raise ConnectionError("the provider went away")
+        return calls(("read_file", {"path": "a"}))
+
+    agent = create_agent(model(script), [read_file], middleware=[GuardMiddleware(telemetry=rig.telemetry())])
+    with pytest.raises(ConnectionError):
+        agent.invoke({"messages": [HumanMessage("read")]})
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="read_file", outcome="ok") == 1
+
+
+class RaisedFirst(AgentMiddleware):  # type: ignore[type-arg]
+    """Listed before the guard, so its wrap sees a tool's exception after the guard's: it says so."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.raised = threading.Event()
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[..., Any]) -> Any:
+        try:
+            return handler(request)
+        except ValueError:
+            self.raised.set()
+            raise
+
+
+def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig: Rig) -> None:
+    """One call of a parallel batch raises; its sibling ends only after that exception has left the
+    guard. The sibling's result is the errored turn's, and no second turn appears for it."""
+    spy = RaisedFirst()
+
+    @tool
+    def explode(x: int) -> str:
+        """Always raises."""
+        raise ValueError("boom")
+
+    @tool
+    def slow_read(path: str) -> str:
+        """Reads after the other call has failed."""
+        assert spy.raised.wait(10)
+        return "contents"
+
+    agent = create_agent(
+        model(lambda messages: calls(("explode", {"x": 1}), ("slow_read", {"path": "a"}))),
+        [explode, slow_read],
+        middleware=[spy, GuardMiddleware(telemetry=rig.telemetry())],
+    )
+    with pytest.raises(ValueError, match="boom"):
+        agent.invoke({"messages": [HumanMessage("go")]})
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="slow_read", outcome="ok") == 1
+    assert rig.sample("otelguard_turn_tool_calls_sum", agent="default") == 2  # both calls, one turn
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+
+
+def test_a_refused_call_of_a_failing_batch_does_not_hold_the_errored_turn_open(rig: Rig) -> None:
+    """The cap refuses one call of the batch (it never reaches the tool) and another raises: the
+    refused call is over too, so the turn ends as errored with the run."""
+
+    @tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "results"
+
+    @tool
+    def explode(x: int) -> str:
+        """Always raises."""
+        raise ValueError("boom")
+
+    config = GuardConfig(caps={"on_hit": "reject", "turn": {"web_search": 1}})
+    batch = calls(("web_search", {"query": "a"}), ("web_search", {"query": "b"}), ("explode", {"x": 1}))
+    agent = create_agent(
+        model(lambda messages: batch),
+        [web_search, explode],
+        middleware=[GuardMiddleware(config, telemetry=rig.telemetry())],
+    )
+    with pytest.raises(ValueError, match="boom"):
+        agent.invoke({"messages": [HumanMessage("go")]})
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="rejected") == 1
+    )
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+
+
+def test_a_model_error_a_retry_middleware_listed_after_the_guard_recovers_is_no_error(rig: Rig) -> None:
+    failures = Counter()
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if failures.tick() == 1:
+            raise ConnectionError("a blip")
+        return AIMessage(content="done")
+
+    agent = create_agent(
+        model(script),
+        [],
+        middleware=[
+            GuardMiddleware(telemetry=rig.telemetry()),
+            ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False),
+        ],
+    )
+    assert agent.invoke({"messages": [HumanMessage("hi")]})["messages"][-1].content == "done"
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import gc
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -358,3 +359,67 @@ def test_the_run_configs_tool_error_formatter_still_writes_the_failure_message()
     config = RunConfig(tracing_disabled=True, tool_error_formatter=lambda args: f"formatted {args.kind}")
     asyncio.run(Runner.run(agent, "go", hooks=guard_agent(agent), run_config=config))
     assert seen[-1] == ["formatted tool_exception"]
+
+
+def turn_outcomes(rig: Rig, agent: str) -> dict[str, float]:
+    return {
+        outcome: rig.sample("otelguard_turns_total", agent=agent, outcome=outcome)
+        for outcome in ("completed", "halted", "errored")
+    }
+
+
+def test_a_tool_exception_raised_out_of_the_run_is_an_errored_turn_at_once(rig: Rig) -> None:
+    """The SDK raises the tool's exception to the caller: the failure function saw it, and the turn
+    ends as errored before ``Runner.run`` returns to the caller, with no later run needed."""
+
+    @function_tool(failure_error_function=None)
+    def strict(x: int) -> str:
+        """Always fails."""
+        raise KeyError("x")
+
+    agent = Agent(name="a", tools=[strict], model=scripted(forever("strict", {"x": 1})))
+    with pytest.raises(UserError):
+        run(agent, guard_agent(agent, telemetry=rig.telemetry()))
+    assert turn_outcomes(rig, "a") == {"completed": 0, "halted": 0, "errored": 1}
+
+
+def test_a_run_whose_model_raises_is_an_errored_turn_once_the_sdk_lets_go_of_it(rig: Rig) -> None:
+    """No hook sees a model error: the run never reaches ``on_agent_end``, and once Python frees the
+    run the hooks' next event counts its turn as errored (never as completed)."""
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        if tool_rounds(items) and "again" not in json.dumps(items):
+            raise ConnectionError("the provider went away")
+        if tool_rounds(items):
+            return [assistant_message("done")]
+        return [function_call("read_file", {"path": "a"}, call_id="c0")]
+
+    agent = Agent(name="reader", tools=[read_file], model=scripted(respond))
+    hooks = guard_agent(agent, telemetry=rig.telemetry(), session_key=lambda run: run.context["id"])
+    with pytest.raises(ConnectionError):
+        run(agent, hooks, context={"id": "first"})
+    assert turn_outcomes(rig, "reader") == {"completed": 0, "halted": 0, "errored": 0}  # still open
+    gc.collect()  # the exception and its traceback held the run
+    run(agent, hooks, "read it again", context={"id": "second"})  # another conversation's run
+    assert turn_outcomes(rig, "reader") == {"completed": 1, "halted": 0, "errored": 1}
+
+
+def test_the_guards_own_halt_is_a_halted_turn_even_after_the_sdk_lets_go(rig: Rig) -> None:
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "nothing new"
+
+    agent = Agent(name="searcher", tools=[web_search], model=scripted(forever("web_search", {"q": "x"})))
+    hooks = guard_agent(agent, UNATTENDED, telemetry=rig.telemetry())
+    with pytest.raises(GuardHalted):
+        run(agent, hooks)
+    gc.collect()
+    with pytest.raises(GuardHalted):
+        run(agent, hooks)
+    assert turn_outcomes(rig, "searcher") == {"completed": 0, "halted": 2, "errored": 0}

@@ -10,8 +10,8 @@ import pytest
 
 pytest.importorskip("pydantic_ai")
 
-from pydantic_ai import Agent, DeferredToolRequests, ModelRetry, capture_run_messages
-from pydantic_ai.capabilities import Instrumentation
+from pydantic_ai import Agent, DeferredToolRequests, ModelRetry, RunContext, capture_run_messages
+from pydantic_ai.capabilities import AbstractCapability, Instrumentation
 from pydantic_ai.exceptions import ToolFailed
 from pydantic_ai.messages import (
     ModelMessage,
@@ -23,6 +23,7 @@ from pydantic_ai.messages import (
 )
 from pydantic_ai.models.function import FunctionModel
 from pydantic_ai.models.instrumented import InstrumentationSettings
+from pydantic_ai.run import AgentRunResult
 
 from otelguard import GuardConfig, GuardHalted
 from otelguard.integrations.pydantic_ai import GuardCapability
@@ -58,6 +59,13 @@ def forever(name: str, args: dict[str, Any]) -> Script:
 
 def answer(text: str) -> ModelResponse:
     return ModelResponse(parts=[TextPart(text)])
+
+
+def turn_outcomes(rig: Rig, agent: str = "default") -> dict[str, float]:
+    return {
+        outcome: rig.sample("otelguard_turns_total", agent=agent, outcome=outcome)
+        for outcome in ("completed", "halted", "errored")
+    }
 
 
 def test_retry_forever_is_warned_then_refused_and_the_run_raises_guard_halted(rig: Rig) -> None:
@@ -115,6 +123,7 @@ def test_model_retry_and_plain_exceptions_are_failures(rig: Rig) -> None:
     with pytest.raises(KeyError):
         agent.run_sync("go")
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="flaky", outcome="failed") == 2
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}  # the KeyError ended the run
 
 
 def test_warnings_reach_the_model_in_the_result() -> None:
@@ -319,3 +328,61 @@ def test_a_deferred_call_is_recorded_as_cancelled_not_failed(rig: Rig) -> None:
         rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="cancelled") == 1
     )
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="failed") == 0
+
+
+def test_a_run_whose_model_raises_is_an_errored_turn(rig: Rig) -> None:
+    """The model call raises (an API error): the run's turn is counted errored when the run ends,
+    not completed."""
+
+    def script(messages: list[ModelMessage]) -> ModelResponse:
+        if tool_rounds(messages):
+            raise ConnectionError("the provider went away")
+        return ModelResponse(parts=[call("read_file", {"path": "a"}, "c0")])
+
+    agent = Agent(scripted(script), capabilities=[GuardCapability(UNATTENDED, telemetry=rig.telemetry())])
+
+    @agent.tool_plain
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    with pytest.raises(ConnectionError):
+        agent.run_sync("read")
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="read_file", outcome="ok") == 1
+
+
+def test_the_guards_own_halt_is_a_halted_turn_not_an_errored_one(rig: Rig) -> None:
+    agent = Agent(
+        scripted(forever("web_search", {"query": "same"})),
+        capabilities=[GuardCapability(UNATTENDED, telemetry=rig.telemetry())],
+    )
+
+    @agent.tool_plain
+    def web_search(query: str) -> str:
+        """Search the web."""
+        return "nothing new"
+
+    with pytest.raises(GuardHalted):
+        agent.run_sync("research")
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
+
+
+class Recover(AbstractCapability[Any]):
+    """Another capability that recovers a failed run with a result of its own."""
+
+    async def on_run_error(self, ctx: RunContext[Any], *, error: BaseException) -> AgentRunResult[Any]:
+        return AgentRunResult(output="recovered")
+
+
+def test_a_run_another_capability_recovers_is_a_completed_turn(rig: Rig) -> None:
+    """The turn's outcome is what the run came to: an error recovered by ``on_run_error`` is not one."""
+
+    def script(messages: list[ModelMessage]) -> ModelResponse:
+        raise ConnectionError("the provider went away")
+
+    agent = Agent(
+        scripted(script), capabilities=[GuardCapability(UNATTENDED, telemetry=rig.telemetry()), Recover()]
+    )
+    assert agent.run_sync("read").output == "recovered"
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}

@@ -55,14 +55,16 @@ def start_turn(session_id: str, turn_id: str) -> None:
     )
 
 
-def end_turn(session_id: str, turn_id: str) -> None:
+def end_turn(session_id: str, turn_id: str, completed: bool = True, interrupted: bool = False) -> None:
+    """What hermes' finalize_turn sends after every conversation run (completed=False: the run
+    failed, e.g. on an API error or a spent iteration budget)."""
     plugins.invoke_hook(
         "on_session_end",
         session_id=session_id,
         task_id=session_id,
         turn_id=turn_id,
-        completed=True,
-        interrupted=False,
+        completed=completed,
+        interrupted=interrupted,
         model="scripted",
         platform="cli",
     )
@@ -92,6 +94,10 @@ start_turn("s1", "t2")
 next_turn = read_missing("s1", "t2", "call_next")
 end_turn("s1", "t2")
 plugins.invoke_hook("on_session_finalize", session_id="s1", platform="cli", reason="exit")
+start_turn("s3", "t1")
+end_turn("s3", "t1", completed=False)
+start_turn("s4", "t1")
+end_turn("s4", "t1", completed=False, interrupted=True)
 
 port = os.environ["OTELGUARD_METRICS_PORT"]
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
