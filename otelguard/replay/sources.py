@@ -66,6 +66,8 @@ def detect_format(record: Any) -> str | None:
         return MINI_SWE_AGENT
     if "role" in record or "messages" in record or isinstance(record.get("traj"), list):
         return "chat"
+    if isinstance(record.get("simulations"), list):  # tau2-bench results
+        return "chat"
     if isinstance(record.get("answer_generation"), dict):  # a ToolBench answer
         return "chat"
     if is_swe_agent_trajectory(record):
