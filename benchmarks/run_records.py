@@ -29,6 +29,8 @@ __all__ = ["RunRecord", "run_records"]
 SWE_AGENT_LIMITS: Final = ("exit_cost", "exit_context", "exit_api", "exit_format", "exit_error")
 """SWE-agent's own exits when the run could not go on: a cost, context, API, format or error limit."""
 MINI_SWE_AGENT_LIMITS: Final = frozenset({"LimitsExceeded", "TimeoutError", "ExecutionTimeoutError"})
+MINI_FORMAT_ERROR: Final = "Please always provide EXACTLY ONE action"
+"""mini-swe-agent's answer to a model message without exactly one command: nothing ran."""
 TAU2_LIMITS: Final = frozenset({"max_steps", "too_many_errors"})
 TAU_STOP: Final = "###STOP###"
 OPENHANDS_LIMIT: Final = "maximum iteration"
@@ -76,11 +78,13 @@ def _swe_agent(doc: dict[str, Any]) -> RunRecord:
 
 
 def _mini_swe_agent(doc: dict[str, Any]) -> RunRecord:
-    status = doc["info"].get("exit_status")
-    calls = sum(1 for m in doc["messages"] if isinstance(m, dict) and m.get("role") == "assistant")
-    if status == "Submitted":  # its last model message submitted: no command of its own ran after
-        calls -= 1
-    return RunRecord(status in MINI_SWE_AGENT_LIMITS, max(calls, 0))
+    messages = [m for m in doc["messages"] if isinstance(m, dict)]
+    calls = sum(
+        1
+        for m, answer in zip(messages, [*messages[1:], {}], strict=True)
+        if m.get("role") == "assistant" and not str(answer.get("content", "")).startswith(MINI_FORMAT_ERROR)
+    )
+    return RunRecord(doc["info"].get("exit_status") in MINI_SWE_AGENT_LIMITS, calls)
 
 
 def _tool_calls(message: Any) -> list[dict[str, Any]]:

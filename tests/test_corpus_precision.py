@@ -43,9 +43,12 @@ SOURCES = corpus_sources(CORPUS) if CORPUS is not None and CORPUS.is_dir() else 
 # Misses measured on a source and explained in docs/replay.md ("The regression corpus"). Strict: once
 # a change fixes one, its test fails until the entry is removed.
 JAVA = "swe-agent-multi-swe-bench-java"
+OPENHANDS = "openhands-multi-swe-bench-python"
 KNOWN_MISSES = {
-    (JAVA, "warnings"): "7.22 per 1,000 calls in solved runs: write_streak_warn on runs of 30+ edits in "
-    "a row, identical_call and cycle warnings on runs that scroll and edit",
+    (JAVA, "warnings"): "7.38 per 1,000 calls in solved runs: the same rejected edit warned by "
+    "exact_failure and same_tool_failure, write_streak_warn on runs of 30+ edits in a row",
+    (OPENHANDS, "warnings"): "47.22 per 1,000 calls in solved runs: same_tool_failure_warn on execute_bash "
+    "(test runs exiting non-zero three times in a run of one turn), write_streak_warn on runs of edits",
 }
 
 

@@ -20,16 +20,19 @@ Two layouts of OpenAI messages written by agent harnesses are read too:
 * OpenHands LLM completion logs (``{"messages", "fncall_messages", "fncall_response"}``): the
   conversation with the calls as the model made them is ``fncall_messages`` (``messages`` holds it
   rewritten as text for a model without function calling), and the model's last reply is
-  ``fncall_response.choices[0].message``.
+  ``fncall_response.choices[0].message``. A result is failed when the shell's output ends with a
+  non-zero ``[Command finished with exit code N]`` or the editor answered ``ERROR:``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, input_ending, result_text, type_name
+from otelguard.replay.recorded_failures import openhands_result_failed
 
 __all__ = ["ChatReader"]
 
@@ -40,9 +43,13 @@ _USER: Final = "user"
 
 
 class _ChatSession:
-    def __init__(self, reader: ChatReader, key: SessionKey) -> None:
+    def __init__(
+        self, reader: ChatReader, key: SessionKey, result_failed: Callable[[Any], bool | None] | None = None
+    ) -> None:
         self.reader = reader
         self.feed = SessionFeed(reader.sink, key)
+        self.result_failed = result_failed
+        """How the harness that wrote the log marks a failed result in its text, when it does."""
 
     def message(self, line: int, msg: Any, where: str) -> None:
         if not isinstance(msg, dict):
@@ -103,8 +110,11 @@ class _ChatSession:
             self.feed.error(line, f"{where}tool_call_id is {type_name(call_id)}, expected a string")
             return
         flag = msg.get("error")  # tau2-bench records whether the tool raised
+        content = result_text(msg.get("content"))
         failed = flag if isinstance(flag, bool) else None
-        self.feed.add_result(call_id, result_text(msg.get("content")), failed, line)
+        if failed is None and self.result_failed is not None:
+            failed = self.result_failed(content)
+        self.feed.add_result(call_id, content, failed, line)
 
     def _assistant(self, line: int, msg: dict[str, Any], where: str) -> None:
         tool_calls = msg.get("tool_calls")
@@ -218,11 +228,19 @@ class ChatReader:
             self._file_session.feed.close()
             self._file_session = None
 
-    def _conversation(self, line: int, record: dict[str, Any], messages: Any, field: str) -> None:
+    def _conversation(
+        self,
+        line: int,
+        record: dict[str, Any],
+        messages: Any,
+        field: str,
+        result_failed: Callable[[Any], bool | None] | None = None,
+    ) -> None:
         if not isinstance(messages, list):
             self.sink.error(self.path, line, f"{field} is {type_name(messages)}, expected an array")
             return
-        session = _ChatSession(self, SessionKey(self.path, self._conversation_id(line, record)))
+        key = SessionKey(self.path, self._conversation_id(line, record))
+        session = _ChatSession(self, key, result_failed)
         for index, msg in enumerate(messages):
             session.message(line, msg, f"{field}[{index}].")
         session.feed.close()
@@ -248,7 +266,7 @@ class ChatReader:
         # the log was written when the model replied: the reply's calls ran after it, so they are the
         # calls a transcript ends on (in progress), whether the file is one line or a document
         with input_ending():
-            self._conversation(line, record, messages, "fncall_messages")
+            self._conversation(line, record, messages, "fncall_messages", openhands_result_failed)
 
     def _toolbench(self, line: int, answer: dict[str, Any]) -> None:
         """A ToolBench answer: ``train_messages`` holds the conversation as it grew, step by step;
