@@ -176,3 +176,14 @@ def test_a_swe_agent_trajectory_with_each_roles_messages_is_read_as_swe_agent(tm
     assert sink.formats[-1] == "swe-agent"
     assert sink.errors == []
     assert [(c.tool_name, c.failed) for c in sink.calls] == [("open", True), ("bash", None), ("submit", None)]
+
+
+def test_tau_bench_error_answers_are_failures() -> None:
+    """gpt-4o, airline task 9 trial 2: the environment refuses book_reservation five times with its
+    ``Error: ...`` template; every other result is left as the format gives it (no flag)."""
+    sink = read(REAL / "tau-bench" / "tau_bench_gpt4o_airline.json")
+    assert sink.errors == []
+    failed = [c.tool_name for c in sink.calls if c.failed]
+    assert failed.count("book_reservation") >= 5
+    assert {c.failed for c in sink.calls if c.tool_name == "calculate"} == {None}
+    assert all(str(c.result).startswith("Error: ") for c in sink.calls if c.failed)

@@ -32,7 +32,7 @@ from typing import Any, Final
 from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, input_ending, result_text, type_name
-from otelguard.replay.recorded_failures import openhands_result_failed
+from otelguard.replay.recorded_failures import openhands_result_failed, tau_bench_result_failed
 
 __all__ = ["ChatReader"]
 
@@ -211,7 +211,7 @@ class ChatReader:
         elif isinstance(record, dict) and "messages" in record and "role" not in record:
             self._conversation(line, record, record["messages"], "messages")
         elif isinstance(record, dict) and "traj" in record and "role" not in record:
-            self._conversation(line, record, record["traj"], "traj")
+            self._conversation(line, record, record["traj"], "traj", tau_bench_result_failed)
         elif isinstance(record, dict) and isinstance(record.get("answer_generation"), dict):
             self._toolbench(line, record["answer_generation"])
         elif isinstance(record, dict) and "role" in record:

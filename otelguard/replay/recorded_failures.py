@@ -2,7 +2,8 @@
 
 Some harnesses record no error flag, but write a failed call's result from a template of their own:
 SWE-agent's linter refusing an edit, its commands' usage and "not found" answers, a timed-out command;
-OpenHands' editor answering ``ERROR:``, its shell appending the command's exit code. A reader that knows
+OpenHands' editor answering ``ERROR:``, its shell appending the command's exit code; tau-bench's
+environment answering ``Error: ...`` for a tool that raised. A reader that knows
 the harness passes ``failed=`` from these (``True`` on a template, else what the format says), so the
 guard does not have to guess. Only the harness's own fixed text counts, matched where the harness puts
 it (the start of the result, or its last line); what a command printed is never read as prose: a test
@@ -19,6 +20,7 @@ __all__ = [
     "editor_failed",
     "openhands_result_failed",
     "swe_agent_step_failed",
+    "tau_bench_result_failed",
 ]
 
 SWE_AGENT_REJECTIONS: Final = (
@@ -48,9 +50,13 @@ _EDITOR_ERRORS: Final = (
 )
 """How the ``str_replace_editor`` tool (SWE-agent 1.x, OpenHands, Anthropic's text editor) begins the
 result of a refused edit or view."""
+_TAU_BENCH_ERROR: Final = "Error: "
+"""tau-bench's environment answers a tool that raised with ``Error: <the exception>``."""
 _EXIT_CODE: Final = re.compile(r"\[Command finished with exit code (-?\d+)\]\s*\Z")
 """OpenHands' shell ends a finished command's output with its exit code."""
 _NO_EXIT_CODE: Final = -1
+_TAU_BENCH_ERROR: Final = "Error: "
+"""tau-bench's environment answers a tool that raised with ``Error: <the exception>``."""
 _EDITOR: Final = "str_replace_editor"
 _SHELL: Final = "bash"
 _TIMEOUT: Final = "EXECUTION TIMED OUT"
@@ -89,3 +95,8 @@ def openhands_result_failed(text: Any) -> bool | None:
         return None
     code = int(match.group(1))
     return None if code == _NO_EXIT_CODE else code != 0
+
+
+def tau_bench_result_failed(text: Any) -> bool | None:
+    """A tau-bench tool result: ``True`` when the environment answered with its error template."""
+    return True if isinstance(text, str) and text.startswith(_TAU_BENCH_ERROR) else None
