@@ -55,8 +55,6 @@ _TAU_BENCH_ERROR: Final = "Error: "
 _EXIT_CODE: Final = re.compile(r"\[Command finished with exit code (-?\d+)\]\s*\Z")
 """OpenHands' shell ends a finished command's output with its exit code."""
 _NO_EXIT_CODE: Final = -1
-_TAU_BENCH_ERROR: Final = "Error: "
-"""tau-bench's environment answers a tool that raised with ``Error: <the exception>``."""
 _EDITOR: Final = "str_replace_editor"
 _SHELL: Final = "bash"
 _TIMEOUT: Final = "EXECUTION TIMED OUT"
