@@ -10,6 +10,7 @@ its task was not stuck, so a halt there is a false halt. ``pytest -s`` prints th
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tarfile
 from pathlib import Path
@@ -32,10 +33,12 @@ from benchmarks.corpus_precision import (
     table,
     total,
 )
+from benchmarks.run_records import RunRecord, run_records
 
 MAX_WARNINGS_PER_1000 = 5.0
 """Warnings are text in the model's context: at most 5 per 1,000 calls in the runs that solved."""
 MIN_RUNS = 200
+REAL_TAU = Path(__file__).parent / "data" / "real" / "tau-bench"
 
 CORPUS = find_corpus()
 SOURCES = corpus_sources(CORPUS) if CORPUS is not None and CORPUS.is_dir() else []
@@ -124,3 +127,98 @@ def test_no_solved_run_halts_before_its_limit(source: Path) -> None:
 def test_warnings_stay_under_five_per_thousand_calls_in_solved_runs(source: Path) -> None:
     result = measured(source)
     assert result.solved_warnings_per_1000 <= MAX_WARNINGS_PER_1000, dict(result.decisions)
+
+
+# --- the run's own record, read without a corpus ----------------------------------------------------
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document).encode()
+
+
+def test_swe_agent_ended_at_its_cost_limit_even_when_it_says_submitted() -> None:
+    steps = [
+        {"action": "edit 1:1\nx\nend_of_edit\n", "observation": "ok"},
+        {"action": "exit_cost", "observation": "Exited"},
+    ]
+    record = run_records(
+        _json({"trajectory": steps, "history": [], "info": {"exit_status": "submitted (exit_cost)"}})
+    )
+    assert record == {None: RunRecord(at_limit=True, calls=1)}
+    submitted = [{"action": "submit\n", "observation": "diff"}]
+    assert (
+        run_records(_json({"trajectory": submitted, "info": {"exit_status": "submitted"}}))[None].at_limit
+        is False
+    )
+
+
+def test_mini_swe_agent_limit_and_format_errors() -> None:
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "```bash\nls\n```"},
+        {"role": "user", "content": "<returncode>0</returncode>"},
+        {"role": "assistant", "content": "two\n```bash\nls\n```\n```bash\npwd\n```"},
+        {"role": "user", "content": "Please always provide EXACTLY ONE action in triple backticks."},
+    ]
+    limited = {
+        "info": {"exit_status": "LimitsExceeded"},
+        "messages": messages,
+        "trajectory_format": "mini-swe-agent-1",
+    }
+    assert run_records(_json(limited)) == {None: RunRecord(at_limit=True, calls=1)}
+
+
+def test_openhands_completion_log_at_its_iteration_budget() -> None:
+    def reply(name: str) -> dict[str, Any]:
+        call = {"id": name, "type": "function", "function": {"name": name, "arguments": "{}"}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+    fncall = [
+        {"role": "user", "content": "task"},
+        reply("execute_bash"),
+        {"role": "tool", "tool_call_id": "execute_bash", "content": "x"},
+    ]
+    for last, at_limit in (("execute_bash", True), ("finish", False)):
+        log = {
+            "messages": [],
+            "fncall_messages": fncall,
+            "fncall_response": {"choices": [{"message": reply(last)}]},
+        }
+        assert run_records(_json(log), {"model_calls": 2}) == {None: RunRecord(at_limit=at_limit, calls=2)}
+
+
+def test_tau_bench_step_limit_without_a_stop_and_tau2_termination() -> None:
+    def step(i: int) -> list[dict[str, Any]]:
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "think", "arguments": "{}"}}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": ""},
+        ]
+
+    stuck = {"task_id": 1, "trial": 0, "reward": 0.0, "traj": [m for i in range(3) for m in step(i)]}
+    stopped = {
+        "task_id": 2,
+        "trial": 0,
+        "reward": 1.0,
+        "traj": [*step(0), {"role": "user", "content": "thanks ###STOP###"}],
+    }
+    records = run_records(_json([stuck, stopped]), {"steps": 3})
+    assert records == {"task-1-trial-0": RunRecord(True, 3), "task-2-trial-0": RunRecord(False, 1)}
+    simulations = [
+        {"id": "a", "termination_reason": "max_steps", "messages": []},
+        {"id": "b", "termination_reason": "user_stop", "messages": []},
+    ]
+    assert {k: r.at_limit for k, r in run_records(_json({"simulations": simulations})).items()} == {
+        "a": True,
+        "b": False,
+    }
+
+
+def test_a_halt_is_placed_by_its_index_in_the_run_across_turns(tmp_path: Path) -> None:
+    """tau-bench task 9 trial 2 (a file of the real excerpts): the cycle that halts it is its 23rd call,
+    though it is not the 23rd call of its turn."""
+    result = measure_files("tau-bench", REAL_TAU)
+    (run,) = [r for r in result.runs if r.halt is not None]
+    assert run.name.endswith("#task-9-trial-2") or run.name.endswith("tau_bench_gpt4o_airline.json")
+    assert run.halt is not None and run.halt.call == 23 == run.calls
