@@ -11,8 +11,9 @@ ground truth comes from the run's own record: whether it solved its task (the so
 
 * harmful halts: a run that solved its task and did not end at its limit was halted;
 * harmless halts: a solved run that ended at its limit anyway (the fix came first) was halted;
-* stuck runs (unsolved, ended at the limit): the share halted (recall) and the share of their calls
-  that came after the halting call (calls saved);
+* stuck runs (unsolved, ended at the limit): the share halted (recall), the share of their calls
+  that came after the halting call (calls saved), and the share refused at least once or halted;
+* solved runs (not at their limit) that had a call refused: the run goes on, but the model was told no;
 * warnings per 1,000 calls in solved runs and in all runs; calls read against calls the runs recorded;
   input errors.
 
@@ -76,6 +77,8 @@ class Run:
     recorded: int | None
     warnings: int
     halt: Halt | None
+    refused: bool = False
+    """At least one call was refused (``reject``: it did not run, the turn went on)."""
 
     @property
     def stuck(self) -> bool:
@@ -135,6 +138,18 @@ class SourceResult:
         return sum(r.halt is not None for r in stuck) / len(stuck) if stuck else 0.0
 
     @property
+    def stuck_answered(self) -> float:
+        """The share of stuck runs refused at least once or halted."""
+        stuck = self.stuck
+        return sum(r.halt is not None or r.refused for r in stuck) / len(stuck) if stuck else 0.0
+
+    @property
+    def solved_refused(self) -> int:
+        """Solved runs that did not end at their limit and had a call refused (not a halt: the run
+        goes on, but the model was told no)."""
+        return sum(1 for r in self.runs if r.solved and not r.at_limit and r.refused)
+
+    @property
     def calls_saved(self) -> float:
         """Of the stuck runs' calls, the share that came after the halting call."""
         stuck = self.stuck
@@ -170,6 +185,8 @@ class SourceResult:
             "harmless_halts": len(self.harmless_halts),
             "stuck_recall": round(self.stuck_recall, 4),
             "stuck_calls_saved": round(self.calls_saved, 4),
+            "stuck_refused_or_halted": round(self.stuck_answered, 4),
+            "solved_runs_refused": self.solved_refused,
             "warnings": self.warnings,
             "warnings_per_1000_calls": round(self.warnings_per_1000, 2),
             "solved_warnings_per_1000_calls": round(self.solved_warnings_per_1000, 2),
@@ -294,6 +311,7 @@ def _result(
     positions: _Positions,
 ) -> SourceResult:
     result = SourceResult(name)
+    rejects = {code for code, actions in report.actions.items() if "reject" in actions}
     for session in report.sessions:
         solved = _verdict(truth, session.path, session.session_id)
         record = records.get((session.path, session.session_id))
@@ -308,7 +326,8 @@ def _result(
             index = positions.index(session.path, session.session_id, first.turn, first.call)
             halt = Halt(run_name, solved, at_limit, first.tool_name, first.code, index)
         recorded = record.calls if record is not None else None
-        run = Run(run_name, solved, at_limit, session.tool_calls, recorded, session.warnings, halt)
+        refused = any(code in rejects for code in session.decisions)
+        run = Run(run_name, solved, at_limit, session.tool_calls, recorded, session.warnings, halt, refused)
         result.runs.append(run)
         result.decisions.update(session.decisions)
     result.errors = [(e.path, e.line, e.reason) for e in report.errors]
@@ -344,6 +363,8 @@ COLUMNS: Final = (
     ("halted", lambda r: str(r.halted_runs)),
     ("stuck recall", lambda r: f"{100 * r.stuck_recall:.1f}%"),
     ("calls saved", lambda r: f"{100 * r.calls_saved:.1f}%"),
+    ("stuck refused|halted", lambda r: f"{100 * r.stuck_answered:.1f}%"),
+    ("solved refused", lambda r: str(r.solved_refused)),
     ("warn/1k solved", lambda r: f"{r.solved_warnings_per_1000:.2f}"),
     ("warn/1k all", lambda r: f"{r.warnings_per_1000:.2f}"),
     ("errors", lambda r: str(len(r.errors))),
