@@ -232,7 +232,7 @@ def archive_members(source: Path) -> list[tuple[str, bytes]]:
     return members
 
 
-class _Positions:
+class Positions:
     """Forwards every event to the runner and counts each session's calls per turn, so that a halt
     (recorded as turn and call in that turn) can be placed in the run."""
 
@@ -279,7 +279,7 @@ def measure_source(source: Path) -> SourceResult:
     provenance = read_yaml(source / PROVENANCE) or {}
     budget = provenance.get("budget") or {}
     runner = ReplayRunner(config())
-    positions = _Positions(runner)
+    positions = Positions(runner)
     records: dict[tuple[str, str | None], RunRecord] = {}
     for name, data in archive_members(source):
         replay_bytes(name, data, "auto", positions)
@@ -291,7 +291,7 @@ def measure_source(source: Path) -> SourceResult:
 def measure_files(name: str, folder: Path) -> SourceResult:
     """Transcripts on disk with no ground truth (every run's outcome unknown)."""
     runner = ReplayRunner(config())
-    positions = _Positions(runner)
+    positions = Positions(runner)
     replay_inputs(expand_paths([str(folder)]), "auto", positions)
     return _result(name, runner.finish(), {}, {}, positions)
 
@@ -308,7 +308,7 @@ def _result(
     report: ReplayReport,
     truth: Truth,
     records: dict[tuple[str, str | None], RunRecord],
-    positions: _Positions,
+    positions: Positions,
 ) -> SourceResult:
     result = SourceResult(name)
     rejects = {code for code, actions in report.actions.items() if "reject" in actions}

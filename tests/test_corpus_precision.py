@@ -24,7 +24,9 @@ from benchmarks.corpus_precision import (
     GROUND_TRUTH,
     PROVENANCE,
     TOTAL,
+    Positions,
     SourceResult,
+    config,
     corpus_sources,
     find_corpus,
     measure_files,
@@ -34,11 +36,11 @@ from benchmarks.corpus_precision import (
     total,
 )
 from benchmarks.run_records import RunRecord, run_records
+from otelguard.replay import ReplayRunner, SessionKey, ToolCall
 
 MAX_WARNINGS_PER_1000 = 5.0
 """Warnings are text in the model's context: at most 5 per 1,000 calls in the runs that solved."""
 MIN_RUNS = 200
-REAL_TAU = Path(__file__).parent / "data" / "real" / "tau-bench"
 
 CORPUS = find_corpus()
 SOURCES = corpus_sources(CORPUS) if CORPUS is not None and CORPUS.is_dir() else []
@@ -215,10 +217,18 @@ def test_tau_bench_step_limit_without_a_stop_and_tau2_termination() -> None:
     }
 
 
-def test_a_halt_is_placed_by_its_index_in_the_run_across_turns(tmp_path: Path) -> None:
-    """tau-bench task 9 trial 2 (a file of the real excerpts): the cycle that halts it is its 23rd call,
-    though it is not the 23rd call of its turn."""
-    result = measure_files("tau-bench", REAL_TAU)
-    (run,) = [r for r in result.runs if r.halt is not None]
-    assert run.name.endswith("#task-9-trial-2") or run.name.endswith("tau_bench_gpt4o_airline.json")
-    assert run.halt is not None and run.halt.call == 23 == run.calls
+def test_a_halt_is_placed_by_its_index_in_the_run_across_turns() -> None:
+    """A halt is recorded as (turn, call in that turn); the benchmark places it in the run: the second
+    call of the second turn after a turn of three calls is the run's fifth."""
+    positions = Positions(ReplayRunner(config()))
+    key = SessionKey("run.json", "task-9-trial-2")
+    positions.begin_session(key)
+    for turn_calls in (3, 2):
+        positions.start_turn(key)
+        for index in range(turn_calls):
+            positions.tool_call(
+                key, ToolCall(f"c{index}", "think", {}, 1, result="", failed=False, has_result=True)
+            )
+    positions.end_session(key)
+    assert positions.index("run.json", "task-9-trial-2", turn=2, call=2) == 5
+    assert positions.index("run.json", "task-9-trial-2", turn=1, call=3) == 3
