@@ -1,10 +1,11 @@
-"""Precision on the regression corpus: public runs of shell-driven coding agents, with ground truth.
+"""The detection benchmark on the regression corpus: public runs of agents, each with its own record.
 
 The corpus is third-party data kept outside this repository (docs/replay.md, "The regression corpus"):
 ``$OTELGUARD_CORPUS``, else ``shared/corpus`` beside the checkout or a parent of it. Every run is
 replayed through the real replay path with the defaults plus ``mode: unattended``. A run that solved
-its task was not stuck, so a halt there is a false halt. ``pytest -s`` prints the figures per source
-(``python -m benchmarks.corpus_precision`` prints the same table).
+its task and did not end at its budget limit was not stuck, so a halt there is harmful. ``pytest -s``
+prints the figures per source (``python -m benchmarks.corpus_precision`` prints the same table). The
+tests at the end read each format's record of a limit without a corpus.
 """
 
 from __future__ import annotations
