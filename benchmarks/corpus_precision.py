@@ -1,18 +1,28 @@
-"""False halts and warning load on real runs of shell-driven coding agents, per source.
+"""The detection benchmark: real runs of agents, scored against what each run's own record says.
 
-    python -m benchmarks.corpus_precision [--corpus DIR] [--json]
+    python -m benchmarks.corpus_precision [--corpus DIR] [--source NAME] [--json]
 
 Replays every run of the regression corpus, and the Claude Code sessions in
 ``tests/data/real/claude-code``, through the real replay path (``ReplayRunner`` fed by the format
-readers) with the default configuration plus ``mode: unattended`` and a fixed signature key, and
-prints per source: runs, tool calls, halted runs (in solved runs / all runs), warnings and warnings
-per 1,000 calls, input errors. A run that solved its task was not stuck: a halt there is a false halt.
+readers) with the default configuration plus ``mode: unattended`` and a fixed signature key. Each run's
+ground truth comes from the run's own record: whether it solved its task (the source's evaluation, in
+``ground_truth.yaml``) and whether it ended at a budget limit (read from the transcript, see
+``benchmarks.run_records``). Per source it prints:
+
+* harmful halts: a run that solved its task and did not end at its limit was halted;
+* harmless halts: a solved run that ended at its limit anyway (the fix came first) was halted;
+* stuck runs (unsolved, ended at the limit): the share halted (recall), the share of their calls
+  that came after the halting call (calls saved), and the share refused at least once or halted;
+* solved runs (not at their limit) that had a call refused: the run goes on, but the model was told no;
+* warnings per 1,000 calls in solved runs and in all runs; calls read against calls the runs recorded;
+  input errors.
 
 The corpus is third-party data kept outside this repository (see docs/replay.md, "The regression
 corpus"): ``$OTELGUARD_CORPUS``, else a ``shared/corpus`` folder beside the checkout or one of its
 parents. Each source is a folder holding ``runs.tar.xz`` (the runs, whole files, under their paths in
-the source repository), ``ground_truth.yaml`` (archive path -> solved true/false/null) and
-``provenance.yaml``. Archives are read in memory; nothing is unpacked to disk.
+the source repository), ``ground_truth.yaml`` (archive path -> solved true/false/null, or for a file of
+several runs session id -> solved) and ``provenance.yaml`` (with the source's ``budget`` where the
+transcripts do not record their limit). Archives are read in memory; nothing is unpacked to disk.
 """
 
 from __future__ import annotations
@@ -29,9 +39,11 @@ from typing import Any, Final
 
 import yaml
 
+from benchmarks.run_records import RunRecord, run_records
 from otelguard import GuardConfig
 from otelguard.environment_variables import OTELGUARD_CORPUS
 from otelguard.replay import ReplayReport, ReplayRunner, expand_paths, replay_bytes, replay_inputs
+from otelguard.replay.events import SessionKey, ToolCall
 
 ARCHIVE: Final = "runs.tar.xz"
 GROUND_TRUTH: Final = "ground_truth.yaml"
@@ -47,31 +59,113 @@ _TRANSCRIPTS: Final = (".json", ".jsonl", ".traj")
 class Halt:
     run: str
     solved: bool | None
+    at_limit: bool
     tool: str
     code: str
     call: int
+    """The halting call's index in the run (1-based, counting every tool call read)."""
+
+
+@dataclass
+class Run:
+    """One session as the benchmark scores it: the run's own record beside what the guard did."""
+
+    name: str
+    solved: bool | None
+    at_limit: bool
+    calls: int
+    recorded: int | None
+    warnings: int
+    halt: Halt | None
+    refused: bool = False
+    """At least one call was refused (``reject``: it did not run, the turn went on)."""
+
+    @property
+    def stuck(self) -> bool:
+        return self.solved is False and self.at_limit
 
 
 @dataclass
 class SourceResult:
-    """One source's figures; ``runs`` counts sessions, one per run for the corpus's formats."""
+    """One source's figures; ``runs`` counts sessions (one per run)."""
 
     name: str
-    runs: int = 0
-    solved: int = 0
-    tool_calls: int = 0
-    warnings: int = 0
+    runs: list[Run] = field(default_factory=list)
     decisions: Counter[str] = field(default_factory=Counter)
-    halts: list[Halt] = field(default_factory=list)
     errors: list[tuple[str, int | None, str]] = field(default_factory=list)
 
     @property
-    def halted_runs(self) -> int:
-        return len({h.run for h in self.halts})
+    def halts(self) -> list[Halt]:
+        return [r.halt for r in self.runs if r.halt is not None]
 
     @property
-    def halted_solved_runs(self) -> int:
-        return len({h.run for h in self.halts if h.solved})
+    def solved(self) -> int:
+        return sum(r.solved is True for r in self.runs)
+
+    @property
+    def tool_calls(self) -> int:
+        return sum(r.calls for r in self.runs)
+
+    @property
+    def recorded_calls(self) -> int:
+        return sum(r.recorded or 0 for r in self.runs)
+
+    @property
+    def warnings(self) -> int:
+        return sum(r.warnings for r in self.runs)
+
+    @property
+    def halted_runs(self) -> int:
+        return len(self.halts)
+
+    @property
+    def harmful_halts(self) -> list[Halt]:
+        """Halts of runs that solved their task and did not end at a budget limit."""
+        return [h for h in self.halts if h.solved and not h.at_limit]
+
+    @property
+    def harmless_halts(self) -> list[Halt]:
+        """Halts of solved runs that ended at their limit anyway: the fix came first."""
+        return [h for h in self.halts if h.solved and h.at_limit]
+
+    @property
+    def stuck(self) -> list[Run]:
+        return [r for r in self.runs if r.stuck]
+
+    @property
+    def stuck_recall(self) -> float:
+        stuck = self.stuck
+        return sum(r.halt is not None for r in stuck) / len(stuck) if stuck else 0.0
+
+    @property
+    def stuck_answered(self) -> float:
+        """The share of stuck runs refused at least once or halted."""
+        stuck = self.stuck
+        return sum(r.halt is not None or r.refused for r in stuck) / len(stuck) if stuck else 0.0
+
+    @property
+    def solved_refused(self) -> int:
+        """Solved runs that did not end at their limit and had a call refused (not a halt: the run
+        goes on, but the model was told no)."""
+        return sum(1 for r in self.runs if r.solved and not r.at_limit and r.refused)
+
+    @property
+    def calls_saved(self) -> float:
+        """Of the stuck runs' calls, the share that came after the halting call."""
+        stuck = self.stuck
+        total = sum(r.calls for r in stuck)
+        saved = sum(r.calls - r.halt.call for r in stuck if r.halt is not None)
+        return saved / total if total else 0.0
+
+    @property
+    def solved_calls(self) -> int:
+        return sum(r.calls for r in self.runs if r.solved)
+
+    @property
+    def solved_warnings_per_1000(self) -> float:
+        calls = self.solved_calls
+        warnings = sum(r.warnings for r in self.runs if r.solved)
+        return 1000 * warnings / calls if calls else 0.0
 
     @property
     def warnings_per_1000(self) -> float:
@@ -80,13 +174,22 @@ class SourceResult:
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.name,
-            "runs": self.runs,
+            "runs": len(self.runs),
             "solved_runs": self.solved,
+            "runs_at_limit": sum(r.at_limit for r in self.runs),
+            "stuck_runs": len(self.stuck),
             "tool_calls": self.tool_calls,
+            "tool_calls_recorded": self.recorded_calls,
             "halted_runs": self.halted_runs,
-            "halted_solved_runs": self.halted_solved_runs,
+            "harmful_halts": len(self.harmful_halts),
+            "harmless_halts": len(self.harmless_halts),
+            "stuck_recall": round(self.stuck_recall, 4),
+            "stuck_calls_saved": round(self.calls_saved, 4),
+            "stuck_refused_or_halted": round(self.stuck_answered, 4),
+            "solved_runs_refused": self.solved_refused,
             "warnings": self.warnings,
             "warnings_per_1000_calls": round(self.warnings_per_1000, 2),
+            "solved_warnings_per_1000_calls": round(self.solved_warnings_per_1000, 2),
             "input_errors": len(self.errors),
             "decisions": dict(sorted(self.decisions.items())),
             "halts": [vars(h) for h in self.halts],
@@ -129,38 +232,111 @@ def archive_members(source: Path) -> list[tuple[str, bytes]]:
     return members
 
 
+class Positions:
+    """Forwards every event to the runner and counts each session's calls per turn, so that a halt
+    (recorded as turn and call in that turn) can be placed in the run."""
+
+    def __init__(self, runner: ReplayRunner) -> None:
+        self.runner = runner
+        self.turns: dict[tuple[str, str], list[int]] = {}
+
+    def describe_input(self, path: str, fmt: str) -> None:
+        self.runner.describe_input(path, fmt)
+
+    def begin_session(self, key: SessionKey) -> None:
+        self.turns[(key.path, key.session_id)] = []
+        self.runner.begin_session(key)
+
+    def start_turn(self, key: SessionKey, time: float | None = None) -> None:
+        self.turns.setdefault((key.path, key.session_id), []).append(0)
+        self.runner.start_turn(key, time)
+
+    def tool_call(self, key: SessionKey, call: ToolCall) -> None:
+        turns = self.turns.setdefault((key.path, key.session_id), [])
+        if not turns:
+            turns.append(0)
+        turns[-1] += 1
+        self.runner.tool_call(key, call)
+
+    def end_session(self, key: SessionKey) -> None:
+        self.runner.end_session(key)
+
+    def error(self, path: str, line: int | None, reason: str) -> None:
+        self.runner.error(path, line, reason)
+
+    def index(self, path: str, session_id: str, turn: int, call: int) -> int:
+        turns = self.turns.get((path, session_id), [])
+        return sum(turns[: turn - 1]) + call
+
+
+Truth = dict[str, Any]
+"""Archive path -> solved (``true``/``false``/``null``), or, for a file of several runs, a mapping of
+session id -> solved."""
+
+
 def measure_source(source: Path) -> SourceResult:
-    truth: dict[str, bool | None] = read_yaml(source / GROUND_TRUTH)["runs"]
+    truth: Truth = read_yaml(source / GROUND_TRUTH)["runs"]
+    provenance = read_yaml(source / PROVENANCE) or {}
+    budget = provenance.get("budget") or {}
     runner = ReplayRunner(config())
+    positions = Positions(runner)
+    records: dict[tuple[str, str | None], RunRecord] = {}
     for name, data in archive_members(source):
-        replay_bytes(name, data, "auto", runner)
-    return _result(source.name, runner.finish(), truth)
+        replay_bytes(name, data, "auto", positions)
+        for session_id, record in run_records(data, budget).items():
+            records[(name, session_id)] = record
+    return _result(source.name, runner.finish(), truth, records, positions)
 
 
 def measure_files(name: str, folder: Path) -> SourceResult:
     """Transcripts on disk with no ground truth (every run's outcome unknown)."""
     runner = ReplayRunner(config())
-    replay_inputs(expand_paths([str(folder)]), "auto", runner)
-    return _result(name, runner.finish(), {})
+    positions = Positions(runner)
+    replay_inputs(expand_paths([str(folder)]), "auto", positions)
+    return _result(name, runner.finish(), {}, {}, positions)
 
 
-def _result(name: str, report: ReplayReport, truth: dict[str, bool | None]) -> SourceResult:
+def _verdict(truth: Truth, path: str, session_id: str) -> bool | None:
+    verdict = truth.get(path)
+    if isinstance(verdict, dict):
+        return verdict.get(session_id)
+    return verdict
+
+
+def _result(
+    name: str,
+    report: ReplayReport,
+    truth: Truth,
+    records: dict[tuple[str, str | None], RunRecord],
+    positions: Positions,
+) -> SourceResult:
     result = SourceResult(name)
+    rejects = {code for code, actions in report.actions.items() if "reject" in actions}
     for session in report.sessions:
-        solved = truth.get(session.path)
-        result.runs += 1
-        result.solved += solved is True
-        result.tool_calls += session.tool_calls
-        result.warnings += session.warnings
+        solved = _verdict(truth, session.path, session.session_id)
+        record = records.get((session.path, session.session_id))
+        run_name = f"{session.path}#{session.session_id}"
+        if record is None:  # a file of one run
+            record = records.get((session.path, None))
+            run_name = session.path
+        at_limit = record is not None and record.at_limit
+        halt = None
+        if session.halts:
+            first = session.halts[0]
+            index = positions.index(session.path, session.session_id, first.turn, first.call)
+            halt = Halt(run_name, solved, at_limit, first.tool_name, first.code, index)
+        recorded = record.calls if record is not None else None
+        refused = any(code in rejects for code in session.decisions)
+        run = Run(run_name, solved, at_limit, session.tool_calls, recorded, session.warnings, halt, refused)
+        result.runs.append(run)
         result.decisions.update(session.decisions)
-        for halt in session.halts:
-            result.halts.append(Halt(session.path, solved, halt.tool_name, halt.code, halt.call))
     result.errors = [(e.path, e.line, e.reason) for e in report.errors]
     return result
 
 
-def measure_all(corpus: Path | None) -> list[SourceResult]:
-    results = [measure_source(source) for source in corpus_sources(corpus)] if corpus else []
+def measure_all(corpus: Path | None, only: list[str] | None = None) -> list[SourceResult]:
+    sources = corpus_sources(corpus) if corpus else []
+    results = [measure_source(s) for s in sources if not only or s.name in only]
     if len(results) > 1:
         results.append(total(TOTAL, results))
     results.append(measure_files("claude-code (tests/data/real)", CLAUDE_CODE))
@@ -170,40 +346,34 @@ def measure_all(corpus: Path | None) -> list[SourceResult]:
 def total(name: str, results: list[SourceResult]) -> SourceResult:
     combined = SourceResult(name)
     for result in results:
-        combined.runs += result.runs
-        combined.solved += result.solved
-        combined.tool_calls += result.tool_calls
-        combined.warnings += result.warnings
+        combined.runs.extend(result.runs)
         combined.decisions.update(result.decisions)
-        combined.halts.extend(result.halts)
         combined.errors.extend(result.errors)
     return combined
 
 
+COLUMNS: Final = (
+    ("source", lambda r: r.name),
+    ("runs", lambda r: str(len(r.runs))),
+    ("solved", lambda r: str(r.solved)),
+    ("stuck", lambda r: str(len(r.stuck))),
+    ("calls read/recorded", lambda r: f"{r.tool_calls}/{r.recorded_calls}"),
+    ("harmful halts", lambda r: str(len(r.harmful_halts))),
+    ("harmless", lambda r: str(len(r.harmless_halts))),
+    ("halted", lambda r: str(r.halted_runs)),
+    ("stuck recall", lambda r: f"{100 * r.stuck_recall:.1f}%"),
+    ("calls saved", lambda r: f"{100 * r.calls_saved:.1f}%"),
+    ("stuck refused|halted", lambda r: f"{100 * r.stuck_answered:.1f}%"),
+    ("solved refused", lambda r: str(r.solved_refused)),
+    ("warn/1k solved", lambda r: f"{r.solved_warnings_per_1000:.2f}"),
+    ("warn/1k all", lambda r: f"{r.warnings_per_1000:.2f}"),
+    ("errors", lambda r: str(len(r.errors))),
+)
+
+
 def table(results: list[SourceResult]) -> str:
-    header = (
-        "source",
-        "runs",
-        "solved",
-        "calls",
-        "halted (solved/all)",
-        "warnings",
-        "per 1k calls",
-        "errors",
-    )
-    rows = [
-        (
-            r.name,
-            str(r.runs),
-            str(r.solved),
-            str(r.tool_calls),
-            f"{r.halted_solved_runs}/{r.halted_runs}",
-            str(r.warnings),
-            f"{r.warnings_per_1000:.2f}",
-            str(len(r.errors)),
-        )
-        for r in results
-    ]
+    header = tuple(title for title, _ in COLUMNS)
+    rows = [tuple(cell(r) for _, cell in COLUMNS) for r in results]
     widths = [max(len(row[i]) for row in (header, *rows)) for i in range(len(header))]
     lines = [
         "  ".join(
@@ -221,6 +391,7 @@ def main(argv: list[str] | None = None) -> int:
         "--corpus", type=Path, help=f"corpus folder (default: ${OTELGUARD_CORPUS}, else shared/corpus)"
     )
     parser.add_argument("--json", action="store_true", help="print one JSON document")
+    parser.add_argument("--source", action="append", help="measure only this source (repeatable)")
     args = parser.parse_args(argv)
     corpus = args.corpus or find_corpus()
     if corpus is None:
@@ -228,7 +399,7 @@ def main(argv: list[str] | None = None) -> int:
             f"no corpus found: set {OTELGUARD_CORPUS} or put it in shared/corpus; Claude Code only",
             file=sys.stderr,
         )
-    results = measure_all(corpus)
+    results = measure_all(corpus, args.source)
     if args.json:
         print(json.dumps([r.to_json() for r in results], indent=2))
         return 0
@@ -236,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         for halt in result.halts if result.name != TOTAL else ():
             print(
-                f"halt: {result.name}: {halt.run} (solved: {halt.solved}) {halt.code} on {halt.tool}, call {halt.call}"
+                f"halt: {result.name}: {halt.run} (solved: {halt.solved}, at limit: {halt.at_limit})"
+                f" {halt.code} on {halt.tool}, call {halt.call}"
             )
     return 0
 

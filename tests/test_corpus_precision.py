@@ -1,15 +1,17 @@
-"""Precision on the regression corpus: public runs of shell-driven coding agents, with ground truth.
+"""The detection benchmark on the regression corpus: public runs of agents, each with its own record.
 
 The corpus is third-party data kept outside this repository (docs/replay.md, "The regression corpus"):
 ``$OTELGUARD_CORPUS``, else ``shared/corpus`` beside the checkout or a parent of it. Every run is
 replayed through the real replay path with the defaults plus ``mode: unattended``. A run that solved
-its task was not stuck, so a halt there is a false halt. ``pytest -s`` prints the figures per source
-(``python -m benchmarks.corpus_precision`` prints the same table).
+its task and did not end at its budget limit was not stuck, so a halt there is harmful. ``pytest -s``
+prints the figures per source (``python -m benchmarks.corpus_precision`` prints the same table). The
+tests at the end read each format's record of a limit without a corpus.
 """
 
 from __future__ import annotations
 
 import functools
+import json
 import re
 import tarfile
 from pathlib import Path
@@ -23,7 +25,9 @@ from benchmarks.corpus_precision import (
     GROUND_TRUTH,
     PROVENANCE,
     TOTAL,
+    Positions,
     SourceResult,
+    config,
     corpus_sources,
     find_corpus,
     measure_files,
@@ -32,11 +36,11 @@ from benchmarks.corpus_precision import (
     table,
     total,
 )
+from benchmarks.run_records import RunRecord, run_records
+from otelguard.replay import ReplayRunner, SessionKey, ToolCall
 
-MAX_HALTED_SHARE = 0.01
-"""At most 1% of a source's runs may halt at all (solved or not)."""
 MAX_WARNINGS_PER_1000 = 5.0
-"""Warnings are text in the model's context: at most 5 per 1,000 calls."""
+"""Warnings are text in the model's context: at most 5 per 1,000 calls in the runs that solved."""
 MIN_RUNS = 200
 
 CORPUS = find_corpus()
@@ -45,14 +49,12 @@ SOURCES = corpus_sources(CORPUS) if CORPUS is not None and CORPUS.is_dir() else 
 # Misses measured on a source and explained in docs/replay.md ("The regression corpus"). Strict: once
 # a change fixes one, its test fails until the entry is removed.
 JAVA = "swe-agent-multi-swe-bench-java"
+OPENHANDS = "openhands-multi-swe-bench-python"
 KNOWN_MISSES = {
-    (JAVA, "solved"): "gpt-4o-mini, fasterxml__jackson-databind-3701: the same `edit 10:81` of its own "
-    "scratch test, five times back to back with the same output (identical_call_halt on edit, call 22, "
-    "the run's last call before its cost limit; the fix itself was made at call 10)",
-    (JAVA, "halted"): "26 of 448 runs halt, all but one unsolved: 2024 models looping on identical edits "
-    "and open/scroll cycles",
-    (JAVA, "warnings"): "16.95 per 1,000 calls: write_streak_warn on runs of 30+ edits in a row, "
-    "identical_call and cycle warnings on the looping runs",
+    (JAVA, "warnings"): "7.38 per 1,000 calls in solved runs: the same rejected edit warned by "
+    "exact_failure and same_tool_failure, write_streak_warn on runs of 30+ edits in a row",
+    (OPENHANDS, "warnings"): "47.22 per 1,000 calls in solved runs: same_tool_failure_warn on execute_bash "
+    "(test runs exiting non-zero three times in a run of one turn), write_streak_warn on runs of edits",
 }
 
 
@@ -81,9 +83,10 @@ def test_the_corpus_is_there() -> None:
     for result in results:
         for halt in result.halts:
             print(
-                f"halt: {result.name}: {halt.run} (solved: {halt.solved}) {halt.code} on {halt.tool}, call {halt.call}"
+                f"halt: {result.name}: {halt.run} (solved: {halt.solved}, at limit: {halt.at_limit})"
+                f" {halt.code} on {halt.tool}, call {halt.call}"
             )
-    assert sum(r.runs for r in results) >= MIN_RUNS
+    assert sum(len(r.runs) for r in results) >= MIN_RUNS
 
 
 @pytest.mark.parametrize("source", per_source("provenance"))
@@ -97,7 +100,9 @@ def test_the_source_says_where_its_runs_come_from(source: Path) -> None:
     truth = read_yaml(source / GROUND_TRUTH)
     assert truth["source"]  # where the verdicts come from
     assert set(truth["runs"]) == runs  # a verdict (or null) for every run, and no other
-    assert set(truth["runs"].values()) <= {True, False, None}
+    for verdict in truth["runs"].values():  # solved, or per session of a file of several runs
+        verdicts = verdict.values() if isinstance(verdict, dict) else [verdict]
+        assert set(verdicts) <= {True, False, None}
     assert provenance["runs"] == len(runs)
 
 
@@ -105,25 +110,126 @@ def test_the_source_says_where_its_runs_come_from(source: Path) -> None:
 def test_every_run_is_read_with_exactly_the_known_input_errors(source: Path) -> None:
     result = measured(source)
     provenance = read_yaml(source / PROVENANCE)
-    assert result.runs == provenance["runs"]  # one session per run, none lost
+    sessions = sum(
+        len(v) if isinstance(v, dict) else 1 for v in read_yaml(source / GROUND_TRUTH)["runs"].values()
+    )
+    assert len(result.runs) == sessions  # one session per run, none lost
     assert result.tool_calls > 0
     known = [(e["path"], e["reason"]) for e in provenance.get("known_input_errors") or []]
     assert [(path, reason) for path, _line, reason in result.errors] == known
 
 
 @pytest.mark.parametrize("source", per_source("solved"))
-def test_no_solved_run_halts(source: Path) -> None:
-    false_halts = [(h.run, h.code, h.tool, h.call) for h in measured(source).halts if h.solved]
-    assert false_halts == []
-
-
-@pytest.mark.parametrize("source", per_source("halted"))
-def test_at_most_one_run_in_a_hundred_halts(source: Path) -> None:
-    result = measured(source)
-    assert result.halted_runs <= MAX_HALTED_SHARE * result.runs, [(h.run, h.code) for h in result.halts]
+def test_no_solved_run_halts_before_its_limit(source: Path) -> None:
+    """A run that solved its task and did not end at its budget limit was not stuck: never halted."""
+    harmful = [(h.run, h.code, h.tool, h.call) for h in measured(source).harmful_halts]
+    assert harmful == []
 
 
 @pytest.mark.parametrize("source", per_source("warnings"))
-def test_warnings_stay_under_five_per_thousand_calls(source: Path) -> None:
+def test_warnings_stay_under_five_per_thousand_calls_in_solved_runs(source: Path) -> None:
     result = measured(source)
-    assert result.warnings_per_1000 <= MAX_WARNINGS_PER_1000, dict(result.decisions)
+    assert result.solved_warnings_per_1000 <= MAX_WARNINGS_PER_1000, dict(result.decisions)
+
+
+# --- the run's own record, read without a corpus ----------------------------------------------------
+
+
+def _json(document: Any) -> bytes:
+    return json.dumps(document).encode()
+
+
+def test_swe_agent_ended_at_its_cost_limit_even_when_it_says_submitted() -> None:
+    steps = [
+        {"action": "edit 1:1\nx\nend_of_edit\n", "observation": "ok"},
+        {"action": "exit_cost", "observation": "Exited"},
+    ]
+    record = run_records(
+        _json({"trajectory": steps, "history": [], "info": {"exit_status": "submitted (exit_cost)"}})
+    )
+    assert record == {None: RunRecord(at_limit=True, calls=1)}
+    submitted = [{"action": "submit\n", "observation": "diff"}]
+    assert (
+        run_records(_json({"trajectory": submitted, "info": {"exit_status": "submitted"}}))[None].at_limit
+        is False
+    )
+
+
+def test_mini_swe_agent_limit_and_format_errors() -> None:
+    messages = [
+        {"role": "system", "content": "s"},
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "```bash\nls\n```"},
+        {"role": "user", "content": "<returncode>0</returncode>"},
+        {"role": "assistant", "content": "two\n```bash\nls\n```\n```bash\npwd\n```"},
+        {"role": "user", "content": "Please always provide EXACTLY ONE action in triple backticks."},
+    ]
+    limited = {
+        "info": {"exit_status": "LimitsExceeded"},
+        "messages": messages,
+        "trajectory_format": "mini-swe-agent-1",
+    }
+    assert run_records(_json(limited)) == {None: RunRecord(at_limit=True, calls=1)}
+
+
+def test_openhands_completion_log_at_its_iteration_budget() -> None:
+    def reply(name: str) -> dict[str, Any]:
+        call = {"id": name, "type": "function", "function": {"name": name, "arguments": "{}"}}
+        return {"role": "assistant", "content": "", "tool_calls": [call]}
+
+    fncall = [
+        {"role": "user", "content": "task"},
+        reply("execute_bash"),
+        {"role": "tool", "tool_call_id": "execute_bash", "content": "x"},
+    ]
+    for last, at_limit in (("execute_bash", True), ("finish", False)):
+        log = {
+            "messages": [],
+            "fncall_messages": fncall,
+            "fncall_response": {"choices": [{"message": reply(last)}]},
+        }
+        assert run_records(_json(log), {"model_calls": 2}) == {None: RunRecord(at_limit=at_limit, calls=2)}
+
+
+def test_tau_bench_step_limit_without_a_stop_and_tau2_termination() -> None:
+    def step(i: int) -> list[dict[str, Any]]:
+        call = {"id": f"c{i}", "type": "function", "function": {"name": "think", "arguments": "{}"}}
+        return [
+            {"role": "assistant", "content": None, "tool_calls": [call]},
+            {"role": "tool", "tool_call_id": f"c{i}", "content": ""},
+        ]
+
+    stuck = {"task_id": 1, "trial": 0, "reward": 0.0, "traj": [m for i in range(3) for m in step(i)]}
+    stopped = {
+        "task_id": 2,
+        "trial": 0,
+        "reward": 1.0,
+        "traj": [*step(0), {"role": "user", "content": "thanks ###STOP###"}],
+    }
+    records = run_records(_json([stuck, stopped]), {"steps": 3})
+    assert records == {"task-1-trial-0": RunRecord(True, 3), "task-2-trial-0": RunRecord(False, 1)}
+    simulations = [
+        {"id": "a", "termination_reason": "max_steps", "messages": []},
+        {"id": "b", "termination_reason": "user_stop", "messages": []},
+    ]
+    assert {k: r.at_limit for k, r in run_records(_json({"simulations": simulations})).items()} == {
+        "a": True,
+        "b": False,
+    }
+
+
+def test_a_halt_is_placed_by_its_index_in_the_run_across_turns() -> None:
+    """A halt is recorded as (turn, call in that turn); the benchmark places it in the run: the second
+    call of the second turn after a turn of three calls is the run's fifth."""
+    positions = Positions(ReplayRunner(config()))
+    key = SessionKey("run.json", "task-9-trial-2")
+    positions.begin_session(key)
+    for turn_calls in (3, 2):
+        positions.start_turn(key)
+        for index in range(turn_calls):
+            positions.tool_call(
+                key, ToolCall(f"c{index}", "think", {}, 1, result="", failed=False, has_result=True)
+            )
+    positions.end_session(key)
+    assert positions.index("run.json", "task-9-trial-2", turn=2, call=2) == 5
+    assert positions.index("run.json", "task-9-trial-2", turn=1, call=3) == 3

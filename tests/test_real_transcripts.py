@@ -66,12 +66,17 @@ STEADY = [
     ("claude-code/cc_precommit_retries.jsonl", "claude-code", 17, {"same_tool_failure_warn": 2}, []),
     ("swe-agent/function_calling_simple.traj", "swe-agent", 5, {}, []),
     ("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj", "swe-agent", 5, {}, []),
-    # three rejected edits in a row, each with a different edit and error: healthy
-    ("swe-agent/pydicom__pydicom-1458.traj", "swe-agent", 12, {}, []),
+    # three edits rejected by SWE-agent's linter, the last two the same edit with the same error: that
+    # repeat is warned, and the run goes on to fix the file
+    ("swe-agent/pydicom__pydicom-1458.traj", "swe-agent", 12, {"exact_failure_warn": 1}, []),
     ("openhands/basic.json", "openhands", 2, {}, []),
     ("openhands/basic_gui_mode.json", "openhands", 4, {}, []),
     ("openhands/wrong_initial_state.json", "openhands", 4, {}, []),
     ("mini-swe-agent/github_issue.traj.json", "mini-swe-agent", 10, {}, []),
+    # a tau2-bench results file: a refused flight lookup asked again with the missing date
+    ("tau2-bench/grok3_airline_flight_not_found.json", "openai", 3, {}, []),
+    # the simulated user's own phone calls are not the agent's
+    ("tau2-bench/grok3_telecom_user_device_calls.json", "openai", 1, {}, []),
 ]
 
 
@@ -259,6 +264,9 @@ def _raw_call_count(path: Path) -> int:
             for m in document
             if m["role"] == "assistant"
         )
+    if path.parent.name == "tau2-bench":  # the agent's calls, not the simulated user's
+        messages = [m for sim in document["simulations"] for m in sim["messages"]]
+        return sum(len(m.get("tool_calls") or []) for m in messages if m["role"] == "assistant")
     return sum(len(m.get("tool_calls") or []) for record in document for m in record["traj"])
 
 

@@ -9,27 +9,47 @@ one reader serves both and learns the dialect from the first tool traffic it see
   ``function_call`` + ``role: function``, matched by order.
 * Anthropic: ``tool_use`` blocks in assistant content, ``tool_result`` blocks in user content
   (``is_error`` → failed); server tools (``server_tool_use`` + ``*_tool_result`` in the same message).
+
+Two layouts of OpenAI messages written by agent harnesses are read too:
+
+* tau2-bench results (``{"simulations": [...]}``): one session per simulation (its ``id``); tool calls
+  are flat ``{"id", "name", "arguments"}``, results ``role: tool`` messages naming the call by ``id``
+  with an ``error`` flag (→ failed). The simulated user's own tool calls (a user message with
+  ``tool_calls``, results with ``requestor: user``) are the user acting on their device, not the
+  agent's calls and not a new request: skipped.
+* OpenHands LLM completion logs (``{"messages", "fncall_messages", "fncall_response"}``): the
+  conversation with the calls as the model made them is ``fncall_messages`` (``messages`` holds it
+  rewritten as text for a model without function calling), and the model's last reply is
+  ``fncall_response.choices[0].message``. A result is failed when the shell's output ends with a
+  non-zero ``[Command finished with exit code N]`` or the editor answered ``ERROR:``.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any, Final
 
 from otelguard.replay.claude_code_results import add_tool_result
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
-from otelguard.replay.feed import SessionFeed, result_text, type_name
+from otelguard.replay.feed import SessionFeed, input_ending, result_text, type_name
+from otelguard.replay.recorded_failures import openhands_result_failed, tau_bench_result_failed
 
 __all__ = ["ChatReader"]
 
 OPENAI: Final = "openai"
 ANTHROPIC: Final = "anthropic"
 _IGNORED_ROLES: Final = frozenset({"system", "developer"})
+_USER: Final = "user"
 
 
 class _ChatSession:
-    def __init__(self, reader: ChatReader, key: SessionKey) -> None:
+    def __init__(
+        self, reader: ChatReader, key: SessionKey, result_failed: Callable[[Any], bool | None] | None = None
+    ) -> None:
         self.reader = reader
         self.feed = SessionFeed(reader.sink, key)
+        self.result_failed = result_failed
+        """How the harness that wrote the log marks a failed result in its text, when it does."""
 
     def message(self, line: int, msg: Any, where: str) -> None:
         if not isinstance(msg, dict):
@@ -40,8 +60,12 @@ class _ChatSession:
             self.feed.tick()
             self._assistant(line, msg, where)
         elif role == "user":
+            if msg.get("tool_calls"):  # a simulated user acting on its own device (tau2-bench)
+                return
             self._user(line, msg.get("content"), where)
         elif role == "tool":
+            if msg.get("requestor") == _USER:  # the result of such a user action
+                return
             self._tool_result(line, msg, where)
         elif role == "function":
             self.reader.saw(OPENAI)
@@ -81,11 +105,16 @@ class _ChatSession:
 
     def _tool_result(self, line: int, msg: dict[str, Any], where: str) -> None:
         self.reader.saw(OPENAI)
-        call_id = msg.get("tool_call_id")
+        call_id = msg.get("tool_call_id", msg.get("id"))  # tau2-bench names the call by ``id``
         if not isinstance(call_id, str):
             self.feed.error(line, f"{where}tool_call_id is {type_name(call_id)}, expected a string")
             return
-        self.feed.add_result(call_id, result_text(msg.get("content")), None, line)
+        flag = msg.get("error")  # tau2-bench records whether the tool raised
+        content = result_text(msg.get("content"))
+        failed = flag if isinstance(flag, bool) else None
+        if failed is None and self.result_failed is not None:
+            failed = self.result_failed(content)
+        self.feed.add_result(call_id, content, failed, line)
 
     def _assistant(self, line: int, msg: dict[str, Any], where: str) -> None:
         tool_calls = msg.get("tool_calls")
@@ -115,7 +144,10 @@ class _ChatSession:
             if not isinstance(call_id, str):
                 self.feed.error(line, f"{here}id is {type_name(call_id)}, expected a string")
                 continue
-            self._function_call(line, call_id, item.get("function"), f"{here}function.")
+            if "function" not in item and "name" in item:  # flat {id, name, arguments} (tau2-bench)
+                self._function_call(line, call_id, item, here)
+            else:
+                self._function_call(line, call_id, item.get("function"), f"{here}function.")
 
     def _function_call(self, line: int, call_id: str | None, function: Any, where: str) -> None:
         if not isinstance(function, dict):
@@ -172,10 +204,14 @@ class ChatReader:
             self.sink.describe_input(self.path, dialect)
 
     def feed(self, line: int, record: Any) -> None:
-        if isinstance(record, dict) and "messages" in record and "role" not in record:
+        if isinstance(record, dict) and isinstance(record.get("simulations"), list):
+            self._simulations(line, record["simulations"])
+        elif isinstance(record, dict) and isinstance(record.get("fncall_messages"), list):
+            self._completion_log(line, record)
+        elif isinstance(record, dict) and "messages" in record and "role" not in record:
             self._conversation(line, record, record["messages"], "messages")
         elif isinstance(record, dict) and "traj" in record and "role" not in record:
-            self._conversation(line, record, record["traj"], "traj")
+            self._conversation(line, record, record["traj"], "traj", tau_bench_result_failed)
         elif isinstance(record, dict) and isinstance(record.get("answer_generation"), dict):
             self._toolbench(line, record["answer_generation"])
         elif isinstance(record, dict) and "role" in record:
@@ -192,14 +228,45 @@ class ChatReader:
             self._file_session.feed.close()
             self._file_session = None
 
-    def _conversation(self, line: int, record: dict[str, Any], messages: Any, field: str) -> None:
+    def _conversation(
+        self,
+        line: int,
+        record: dict[str, Any],
+        messages: Any,
+        field: str,
+        result_failed: Callable[[Any], bool | None] | None = None,
+    ) -> None:
         if not isinstance(messages, list):
             self.sink.error(self.path, line, f"{field} is {type_name(messages)}, expected an array")
             return
-        session = _ChatSession(self, SessionKey(self.path, self._conversation_id(line, record)))
+        key = SessionKey(self.path, self._conversation_id(line, record))
+        session = _ChatSession(self, key, result_failed)
         for index, msg in enumerate(messages):
             session.message(line, msg, f"{field}[{index}].")
         session.feed.close()
+
+    def _simulations(self, line: int, simulations: list[Any]) -> None:
+        """tau2-bench results: one conversation per simulation."""
+        for index, simulation in enumerate(simulations):
+            where = f"simulations[{index}]"
+            if not isinstance(simulation, dict):
+                self.sink.error(self.path, line, f"{where} is {type_name(simulation)}, expected an object")
+                continue
+            self._conversation(line, simulation, simulation.get("messages"), f"{where}.messages")
+
+    def _completion_log(self, line: int, record: dict[str, Any]) -> None:
+        """An OpenHands completion log: the function-calling conversation, then the model's reply."""
+        messages = list(record["fncall_messages"])
+        response = record.get("fncall_response")
+        choices = response.get("choices") if isinstance(response, dict) else None
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict):
+            reply = choices[0].get("message")
+            if isinstance(reply, dict):
+                messages.append(reply)
+        # the log was written when the model replied: the reply's calls ran after it, so they are the
+        # calls a transcript ends on (in progress), whether the file is one line or a document
+        with input_ending():
+            self._conversation(line, record, messages, "fncall_messages", openhands_result_failed)
 
     def _toolbench(self, line: int, answer: dict[str, Any]) -> None:
         """A ToolBench answer: ``train_messages`` holds the conversation as it grew, step by step;

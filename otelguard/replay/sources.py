@@ -64,7 +64,12 @@ def detect_format(record: Any) -> str | None:
         return OPENHANDS
     if "messages" in record and "role" not in record and _is_mini_swe_agent_run(record):
         return MINI_SWE_AGENT
+    if isinstance(record.get("trajectory"), list) and is_swe_agent_trajectory(record):
+        # a trajectory that also records each role's messages (multi-agent systems) is still one
+        return SWE_AGENT
     if "role" in record or "messages" in record or isinstance(record.get("traj"), list):
+        return "chat"
+    if isinstance(record.get("simulations"), list):  # tau2-bench results
         return "chat"
     if isinstance(record.get("answer_generation"), dict):  # a ToolBench answer
         return "chat"

@@ -6,9 +6,12 @@ and their results (tool entries with ``tool_call_ids``); it stops before the run
 Otherwise each ``trajectory`` step is one call, named as SWE-agent runs it: by the agent's own
 command when the action's first word is one (``open``, ``edit``, ``submit``, ... and the commands the
 run's recorded config declares), else the shell, tool ``bash``; the arguments are
-``{"command": <the whole action>}``, the result the step's ``observation``. There is no error flag,
-so the fallback classifier decides. Demonstration entries (``is_demo``) are examples shown to the
-model, not calls of this run. A run is one task: one session (named after the file) of one turn.
+``{"command": <the whole action>}``, the result the step's ``observation``. There is no error flag:
+a result is failed when it is one of SWE-agent's own failure answers (its linter refusing an edit, a
+command's usage line, ``No file open``, ``File ... not found``, a timed-out command, an editor refusal;
+see ``recorded_failures``), else the fallback classifier decides. Demonstration entries (``is_demo``) are examples shown to the
+model, not calls of this run, and neither is the ``exit_cost``-like step SWE-agent writes when the run
+ends at a limit. A run is one task: one session (named after the file) of one turn.
 """
 
 from __future__ import annotations
@@ -20,6 +23,7 @@ import orjson
 
 from otelguard.replay.events import EventSink, SessionKey, ToolCall
 from otelguard.replay.feed import SessionFeed, result_text, type_name
+from otelguard.replay.recorded_failures import editor_failed, swe_agent_step_failed
 
 __all__ = ["AGENT_COMMANDS", "SWE_AGENT", "SweAgentReader", "declared_commands", "is_swe_agent_trajectory"]
 
@@ -34,6 +38,11 @@ AGENT_COMMANDS: Final = frozenset(
     )
 )  # fmt: skip
 """SWE-agent's own commands in its shipped tool bundles."""
+HARNESS_EXITS: Final = frozenset(
+    {"exit_cost", "exit_context", "exit_api", "exit_format", "exit_error", "exit_forfeit"}
+)
+"""The last step SWE-agent writes itself when a run ends at a limit (it autosubmits then): the action
+is the exit's name, the observation ``Exited``; the model never called it."""
 _MAX_DECLARED: Final = 256
 """Commands taken from one trajectory's recorded config, at most."""
 # SWE-agent 1.x writes its commands' documentation as "<name>:\n  docstring: ..." or "  signature:".
@@ -109,9 +118,11 @@ class SweAgentReader:
                 if not isinstance(ids, list) or not ids:
                     feed.error(line, f"{where}.tool_call_ids is {type_name(ids)}, expected an array of ids")
                     continue
+                content = result_text(entry.get("content"))
+                failed = True if isinstance(content, str) and editor_failed(content) else None
                 for call_id in ids:
                     if isinstance(call_id, str):
-                        feed.add_result(call_id, result_text(entry.get("content")), None, line)
+                        feed.add_result(call_id, content, failed, line)
         return made
 
     def _calls(self, line: int, tool_calls: Any, feed: SessionFeed, where: str) -> int:
@@ -143,13 +154,16 @@ class SweAgentReader:
                 feed.error(line, f"{where}.action is {_shape(action)}, expected a command; step skipped")
                 continue
             assert isinstance(step, dict)
+            if action.strip() in HARNESS_EXITS:  # how the run ended, written by SWE-agent: not a call
+                continue
             feed.tick()
             slot = f"step {index + 1}"
             word = action.split()[0]
             tool = word if word in AGENT_COMMANDS or word in commands else SHELL
             feed.add_call(ToolCall(None, tool, {"command": action}, line), slot)
             if "observation" in step:
-                feed.add_result(slot, result_text(step["observation"]), None, line)
+                observation = result_text(step["observation"])
+                feed.add_result(slot, observation, swe_agent_step_failed(tool, observation), line)
 
 
 def declared_commands(record: dict[str, Any]) -> frozenset[str]:

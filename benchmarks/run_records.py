@@ -1,0 +1,152 @@
+"""What a run's own record says about how it ended: at a budget limit or not, and how many tool calls it
+made, read from the transcript file itself (independently of otelguard's readers).
+
+A run ended at its budget limit when the agent did not stop by itself:
+
+* SWE-agent: its last trajectory step is ``exit_cost``/``exit_context``/... (the harness autosubmits
+  then, so ``info.exit_status`` may still say ``submitted``), or the exit status names such a limit;
+* mini-swe-agent: ``info.exit_status`` is ``LimitsExceeded`` (or another limit it names);
+* OpenHands: the run reached its iteration limit (``Agent reached maximum iteration`` in an event or
+  in the output's ``error``); a completion log (``fncall_messages``) made as many model calls as the
+  source's ``budget.model_calls`` and its last call is not ``finish``;
+* tau-bench: the agent took the source's ``budget.steps`` actions and the user never said
+  ``###STOP###``;
+* tau2-bench: its ``termination_reason`` is ``max_steps`` or ``too_many_errors``.
+
+A file holding several runs (tau-bench, tau2-bench) gives one record per run, keyed by the session id
+the replay gives it; a file of one run gives one record keyed ``None``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Final
+
+import orjson
+
+__all__ = ["RunRecord", "run_records"]
+
+SWE_AGENT_LIMITS: Final = ("exit_cost", "exit_context", "exit_api", "exit_format", "exit_error")
+"""SWE-agent's own exits when the run could not go on: a cost, context, API, format or error limit."""
+MINI_SWE_AGENT_LIMITS: Final = frozenset({"LimitsExceeded", "TimeoutError", "ExecutionTimeoutError"})
+MINI_FORMAT_ERROR: Final = "Please always provide EXACTLY ONE action"
+"""mini-swe-agent's answer to a model message without exactly one command: nothing ran."""
+TAU2_LIMITS: Final = frozenset({"max_steps", "too_many_errors"})
+TAU_STOP: Final = "###STOP###"
+OPENHANDS_LIMIT: Final = "maximum iteration"
+
+
+@dataclass(frozen=True, slots=True)
+class RunRecord:
+    at_limit: bool
+    calls: int
+    """Tool calls the run recorded (for SWE-agent without function calls: its steps)."""
+
+
+def run_records(data: bytes, budget: dict[str, Any] | None = None) -> dict[str | None, RunRecord]:
+    """The records of the runs in one transcript file; empty when its format is not one of these."""
+    budget = budget or {}
+    try:
+        doc = orjson.loads(data)
+    except orjson.JSONDecodeError:
+        return _openhands_output(data)
+    if isinstance(doc, dict) and isinstance(doc.get("simulations"), list):
+        return {str(s.get("id")): _tau2(s) for s in doc["simulations"] if isinstance(s, dict)}
+    if isinstance(doc, list) and doc and all(isinstance(r, dict) and "traj" in r for r in doc):
+        steps = int(budget.get("steps", 30))
+        return {_tau_id(r): _tau(r, steps) for r in doc}
+    if isinstance(doc, list):
+        return {None: _openhands_events(doc)}
+    if not isinstance(doc, dict):
+        return {}
+    if isinstance(doc.get("fncall_messages"), list):
+        return {None: _openhands_completion(doc, int(budget.get("model_calls", 0)))}
+    if isinstance(doc.get("trajectory"), list) and doc.get("trajectory_format") is None:
+        return {None: _swe_agent(doc)}
+    if isinstance(doc.get("messages"), list) and isinstance(doc.get("info"), dict):
+        return {None: _mini_swe_agent(doc)}
+    return {}
+
+
+def _swe_agent(doc: dict[str, Any]) -> RunRecord:
+    steps = [s for s in doc["trajectory"] if isinstance(s, dict) and not s.get("is_demo")]
+    last = str(steps[-1].get("action", "")).strip() if steps else ""
+    status = str((doc.get("info") or {}).get("exit_status") or "")
+    at_limit = last.startswith(SWE_AGENT_LIMITS) or any(limit in status for limit in SWE_AGENT_LIMITS)
+    calls = sum(1 for s in steps if not str(s.get("action", "")).strip().startswith(SWE_AGENT_LIMITS))
+    return RunRecord(at_limit, calls)
+
+
+def _mini_swe_agent(doc: dict[str, Any]) -> RunRecord:
+    messages = [m for m in doc["messages"] if isinstance(m, dict)]
+    calls = sum(
+        1
+        for m, answer in zip(messages, [*messages[1:], {}], strict=True)
+        if m.get("role") == "assistant" and not str(answer.get("content", "")).startswith(MINI_FORMAT_ERROR)
+    )
+    return RunRecord(doc["info"].get("exit_status") in MINI_SWE_AGENT_LIMITS, calls)
+
+
+def _tool_calls(message: Any) -> list[dict[str, Any]]:
+    calls = message.get("tool_calls") if isinstance(message, dict) else None
+    return [c for c in calls if isinstance(c, dict)] if isinstance(calls, list) else []
+
+
+def _name(call: dict[str, Any]) -> str:
+    function = call.get("function")
+    return str(function.get("name") if isinstance(function, dict) else call.get("name"))
+
+
+def _openhands_completion(doc: dict[str, Any], model_calls: int) -> RunRecord:
+    messages = [m for m in doc["fncall_messages"] if isinstance(m, dict) and m.get("role") == "assistant"]
+    calls = sum(len(_tool_calls(m)) for m in messages)
+    response = doc.get("fncall_response")
+    choices = response.get("choices") if isinstance(response, dict) else None
+    last = choices[0].get("message") if isinstance(choices, list) and choices else None
+    final = _tool_calls(last)
+    finished = any(_name(c) == "finish" for c in final)
+    at_limit = bool(model_calls) and len(messages) + 1 >= model_calls and not finished
+    return RunRecord(at_limit, calls + len(final))
+
+
+def _openhands_events(events: list[Any]) -> RunRecord:
+    calls = sum(1 for e in events if isinstance(e, dict) and e.get("tool_call_metadata"))
+    return RunRecord(any(OPENHANDS_LIMIT in str(e) for e in events[-3:]), calls)
+
+
+def _openhands_output(data: bytes) -> dict[str | None, RunRecord]:
+    records: dict[str | None, RunRecord] = {}
+    for line in data.splitlines():
+        try:
+            row = orjson.loads(line)
+        except orjson.JSONDecodeError:
+            continue
+        if isinstance(row, dict) and isinstance(row.get("history"), list):
+            record = _openhands_events(row["history"])
+            at_limit = record.at_limit or OPENHANDS_LIMIT in str(row.get("error") or "")
+            records[str(row.get("instance_id"))] = RunRecord(at_limit, record.calls)
+    return records
+
+
+def _tau_id(run: dict[str, Any]) -> str:
+    trial = run.get("trial")
+    return f"task-{run.get('task_id')}" if trial is None else f"task-{run.get('task_id')}-trial-{trial}"
+
+
+def _tau(run: dict[str, Any], steps: int) -> RunRecord:
+    traj = [m for m in run["traj"] if isinstance(m, dict)]
+    actions = sum(1 for m in traj if m.get("role") == "assistant")
+    stopped = any(m.get("role") == "user" and TAU_STOP in str(m.get("content") or "") for m in traj)
+    calls = sum(len(_tool_calls(m)) for m in traj if m.get("role") == "assistant")
+    return RunRecord(actions >= steps and not stopped, calls)
+
+
+def _tau2(simulation: dict[str, Any]) -> RunRecord:
+    messages = simulation.get("messages")
+    agent = (
+        [m for m in messages if isinstance(m, dict) and m.get("role") == "assistant"]
+        if isinstance(messages, list)
+        else []
+    )
+    calls = sum(len(_tool_calls(m)) for m in agent)
+    return RunRecord(simulation.get("termination_reason") in TAU2_LIMITS, calls)
