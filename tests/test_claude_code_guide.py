@@ -42,7 +42,7 @@ def as_run_here(command: str) -> str:
 
 def test_the_guide_starts_with_install_config_serve_settings() -> None:
     commands = guide_commands()
-    assert commands[0] == "pip install otelguard"
+    assert commands[0] == "pipx install otelguard"  # a virtualenv of its own, the command on the PATH
     assert [c.split()[1] for c in commands[1:]] == ["hook", "serve", "hook"]
 
 

@@ -113,9 +113,18 @@ def test_readme_test_command_is_what_ci_runs() -> None:
     assert command.group(1).strip() == "python -m pytest -q"
 
 
+VENV = ("python3 -m venv .venv", ". .venv/bin/activate")
+"""A virtualenv first: Debian's and Ubuntu's Python refuse pip outside one (externally managed)."""
+
+
 def test_readme_install_is_what_ci_installs() -> None:
     text = README.read_text(encoding="utf-8")
-    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8")
-    assert 'pip install -e ".[dev,otlp]" && python -m pytest -q' in text
-    assert '-e ".[dev,otlp]"' in ci
-    assert "pip install -e . && otelguard demo" in text
+    ci = (REPO / ".ci" / "run").read_text(encoding="utf-8").splitlines()
+    assert " && ".join((*VENV, 'pip install -e ".[dev,otlp]" && python -m pytest -q')) in text
+    assert " && ".join((*VENV, "pip install -e . && otelguard demo")) in text
+    assert "python3-venv" in text  # Debian's venv module is a package of its own
+    # CI takes the same steps, in the same order, before the test command
+    steps = [*VENV, "pip install", "python -m pytest -q"]
+    found = [next(i for i, line in enumerate(ci) if line.startswith(step)) for step in steps]
+    assert found == sorted(found)
+    assert '-e ".[dev,otlp]"' in ci[found[2]]
