@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from otelguard.backtest.rules import AlertRule
 
-__all__ = ["MATCHED_LABELS", "FiredInterval", "Mark", "firing_intervals"]
+__all__ = ["MATCHED_LABELS", "FiredInterval", "Mark", "firing_intervals", "longest_hold"]
 
 MAX_LISTED_MARKS: Final = 50
 """Halts and cap hits listed per interval (the earliest); the rest are counted."""
@@ -89,6 +89,27 @@ def firing_intervals(
             found.append(FiredInterval(rule.name, dict(alert_labels), pending, fired, ended, resolved))
     found.sort(key=lambda interval: (interval.start, sorted(interval.labels.items())))
     return found
+
+
+def longest_hold(
+    series: Iterable[tuple[dict[str, str], list[tuple[float, float]]]], evaluations: list[float]
+) -> float | None:
+    """The longest an alert's expression held without a break, over every label set: from the first
+    to the last of consecutive evaluations that returned it (0 for a single one). An alert fires
+    once this reaches its ``for:``. ``None`` when the expression never returned anything."""
+    position = {round(t * 1000): index for index, t in enumerate(evaluations)}
+    longest: float | None = None
+    for _labels, points in series:
+        present = sorted({position[key] for t, _value in points if (key := round(t * 1000)) in position})
+        first = previous = None
+        for index in present:
+            if previous is None or index != previous + 1:
+                first = index
+            previous = index
+            assert first is not None
+            held = evaluations[index] - evaluations[first]
+            longest = held if longest is None else max(longest, held)
+    return longest
 
 
 def _states(

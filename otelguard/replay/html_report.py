@@ -73,9 +73,12 @@ a{color:inherit}figure.timeline:target{outline:2px solid var(--warned)}
 """
 
 
-def render_html(report: ReplayReport, timelines: Timelines, sections: Sequence[str] = ()) -> str:
+def render_html(
+    report: ReplayReport, timelines: Timelines, sections: Sequence[str] = (), title: str = "otelguard replay"
+) -> str:
     """The whole page for ``report``; ``timelines`` holds the marks the runner kept. ``sections`` are
-    whole sections (already escaped HTML, e.g. the backtest's alerts) placed after the totals."""
+    whole sections (already escaped HTML, e.g. the backtest's alerts) placed after the totals;
+    ``title`` names the page (``otelguard backtest`` for the backtest's)."""
     totals = report.totals()
     ranked = sorted(
         report.sessions, key=lambda s: session_rank(s.halts_total, s.decisions, s.seq), reverse=True
@@ -85,8 +88,8 @@ def render_html(report: ReplayReport, timelines: Timelines, sections: Sequence[s
     rest = [s for s in ranked if s.seq not in kept]
     anchors = {s.seq: rank for rank, s in enumerate(drawn, 1)}
     parts = [
-        _head(),
-        "<h1>otelguard replay</h1>",
+        _head(title),
+        f"<h1>{esc(title)}</h1>",
         f'<p class="muted">{len(report.inputs)} input(s); otelguard {esc(__version__)}. '
         "This page holds tool names, decision codes, counts, the guard's own messages (made of tool "
         "names and counts), call ids, session ids and paths only: never arguments, results or error "
@@ -108,22 +111,26 @@ def render_html(report: ReplayReport, timelines: Timelines, sections: Sequence[s
 
 
 def write_html(
-    path: str | Path, report: ReplayReport, timelines: Timelines, sections: Sequence[str] = ()
+    path: str | Path,
+    report: ReplayReport,
+    timelines: Timelines,
+    sections: Sequence[str] = (),
+    title: str = "otelguard replay",
 ) -> int:
     """Write the page; returns its size in bytes. A lone surrogate in a name is written as ``?``."""
-    body = render_html(report, timelines, sections).encode("utf-8", "replace")
+    body = render_html(report, timelines, sections, title).encode("utf-8", "replace")
     Path(path).write_bytes(body)
     return len(body)
 
 
-def _head() -> str:
+def _head(title: str) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'\">"
         '<meta name="color-scheme" content="light dark">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>otelguard replay</title><style>{_STYLE}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
     )
 
 
