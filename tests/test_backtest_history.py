@@ -15,6 +15,7 @@ from typing import Any
 
 import pytest
 
+from otelguard.backtest.alerts import longest_hold
 from tests.backtest_fleet import HISTORY, shipped_history
 from tests.e2e import require_binary
 from tests.markdown_docs import DOCS_DIR, REPO, blocks
@@ -131,3 +132,12 @@ def test_the_backtest_page_has_a_title_of_its_own(
     assert "otelguard replay</title>" not in html
     quiet = html.split('<ul id="alerts-quiet">', 1)[1].split("</ul>", 1)[0]
     assert "OtelguardHaltRateHigh: its condition held" in quiet and "short of its for: 15m" in quiet
+
+
+def test_longest_hold_is_the_longest_unbroken_run_of_any_label_set() -> None:
+    evaluations = [60.0 * k for k in range(11)]
+    broken = [(t, 1.0) for t in (0, 60, 120, 300, 360, 420, 480, 540)]  # 2m, then 4m after a break
+    short = [(t, 1.0) for t in (600,)]
+    assert longest_hold([({"a": "1"}, broken), ({"a": "2"}, short)], evaluations) == 240
+    assert longest_hold([({"a": "2"}, short)], evaluations) == 0
+    assert longest_hold([], evaluations) is None
