@@ -124,8 +124,7 @@ class ReplayRunner:
                         session.call_in_turn,
                         call.call_id,
                         call.tool_name,
-                        None,
-                        report.tool_calls,
+                        session_call=report.tool_calls,
                     )
                 )
                 self._mark(session, IN_PROGRESS, call.tool_name, "in progress")
