@@ -44,6 +44,7 @@ class Sidecar:
         token: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        state_up: Callable[[], bool] | None = None,
     ) -> None:
         # One host for both APIs: a session is the same whether its events come as hook payloads
         # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
@@ -56,6 +57,7 @@ class Sidecar:
         )
         self.hooks = ClaudeCodeHooks(host=self.host)
         self._registry = registry
+        self._state_up = state_up
         self._token = f"Bearer {token}".encode() if token else None
         self._routes: dict[str, Callable[[Mapping[str, Any]], Response]] = {
             "/v1/start_turn": self._start_turn,
@@ -66,10 +68,10 @@ class Sidecar:
             "/v1/hooks/claude-code": self._claude_code,
         }
 
-    @staticmethod
-    def inline(request: Request) -> bool:
-        """Guard calls run on the event loop; only ``/metrics`` rendering needs a worker."""
-        return request.path != "/metrics"
+    def inline(self, request: Request) -> bool:
+        """Guard calls run on the event loop; ``/metrics`` rendering and a ``/healthz`` that asks the
+        shared state need a worker."""
+        return request.path != "/metrics" and (request.path != "/healthz" or self._state_up is None)
 
     def handle(self, request: Request) -> Response:
         path = request.path
@@ -80,7 +82,7 @@ class Sidecar:
                 # sessions gone idle since the last request end their open turns before a scrape
                 self.host.expire()
                 return metrics_response(self._registry, request)
-            return Response(200, orjson.dumps({"status": "ok", "sessions": len(self.host)}), _JSON)
+            return Response(200, orjson.dumps(self._health()), _JSON)
         route = self._routes.get(path)
         if route is None:
             return _text(404, "not found; see /metrics, /healthz and /v1/")
@@ -98,6 +100,14 @@ class Sidecar:
             return route(body)
         except HookPayloadError as exc:
             return _text(400, str(exc))
+
+    def _health(self) -> dict[str, Any]:
+        """Still 200 when the shared state is down: the sidecar serves on, deciding session caps from
+        its own counts, and ``state`` says so."""
+        health: dict[str, Any] = {"status": "ok", "sessions": len(self.host)}
+        if self._state_up is not None:
+            health["state"] = "up" if self._state_up() else "down"
+        return health
 
     # routes -----------------------------------------------------------------------------------
 

@@ -130,3 +130,27 @@ def healthy_sessions(
 def write_fleet(directory: Path, sessions: Iterator[SessionWriter]) -> list[Path]:
     directory.mkdir(parents=True, exist_ok=True)
     return [session.write(directory) for session in sessions]
+
+
+HISTORY = Path(__file__).resolve().parent.parent / "otelguard" / "data" / "history"
+"""The shipped history that ``docs/backtest.md`` backtests: a morning of one project's Claude Code
+sessions with a web-search runaway in it (regenerate with ``python -m tests.backtest_fleet``)."""
+
+
+def shipped_history() -> Iterator[SessionWriter]:
+    """Healthy sessions every six minutes from 09:00 to 09:54, and from 09:20 to 09:38 a runaway
+    web-search turn every three minutes, seven of them: each makes 51 searches and hits the turn cap
+    of 50. The runaway-search alert (for: 10m) fires; the halt-rate and loop-rate alerts (for: 15m)
+    hold for less than their for: and stay quiet."""
+    morning = DAY + timedelta(hours=9)
+    yield from healthy_sessions(
+        "work", morning, morning + timedelta(minutes=55), timedelta(minutes=6), seed=3
+    )
+    for n in range(7):
+        yield runaway_session(f"search-{n}", morning + timedelta(minutes=20 + 3 * n), "WebSearch")
+
+
+if __name__ == "__main__":
+    for stale in HISTORY.glob("*.jsonl"):
+        stale.unlink()
+    print(f"{len(write_fleet(HISTORY, shipped_history()))} sessions written to {HISTORY}")

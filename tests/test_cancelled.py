@@ -169,7 +169,7 @@ def test_telemetry_counts_the_outcome_and_marks_the_span(
     run_script(guard, [cancelled("Read", {"p": 1})])
     labels = {"agent": "t", "tool": "Read", "outcome": "cancelled"}
     assert registry.get_sample_value("otelguard_tool_calls_total", labels) == 1
-    primed = {"agent": "primed", "tool": "Read", "outcome": "cancelled"}
+    primed = {"agent": "primed", "tool": "Read", "outcome": "ok"}
     assert registry.get_sample_value("otelguard_tool_calls_total", primed) == 0
     [span] = [s for s in spans.get_finished_spans() if s.name == "execute_tool Read"]
     assert span.attributes is not None

@@ -8,6 +8,7 @@ import re
 import select
 import signal
 import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
@@ -177,3 +178,32 @@ def test_real_prometheus_scrapes_the_demo_with_exemplars(tmp_path: Path) -> None
         assert check.returncode == 0, check.stdout + check.stderr
         demo.process.send_signal(signal.SIGTERM)
         assert demo.process.wait(20) == 0
+
+
+def test_demo_metrics_have_no_created_samples_and_few_zero_series(tmp_path: Path) -> None:
+    with run_demo(tmp_path, duration=6, extra_args=("--seed", "1")) as demo:
+        body = demo.metrics()
+    samples = [line for line in body.splitlines() if line and not line.startswith("#")]
+    assert not [line for line in samples if "_created" in line]
+    tool_calls = series(body, "otelguard_tool_calls_total")
+    zeros = [line for line in tool_calls if line.endswith(" 0.0")]
+    # only each tool's `ok` series is primed: a refused, failed or cancelled series is a real count
+    assert all('outcome="ok"' in line for line in zeros), zeros
+    assert len(zeros) <= len(tool_calls) // 2 + 24, (len(zeros), len(tool_calls))
+    # what the alerts read from the first scrape: every turn outcome and each cap's hits, at 0 or more
+    agents = {m.group(1) for m in re.finditer(r'otelguard_turns_total\{agent="([^"]+)"', body)}
+    for agent in agents:
+        for outcome in ("completed", "halted", "errored"):
+            assert f'otelguard_turns_total{{agent="{agent}",outcome="{outcome}"}}' in body
+        for cap in ("web_search", "subagents"):
+            assert f'otelguard_cap_hits_total{{agent="{agent}",cap="{cap}",scope="turn"}}' in body
+    assert len(samples) < 600, len(samples)
+
+
+def test_importing_otelguard_leaves_created_samples_to_the_user() -> None:
+    probe = (
+        "import prometheus_client.metrics as m, otelguard, otelguard.telemetry;"
+        "from otelguard import Guard; Guard(telemetry=True); print(m._use_created)"
+    )
+    run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
+    assert run.stdout.strip() == "True", run.stderr

@@ -109,7 +109,7 @@ def test_hostile_names_render_as_text_and_never_run(
         assert page.evaluate("document.querySelectorAll('b:not(figcaption > b)').length") == 0
         text = page.evaluate("document.body.textContent")
         tools = page.evaluate(
-            "[...document.querySelectorAll('#halts tr.halt td:nth-child(5)')].map(t => t.textContent)"
+            "[...document.querySelectorAll('#halts tr.halt td:nth-child(6)')].map(t => t.textContent)"
         )
         assert tools and set(tools) <= set(HOSTILE_TOOLS)
         assert HOSTILE_TOOLS[0] in text
@@ -254,9 +254,9 @@ def test_turn_labels_never_overlap_and_every_mark_names_its_call(
         )
         assert len(marks) == sum(s["tool_calls"] for s in doc["sessions"])
         assert None not in marks
-        assert "call 1 · turn 1 · web_fetch · allow" in marks
-        assert "call 3 · turn 1 · terminal · exact_failure_warn" in marks
-        assert "call 7 · turn 1 · read_file · no result" in marks
+        assert "session call 1 · turn 1, call 1 · web_fetch · allow" in marks
+        assert "session call 3 · turn 1, call 3 · terminal · exact_failure_warn" in marks
+        assert "session call 7 · turn 1, call 7 · read_file · no result" in marks
 
 
 def test_the_tables_link_to_each_timeline_and_long_ids_are_shortened(
@@ -318,3 +318,30 @@ def test_the_no_result_mark_stands_out_from_its_card_in_both_schemes(
             )
             lighter, darker = sorted((relative_luminance(mark), relative_luminance(card)), reverse=True)
             assert (lighter + 0.05) / (darker + 0.05) >= 3, (scheme, mark, card)
+
+
+def test_a_halt_has_one_numbering_everywhere_and_says_what_the_guard_said(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """The runaway example halts on the 57th call of its session, the 51st of its second turn: the
+    hover text, the halts table and the JSON all say so, labelled, with the cap's limit and message."""
+    [runaway] = [p for p in EXAMPLES if p.name == "claude-code-runaway-search.jsonl"]
+    report, doc = replay_to_html(tmp_path, [runaway], capsys)
+    [halt] = doc["sessions"][0]["halts"]
+    assert (halt["session_call"], halt["turn"], halt["call"]) == (57, 2, 51)
+    assert (halt["code"], halt["count"], halt["limit"]) == ("cap_turn", 50, 50)
+    assert halt["message"].startswith("Not run: this turn already made 50 web searches, the limit is 50.")
+    with run_chromium(tmp_path) as browser:
+        page = browser.new_page()
+        open_report(page, report)
+        assert console_problems(page) == []
+        hover = page.evaluate(
+            "[...document.querySelectorAll('figure.timeline path.m2 title')].map(t => t.textContent)"
+        )
+        assert "session call 57 · turn 2, call 51 · WebSearch · cap_turn" in hover
+        header = page.evaluate("[...document.querySelectorAll('#halts thead th')].map(th => th.textContent)")
+        row = page.evaluate("[...document.querySelector('#halts tr.halt').cells].map(td => td.textContent)")
+        cells = dict(zip(header, row, strict=True))
+        assert (cells["session call"], cells["turn"], cells["call in turn"]) == ("57", "2", "51")
+        assert (cells["code"], cells["count"], cells["limit"]) == ("cap_turn", "50", "50")
+        assert cells["what the guard said"] == halt["message"]

@@ -195,7 +195,9 @@ def test_a_live_claude_code_session_lists_the_running_call_in_every_report(
     page = tmp_path / "report.html"
     code, doc = replay_json(path, capsys, "--html", str(page))
     assert code == 0
-    assert doc["sessions"][0]["in_progress"] == [{"turn": 1, "call": 3, "call_id": "toolu_3", "tool": "Bash"}]
+    assert doc["sessions"][0]["in_progress"] == [
+        {"session_call": 3, "turn": 1, "call": 3, "call_id": "toolu_3", "tool": "Bash"}
+    ]
     assert doc["sessions"][0]["tool_calls"] == 3
     html = page.read_text()
     assert '<p id="in-progress">1 tool call was still in progress' in html

@@ -3,6 +3,7 @@ outages seen in their ``/metrics``, and what ``--state`` accepts."""
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import subprocess
@@ -190,3 +191,36 @@ def test_a_bad_state_exits_2_with_one_line_naming_it(
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert expected in done.stderr and "s3cr3t-canary" not in done.stderr
+
+
+def health(serve: Serve) -> dict[str, Any]:
+    status, body = serve.request("GET", "/healthz")
+    assert status == 200  # the sidecar serves on without the state: it stays healthy
+    answer: dict[str, Any] = json.loads(body)
+    return answer
+
+
+def test_healthz_says_when_the_shared_state_is_down_and_when_it_answers_again(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    serve = start_replica(tmp_path, "--state", redis_server.url)
+    try:
+        assert health(serve) == {"status": "ok", "sessions": 0, "state": "up"}
+        redis_server.kill()  # no tool call since: /healthz itself finds out
+        assert health(serve)["state"] == "down"
+        assert metric(serve, "otelguard_state_up") == 0
+        assert call(serve, "conversation-1", 0)["action"] == "allow"  # decided here meanwhile
+        assert health(serve) == {"status": "ok", "sessions": 1, "state": "down"}
+        redis_server.start()
+        wait_until(lambda: health(serve)["state"] == "up", 30, 0.1, "/healthz to see the state again")
+        assert metric(serve, "otelguard_state_up") == 1
+    finally:
+        stop_process(serve.process)
+
+
+def test_healthz_names_no_state_without_one(tmp_path: Path) -> None:
+    serve = start_replica(tmp_path)
+    try:
+        assert health(serve) == {"status": "ok", "sessions": 0}
+    finally:
+        stop_process(serve.process)

@@ -16,7 +16,7 @@ from typing import Any, Final
 
 from otelguard.backtest.rules import AlertRule
 
-__all__ = ["MATCHED_LABELS", "FiredInterval", "Mark", "firing_intervals"]
+__all__ = ["MATCHED_LABELS", "FiredInterval", "Mark", "firing_intervals", "longest_hold"]
 
 MAX_LISTED_MARKS: Final = 50
 """Halts and cap hits listed per interval (the earliest); the rest are counted."""
@@ -78,10 +78,10 @@ def firing_intervals(
 ) -> list[FiredInterval]:
     """Every interval during which ``rule`` would have fired, oldest first. ``series`` is the answer
     of ``rule.expr`` at ``evaluations`` (a range query at the group's interval)."""
-    position = {round(t * 1000): index for index, t in enumerate(evaluations)}
+    position = _positions(evaluations)
     found: list[FiredInterval] = []
     for labels, points in series:
-        present = sorted({position[key] for t, _value in points if (key := round(t * 1000)) in position})
+        present = _present(points, position)
         alert_labels = {k: v for k, v in labels.items() if k != "__name__"}
         alert_labels.update(rule.labels)
         alert_labels["alertname"] = rule.name
@@ -89,6 +89,35 @@ def firing_intervals(
             found.append(FiredInterval(rule.name, dict(alert_labels), pending, fired, ended, resolved))
     found.sort(key=lambda interval: (interval.start, sorted(interval.labels.items())))
     return found
+
+
+def longest_hold(
+    series: Iterable[tuple[dict[str, str], list[tuple[float, float]]]], evaluations: list[float]
+) -> float | None:
+    """The longest an alert's expression held without a break, over every label set: from the first
+    to the last of consecutive evaluations that returned it (0 for a single one). An alert fires
+    once this reaches its ``for:``. ``None`` when the expression never returned anything."""
+    position = _positions(evaluations)
+    longest: float | None = None
+    for _labels, points in series:
+        first = previous = -2
+        for index in _present(points, position):
+            if index != previous + 1:  # a break: the hold starts over
+                first = index
+            previous = index
+            held = evaluations[index] - evaluations[first]
+            longest = held if longest is None else max(longest, held)
+    return longest
+
+
+def _positions(evaluations: list[float]) -> dict[int, int]:
+    """Evaluation time (whole milliseconds) -> its index."""
+    return {round(t * 1000): index for index, t in enumerate(evaluations)}
+
+
+def _present(points: list[tuple[float, float]], position: dict[int, int]) -> list[int]:
+    """The indexes of the evaluations at which a label set was returned, ascending."""
+    return sorted({position[key] for t, _value in points if (key := round(t * 1000)) in position})
 
 
 def _states(

@@ -42,8 +42,13 @@ def alerts_section(report: BacktestReport) -> str:
         left_out = (
             f'<p class="muted">first {MAX_INTERVAL_ROWS} of {len(rows)} intervals; --json lists them all</p>'
         )
-    quiet = ", ".join(esc(o.rule.name) for o in report.quiet) or "none"
-    parts = [title, intro, table, left_out, f'<p id="alerts-quiet">Quiet: {quiet}.</p>']
+    quiet = "".join(f"<li>{esc(o.rule.name)}: {esc(o.why_quiet())}</li>" for o in report.quiet)
+    listed = (
+        f'<p>Quiet: the alerts that would not have fired, and why.</p><ul id="alerts-quiet">{quiet}</ul>'
+        if quiet
+        else '<p id="alerts-quiet">Quiet: none.</p>'
+    )
+    parts = [title, intro, table, left_out, listed]
     if report.untimed_sessions_total:
         names = ", ".join(esc(f"{k.path} ({k.session_id})") for k in report.untimed_sessions[:20])
         more = report.untimed_sessions_total - min(20, len(report.untimed_sessions))

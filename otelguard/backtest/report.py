@@ -23,10 +23,19 @@ __all__ = ["AlertOutcome", "BacktestReport"]
 class AlertOutcome:
     rule: AlertRule
     intervals: list[FiredInterval] = field(default_factory=list)
+    longest_hold: float | None = None
+    """The longest its expression held without a break (``None``: it never held)."""
 
     @property
     def fired(self) -> bool:
         return bool(self.intervals)
+
+    def why_quiet(self) -> str:
+        """Why a quiet alert did not fire: its ``for:`` against how long its condition held."""
+        hold = format_duration(self.rule.hold)
+        if self.longest_hold is None:
+            return f"its condition never held (for: {hold})"
+        return f"its condition held {format_duration(self.longest_hold)} at most, short of its for: {hold}"
 
     def to_json(self) -> dict[str, Any]:
         rule = self.rule
@@ -37,8 +46,11 @@ class AlertOutcome:
             "evaluation_interval": format_duration(rule.interval),
             "labels": dict(rule.labels),
             "fired": self.fired,
+            "longest_hold": None if self.longest_hold is None else format_duration(self.longest_hold),
             "intervals": [_interval_json(i) for i in self.intervals],
         }
+        if not self.fired:
+            doc["why_quiet"] = self.why_quiet()
         if rule.keep_firing_for:
             doc["keep_firing_for"] = format_duration(rule.keep_firing_for)
         return doc

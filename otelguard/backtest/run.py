@@ -27,7 +27,7 @@ from typing import IO, Final
 
 import orjson
 
-from otelguard.backtest.alerts import FiredInterval, Mark, firing_intervals
+from otelguard.backtest.alerts import FiredInterval, Mark, firing_intervals, longest_hold
 from otelguard.backtest.engine import BacktestError, Binaries, Engine
 from otelguard.backtest.report import AlertOutcome, BacktestReport
 from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, RuleSet, eval_offset
@@ -117,7 +117,9 @@ def run_backtest(
             engine.start()
         progress(f"evaluating {len(report.alerts)} alert(s) over the recorded period")
         for outcome in report.alerts:
-            outcome.intervals = _evaluate(engine, outcome.rule, report.period_start, report.period_end)
+            outcome.intervals, outcome.longest_hold = _evaluate(
+                engine, outcome.rule, report.period_start, report.period_end
+            )
     _attribute(report, marks)
     return report
 
@@ -190,12 +192,15 @@ def evaluation_times(rule: AlertRule, start: float, end: float) -> list[float]:
     return [(first + k * step) / 1000 for k in range(count)]
 
 
-def _evaluate(engine: Engine, rule: AlertRule, start: float, end: float) -> list[FiredInterval]:
+def _evaluate(
+    engine: Engine, rule: AlertRule, start: float, end: float
+) -> tuple[list[FiredInterval], float | None]:
+    """The intervals ``rule`` would have fired, and the longest its expression held (``None``: never)."""
     evaluations = evaluation_times(rule, start, end)
     if not evaluations:
-        return []
-    series = engine.query_range(rule.expr, evaluations[0], evaluations[-1], rule.interval)
-    return firing_intervals(rule, series, evaluations, end)
+        return [], None
+    series = list(engine.query_range(rule.expr, evaluations[0], evaluations[-1], rule.interval))
+    return firing_intervals(rule, series, evaluations, end), longest_hold(series, evaluations)
 
 
 def _attribute(report: BacktestReport, marks_path: Path) -> None:

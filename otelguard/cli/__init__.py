@@ -68,5 +68,10 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
+    # the processes otelguard runs drop prometheus_client's `_created` samples (a second line per
+    # series); a library user's registry keeps its own setting (docs/telemetry.md)
+    from prometheus_client import disable_created_metrics
+
+    disable_created_metrics()  # type: ignore[no-untyped-call]
     code: int = args._module.run(args)
     return code

@@ -170,7 +170,7 @@ def _write_html(path: str, report: BacktestReport, timelines: Timelines) -> None
     from otelguard.replay.html_report import write_html
 
     try:
-        size = write_html(path, report.replay, timelines, [alerts_section(report)])
+        size = write_html(path, report.replay, timelines, [alerts_section(report)], "otelguard backtest")
     except OSError as exc:
         print(f"otelguard backtest: cannot write --html {path}: {exc.strerror or exc}", file=sys.stderr)
         return
@@ -218,7 +218,9 @@ def _render(report: BacktestReport, console: Console) -> None:
         console.print(table)
     else:
         console.print("No alert would have fired.")
-    console.print(f"Quiet: {', '.join(o.rule.name for o in report.quiet) or 'none'}", markup=False)
+    console.print("Quiet:" if report.quiet else "Quiet: none", markup=False)
+    for outcome in report.quiet:  # why each stayed quiet: its for: against how long it held
+        console.print(f"  {outcome.rule.name}: {outcome.why_quiet()}", markup=False)
     if report.untimed_sessions_total:
         names = ", ".join(f"{k.path} ({k.session_id})" for k in report.untimed_sessions[:_LISTED])
         console.print(

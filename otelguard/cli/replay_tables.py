@@ -96,8 +96,9 @@ def _counts_table(title: str, key: str, counts: dict[str, int]) -> Table:
 
 def _halts_table(report: ReplayReport) -> Table:
     table = Table(title="would-be halts (first block/halt of each turn)", title_justify="left")
-    for column in ("session", "turn", "call", "call id", "tool", "action", "code"):
-        justify: Literal["left", "right"] = "right" if column in ("turn", "call") else "left"
+    numbered = ("session call", "turn", "call in turn")
+    for column in ("session", *numbered, "call id", "tool", "action", "code"):
+        justify: Literal["left", "right"] = "right" if column in numbered else "left"
         table.add_column(column, justify=justify, overflow="fold")
     shown = 0
     total = report.totals()["halts"]
@@ -108,6 +109,7 @@ def _halts_table(report: ReplayReport) -> Table:
                 _literal_row(
                     table,
                     session.session_id,
+                    str(halt.session_call),
                     str(halt.turn),
                     str(halt.call),
                     halt.call_id or "",

@@ -10,6 +10,7 @@ import os
 import signal
 import sys
 import threading
+from collections.abc import Callable
 from types import FrameType
 
 from prometheus_client import REGISTRY
@@ -59,17 +60,26 @@ def _span_export() -> SpanExport | None:
     return None
 
 
-def _check_state(state: StateSettings, telemetry: Telemetry) -> None:
+def _check_state(state: StateSettings, telemetry: Telemetry) -> Callable[[], bool]:
     """One command to the shared state at start: its metrics exist from now on, and the log says
-    whether session caps are shared right away."""
+    whether session caps are shared right away. Returns what ``/healthz`` asks: whether the state
+    answers (a ping unless it is in its back-off after a failure)."""
     from otelguard.state.redis_caps import link_for
 
-    report = link_for(state).ping()
+    link = link_for(state)
+    report = link.ping()
     telemetry.state_reported(report)
+
+    def state_up() -> bool:
+        if link.may_send():
+            telemetry.state_reported(link.ping())
+        return link.healthy
+
     how = (
         "answers" if report.error is None else "does not answer yet; session caps are kept here until it does"
     )
     print(f"otelguard serve: shared state at {mask_url(state.url or '')} {how}", file=sys.stderr, flush=True)
+    return state_up
 
 
 def run(args: argparse.Namespace) -> int:
@@ -87,6 +97,8 @@ def run(args: argparse.Namespace) -> int:
             # sessions are compared by their hashes across restarts and replicas: say it at startup
             print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
         telemetry = Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY)
+        # before listening: the state metrics exist from the first scrape
+        state_up = _check_state(state, telemetry) if state.url is not None else None
         sidecar = Sidecar(
             config,
             telemetry=telemetry,
@@ -94,9 +106,8 @@ def run(args: argparse.Namespace) -> int:
             token=args.token or os.environ.get(OTELGUARD_TOKEN) or None,
             max_sessions=args.max_sessions,
             idle_seconds=args.session_idle,
+            state_up=state_up,
         )
-        if state.url is not None:  # before listening: the state metrics exist from the first scrape
-            _check_state(state, telemetry)
         server = bind(
             sidecar.handle, args.addr, args.port, tls_context(args.certfile, args.keyfile),
             inline=sidecar.inline, name="otelguard-serve",

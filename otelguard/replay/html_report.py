@@ -73,9 +73,12 @@ a{color:inherit}figure.timeline:target{outline:2px solid var(--warned)}
 """
 
 
-def render_html(report: ReplayReport, timelines: Timelines, sections: Sequence[str] = ()) -> str:
+def render_html(
+    report: ReplayReport, timelines: Timelines, sections: Sequence[str] = (), title: str = "otelguard replay"
+) -> str:
     """The whole page for ``report``; ``timelines`` holds the marks the runner kept. ``sections`` are
-    whole sections (already escaped HTML, e.g. the backtest's alerts) placed after the totals."""
+    whole sections (already escaped HTML, e.g. the backtest's alerts) placed after the totals;
+    ``title`` names the page (``otelguard backtest`` for the backtest's)."""
     totals = report.totals()
     ranked = sorted(
         report.sessions, key=lambda s: session_rank(s.halts_total, s.decisions, s.seq), reverse=True
@@ -85,11 +88,12 @@ def render_html(report: ReplayReport, timelines: Timelines, sections: Sequence[s
     rest = [s for s in ranked if s.seq not in kept]
     anchors = {s.seq: rank for rank, s in enumerate(drawn, 1)}
     parts = [
-        _head(),
-        "<h1>otelguard replay</h1>",
+        _head(title),
+        f"<h1>{esc(title)}</h1>",
         f'<p class="muted">{len(report.inputs)} input(s); otelguard {esc(__version__)}. '
-        "This page holds tool names, decision codes, counts, call ids, session ids and paths only: "
-        "never arguments, results or error texts.</p>",
+        "This page holds tool names, decision codes, counts, the guard's own messages (made of tool "
+        "names and counts), call ids, session ids and paths only: never arguments, results or error "
+        "texts.</p>",
         _totals(totals),
         *sections,
         _decisions(report, totals["decisions"]),
@@ -107,22 +111,26 @@ def render_html(report: ReplayReport, timelines: Timelines, sections: Sequence[s
 
 
 def write_html(
-    path: str | Path, report: ReplayReport, timelines: Timelines, sections: Sequence[str] = ()
+    path: str | Path,
+    report: ReplayReport,
+    timelines: Timelines,
+    sections: Sequence[str] = (),
+    title: str = "otelguard replay",
 ) -> int:
     """Write the page; returns its size in bytes. A lone surrogate in a name is written as ``?``."""
-    body = render_html(report, timelines, sections).encode("utf-8", "replace")
+    body = render_html(report, timelines, sections, title).encode("utf-8", "replace")
     Path(path).write_bytes(body)
     return len(body)
 
 
-def _head() -> str:
+def _head(title: str) -> str:
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
         '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; '
         "style-src 'unsafe-inline'\">"
         '<meta name="color-scheme" content="light dark">'
         '<meta name="viewport" content="width=device-width, initial-scale=1">'
-        f"<title>otelguard replay</title><style>{_STYLE}</style></head><body>"
+        f"<title>{esc(title)}</title><style>{_STYLE}</style></head><body>"
     )
 
 
@@ -184,7 +192,7 @@ def _timelines(sessions: Sequence[SessionReport], kept: dict[int, SessionMarks])
     intro = (
         '<p class="muted">One timeline per session, the sessions that halted or warned most first '
         "(the table links to each). Each mark is one tool call, left to right, coloured by the guard's "
-        "decision; hover over a mark for its call, turn, tool and code.</p>"
+        "decision; hover over a mark for its place in the session and in its turn, its tool and code.</p>"
     )
     return f"{title}{intro}{session_index(sessions)}{legend()}{timeline_figures(sessions, kept)}"
 
@@ -228,21 +236,23 @@ def _session_cell(session: SessionReport, anchors: dict[int, int]) -> str:
 
 
 _CALL_COLUMNS: Final = (
-    ("session", 30, False),
-    ("turn", 7, True),
-    ("call", 7, True),
-    ("call id", 18, False),
-    ("tool", 16, False),
+    ("session", 17, False),
+    ("session call", 7, True),
+    ("turn", 5, True),
+    ("call in turn", 6, True),
+    ("call id", 13, False),
+    ("tool", 11, False),
 )
 
 
 def _call_row(
     css: str, code: str, session: SessionReport, anchors: dict[int, int], call: CallRecord | HaltRecord
 ) -> str:
-    """A row of a table of calls: session, turn, call, call id, tool; the caller adds its own cells."""
+    """A row of a table of calls: session, the call's place in the session, its turn and its place in
+    the turn, call id, tool; the caller adds its own cells."""
     return (
         f'<tr class="{css}" data-code="{esc(code)}">{_session_cell(session, anchors)}'
-        f'<td class="n">{call.turn}</td><td class="n">{call.call}</td>'
+        f'<td class="n">{call.session_call}</td><td class="n">{call.turn}</td><td class="n">{call.call}</td>'
         f"<td>{shown(call.call_id or '')}</td><td>{shown(call.tool_name)}</td>"
     )
 
@@ -255,15 +265,30 @@ def _halts(ranked: Sequence[SessionReport], total: int, anchors: dict[int, int])
         islice(
             (
                 f"{_call_row('halt', halt.code, session, anchors, halt)}"
-                f"<td>{esc(halt.action)}</td><td>{esc(halt.code)}</td></tr>"
+                f"<td>{esc(halt.action)}</td><td>{esc(halt.code)}</td>"
+                f'<td class="n">{halt.count}</td><td class="n">{halt.limit}</td>'
+                f'<td class="said">{esc(halt.message)}</td></tr>'
                 for session in ranked
                 for halt in session.halts
             ),
             MAX_HALT_ROWS,
         )
     )
-    columns = (*_CALL_COLUMNS, ("action", 8, False), ("code", 14, False))
-    return title + table("halts", columns, rows) + left_out(len(rows), total, "halts")
+    columns = (
+        *_CALL_COLUMNS,
+        ("action", 6, False),
+        ("code", 12, False),
+        ("count", 5, True),
+        ("limit", 5, True),
+        ("what the guard said", 22, False),
+    )
+    intro = (
+        '<p class="muted">Each call is numbered in its session and in its turn. “count” and '
+        "“limit” are the rule's count and its threshold (for a cap: the calls it had counted before "
+        "this one and the cap); “what the guard said” is the guard's own message to the model, "
+        "made of the tool's name and those counts.</p>"
+    )
+    return title + intro + table("halts", columns, rows) + left_out(len(rows), total, "halts")
 
 
 def _warned_calls(ranked: Sequence[SessionReport], total: int, anchors: dict[int, int]) -> str:
@@ -284,7 +309,7 @@ def _warned_calls(ranked: Sequence[SessionReport], total: int, anchors: dict[int
         '<p class="muted">Every warning the guard gave, call by call (a session lists its first '
         f"{MAX_LISTED_WARNINGS}), the sessions that halted or warned most first.</p>"
     )
-    columns = (*_CALL_COLUMNS, ("code", 22, False))
+    columns = (*_CALL_COLUMNS, ("code", 41, False))
     return title + intro + table("warned-calls", columns, rows) + left_out(len(rows), total, "warnings")
 
 

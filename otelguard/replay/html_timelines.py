@@ -122,20 +122,21 @@ def _timeline(rank: int, session: SessionReport, marks: SessionMarks, pitch: int
 def _marks(marks: SessionMarks, xs: list[int]) -> str:
     """One path per mark, each with its hover text: which call(s), the turn, the tool and the code."""
     per_mark = marks.calls_per_mark
-    turn = 0
+    turn = turn_start = 0
     parts = []
     for column, mark in enumerate(marks.marks):
         if mark & TURN_START or column == 0:
             turn += 1
+            turn_start = column
         value = mark & CLASS_MASK
         top, height = MARK_SHAPE[value]
         tool, code = marks.name(column)
         named = " · ".join(esc(part) for part in (tool, code) if part)
         if per_mark == 1:
-            where = f"call {column + 1} · turn {turn}"
+            where = f"session call {column + 1} · turn {turn}, call {column - turn_start + 1}"
         else:
             first = column * per_mark + 1
-            where = f"calls {first}–{min(first + per_mark - 1, marks.calls)}, the most severe"
+            where = f"session calls {first}–{min(first + per_mark - 1, marks.calls)}, the most severe"
         parts.append(
             f'<path class="m{value}" d="M{xs[column]} {top}v{height}"><title>{where} · {named}</title></path>'
         )

@@ -25,27 +25,38 @@ still counted in the totals, so memory does not grow with the number of sessions
 
 @dataclass(frozen=True, slots=True)
 class HaltRecord:
+    """The call that halted its turn: its place (``turn``, ``call`` within the turn, ``session_call``
+    within the session, all from 1) and what the guard said (the decision's count, limit and message:
+    the guard's own text, built from the tool name and the counts, never from a value)."""
+
     turn: int
     call: int
     call_id: str | None
     tool_name: str
     action: str
     code: str
+    session_call: int = 0
+    count: int = 0
+    limit: int = 0
+    message: str = ""
 
 
 @dataclass(frozen=True, slots=True)
 class CallRecord:
-    """One call named by its place: a warned call (with the warning's code), or a call still in
-    progress when its transcript ended (``code`` is ``None``)."""
+    """One call named by its place (``turn``, ``call`` within the turn, ``session_call`` within the
+    session): a warned call (with the warning's code), or a call still in progress when its
+    transcript ended (``code`` is ``None``)."""
 
     turn: int
     call: int
     call_id: str | None
     tool_name: str
     code: str | None = None
+    session_call: int = 0
 
     def to_json(self) -> dict[str, Any]:
         doc: dict[str, Any] = {
+            "session_call": self.session_call,
             "turn": self.turn,
             "call": self.call,
             "call_id": self.call_id,
@@ -135,12 +146,16 @@ class SessionReport:
 
 def _halt_json(halt: HaltRecord) -> dict[str, Any]:
     return {
+        "session_call": halt.session_call,
         "turn": halt.turn,
         "call": halt.call,
         "call_id": halt.call_id,
         "tool": halt.tool_name,
         "action": halt.action,
         "code": halt.code,
+        "count": halt.count,
+        "limit": halt.limit,
+        "message": halt.message,
     }
 
 

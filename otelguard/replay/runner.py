@@ -119,7 +119,13 @@ class ReplayRunner:
         if not call.has_result:  # its outcome would be a guess: never fed to the guard
             if call.in_progress:  # still running when the transcript ended: a live session
                 report.add_in_progress(
-                    CallRecord(report.turns, session.call_in_turn, call.call_id, call.tool_name)
+                    CallRecord(
+                        report.turns,
+                        session.call_in_turn,
+                        call.call_id,
+                        call.tool_name,
+                        session_call=report.tool_calls,
+                    )
                 )
                 self._mark(session, IN_PROGRESS, call.tool_name, "in progress")
             elif call.cancelled:  # reported by the reader as an input error
@@ -195,7 +201,14 @@ class ReplayRunner:
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
         if decision.action == "warn":
             report.add_warning(
-                CallRecord(report.turns, session.call_in_turn, call.call_id, call.tool_name, decision.code)
+                CallRecord(
+                    report.turns,
+                    session.call_in_turn,
+                    call.call_id,
+                    call.tool_name,
+                    decision.code,
+                    report.tool_calls,
+                )
             )
         if not decision.should_halt:
             return False
@@ -208,6 +221,10 @@ class ReplayRunner:
                 tool_name=call.tool_name,
                 action=decision.action,
                 code=decision.code,
+                session_call=report.tool_calls,
+                count=decision.count,
+                limit=decision.limit,
+                message=decision.message,
             )
         )
         return True

@@ -115,15 +115,17 @@ class Telemetry:
     def prime(
         self, agent: str = "default", *, tools: tuple[str, ...] = (), caps: tuple[str, ...] = ()
     ) -> None:
-        """Create zero-valued series for an agent so dashboards and alerts see data before any call."""
+        """Create at 0 the series that alerts and dashboards read before any call, so that ``rate()``
+        counts their first increment: every turn outcome, each cap's hits (turn and session), the
+        per-agent histograms, and ``outcome="ok"`` of each of ``tools`` (the other outcomes of a tool
+        appear with their first call: no alert selects on them)."""
         space = self._space(self.settings())
         for turn_outcome in TURN_OUTCOMES:
             space.turns(agent, turn_outcome)
         space.per_agent("subagent_spawns", agent)
         space.per_agent("turn_tool_calls", agent)
         for tool in tools:
-            for outcome in ("ok", "failed", "refused", "blocked", "rejected", "cancelled"):
-                space.tool_calls(agent, tool, outcome)
+            space.tool_calls(agent, tool, "ok")
         for cap in caps:
             space.cap_usage(agent, cap)
             for scope in ("turn", "session"):
