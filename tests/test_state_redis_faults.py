@@ -144,6 +144,8 @@ def test_a_key_of_the_wrong_type_is_that_sessions_problem_only(
     link = RedisLink(StateSettings(url=redis_server.url, timeout_ms=PATIENT_MS), clock=clock)
     bad = _store(link, "the-broken-session")
     redis_server.client.set(bad.key, "not a hash")
+    garbled = _store(link, "a-garbled-session")
+    redis_server.client.hset(garbled.key, "web_search", "many")  # not a count
     recorder = RecordingObserver()
     guards = [
         Guard(guard_config(redis_server.url), session_id=f"s{n}", session_caps=_store(link, f"s{n}"),
@@ -153,10 +155,14 @@ def test_a_key_of_the_wrong_type_is_that_sessions_problem_only(
     broken = Guard(guard_config(redis_server.url), session_id="the-broken-session", session_caps=bad)
     for n in range(5):
         assert bad.charge([("web_search", 10)], 1) == (None, StateReport(True, "charge", True))
+        # refused once; then the process's own count (1) is written over what is not a number
+        garbled_report = StateReport(True, "charge", True) if n == 0 else StateReport(True, None, False)
+        assert garbled.charge([("web_search", 10)], 1) == (None, garbled_report)
         assert search(broken, n).action == "allow"  # decided from the process's own counts
         for guard in guards:
             search(guard, n)
-    assert link.healthy and link.failures == 0 and link.key_errors == 10
+    assert link.healthy and link.failures == 0 and link.key_errors == 11
+    assert redis_server.client.hget(garbled.key, "web_search") == b"5"
     assert sum(event.state_fallback for event in recorder.calls) == 0
     for n in range(20):
         assert redis_server.client.hget(_store(link, f"s{n}").key, "web_search") == b"5"

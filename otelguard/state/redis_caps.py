@@ -119,9 +119,11 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
-_KEY_REPLIES: Final = ("WRONGTYPE", "ERR hash value is not an integer", "ERR value is not an integer")
+_KEY_REPLIES: Final = ("WRONGTYPE", "hash value is not an integer", "value is not an integer")
 """Error replies about the session's own key (it holds another type, or a field is not a number):
-that session's problem, not an outage. Every other error reply is taken for a Redis that cannot serve."""
+that session's problem, not an outage (redis-py drops the ``ERR`` code from the text). Every other
+error reply is taken for a Redis that cannot serve."""
+_REDIRECTS: Final = ("MovedError", "AskError")
 
 _SENT_OK: Final = StateReport(sent=True, error=None, fell_back=False)
 _BACKING_OFF: Final = StateReport(sent=False, error=None, fell_back=True)
@@ -278,12 +280,15 @@ class RedisLink:
                 self._down_since = now
         if was_up:
             # the exception's type only: its text can hold the host, never needed to act on it
+            cause = type(failure.cause).__name__
+            hint = " (a Redis Cluster node: use a redis+cluster:// URL)" if cause in _REDIRECTS else ""
             logger.warning(
-                "otelguard: shared state at %s failed (%s on %s); session caps are decided from this "
+                "otelguard: shared state at %s failed (%s on %s)%s; session caps are decided from this "
                 "process's own counts until it answers again (retried after a back-off of at most %g s)",
                 self.shown_url,
-                type(failure.cause).__name__,
+                cause,
                 failure.op,
+                hint,
                 MAX_BACKOFF_SECONDS,
             )
 
