@@ -77,9 +77,9 @@ def test_two_replicas_refuse_the_eleventh_call_of_a_cap_of_ten_across_them(
     assert (decisions[-1]["code"], decisions[-1]["count"], decisions[-1]["limit"]) == ("cap_session", 10, 10)
     # another session has its own count; a tool without a session cap costs no command
     assert call(second, "conversation-2", 0)["action"] == "allow"
-    before = redis_server.client.info("commandstats").get("cmdstat_eval", {}).get("calls", 0)
+    before = redis_server.client.info("commandstats")["cmdstat_evalsha"]["calls"]
     assert call(first, "conversation-2", 1, tool="read_file")["action"] == "allow"
-    assert redis_server.client.info("commandstats")["cmdstat_eval"]["calls"] == before
+    assert redis_server.client.info("commandstats")["cmdstat_evalsha"]["calls"] == before
     for serve in replicas:
         assert metric(serve, "otelguard_state_up") == 1
         assert metric(serve, 'otelguard_state_errors_total{op="connect"}') == 0

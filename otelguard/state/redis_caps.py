@@ -6,10 +6,11 @@ raw id is never sent. A charge is one ``EVALSHA`` that checks every cap of the c
 or none of them (a batch of three spawns with two left is refused whole); a refund is one that
 takes the amount back, floored at 0. Both set the hash's TTL back to ``ttl_seconds``.
 
-A process never believes a count lower than one it has seen: each charge carries the process's
-counts, and where the hash is not the one the process last saw (Redis restarted empty, or the key
-was lost), the script raises the stored counts to them before checking. Each hash holds a marker,
-written when the hash is made, that tells one hash from a new one of the same name.
+A process never believes a count lower than one it has seen: each charge carries the marker of the
+hash the process last saw (each hash holds one, written when it is made), and where the hash is not
+that one (Redis restarted empty, or the key was lost) the script asks for the process's counts and
+raises the stored ones to them before checking. A session's usual charge is the same bytes every
+time: its store keeps that one command, packed.
 
 Redis is never allowed to hold up or break a tool call: each command is bounded by ``timeout_ms``
 (the wait for a free connection, the connect and the read; no client retries), a failed link falls
@@ -24,7 +25,6 @@ from __future__ import annotations
 
 import inspect
 import logging
-import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -34,6 +34,8 @@ import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
 from redis.commands.core import Script
+from redis.connection import PythonRespSerializer
+from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from otelguard.caps import CapRefusal, LocalSessionCaps
@@ -59,30 +61,35 @@ MARKER: Final = b"\xff"
 """The hash field that tells one hash of a session from a later one of the same name: never a cap
 key's field (cap keys are sent as UTF-8, where the byte 0xFF never appears)."""
 
-# KEYS[1]: the session's hash. ARGV: ttl, amount, a new marker, the marker this process last saw,
-# then (field, limit, floor) triples in the order the guard checks them. A hash without a marker is
-# new (or from before markers) and gets the new one; a hash whose marker is not the one last seen
-# gets its counts raised to the floors (the counts this process has seen) before the check.
+# KEYS[1]: the session's hash. ARGV: ttl, amount, the marker this process last saw ('' for none),
+# n, then n (field, limit) pairs in the order the guard checks them, then optionally n floors (the
+# counts this process has seen). A hash without a marker is new (or from before markers) and gets
+# one (the server's time: never the same twice for one key). A hash whose marker is not the one last
+# seen is not the hash this process counted in: without floors the answer is {-1} (nothing done:
+# send them); with floors its counts are raised to them before the check.
 # Answers {0, marker, used...} after charging (the counts after the charge) or {i, marker, used...}
 # when the i-th cap would overshoot (the counts before, nothing charged, the TTL set only when the
 # hash was made or raised).
 _CHARGE: Final = """
-local n = (#ARGV - 4) / 3
 local amount = tonumber(ARGV[2])
-local fields = {}
-for i = 1, n do fields[i] = ARGV[3 * i + 2] end
+local n = tonumber(ARGV[4])
+local floors = #ARGV > 4 + 2 * n
 local marker = redis.call('HGET', KEYS[1], '\\255')
+if marker ~= ARGV[3] and ARGV[3] ~= '' and not floors then return {-1} end
+local fields = {}
+for i = 1, n do fields[i] = ARGV[3 + 2 * i] end
 local written = false
 if not marker then
-  marker = ARGV[3]
+  local now = redis.call('TIME')
+  marker = now[1] .. '.' .. now[2]
   redis.call('HSET', KEYS[1], '\\255', marker)
   written = true
 end
 local used = redis.call('HMGET', KEYS[1], unpack(fields))
 for i = 1, n do used[i] = tonumber(used[i]) or 0 end
-if marker ~= ARGV[4] then
+if floors and marker ~= ARGV[3] then
   for i = 1, n do
-    local floor = tonumber(ARGV[3 * i + 4])
+    local floor = tonumber(ARGV[4 + 2 * n + i])
     if used[i] < floor then
       used[i] = floor
       redis.call('HSET', KEYS[1], fields[i], floor)
@@ -91,7 +98,7 @@ if marker ~= ARGV[4] then
   end
 end
 for i = 1, n do
-  if used[i] + amount > tonumber(ARGV[3 * i + 3]) then
+  if used[i] + amount > tonumber(ARGV[4 + 2 * i]) then
     if written then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
     table.insert(used, 1, marker)
     table.insert(used, 1, i)
@@ -124,6 +131,20 @@ _KEY_REPLIES: Final = ("WRONGTYPE", "hash value is not an integer", "value is no
 that session's problem, not an outage (redis-py drops the ``ERR`` code from the text). Every other
 error reply is taken for a Redis that cannot serve."""
 _REDIRECTS: Final = ("MovedError", "AskError")
+
+
+def _encode(value: bytes | str | int) -> bytes:
+    if isinstance(value, bytes):
+        return value
+    return value.encode() if isinstance(value, str) else b"%d" % value
+
+
+_PACKER: Final = PythonRespSerializer(6000, _encode)
+"""redis-py's own RESP packer (what a connection packs a command with); the arguments are already
+bytes, text of the script's digest, or integers."""
+
+Prepared = bytes | tuple[str, tuple[bytes | int, ...]]
+"""A command ready to send: packed for a plain client, key and arguments for a cluster's."""
 
 _SENT_OK: Final = StateReport(sent=True, error=None, fell_back=False)
 _BACKING_OFF: Final = StateReport(sent=False, error=None, fell_back=True)
@@ -205,13 +226,20 @@ class RedisLink:
                     client = self._client = _make_client(self.state, self._timeout)
         return client
 
-    def charge(self, key: str, args: Sequence[bytes | int]) -> Any:
-        return self._run("charge", self._charge, key, args)
+    def prepare(self, key: str, args: Sequence[bytes | int]) -> Prepared:
+        """The charge script's command for ``key`` and ``args``, in the form ``charge`` sends: packed
+        once (a session's usual charge is the same bytes every time, so its store keeps them)."""
+        if self.cluster:
+            return (key, tuple(args))
+        return b"".join(_PACKER.pack("EVALSHA", self._charge.sha, 1, key, *args))  # type: ignore[no-untyped-call]
+
+    def charge(self, command: Prepared) -> Any:
+        return self._run("charge", self._charge, command)
 
     def refund(self, key: str, args: Sequence[bytes | int]) -> Any:
-        return self._run("refund", self._refund, key, args)
+        return self._run("refund", self._refund, (key, tuple(args)))
 
-    def _run(self, op: StateOp, script: Script, key: str, args: Sequence[bytes | int]) -> Any:
+    def _run(self, op: StateOp, script: Script, command: Prepared) -> Any:
         """Redis's answer to one script, or ``_Failed`` naming the step that failed, ``_KeyError``
         for an error reply about the key, ``_Busy`` when no connection came free in ``timeout_ms``."""
         if not self._slots.acquire(timeout=self._timeout):
@@ -223,6 +251,10 @@ class RedisLink:
             except Exception as exc:
                 raise _Failed("connect", exc) from None
             try:
+                if isinstance(command, bytes):
+                    return _send(client.connection_pool, script, command)
+                key, args = command
+                # the cluster client finds the node of the key's slot
                 return script(keys=(key,), args=args, client=client)
             except redis.ResponseError as exc:
                 if str(exc).startswith(_KEY_REPLIES):
@@ -349,6 +381,30 @@ class RedisLink:
             client.close()
 
 
+def _send(pool: redis.ConnectionPool, script: Script, packed: bytes) -> Any:
+    """One packed ``EVALSHA`` on one connection of the pool (the client's own path around each
+    command would double the CPU of a charge); a Redis that does not know the script (restarted) is
+    given it first."""
+    connection = pool.get_connection()
+    try:
+        connection.send_packed_command((packed,), check_health=False)  # type: ignore[no-untyped-call]
+        try:
+            return connection.read_response()
+        except NoScriptError:
+            connection.send_command("SCRIPT", "LOAD", script.script)  # type: ignore[no-untyped-call]
+            connection.read_response()
+            connection.send_packed_command((packed,), check_health=False)  # type: ignore[no-untyped-call]
+            return connection.read_response()
+    except redis.ResponseError:
+        raise  # an error reply leaves the connection usable
+    except BaseException:
+        # after a timeout an answer may still be on its way: that socket is never used again
+        connection.disconnect()  # type: ignore[no-untyped-call]
+        raise
+    finally:
+        pool.release(connection)
+
+
 def _make_client(state: StateSettings, timeout: float) -> Any:
     """A plain client, or a cluster client for ``redis+cluster://``; each command one attempt, its
     connect and read each bounded by ``timeout`` (redis-py retries three times with a back-off by
@@ -413,7 +469,7 @@ class RedisSessionCaps:
     them for when Redis does not answer. Thread-safe. Holds a few hundred bytes besides the counts:
     no command is kept."""
 
-    __slots__ = ("_last_use", "_local", "_lock", "_seen", "_ttl", "_unshared", "key", "link")
+    __slots__ = ("_command", "_last_use", "_local", "_lock", "_seen", "_ttl", "_unshared", "key", "link")
 
     def __init__(self, link: RedisLink, key: str, ttl_seconds: int) -> None:
         self.link = link
@@ -424,6 +480,7 @@ class RedisSessionCaps:
         self._unshared: dict[str, int] = {}  # charged here while Redis did not answer
         self._seen = b""  # the marker of the hash this process last saw
         self._last_use = 0.0  # when the last charge or refund that reset the TTL was sent
+        self._command: tuple[Any, Prepared] | None = None  # the last charge without floors, packed
 
     # -- the store's protocol ------------------------------------------------------------------
 
@@ -446,7 +503,9 @@ class RedisSessionCaps:
             return self._charge_locally(caps, amount), _BACKING_OFF
         sent_at = link.clock()
         try:
-            answer = link.charge(self.key, self._charge_args(caps, amount, sent_at))
+            answer = link.charge(self._charge_command(caps, amount, sent_at, floors=False))
+            if int(answer[0]) == -1:  # not the hash this process counted in: Redis lost it
+                answer = link.charge(self._charge_command(caps, amount, sent_at, floors=True))
             refused_at, marker = int(answer[0]), bytes(answer[1])
             counts = [int(count) for count in answer[2:]]
         except _Failed as failure:
@@ -520,17 +579,34 @@ class RedisSessionCaps:
                     self._unshared[cap] = self._unshared.get(cap, 0) + amount
         return refusal
 
-    def _charge_args(self, caps: Sequence[tuple[str, int]], amount: int, now: float) -> list[bytes | int]:
-        """The charge script's arguments: the floors are this process's counts, unless the session
-        may have expired in Redis since this process last used it (then a new hash starts from 0)."""
+    def _charge_command(
+        self, caps: Sequence[tuple[str, int]], amount: int, now: float, *, floors: bool
+    ) -> Prepared:
+        """The charge script's command. The floors (this process's counts) go with it when Redis
+        asked for them, or when this process has counts but has not seen the hash yet (it charged
+        during an outage); never when the session may have expired in Redis since this process
+        last used it (then a new hash starts from 0)."""
         with self._lock:
             seen, last_use = self._seen, self._last_use
-        may_have_expired = bool(seen) and now - last_use >= self._ttl - _TTL_MARGIN_SECONDS
-        counts = {} if may_have_expired else self._local.usage()
-        args: list[bytes | int] = [self._ttl, amount, os.urandom(8), seen]
+        counts: Mapping[str, int] = {}
+        if seen and now - last_use >= self._ttl - _TTL_MARGIN_SECONDS:
+            seen, floors = b"", False  # may have expired: whatever Redis holds now stands
+        elif floors or not seen:
+            counts = self._local.usage()
+            floors = floors or bool(counts)
+        key = (tuple(caps), amount, seen)
+        cached = self._command
+        if not floors and cached is not None and cached[0] == key:
+            return cached[1]
+        args: list[bytes | int] = [self._ttl, amount, seen, len(caps)]
         for cap, limit in caps:
-            args += (_field(cap), limit, counts.get(cap, 0))
-        return args
+            args += (_field(cap), limit)
+        if floors:
+            args += (counts.get(cap, 0) for cap, _limit in caps)
+        command = self.link.prepare(self.key, args)
+        if not floors:
+            self._command = (key, command)
+        return command
 
 
 def _field(cap: str) -> bytes:
