@@ -254,7 +254,7 @@ def test_hostile_urls_are_a_config_error_or_a_client_redis_py_can_make() -> None
     from hypothesis import given, settings
     from hypothesis import strategies as st
 
-    from otelguard.state.redis_caps import _make_client
+    from otelguard.state.redis_client import make_client
 
     pieces = st.sampled_from(
         ["redis://", "rediss://", "unix://", "redis+cluster://", "u", ":", "@", "[", "]", "::1", "/",
@@ -275,6 +275,6 @@ def test_hostile_urls_are_a_config_error_or_a_client_redis_py_can_make() -> None
             return
         if not state.url or "+cluster" in state.url:
             return  # a cluster client asks a node for the slot map as it is made
-        _make_client(state, 0.01).close()
+        make_client(state, 0.01, 4).close()
 
     check()

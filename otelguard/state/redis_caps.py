@@ -23,7 +23,6 @@ back while the hash lives on: a session can overshoot by what was charged while 
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -31,18 +30,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import redis
-from redis.backoff import NoBackoff
-from redis.cluster import RedisCluster
 from redis.commands.core import Script
-from redis.connection import PythonRespSerializer
-from redis.exceptions import NoScriptError
-from redis.retry import Retry
 
 from otelguard.caps import CapRefusal, LocalSessionCaps
 from otelguard.config import StateSettings, mask_url
-from otelguard.config_state import CLUSTER_SCHEMES, state_password
+from otelguard.config_state import CLUSTER_SCHEMES
 from otelguard.observers import StateOp, StateReport
 from otelguard.session_keys import session_digest
+from otelguard.state.redis_client import make_client, pack, send_packed
 
 __all__ = ["MAX_BACKOFF_SECONDS", "RedisLink", "RedisSessionCaps", "link_for", "open_session_caps"]
 
@@ -133,28 +128,12 @@ error reply is taken for a Redis that cannot serve."""
 _REDIRECTS: Final = ("MovedError", "AskError")
 
 
-def _encode(value: bytes | str | int) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    return value.encode() if isinstance(value, str) else b"%d" % value
-
-
-_PACKER: Final = PythonRespSerializer(6000, _encode)
-"""redis-py's own RESP packer (what a connection packs a command with); the arguments are already
-bytes, text of the script's digest, or integers."""
-
 Prepared = bytes | tuple[str, tuple[bytes | int, ...]]
 """A command ready to send: packed for a plain client, key and arguments for a cluster's."""
 
 _SENT_OK: Final = StateReport(sent=True, error=None, fell_back=False)
 _BACKING_OFF: Final = StateReport(sent=False, error=None, fell_back=True)
 _BUSY: Final = StateReport(sent=False, error=None, fell_back=True)
-# redis-py 7 names it driver_info; earlier versions lib_name and lib_version
-_NO_CLIENT_INFO: Final[dict[str, None]] = (
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
-)
 
 
 class _Failed(Exception):
@@ -223,7 +202,7 @@ class RedisLink:
             with self._client_lock:
                 client = self._client
                 if client is None:
-                    client = self._client = _make_client(self.state, self._timeout)
+                    client = self._client = make_client(self.state, self._timeout, _MAX_CONNECTIONS)
         return client
 
     def prepare(self, key: str, args: Sequence[bytes | int]) -> Prepared:
@@ -231,7 +210,7 @@ class RedisLink:
         once (a session's usual charge is the same bytes every time, so its store keeps them)."""
         if self.cluster:
             return (key, tuple(args))
-        return b"".join(_PACKER.pack("EVALSHA", self._charge.sha, 1, key, *args))  # type: ignore[no-untyped-call]
+        return pack("EVALSHA", self._charge.sha, 1, key, *args)
 
     def charge(self, command: Prepared) -> Any:
         return self._run("charge", self._charge, command)
@@ -252,7 +231,7 @@ class RedisLink:
                 raise _Failed("connect", exc) from None
             try:
                 if isinstance(command, bytes):
-                    return _send(client.connection_pool, script, command)
+                    return send_packed(client.connection_pool, script, command)
                 key, args = command
                 # the cluster client finds the node of the key's slot
                 return script(keys=(key,), args=args, client=client)
@@ -379,71 +358,6 @@ class RedisLink:
         client = self._client
         if client is not None:
             client.close()
-
-
-def _send(pool: redis.ConnectionPool, script: Script, packed: bytes) -> Any:
-    """One packed ``EVALSHA`` on one connection of the pool (the client's own path around each
-    command would double the CPU of a charge); a Redis that does not know the script (restarted) is
-    given it first."""
-    connection = pool.get_connection()
-    try:
-        connection.send_packed_command((packed,), check_health=False)  # type: ignore[no-untyped-call]
-        try:
-            return connection.read_response()
-        except NoScriptError:
-            connection.send_command("SCRIPT", "LOAD", script.script)  # type: ignore[no-untyped-call]
-            connection.read_response()
-            connection.send_packed_command((packed,), check_health=False)  # type: ignore[no-untyped-call]
-            return connection.read_response()
-    except redis.ResponseError:
-        raise  # an error reply leaves the connection usable
-    except BaseException:
-        # after a timeout an answer may still be on its way: that socket is never used again
-        connection.disconnect()  # type: ignore[no-untyped-call]
-        raise
-    finally:
-        pool.release(connection)
-
-
-def _make_client(state: StateSettings, timeout: float) -> Any:
-    """A plain client, or a cluster client for ``redis+cluster://``; each command one attempt, its
-    connect and read each bounded by ``timeout`` (redis-py retries three times with a back-off by
-    default: a tool call would wait for all of them; the back-off of the link is the retry)."""
-    assert state.url is not None
-    scheme, _, rest = state.url.partition("://")
-    options: dict[str, Any] = {
-        "socket_timeout": timeout,
-        "socket_connect_timeout": timeout,
-        "retry": Retry(NoBackoff(), 0),
-        # RESP2 and no CLIENT SETINFO: a new connection costs no round trip before the command
-        "protocol": 2,
-        "max_connections": _MAX_CONNECTIONS,
-        **_NO_CLIENT_INFO,
-    }
-    password = state_password(state)
-    if password is not None:  # given apart from the URL, it wins over the URL's (redis-py's would win)
-        options["password"] = password
-        scheme, rest = _without_password(scheme, rest)
-    if scheme in CLUSTER_SCHEMES:
-        url = f"{scheme.removesuffix('+cluster')}://{rest}"
-        # the retry above also stands for the cluster's (ten attempts by default): a node that fails
-        # makes the client re-read the cluster's layout once, then the link backs off
-        return RedisCluster.from_url(url, **options)
-    options["retry_on_error"] = []
-    return redis.Redis(connection_pool=redis.ConnectionPool.from_url(f"{scheme}://{rest}", **options))
-
-
-def _without_password(scheme: str, rest: str) -> tuple[str, str]:
-    """The URL (after ``scheme://``) with no password in its user info or its query."""
-    if "@" in rest:
-        userinfo, _, rest = rest.rpartition("@")
-        user = userinfo.partition(":")[0]
-        rest = f"{user}@{rest}" if user else rest
-    path, question, query = rest.partition("?")
-    if question:
-        kept = [pair for pair in query.split("&") if not pair.lower().startswith("password=")]
-        rest = f"{path}?{'&'.join(kept)}" if kept else path
-    return scheme, rest
 
 
 _links: dict[tuple[str, int, str | None], RedisLink] = {}
