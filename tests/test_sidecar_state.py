@@ -24,11 +24,13 @@ CONFIG = (
 )
 
 
-def start_replica(tmp_path: Path, *extra: str, config: str = CONFIG) -> Serve:
+def start_replica(
+    tmp_path: Path, *extra: str, config: str = CONFIG, env_extra: dict[str, str] | None = None
+) -> Serve:
     path = tmp_path / f"otelguard-{free_port()}.yaml"
     path.write_text(config)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTELGUARD_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTELGUARD_")} | (env_extra or {})
     process = subprocess.Popen(
         [sys.executable, "-m", "otelguard", "serve", "--port", str(port), "--config", str(path), *extra],
         stdout=subprocess.DEVNULL,
@@ -190,3 +192,32 @@ def test_a_bad_state_exits_2_with_one_line_naming_it(
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert expected in done.stderr and "s3cr3t-canary" not in done.stderr
+
+
+def test_serve_takes_the_redis_password_from_the_environment_or_a_file_and_never_shows_it(
+    tmp_path: Path,
+) -> None:
+    """A Redis with a password holding '/', '#', '?' and '@' (as base64 and generated secrets do):
+    one replica gets it from OTELGUARD_STATE_PASSWORD, one from state.password_file; both share the
+    cap, say on stderr that Redis answers, and show the password nowhere (stderr, /metrics)."""
+    from tests.redis_e2e import run_redis
+
+    password = "b64/+sEcr#t?=@:canary"
+    secret = tmp_path / "redis-password"
+    secret.write_text(password + "\n")
+    with run_redis(tmp_path, password=password) as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        first = start_replica(tmp_path, "--state", url, env_extra={"OTELGUARD_STATE_PASSWORD": password})
+        second = start_replica(tmp_path, "--state", url, config=CONFIG + f"  password_file: {secret}\n")
+        try:
+            decisions = [call((first, second)[n % 2], "conversation-pw", n) for n in range(11)]
+            assert [d["action"] for d in decisions] == ["allow"] * 10 + ["block"]
+            for serve in (first, second):
+                assert metric(serve, "otelguard_state_fallback_total") == 0
+                assert "canary" not in serve.request("GET", "/metrics")[1].decode()
+        finally:
+            stop_process(first.process)
+            stop_process(second.process)
+        for serve in (first, second):
+            err = stderr_of(tmp_path, serve)
+            assert f"shared state at {url} answers" in err and "canary" not in err
