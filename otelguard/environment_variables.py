@@ -9,7 +9,12 @@ same loop has the same hash everywhere. ``signature_key`` in the config takes pr
 OTELGUARD_STATE_URL = "OTELGUARD_STATE_URL"
 """Where session caps are shared (``redis://``, ``rediss://``, ``unix://``): wins over ``state.url``
 in the config; ``otelguard serve --state URL`` wins over it. Needs a signature key
-(``OTELGUARD_SIGNATURE_KEY`` or ``signature_key``)."""
+(``OTELGUARD_SIGNATURE_KEY`` or ``signature_key``). ``redis+cluster://`` (``rediss+cluster://``)
+names one node of a Redis Cluster."""
+
+OTELGUARD_STATE_PASSWORD = "OTELGUARD_STATE_PASSWORD"
+"""The shared state's Redis password, apart from the URL (which ``--state URL`` would show in the
+process list): wins over ``state.password_file`` and over a password in the URL."""
 
 OTELGUARD_REQUIRE_E2E = "OTELGUARD_REQUIRE_E2E"
 """Test-suite switch: when ``1``, end-to-end tests whose binaries are missing fail instead of skipping."""

@@ -38,6 +38,9 @@ def test_defaults_keep_session_caps_in_memory() -> None:
         "unix:///run/redis/redis.sock",
         "unix:///run/redis.sock?db=3",
         "rediss://cache:6380?ssl_ca_certs=/etc/ca.pem&ssl_cert_reqs=required",
+        "redis+cluster://127.0.0.1:7000",
+        "rediss+cluster://user:pw@cache.internal:7000/0",
+        "redis://:p%2Fa%3Fs%23s%40@[::1]:6379/0",
     ],
 )
 def test_a_url_of_each_scheme_is_accepted(url: str) -> None:
@@ -55,6 +58,14 @@ def test_a_url_of_each_scheme_is_accepted(url: str) -> None:
         ({"url": "unix://"}, "state.url", "socket's path"),
         ({"url": 6379}, "state.url", "expected null (memory) or a URL"),
         ({"url": "redis://cache?socket_timeout=30"}, "state.url", "query key 'socket_timeout'"),
+        ({"url": "redis://u:p@[::1:6379/0"}, "state.url", "IPv6 host in [brackets]"),
+        ({"url": "redis://cache?db=x"}, "state.url", "database number"),
+        ({"url": "redis://cache?ssl_certfile=/c.pem"}, "state.url", "needs TLS"),
+        ({"url": "rediss://cache?ssl_cert_reqs=maybe"}, "state.url", "none, optional, required"),
+        ({"url": "redis+cluster://cache:7000/1"}, "state.url", "only database 0"),
+        ({"url": "redis://:a/b@cache:6379"}, "state.url", "percent-encode"),
+        ({"password_file": "/nonexistent/otelguard-password"}, "state.password_file", "readable file"),
+        ({"password_file": 3}, "state.password_file", "readable file"),
         ({"key_prefix": "app:{x}"}, "state.key_prefix", "no braces"),
         ({"key_prefix": ""}, "state.key_prefix", "1 to 64 characters"),
         ({"timeout_ms": 0}, "state.timeout_ms", "integer >= 1"),
@@ -145,6 +156,7 @@ def test_the_repr_and_the_mapping_mask_the_password() -> None:
         "key_prefix": "otelguard",
         "timeout_ms": 50,
         "ttl_seconds": 3600,
+        "password_file": None,
     }
 
 
@@ -162,6 +174,7 @@ def test_check_config_shows_the_effective_state_with_the_password_masked(
         "key_prefix": "otelguard",
         "timeout_ms": 50,
         "ttl_seconds": 600,
+        "password_file": None,
     }
     assert main(["check-config", str(path)]) == 0
     table = capsys.readouterr().out
@@ -176,3 +189,92 @@ def test_check_config_exits_2_on_a_url_without_a_key(
     assert main(["check-config", str(path)]) == 2
     err = capsys.readouterr().err
     assert "state.url" in err and "signature_key" in err and "s3cr3t-canary" not in err
+
+
+RESERVED = ":/?#[]@!$&'()*+,;=% "
+"""Every character a URL reserves (and the percent sign and a space): base64 and generated secrets
+hold some of them."""
+
+
+@pytest.mark.parametrize("char", list(RESERVED))
+@pytest.mark.parametrize("user", ["", "app"])
+def test_a_password_with_any_reserved_character_is_never_shown(char: str, user: str) -> None:
+    """Raw in the URL, such a password ends the user info early for a URL parser: the mask reads the
+    URL's structure (the user info ends at the last '@'), and the error says to percent-encode it."""
+    password = f"s3cr{char}t-canary{char}"
+    url = f"redis://{user}:{password}@cache.internal:6379/0"
+    shown = mask_url(url)
+    assert "s3cr" not in shown and "canary" not in shown
+    assert shown == f"redis://{user}:***@cache.internal:6379/0"
+    try:
+        state = StateSettings(url=url)
+    except ConfigError as exc:
+        assert "s3cr" not in str(exc) and "canary" not in str(exc)
+    else:  # a '/', '?' or '#' ends the user info for every URL parser: never taken raw
+        assert char not in "/?#"
+        assert "canary" not in repr(state) and "canary" not in json.dumps(state.to_mapping())
+
+
+@pytest.mark.parametrize("char", list(RESERVED))
+def test_a_query_password_with_any_reserved_character_is_never_shown(char: str) -> None:
+    url = f"unix:///run/redis.sock?db=1&password=s3cr{char}t-canary&db=2"
+    assert "canary" not in mask_url(url) and "s3cr" not in mask_url(url)
+
+
+def test_check_config_and_serve_exit_2_on_hostile_urls_without_a_traceback_or_the_password(
+    tmp_path: Path,
+) -> None:
+    """An unclosed IPv6 bracket, a password with '/', '#' or '?': a ConfigError, exit 2, from both
+    commands (real processes), and the password in neither output."""
+    import subprocess
+
+    for url in ("redis://u:p4ss-canary@[::1:6379/0", "redis://:ab/cd+ef==-canary@cache:6379/0",
+                "redis://:ab#cd-canary@cache:6379/0", "redis://:ab?cd-canary@cache:6379/0"):  # fmt: skip
+        path = tmp_path / "otelguard.yaml"
+        path.write_text(json.dumps({"signature_key": KEY, "state": {"url": url}}))
+        env = {k: v for k, v in __import__("os").environ.items() if not k.startswith("OTELGUARD_")}
+        for command in (["check-config", str(path)], ["serve", "--port", "0", "--state", url]):
+            done = subprocess.run(
+                [sys.executable, "-m", "otelguard", *command],
+                capture_output=True,
+                text=True,
+                timeout=60,
+                env=env,
+            )
+            output = done.stdout + done.stderr
+            assert done.returncode == 2, (command, output)
+            assert "Traceback" not in output and "canary" not in output
+            assert "state.url" in output or "OTELGUARD_STATE_URL" in output
+
+
+def test_hostile_urls_are_a_config_error_or_a_client_redis_py_can_make() -> None:
+    """Any text as state.url: StateSettings raises nothing but ConfigError; what it accepts, redis-py
+    turns into a client without raising (made, never connected); the mask never raises and never
+    shows what follows the user's colon."""
+    from hypothesis import given, settings
+    from hypothesis import strategies as st
+
+    from otelguard.state.redis_client import make_client
+
+    pieces = st.sampled_from(
+        ["redis://", "rediss://", "unix://", "redis+cluster://", "u", ":", "@", "[", "]", "::1", "/",
+         "?", "#", "%", "%2", "db=", "&", "password=", "ssl_cert_reqs=", "none", "host", "6379", "0",
+         "-1", "99999", " ", "\x00", "é", "\ud800"]
+    )  # fmt: skip
+
+    @settings(max_examples=400, deadline=None)
+    @given(st.lists(pieces, max_size=12).map("".join) | st.text(max_size=40))
+    def check(url: str) -> None:
+        shown = mask_url(url)
+        if "@" in url.partition("://")[2] and ":" in url.partition("://")[2].rpartition("@")[0]:
+            assert shown.partition("://")[2].rpartition("@")[0].endswith(":***")
+        try:
+            state = StateSettings(url=url, timeout_ms=10)
+        except ConfigError as exc:
+            assert exc.key == "state.url"
+            return
+        if not state.url or "+cluster" in state.url:
+            return  # a cluster client asks a node for the slot map as it is made
+        make_client(state, 0.01, 4).close()
+
+    check()

@@ -25,11 +25,13 @@ CONFIG = (
 )
 
 
-def start_replica(tmp_path: Path, *extra: str, config: str = CONFIG) -> Serve:
+def start_replica(
+    tmp_path: Path, *extra: str, config: str = CONFIG, env_extra: dict[str, str] | None = None
+) -> Serve:
     path = tmp_path / f"otelguard-{free_port()}.yaml"
     path.write_text(config)
     port = free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTELGUARD_")}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTELGUARD_")} | (env_extra or {})
     process = subprocess.Popen(
         [sys.executable, "-m", "otelguard", "serve", "--port", str(port), "--config", str(path), *extra],
         stdout=subprocess.DEVNULL,
@@ -78,9 +80,9 @@ def test_two_replicas_refuse_the_eleventh_call_of_a_cap_of_ten_across_them(
     assert (decisions[-1]["code"], decisions[-1]["count"], decisions[-1]["limit"]) == ("cap_session", 10, 10)
     # another session has its own count; a tool without a session cap costs no command
     assert call(second, "conversation-2", 0)["action"] == "allow"
-    before = redis_server.client.info("commandstats").get("cmdstat_eval", {}).get("calls", 0)
+    before = redis_server.client.info("commandstats")["cmdstat_evalsha"]["calls"]
     assert call(first, "conversation-2", 1, tool="read_file")["action"] == "allow"
-    assert redis_server.client.info("commandstats")["cmdstat_eval"]["calls"] == before
+    assert redis_server.client.info("commandstats")["cmdstat_evalsha"]["calls"] == before
     for serve in replicas:
         assert metric(serve, "otelguard_state_up") == 1
         assert metric(serve, 'otelguard_state_errors_total{op="connect"}') == 0
@@ -224,3 +226,32 @@ def test_healthz_names_no_state_without_one(tmp_path: Path) -> None:
         assert health(serve) == {"status": "ok", "sessions": 0}
     finally:
         stop_process(serve.process)
+
+
+def test_serve_takes_the_redis_password_from_the_environment_or_a_file_and_never_shows_it(
+    tmp_path: Path,
+) -> None:
+    """A Redis with a password holding '/', '#', '?' and '@' (as base64 and generated secrets do):
+    one replica gets it from OTELGUARD_STATE_PASSWORD, one from state.password_file; both share the
+    cap, say on stderr that Redis answers, and show the password nowhere (stderr, /metrics)."""
+    from tests.redis_e2e import run_redis
+
+    password = "b64/+sEcr#t?=@:canary"
+    secret = tmp_path / "redis-password"
+    secret.write_text(password + "\n")
+    with run_redis(tmp_path, password=password) as server:
+        url = f"redis://127.0.0.1:{server.port}/0"
+        first = start_replica(tmp_path, "--state", url, env_extra={"OTELGUARD_STATE_PASSWORD": password})
+        second = start_replica(tmp_path, "--state", url, config=CONFIG + f"  password_file: {secret}\n")
+        try:
+            decisions = [call((first, second)[n % 2], "conversation-pw", n) for n in range(11)]
+            assert [d["action"] for d in decisions] == ["allow"] * 10 + ["block"]
+            for serve in (first, second):
+                assert metric(serve, "otelguard_state_fallback_total") == 0
+                assert "canary" not in serve.request("GET", "/metrics")[1].decode()
+        finally:
+            stop_process(first.process)
+            stop_process(second.process)
+        for serve in (first, second):
+            err = stderr_of(tmp_path, serve)
+            assert f"shared state at {url} answers" in err and "canary" not in err

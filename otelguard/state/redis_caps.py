@@ -2,20 +2,27 @@
 
 A session is one hash, ``<key_prefix>:{<digest>}`` (the braces are a Redis Cluster hash tag), with
 one field per session cap key; the digest is the session id keyed with the signature key, so the
-raw id is never sent. A charge is one ``EVAL`` that checks every cap of the call and charges all or
-none of them (a batch of three spawns with two left is refused whole); a refund is one ``EVAL`` that
+raw id is never sent. A charge is one ``EVALSHA`` that checks every cap of the call and charges all
+or none of them (a batch of three spawns with two left is refused whole); a refund is one that
 takes the amount back, floored at 0. Both set the hash's TTL back to ``ttl_seconds``.
 
+A process never believes a count lower than one it has seen: each charge carries the marker of the
+hash the process last saw (each hash holds one, written when it is made), and where the hash is not
+that one (Redis restarted empty, or the key was lost) the script asks for the process's counts and
+raises the stored ones to them before checking. A session's usual charge is the same bytes every
+time: its store keeps that one command, packed.
+
 Redis is never allowed to hold up or break a tool call: each command is bounded by ``timeout_ms``
-(connect and read, no client retries), a failure falls back to the process's own counts (kept all
-along, in step with what Redis answered), and after a failure the process leaves Redis alone for a
-back-off (0.1 s, doubling, at most 5 s) in which one call at a time probes it. Charges made during an
-outage are not written back: a session can overshoot by what was charged while Redis was away.
+(the wait for a free connection, the connect and the read; no client retries), a failed link falls
+back to the process's own counts (kept all along, in step with what Redis answered), and after it
+the process leaves Redis alone for a back-off (0.1 s, doubling, at most 5 s) in which one call at a
+time probes it. An error reply about one key (it holds another type) is that session's problem: that
+call is decided locally, the others go on using Redis. Charges made during an outage are not written
+back while the hash lives on: a session can overshoot by what was charged while Redis was away.
 """
 
 from __future__ import annotations
 
-import inspect
 import logging
 import threading
 import time
@@ -23,13 +30,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import redis
-from redis.backoff import NoBackoff
-from redis.retry import Retry
+from redis.commands.core import Script
 
 from otelguard.caps import CapRefusal, LocalSessionCaps
 from otelguard.config import StateSettings, mask_url
+from otelguard.config_state import CLUSTER_SCHEMES
 from otelguard.observers import StateOp, StateReport
 from otelguard.session_keys import session_digest
+from otelguard.state.redis_client import make_client, pack, send_packed
 
 __all__ = ["MAX_BACKOFF_SECONDS", "RedisLink", "RedisSessionCaps", "link_for", "open_session_caps"]
 
@@ -38,28 +46,63 @@ logger = logging.getLogger("otelguard")
 FIRST_BACKOFF_SECONDS: Final = 0.1
 MAX_BACKOFF_SECONDS: Final = 5.0
 _MAX_CONNECTIONS: Final = 64
+"""Commands in flight per link; a caller past them waits up to ``timeout_ms`` for one to finish."""
 _MAX_LINKS: Final = 8
-_MAX_PACKED: Final = 256
-"""Charge commands kept per session (one per tool's caps and batch size: a handful)."""
+_KEY_ERROR_LOG_SECONDS: Final = 60.0
+_TTL_MARGIN_SECONDS: Final = 0.5
+"""How much sooner than ``ttl_seconds`` this process takes a session's hash for expired (its clock and
+Redis's are not one)."""
+MARKER: Final = b"\xff"
+"""The hash field that tells one hash of a session from a later one of the same name: never a cap
+key's field (cap keys are sent as UTF-8, where the byte 0xFF never appears)."""
 
-# KEYS[1]: the session's hash. ARGV: ttl, amount, then (field, limit) pairs in the order the guard
-# checks them. Answers {0, used...} after charging (the counts after the charge) or {i, used...}
-# when the i-th cap would overshoot (the counts before, nothing charged, TTL untouched).
+# KEYS[1]: the session's hash. ARGV: ttl, amount, the marker this process last saw ('' for none),
+# n, then n (field, limit) pairs in the order the guard checks them, then optionally n floors (the
+# counts this process has seen). A hash without a marker is new (or from before markers) and gets
+# one (the server's time: never the same twice for one key). A hash whose marker is not the one last
+# seen is not the hash this process counted in: without floors the answer is {-1} (nothing done:
+# send them); with floors its counts are raised to them before the check.
+# Answers {0, marker, used...} after charging (the counts after the charge) or {i, marker, used...}
+# when the i-th cap would overshoot (the counts before, nothing charged, the TTL set only when the
+# hash was made or raised).
 _CHARGE: Final = """
-local n = (#ARGV - 2) / 2
 local amount = tonumber(ARGV[2])
+local n = tonumber(ARGV[4])
+local floors = #ARGV > 4 + 2 * n
+local marker = redis.call('HGET', KEYS[1], '\\255')
+if marker ~= ARGV[3] and ARGV[3] ~= '' and not floors then return {-1} end
 local fields = {}
-for i = 1, n do fields[i] = ARGV[2 * i + 1] end
+for i = 1, n do fields[i] = ARGV[3 + 2 * i] end
+local written = false
+if not marker then
+  local now = redis.call('TIME')
+  marker = now[1] .. '.' .. now[2]
+  redis.call('HSET', KEYS[1], '\\255', marker)
+  written = true
+end
 local used = redis.call('HMGET', KEYS[1], unpack(fields))
 for i = 1, n do used[i] = tonumber(used[i]) or 0 end
+if floors and marker ~= ARGV[3] then
+  for i = 1, n do
+    local floor = tonumber(ARGV[4 + 2 * n + i])
+    if used[i] < floor then
+      used[i] = floor
+      redis.call('HSET', KEYS[1], fields[i], floor)
+      written = true
+    end
+  end
+end
 for i = 1, n do
-  if used[i] + amount > tonumber(ARGV[2 * i + 2]) then
+  if used[i] + amount > tonumber(ARGV[4 + 2 * i]) then
+    if written then redis.call('EXPIRE', KEYS[1], ARGV[1]) end
+    table.insert(used, 1, marker)
     table.insert(used, 1, i)
     return used
   end
 end
 for i = 1, n do used[i] = redis.call('HINCRBY', KEYS[1], fields[i], amount) end
 redis.call('EXPIRE', KEYS[1], ARGV[1])
+table.insert(used, 1, marker)
 table.insert(used, 1, 0)
 return used
 """
@@ -78,61 +121,59 @@ redis.call('EXPIRE', KEYS[1], ARGV[1])
 return 1
 """
 
-# redis-py 7 names it driver_info; earlier versions lib_name and lib_version
-_NO_CLIENT_INFO: Final[dict[str, None]] = (
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
-)
+_KEY_REPLIES: Final = ("WRONGTYPE", "hash value is not an integer", "value is not an integer")
+"""Error replies about the session's own key (it holds another type, or a field is not a number):
+that session's problem, not an outage (redis-py drops the ``ERR`` code from the text). Every other
+error reply is taken for a Redis that cannot serve."""
+_REDIRECTS: Final = ("MovedError", "AskError")
 
 
-def pack(*args: str | bytes | int) -> bytes:
-    """One command in the Redis protocol (RESP): a session's charge of given caps and amount is the
-    same bytes every time, so it is packed once and kept."""
-    parts = [b"*%d\r\n" % len(args)]
-    for arg in args:
-        data = arg if isinstance(arg, bytes) else (b"%d" % arg if isinstance(arg, int) else _field(arg))
-        parts.append(b"$%d\r\n%s\r\n" % (len(data), data))
-    return b"".join(parts)
-
-
-_PING: Final = b"*1\r\n$4\r\nPING\r\n"
+Prepared = bytes | tuple[str, tuple[bytes | int, ...]]
+"""A command ready to send: packed for a plain client, key and arguments for a cluster's."""
 
 _SENT_OK: Final = StateReport(sent=True, error=None, fell_back=False)
 _BACKING_OFF: Final = StateReport(sent=False, error=None, fell_back=True)
+_BUSY: Final = StateReport(sent=False, error=None, fell_back=True)
 
 
 class _Failed(Exception):
+    """Redis did not answer (``cause``, at step ``op``): the link is down."""
+
     def __init__(self, op: StateOp, cause: BaseException) -> None:
         super().__init__(op)
         self.op = op
         self.cause = cause
 
 
-class RedisLink:
-    """One connection pool per URL (and timeout) in a process, and the health every session on it
-    shares: whether Redis answered last, and until when to leave it alone after a failure.
+class _KeyError(Exception):
+    """Redis answered with an error about this session's key: the link is fine."""
 
-    ``commands`` and ``failures`` count what was sent and what failed (read by tests and the bench).
+
+class _Busy(Exception):
+    """Every connection stayed in use for ``timeout_ms``: Redis is answering, this process is busy."""
+
+
+class RedisLink:
+    """One client (a connection pool, or a cluster's pools) per URL and timeout in a process, and the
+    health every session on it shares: whether Redis answered last, and until when to leave it alone
+    after a failure.
+
+    ``commands`` and ``failures`` count what was sent and what failed (read by tests and the bench);
+    ``key_errors`` the error replies about one session's key; ``busy`` the calls that found every
+    connection in use for ``timeout_ms``.
     """
 
     def __init__(self, state: StateSettings, clock: Callable[[], float] = time.monotonic) -> None:
         assert state.url is not None
-        timeout = state.timeout_ms / 1000
+        self.state = state
         self.shown_url = mask_url(state.url)
-        self._pool = redis.ConnectionPool.from_url(
-            state.url,
-            socket_timeout=timeout,
-            socket_connect_timeout=timeout,
-            # redis-py retries a failed command three times with a back-off by default: a tool call
-            # would wait for all of them. One attempt; the back-off below is the retry.
-            retry=Retry(NoBackoff(), 0),
-            retry_on_error=[],
-            # RESP2 and no CLIENT SETINFO: a new connection costs no round trip before the command
-            protocol=2,
-            max_connections=_MAX_CONNECTIONS,
-            **_NO_CLIENT_INFO,
-        )
+        self.cluster = state.url.split("://", 1)[0] in CLUSTER_SCHEMES
+        self._timeout = state.timeout_ms / 1000
+        self._client: Any = None  # made by the first command: a cluster's is made by asking a node
+        self._client_lock = threading.Lock()
+        self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
+        self._charge = Script(None, _CHARGE.encode())  # type: ignore[arg-type]
+        self._refund = Script(None, _REFUND.encode())  # type: ignore[arg-type]
         self._clock = clock
         self._lock = threading.Lock()
         self._healthy = True  # until a command fails: the first call tries
@@ -141,33 +182,71 @@ class RedisLink:
         self._failures = 0
         self._down_since = 0.0
         self._decided_locally = 0
+        self._key_error_logged_at: float | None = None
         self.commands = 0
         self.failures = 0
+        self.key_errors = 0
+        self.busy = 0
 
     @property
     def healthy(self) -> bool:
         return self._healthy
 
-    def run(self, op: StateOp, command: bytes) -> Any:
-        """Redis's answer to one command (packed by ``pack``), or ``_Failed`` naming the step that
-        failed. Never waits longer than ``timeout_ms`` for the connection and again for the answer."""
-        self.commands += 1
-        pool = self._pool
+    def clock(self) -> float:
+        return self._clock()
+
+    def client(self) -> Any:
+        """The redis-py client (made on first use; raises what making it raised)."""
+        client = self._client
+        if client is None:
+            with self._client_lock:
+                client = self._client
+                if client is None:
+                    client = self._client = make_client(self.state, self._timeout, _MAX_CONNECTIONS)
+        return client
+
+    def prepare(self, key: str, args: Sequence[bytes | int]) -> Prepared:
+        """The charge script's command for ``key`` and ``args``, in the form ``charge`` sends: packed
+        once (a session's usual charge is the same bytes every time, so its store keeps them)."""
+        if self.cluster:
+            return (key, tuple(args))
+        return pack("EVALSHA", self._charge.sha, 1, key, *args)
+
+    def charge(self, command: Prepared) -> Any:
+        return self._run("charge", self._charge, command)
+
+    def refund(self, key: str, args: Sequence[bytes | int]) -> Any:
+        return self._run("refund", self._refund, (key, tuple(args)))
+
+    def _run(self, op: StateOp, script: Script, command: Prepared) -> Any:
+        """Redis's answer to one script, or ``_Failed`` naming the step that failed, ``_KeyError``
+        for an error reply about the key, ``_Busy`` when no connection came free in ``timeout_ms``."""
+        if not self._slots.acquire(timeout=self._timeout):
+            raise _Busy
         try:
-            connection = pool.get_connection()
-        except Exception as exc:
-            raise _Failed("connect", exc) from None
-        try:
-            connection.send_packed_command((command,), check_health=False)  # type: ignore[no-untyped-call]
-            return connection.read_response()
-        except Exception as exc:
-            # An error reply leaves the connection usable; after a timeout an answer may still be on
-            # its way, so that socket is never used again.
-            if not isinstance(exc, redis.ResponseError):
-                connection.disconnect()  # type: ignore[no-untyped-call]
-            raise _Failed(op, exc) from None
+            self.commands += 1
+            try:
+                client = self.client()
+            except Exception as exc:
+                raise _Failed("connect", exc) from None
+            try:
+                if isinstance(command, bytes):
+                    return send_packed(client.connection_pool, script, command)
+                key, args = command
+                # the cluster client finds the node of the key's slot
+                return script(keys=(key,), args=args, client=client)
+            except redis.ResponseError as exc:
+                if str(exc).startswith(_KEY_REPLIES):
+                    raise _KeyError from None
+                raise _Failed(op, exc) from None
+            except redis.ConnectionError as exc:
+                # redis-py closes a connection that failed or timed out: an answer still on its way
+                # never reaches a later command
+                raise _Failed("connect", exc) from None
+            except Exception as exc:
+                raise _Failed(op, exc) from None
         finally:
-            pool.release(connection)
+            self._slots.release()
 
     def may_send(self) -> bool:
         """Whether to use Redis for this call: always while it answers; after a failure, once the
@@ -194,7 +273,7 @@ class RedisLink:
             locally, self._decided_locally = self._decided_locally, 0
         logger.warning(
             "otelguard: shared state at %s answers again after %.1f s; %d calls were decided from "
-            "this process's own counts meanwhile (their charges are not written back)",
+            "this process's own counts meanwhile (their charges reach Redis only for sessions it has lost)",
             self.shown_url,
             seconds,
             locally,
@@ -212,14 +291,45 @@ class RedisLink:
                 self._down_since = now
         if was_up:
             # the exception's type only: its text can hold the host, never needed to act on it
+            cause = type(failure.cause).__name__
+            hint = " (a Redis Cluster node: use a redis+cluster:// URL)" if cause in _REDIRECTS else ""
             logger.warning(
-                "otelguard: shared state at %s failed (%s on %s); session caps are decided from this "
+                "otelguard: shared state at %s failed (%s on %s)%s; session caps are decided from this "
                 "process's own counts until it answers again (retried after a back-off of at most %g s)",
                 self.shown_url,
-                type(failure.cause).__name__,
+                cause,
                 failure.op,
+                hint,
                 MAX_BACKOFF_SECONDS,
             )
+
+    def key_failed(self, op: StateOp) -> None:
+        """An error reply about one session's key: that call was decided locally, the link is fine
+        (a probe that got this far found Redis answering). One log line a minute at most."""
+        self.key_errors += 1
+        self.answered()
+        with self._lock:
+            now = self._clock()
+            last = self._key_error_logged_at
+            if last is not None and now - last < _KEY_ERROR_LOG_SECONDS:
+                return
+            self._key_error_logged_at = now
+        logger.warning(
+            "otelguard: shared state at %s refused a %s: a session's key holds a value of another "
+            "type (%d such replies so far); that session's caps are decided from this process's own "
+            "counts, the others still use Redis",
+            self.shown_url,
+            op,
+            self.key_errors,
+        )
+
+    def was_busy(self) -> None:
+        """Every connection stayed in use for ``timeout_ms``: decided locally, never an outage."""
+        with self._lock:
+            self.busy += 1
+        if self._probing:
+            with self._lock:
+                self._probing = False  # let another caller probe
 
     def decided_locally(self) -> None:
         """A call's session caps were decided without Redis (counted for the end-of-outage line)."""
@@ -228,8 +338,16 @@ class RedisLink:
 
     def ping(self) -> StateReport:
         """One cheap command (``otelguard serve --state`` checks Redis at start)."""
+        self.commands += 1
         try:
-            self.run("connect", _PING)
+            try:
+                client = self.client()
+            except Exception as exc:
+                raise _Failed("connect", exc) from None
+            try:
+                client.ping()
+            except Exception as exc:
+                raise _Failed("connect", exc) from None
         except _Failed as failure:
             self.failed(failure)
             return StateReport(sent=True, error=failure.op, fell_back=False)
@@ -237,17 +355,20 @@ class RedisLink:
         return _SENT_OK
 
     def close(self) -> None:
-        self._pool.disconnect()
+        client = self._client
+        if client is not None:
+            client.close()
 
 
-_links: dict[tuple[str, int], RedisLink] = {}
+_links: dict[tuple[str, int, str | None], RedisLink] = {}
 _links_lock = threading.Lock()
 
 
 def link_for(state: StateSettings) -> RedisLink:
-    """The process's link to ``state.url`` (one per URL and timeout; a handful per process at most)."""
+    """The process's link to ``state.url`` (one per URL, timeout and password file; a handful per
+    process at most)."""
     assert state.url is not None
-    key = (state.url, state.timeout_ms)
+    key = (state.url, state.timeout_ms, state.password_file)
     with _links_lock:
         link = _links.get(key)
         if link is None:
@@ -259,16 +380,21 @@ def link_for(state: StateSettings) -> RedisLink:
 
 class RedisSessionCaps:
     """The session-scope cap counters of one session, in Redis, with the process's own counts beside
-    them for when Redis does not answer. Thread-safe."""
+    them for when Redis does not answer. Thread-safe. Holds a few hundred bytes besides the counts:
+    no command is kept."""
+
+    __slots__ = ("_command", "_last_use", "_local", "_lock", "_seen", "_ttl", "_unshared", "key", "link")
 
     def __init__(self, link: RedisLink, key: str, ttl_seconds: int) -> None:
         self.link = link
         self.key = key
         self._ttl = ttl_seconds
         self._local = LocalSessionCaps()  # kept in step with Redis; decides when Redis does not answer
-        self._lock = threading.Lock()  # for _unshared
+        self._lock = threading.Lock()  # for _unshared, _seen and _last_use
         self._unshared: dict[str, int] = {}  # charged here while Redis did not answer
-        self._packed: dict[tuple[tuple[tuple[str, int], ...], int], bytes] = {}
+        self._seen = b""  # the marker of the hash this process last saw
+        self._last_use = 0.0  # when the last charge or refund that reset the TTL was sent
+        self._command: tuple[Any, Prepared] | None = None  # the last charge without floors, packed
 
     # -- the store's protocol ------------------------------------------------------------------
 
@@ -289,17 +415,31 @@ class RedisSessionCaps:
         link = self.link
         if not link.may_send():
             return self._charge_locally(caps, amount), _BACKING_OFF
+        sent_at = link.clock()
         try:
-            answer = link.run("charge", self._charge_command(caps, amount))
-            refused_at, counts = int(answer[0]), [int(count) for count in answer[1:]]
+            answer = link.charge(self._charge_command(caps, amount, sent_at, floors=False))
+            if int(answer[0]) == -1:  # not the hash this process counted in: Redis lost it
+                answer = link.charge(self._charge_command(caps, amount, sent_at, floors=True))
+            refused_at, marker = int(answer[0]), bytes(answer[1])
+            counts = [int(count) for count in answer[2:]]
         except _Failed as failure:
             link.failed(failure)
             return self._charge_locally(caps, amount), StateReport(True, failure.op, True)
+        except _KeyError:
+            link.key_failed("charge")
+            return self._charge_locally(caps, amount, outage=False), StateReport(True, "charge", True)
+        except _Busy:
+            link.was_busy()
+            return self._charge_locally(caps, amount, outage=False), _BUSY
         except (TypeError, ValueError, IndexError) as exc:  # not our script's answer: refusing to serve
             link.failed(_Failed("charge", exc))
             return self._charge_locally(caps, amount), StateReport(True, "charge", True)
         link.answered()
         self._local.set_counts(zip((cap for cap, _limit in caps), counts, strict=False))
+        with self._lock:
+            self._seen = marker
+            if not refused_at:
+                self._last_use = sent_at
         if refused_at:
             cap, limit = caps[refused_at - 1]
             return CapRefusal(cap, counts[refused_at - 1], limit), _SENT_OK
@@ -307,7 +447,7 @@ class RedisSessionCaps:
 
     def give_back(self, keys: Sequence[str], amount: int) -> StateReport | None:
         """Refund ``amount`` to each key, floored at 0, here and in Redis. ``None``: Redis was not
-        asked (backing off, or the amount was charged here while Redis was away)."""
+        asked (backing off, busy, or the amount was charged here while Redis was away)."""
         self._local.refund(keys, amount)
         to_redis: list[bytes] = []
         with self._lock:
@@ -323,16 +463,29 @@ class RedisSessionCaps:
         link = self.link
         if not to_redis or not link.may_send():
             return None
+        sent_at = link.clock()
         try:
-            link.run("refund", pack("EVAL", _REFUND, 1, self.key, self._ttl, amount, *to_redis))
+            found = link.refund(self.key, (self._ttl, amount, *to_redis))
         except _Failed as failure:
             link.failed(failure)
             return StateReport(True, failure.op, False)
+        except _KeyError:
+            link.key_failed("refund")
+            return StateReport(True, "refund", False)
+        except _Busy:
+            link.was_busy()
+            return None
         link.answered()
+        if found == 1:
+            with self._lock:
+                self._last_use = sent_at
         return _SENT_OK
 
-    def _charge_locally(self, caps: Sequence[tuple[str, int]], amount: int) -> CapRefusal | None:
-        self.link.decided_locally()
+    def _charge_locally(
+        self, caps: Sequence[tuple[str, int]], amount: int, *, outage: bool = True
+    ) -> CapRefusal | None:
+        if outage:
+            self.link.decided_locally()
         refusal = self._local.try_charge(caps, amount)
         if refusal is None:
             with self._lock:
@@ -340,14 +493,33 @@ class RedisSessionCaps:
                     self._unshared[cap] = self._unshared.get(cap, 0) + amount
         return refusal
 
-    def _charge_command(self, caps: Sequence[tuple[str, int]], amount: int) -> bytes:
-        key = (tuple(caps), amount)
-        command = self._packed.get(key)
-        if command is None:
-            fields = (part for cap, limit in key[0] for part in (_field(cap), limit))
-            command = pack("EVAL", _CHARGE, 1, self.key, self._ttl, amount, *fields)
-            if len(self._packed) < _MAX_PACKED:
-                self._packed[key] = command
+    def _charge_command(
+        self, caps: Sequence[tuple[str, int]], amount: int, now: float, *, floors: bool
+    ) -> Prepared:
+        """The charge script's command. The floors (this process's counts) go with it when Redis
+        asked for them, or when this process has counts but has not seen the hash yet (it charged
+        during an outage); never when the session may have expired in Redis since this process
+        last used it (then a new hash starts from 0)."""
+        with self._lock:
+            seen, last_use = self._seen, self._last_use
+        counts: Mapping[str, int] = {}
+        if seen and now - last_use >= self._ttl - _TTL_MARGIN_SECONDS:
+            seen, floors = b"", False  # may have expired: whatever Redis holds now stands
+        elif floors or not seen:
+            counts = self._local.usage()
+            floors = floors or bool(counts)
+        key = (tuple(caps), amount, seen)
+        cached = self._command
+        if not floors and cached is not None and cached[0] == key:
+            return cached[1]
+        args: list[bytes | int] = [self._ttl, amount, seen, len(caps)]
+        for cap, limit in caps:
+            args += (_field(cap), limit)
+        if floors:
+            args += (counts.get(cap, 0) for cap, _limit in caps)
+        command = self.link.prepare(self.key, args)
+        if not floors:
+            self._command = (key, command)
         return command
 
 
