@@ -5,8 +5,8 @@ Routes: ``GET /metrics``, ``GET /healthz``; ``POST /v1/start_turn``, ``/v1/befor
 answers the decision); ``POST /v1/hooks/claude-code`` (a Claude Code hook payload in, the hook output
 Claude Code expects out). With a token, every ``/v1/`` request needs ``Authorization: Bearer
 <token>``. A bad body gets 400 with one line naming the field, never a value; bodies are never
-logged. Guard calls are cheap and answered on the server's event loop; ``/metrics`` rendering goes
-to its worker pool.
+logged. Guard calls are cheap and answered on the server's event loop, unless they may wait on the
+shared state (``state.url``): those, and ``/metrics`` rendering, go to its worker pool.
 """
 
 from __future__ import annotations
@@ -55,6 +55,7 @@ class Sidecar:
             idle_seconds=idle_seconds,
         )
         self.hooks = ClaudeCodeHooks(host=self.host)
+        self._state_io = self.host.config.effective_state().url is not None
         self._registry = registry
         self._token = f"Bearer {token}".encode() if token else None
         self._routes: dict[str, Callable[[Mapping[str, Any]], Response]] = {
@@ -66,10 +67,15 @@ class Sidecar:
             "/v1/hooks/claude-code": self._claude_code,
         }
 
-    @staticmethod
-    def inline(request: Request) -> bool:
-        """Guard calls run on the event loop; only ``/metrics`` rendering needs a worker."""
-        return request.path != "/metrics"
+    def inline(self, request: Request) -> bool:
+        """Whether a request is answered on the event loop: ``/healthz`` always, and guard calls
+        when session caps are kept in this process. With shared state (``state.url``) a guard call
+        may wait on Redis for up to ``timeout_ms``, so it runs on the worker pool and never holds
+        up another request; ``/metrics`` rendering always does."""
+        path = request.path
+        if path == "/metrics":
+            return False
+        return not (self._state_io and path.startswith("/v1/"))
 
     def handle(self, request: Request) -> Response:
         path = request.path
