@@ -48,6 +48,7 @@ from otelguard.replay.times import format_duration, iso_utc, parse_duration
 _INTERRUPTED = 130
 _LISTED = 20
 _SHOWN_APART = frozenset({"alertname", "job", "instance"})
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -85,11 +86,14 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="otelguard-backtest-"))
     timelines = Timelines() if args.html else None
     try:
-        with _interrupt_on_sigterm():
+        with _interrupt_on_signals():
             Engine(binaries, workdir, lookback=1, retention_days=1).check_rules(options.rules.path)
             report = run_backtest(options, binaries, workdir, _progress, threading.Event(), timelines)
     except KeyboardInterrupt:
-        print(f"otelguard backtest: interrupted; stopped prometheus and removed {workdir}", file=sys.stderr)
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(
+                f"otelguard backtest: interrupted; stopped prometheus and removed {workdir}", file=sys.stderr
+            )
         return _INTERRUPTED
     except BacktestError as exc:
         return _usage(str(exc))
@@ -149,8 +153,10 @@ def _progress(message: str) -> None:
 
 
 @contextlib.contextmanager
-def _interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM ends a backtest like Ctrl-C does: through the cleanup, not around it."""
+def _interrupt_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal) end a backtest like Ctrl-C does: through the cleanup
+    (prometheus stopped, the temporary directory removed), not around it. Prometheus takes SIGHUP as
+    "reload its config", so it would outlive a backtest that died of it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -158,11 +164,12 @@ def _interrupt_on_sigterm() -> Iterator[None]:
     def interrupt(*_: Any) -> NoReturn:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {number: signal.signal(number, interrupt) for number in _ENDING_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _write_html(path: str, report: BacktestReport, timelines: Timelines) -> None:
