@@ -342,7 +342,9 @@ class _Connection(asyncio.Protocol):
         self.request = Request(event.method.decode("ascii"), path, query, MappingProxyType(headers))
         self.body = bytearray()
         if self.parser.they_are_waiting_for_100_continue and len(self.parser.trailing_data[0]) < length:
-            self._write(self.parser.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue")))
+            self._write(
+                self.parser.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
+            )
 
     def _fail(self, status: int, reason: str) -> None:
         """A request that cannot be read: answer it, and close (the stream cannot be trusted past it)."""
