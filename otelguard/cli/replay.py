@@ -331,6 +331,11 @@ def _write_openmetrics(args: argparse.Namespace, timed: TimedRun, config: GuardC
             file=sys.stderr,
         )
         return False
+    problem = timed.period_problem()
+    if problem is not None:  # before the file is opened
+        spill.close()
+        print(f"otelguard replay: cannot write --openmetrics {args.openmetrics}: {problem}", file=sys.stderr)
+        return False
     try:
         with open(args.openmetrics, "w", encoding="utf-8", errors="replace") as stream:
             if spill.first is None or spill.last is None:
