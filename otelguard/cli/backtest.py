@@ -42,6 +42,7 @@ from otelguard.cli.replay import (
 )
 from otelguard.errors import UsageError
 from otelguard.replay import STDIN, expand_paths
+from otelguard.replay.printable import printable
 from otelguard.replay.timeline import Timelines
 from otelguard.replay.times import format_duration, iso_utc, parse_duration
 
@@ -144,12 +145,12 @@ def _shipped_rules() -> str:
 
 
 def _usage(message: str) -> int:
-    print(f"otelguard backtest: {message}", file=sys.stderr)
+    print(printable(f"otelguard backtest: {message}"), file=sys.stderr)  # it may quote input
     return 2
 
 
 def _progress(message: str) -> None:
-    print(f"otelguard backtest: {message}", file=sys.stderr, flush=True)
+    print(printable(f"otelguard backtest: {message}"), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
@@ -220,14 +221,18 @@ def _render(report: BacktestReport, console: Console) -> None:
                 str(interval.halts_total),
                 str(interval.cap_hits_total),
             )
-            table.add_row(*(Text(cell) for cell in cells))  # names from input are never markup
+            table.add_row(
+                *(Text(printable(cell)) for cell in cells)
+            )  # names from input: never markup, escaped
     if report.fired:
         console.print(table)
     else:
         console.print("No alert would have fired.")
     console.print(f"Quiet: {', '.join(o.rule.name for o in report.quiet) or 'none'}", markup=False)
     if report.untimed_sessions_total:
-        names = ", ".join(f"{k.path} ({k.session_id})" for k in report.untimed_sessions[:_LISTED])
+        names = ", ".join(
+            f"{printable(k.path)} ({printable(k.session_id)})" for k in report.untimed_sessions[:_LISTED]
+        )
         console.print(
             f"{report.untimed_sessions_total} session(s) without timestamps were left out: {names}",
             markup=False,
@@ -237,4 +242,4 @@ def _render(report: BacktestReport, console: Console) -> None:
         console.print(f"{errors} input error(s), reported and skipped:", markup=False)
         for error in report.replay.errors[:_LISTED]:
             where = f"{error.path}:{error.line}" if error.line is not None else error.path
-            console.print(f"  {where}: {error.reason}", markup=False)
+            console.print(f"  {printable(where)}: {printable(error.reason)}", markup=False)

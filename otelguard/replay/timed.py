@@ -26,6 +26,7 @@ from otelguard.config import GuardConfig, TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, Decision, TurnSummary
 from otelguard.observers import CallEvent, GuardObserver
 from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.replay.printable import printable
 from otelguard.replay.report import MAX_LISTED, ReplayReport
 from otelguard.replay.runner import ReplayRunner
 from otelguard.replay.times import iso_utc
@@ -370,7 +371,7 @@ class TimedRun:
         )
         outliers = _outside_busiest_window(days, max_period)
         named = "; ".join(
-            f"{day.where}: stamped {iso_utc(day.first)} ({day.events} event(s) that day)"
+            f"{printable(day.where)}: stamped {iso_utc(day.first)} ({day.events} event(s) that day)"
             for _n, day in outliers[:_NAMED_OUTLIERS]
         )
         more = len(outliers) - _NAMED_OUTLIERS
@@ -385,7 +386,10 @@ class TimedRun:
 
     def untimed_names(self, limit: int = 20) -> str:
         """The sessions without timestamps, for one line on stderr."""
-        names = [f"{key.path} ({key.session_id})" for key in self.sink.untimed_sessions[:limit]]
+        names = [
+            f"{printable(key.path)} ({printable(key.session_id)})"
+            for key in self.sink.untimed_sessions[:limit]
+        ]
         more = self.sink.untimed_sessions_total - len(names)
         return ", ".join(names) + (f" and {more} more" if more > 0 else "")
 
