@@ -24,7 +24,13 @@ from otelguard.decisions import Decision
 from otelguard.guard import Guard
 from otelguard.http_server import Request, Response
 from otelguard.metrics_server import metrics_response
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.sessions import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SIGNATURES,
+    Session,
+    SessionHost,
+)
 
 __all__ = ["Sidecar"]
 
@@ -44,6 +50,7 @@ class Sidecar:
         token: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
+        max_signatures: int = DEFAULT_MAX_SIGNATURES,
     ) -> None:
         # One host for both APIs: a session is the same whether its events come as hook payloads
         # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
@@ -53,6 +60,7 @@ class Sidecar:
             agent=DEFAULT_AGENT,
             max_sessions=max_sessions,
             idle_seconds=idle_seconds,
+            max_signatures=max_signatures,  # one memory bound across sessions
         )
         self.hooks = ClaudeCodeHooks(host=self.host)
         self._state_io = self.host.config.effective_state().url is not None

@@ -1,13 +1,17 @@
-"""A real ``otelguard serve`` waiting on a real, stopped redis-server still answers other requests."""
+"""A real ``otelguard serve``: a call waiting on a real, stopped redis-server holds up no other request,
+and one signature budget bounds what all its sessions track."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
 import threading
 import time
 from pathlib import Path
 
 from tests.e2e import stop_process
 from tests.redis_e2e import RedisServer
+from tests.test_cli_serve import Serve
 from tests.test_sidecar_state import start_replica
 
 SLOW_CONFIG = (
@@ -44,3 +48,70 @@ def test_a_call_waiting_on_a_stopped_redis_does_not_hold_up_healthz(
         assert finished == ["healthz", "before_call"], "healthz waited for the guard call's Redis command"
     finally:
         stop_process(serve.process)
+
+
+SIGNATURE_CONFIG = (
+    "signature_key: budget-key\n"
+    "warn_after: {same_tool_failure: 100, same_error: 100}\n"  # only exact_failure speaks here
+    "hard_stop_after: {same_tool_failure: 100, same_error: 100}\n"
+)
+
+
+def _call(serve: Serve, session: str, n: int, path: str, *, failed: bool = True, tool: str = "Read") -> str:
+    body = {"session_id": session, "tool_name": tool, "args": {"path": path}, "call_id": f"{session}-{n}"}
+    serve.post("/v1/before_call", body)
+    answer = serve.post("/v1/after_call", {**body, "result": "Error: no such file", "failed": failed})
+    return str(answer["code"])
+
+
+def _fail(serve: Serve, session: str, n: int, path: str) -> str:
+    return _call(serve, session, n, path)
+
+
+def _other(serve: Serve, session: str, n: int) -> None:
+    _call(serve, session, n, f"/other-{n}", failed=False, tool="Grep")
+
+
+def test_max_signatures_bounds_what_each_session_tracks(tmp_path: Path) -> None:
+    """``--max-signatures 160`` over ``--max-sessions 10``: 16 signatures per session. A failing call
+    is forgotten once 20 others came after it, so its next failure counts from one again; a session
+    that has seen fewer keeps it."""
+    serve = start_replica(
+        tmp_path, "--max-sessions", "10", "--max-signatures", "160", config=SIGNATURE_CONFIG
+    )
+    try:
+        assert [_fail(serve, "busy", n, "/missing") for n in range(2)] == ["allow", "exact_failure_warn"]
+        for n in range(20):
+            _other(serve, "busy", 100 + n)
+        assert _fail(serve, "busy", 200, "/missing") == "allow", "the 21st signature back was still tracked"
+        assert [_fail(serve, "quiet", n, "/missing") for n in range(2)] == ["allow", "exact_failure_warn"]
+        for n in range(10):
+            _other(serve, "quiet", 100 + n)
+        assert _fail(serve, "quiet", 200, "/missing") == "exact_failure_warn"
+    finally:
+        stop_process(serve.process)
+
+
+def test_max_signatures_too_small_for_the_sessions_is_a_usage_error(tmp_path: Path) -> None:
+    config = tmp_path / "c.yaml"
+    config.write_text(SIGNATURE_CONFIG)
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otelguard",
+            "serve",
+            "--port",
+            "0",
+            "--config",
+            str(config),
+            "--max-signatures",
+            "10",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=False,
+    )
+    assert done.returncode == 2
+    assert "max_signatures: 10 is not allowed; at least 16 per session" in done.stderr

@@ -19,7 +19,7 @@ from otelguard.cli.config_messages import load_config
 from otelguard.config import StateSettings, mask_url
 from otelguard.environment_variables import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.metrics_server import bind, tls_context
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
+from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SIGNATURES
 from otelguard.sidecar import Sidecar
 from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note, uses_random_key
 from otelguard.telemetry import Telemetry
@@ -38,6 +38,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, metavar="N",
         help=f"sessions held at once; the least recently used is dropped first (default: {DEFAULT_MAX_SESSIONS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-signatures", type=int, default=DEFAULT_MAX_SIGNATURES, metavar="N",
+        help="signatures tracked across all sessions; each session tracks at most N / --max-sessions "
+        f"(default: {DEFAULT_MAX_SIGNATURES})",
     )  # fmt: skip
     parser.add_argument(
         "--session-idle", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
@@ -94,6 +99,7 @@ def run(args: argparse.Namespace) -> int:
             token=args.token or os.environ.get(OTELGUARD_TOKEN) or None,
             max_sessions=args.max_sessions,
             idle_seconds=args.session_idle,
+            max_signatures=args.max_signatures,
         )
         if state.url is not None:  # before listening: the state metrics exist from the first scrape
             _check_state(state, telemetry)
