@@ -28,6 +28,13 @@ import h11
 __all__ = ["HttpServer", "Request", "Response", "ServerLimits"]
 
 _MAX_DISCARD_BYTES: Final = 64 << 20
+_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_FEED_BYTES: Final = 16 * 1024
+
+
+def _parser(limits: ServerLimits) -> h11.Connection:
+    """The parser of one request: h11 bounds a head still arriving to the header limit."""
+    return h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -204,10 +211,13 @@ class _Connection(asyncio.Protocol):
         self.limits = server.limits
         self.loop = server.loop
         self.transport: asyncio.Transport | None = None
-        self.parser = h11.Connection(h11.SERVER, max_incomplete_event_size=self.limits.max_header_bytes)
+        self.parser = _parser(self.limits)
         self.request: Request | None = None  # the head of the request being read
         self.keep_alive = True
         self.body = bytearray()
+        self.unread = bytearray()  # received, not yet given to the parser
+        self.eof = False
+        self.eof_fed = False
         self.busy = False
         self.paused_writing = False
         self.closing = False
@@ -240,19 +250,21 @@ class _Connection(asyncio.Protocol):
             return
         if self.closing:
             return
-        if not self.busy:  # a request read behind one on the workers starts its deadline when its turn comes
-            self._start_deadline()
-        self.parser.receive_data(data)
-        buffered = len(self.parser.trailing_data[0])
-        if buffered > self.limits.max_header_bytes + self.limits.max_body_bytes and self.transport:
-            self.transport.pause_reading()  # a client sending far ahead of its answers
-        if not self.busy and not self.paused_writing:
-            self._process()
+        self.unread += data
+        if self.busy or self.paused_writing:
+            if (
+                len(self.unread) > self.limits.max_header_bytes + self.limits.max_body_bytes
+                and self.transport
+            ):
+                self.transport.pause_reading()  # a client sending far ahead of its answers
+            return
+        self._start_deadline()  # a request read behind one on the workers starts it when its turn comes
+        self._process()
 
     def eof_received(self) -> bool | None:
-        if self.discarded >= 0 or (not self.busy and not self.parser.trailing_data[0]):
-            return None  # close now
-        self.parser.receive_data(b"")
+        if self.discarded >= 0 or (not self.busy and self._deadline is None and not self.unread):
+            return None  # close now: nothing in flight, no request begun
+        self.eof = True
         if not self.busy and not self.paused_writing:
             self._process()
         return True  # answer what is in flight, then close
@@ -285,10 +297,16 @@ class _Connection(asyncio.Protocol):
                 self._fail(*_protocol_error(exc))
                 return
             if event is h11.NEED_DATA:
-                if self.request is None and not self.parser.trailing_data[0]:
+                if self.unread:  # the parser is fed a slice at a time: what it holds stays small
+                    self.parser.receive_data(bytes(self.unread[:_FEED_BYTES]))
+                    del self.unread[:_FEED_BYTES]
+                    continue
+                if self.eof and not self.eof_fed:
+                    self.eof_fed = True
+                    self.parser.receive_data(b"")
+                    continue
+                if self._deadline is None:
                     self._wait_for_request()
-                else:
-                    self._start_deadline()
                 break
             if isinstance(event, h11.Request):
                 try:
@@ -341,10 +359,8 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = event.http_version == b"1.1" and "close" not in connection
         self.request = Request(event.method.decode("ascii"), path, query, MappingProxyType(headers))
         self.body = bytearray()
-        if self.parser.they_are_waiting_for_100_continue and len(self.parser.trailing_data[0]) < length:
-            self._write(
-                self.parser.send(h11.InformationalResponse(status_code=100, headers=[], reason=b"Continue"))
-            )
+        if self.parser.they_are_waiting_for_100_continue:
+            self._write(_CONTINUE)
 
     def _fail(self, status: int, reason: str) -> None:
         """A request that cannot be read: answer it, and close (the stream cannot be trusted past it)."""
@@ -384,29 +400,20 @@ class _Connection(asyncio.Protocol):
             self._process()
 
     def _send(self, response: Response, head_only: bool = False) -> None:
+        """The answer, written as is (the handlers' own headers are code constants); then a fresh
+        parser for the next request, fed what the client already sent of it. h11 reads every
+        request; answering through it too would double its cost per request for nothing."""
         keep_alive = self.keep_alive and not response.close
-        headers = [
-            ("Content-Type", response.content_type),
-            ("Content-Length", str(len(response.body))),
-            ("Connection", "keep-alive" if keep_alive else "close"),
-            *response.headers,
-        ]
-        parser = self.parser
-        try:
-            data = parser.send(
-                h11.Response(status_code=response.status, headers=headers, reason=_reason(response.status))
-            )
-            if response.body and not head_only:
-                data = (data or b"") + (parser.send(h11.Data(data=response.body)) or b"")
-            data = (data or b"") + (parser.send(h11.EndOfMessage()) or b"")
-        except h11.LocalProtocolError:  # a header the handler made that HTTP cannot carry
-            self._fail(500, "internal error")
-            return
-        self._write(data)
-        if parser.our_state is h11.MUST_CLOSE or not keep_alive:
+        head = _head(response, keep_alive)
+        self._write(head if head_only else head + response.body)
+        if not keep_alive:
             self._close_after_answers()
             return
-        parser.start_next_cycle()
+        ahead = self.parser.trailing_data[0]  # at most a slice of what the client sent next
+        self.parser = _parser(self.limits)
+        self.eof_fed = False
+        if ahead:
+            self.parser.receive_data(ahead)
 
     def _close_after_answers(self) -> None:
         self.closing = True
