@@ -264,12 +264,12 @@ def test_a_request_dribbled_a_byte_at_a_time_is_cut_off_at_the_read_timeout() ->
 @pytest.mark.parametrize(
     ("headers", "reason"),
     [
-        ("Content-Length: \u00b2".encode(), b"Content-Length: must be a whole number"),
-        ("Content-Length: \u0661".encode(), b"Content-Length: must be a whole number"),
+        (b"Content-Length: \xb2", b"Content-Length: must be a whole number"),  # str.isdigit() says yes
+        (b"Content-Length: 1\xb9", b"Content-Length: must be a whole number"),
         (b"Content-Length: 3\r\nContent-Length: 40", b"Content-Length: given more than once"),
         (b"Content-Length: 3, 40", b"Content-Length: given more than once"),
     ],
-    ids=["superscript-two", "arabic-indic-one", "two-headers", "two-values"],
+    ids=["superscript-two", "superscript-one", "two-headers", "two-values"],
 )
 def test_a_content_length_that_is_not_one_whole_number_is_400(
     echo_server: HttpServer, headers: bytes, reason: bytes

@@ -3,6 +3,7 @@ and one signature budget bounds what all its sessions track."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
 import threading
@@ -12,7 +13,7 @@ from pathlib import Path
 from tests.e2e import stop_process
 from tests.redis_e2e import RedisServer
 from tests.test_cli_serve import Serve
-from tests.test_sidecar_state import start_replica
+from tests.test_sidecar_state import start_replica, stderr_of
 
 SLOW_CONFIG = (
     "signature_key: replica-key\n"
@@ -115,3 +116,28 @@ def test_max_signatures_too_small_for_the_sessions_is_a_usage_error(tmp_path: Pa
     )
     assert done.returncode == 2
     assert "max_signatures: 10 is not allowed; at least 16 per session" in done.stderr
+
+
+def _raw(port: int, data: bytes) -> bytes:
+    with socket.create_connection(("127.0.0.1", port), timeout=30) as sock:
+        sock.sendall(data)
+        return b"".join(iter(lambda: sock.recv(65536), b""))
+
+
+def test_a_bad_or_repeated_content_length_is_400_without_a_traceback(tmp_path: Path) -> None:
+    serve = start_replica(tmp_path, config=SIGNATURE_CONFIG)
+    try:
+        body = b'{"session_id": "s", "tool_name": "Read", "args": {}}'
+        hidden = (
+            b"POST /v1/end_session HTTP/1.1\r\nHost: x\r\nContent-Length: 17\r\n\r\n" + b'{"session_id":"s"}'
+        )
+        for headers in (b"Content-Length: \xb2", b"Content-Length: 53\r\nContent-Length: 0"):
+            head = b"POST /v1/before_call HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n\r\n"
+            answer = _raw(serve.port, head + body + hidden)
+            assert answer.startswith(b"HTTP/1.1 400 "), answer[:100]
+            assert b"Content-Length: " in answer.split(b"\r\n\r\n", 1)[1]  # the body names the field
+            assert answer.count(b"HTTP/1.1 ") == 1, "a second request ran from the first one's body"
+        assert serve.request("GET", "/healthz")[0] == 200
+        assert "Traceback" not in stderr_of(tmp_path, serve)
+    finally:
+        stop_process(serve.process)
