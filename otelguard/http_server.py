@@ -23,11 +23,18 @@ from http import HTTPStatus
 from types import MappingProxyType
 from typing import Final
 
+import h11
+
 __all__ = ["HttpServer", "Request", "Response", "ServerLimits"]
 
-_HEAD_END: Final = b"\r\n\r\n"
-_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _MAX_DISCARD_BYTES: Final = 64 << 20
+_CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
+_FEED_BYTES: Final = 16 * 1024
+
+
+def _parser(limits: ServerLimits) -> h11.Connection:
+    """The parser of one request: h11 bounds a head still arriving to the header limit."""
+    return h11.Connection(h11.SERVER, max_incomplete_event_size=limits.max_header_bytes)
 
 
 @dataclass(frozen=True, slots=True)
@@ -189,11 +196,14 @@ class HttpServer:
 
 
 class _Connection(asyncio.Protocol):
-    """One client connection: buffers bytes, answers complete requests in order, enforces the limits.
+    """One client connection: ``h11`` parses the requests, this answers them in order and enforces
+    the limits.
 
-    Timers, one at a time: idle (no request started), read (a started request must complete), write
-    (a client that stops reading its answer). While a request is on the worker pool, later requests
-    wait in the buffer (answers keep their order); past the size limits, reading pauses.
+    Timers: idle (no request started), the request deadline (a started request, head and body, must
+    have arrived within the read timeout of its first byte: a client that dribbles a byte at a time
+    is cut off all the same), write (a client that stops reading its answer). While a request is on
+    the worker pool, later requests wait in the parser's buffer (answers keep their order); past the
+    size limits, reading pauses.
     """
 
     def __init__(self, server: HttpServer) -> None:
@@ -201,14 +211,20 @@ class _Connection(asyncio.Protocol):
         self.limits = server.limits
         self.loop = server.loop
         self.transport: asyncio.Transport | None = None
-        self.buffer = bytearray()
+        self.parser = _parser(self.limits)
+        self.request: Request | None = None  # the head of the request being read
+        self.keep_alive = True
+        self.body = bytearray()
+        self.unread = bytearray()  # received, not yet given to the parser
+        self.eof = False
+        self.eof_fed = False
         self.busy = False
         self.paused_writing = False
         self.closing = False
-        self.continued = False
         self.idle_since: float | None = None
         self.discarded = -1  # >= 0: answered and closing; the rest of an over-long body is read and dropped
-        self._timer: asyncio.TimerHandle | None = None
+        self._timer: asyncio.TimerHandle | None = None  # idle or write
+        self._deadline: asyncio.TimerHandle | None = None  # the request being read
 
     # asyncio.Protocol --------------------------------------------------------------------------
 
@@ -223,7 +239,7 @@ class _Connection(asyncio.Protocol):
 
     def connection_lost(self, exc: Exception | None) -> None:
         self.closing = True
-        self._cancel_timer()
+        self._cancel_timers()
         self.server.connections.pop(self, None)
 
     def data_received(self, data: bytes) -> None:
@@ -232,15 +248,25 @@ class _Connection(asyncio.Protocol):
             if self.discarded > _MAX_DISCARD_BYTES:
                 self.abort()
             return
-        self.buffer += data
-        if len(self.buffer) > self.limits.max_header_bytes + self.limits.max_body_bytes and self.transport:
-            self.transport.pause_reading()  # a client sending far ahead of its answers
-        if not self.busy and not self.paused_writing:
-            self._process()
+        if self.closing:
+            return
+        self.unread += data
+        if self.busy or self.paused_writing:
+            if (
+                len(self.unread) > self.limits.max_header_bytes + self.limits.max_body_bytes
+                and self.transport
+            ):
+                self.transport.pause_reading()  # a client sending far ahead of its answers
+            return
+        self._start_deadline()  # a request read behind one on the workers starts it when its turn comes
+        self._process()
 
     def eof_received(self) -> bool | None:
-        if self.discarded >= 0 or (not self.busy and not self.buffer):
-            return None  # close now
+        if self.discarded >= 0 or (not self.busy and self._deadline is None and not self.unread):
+            return None  # close now: nothing in flight, no request begun
+        self.eof = True
+        if not self.busy and not self.paused_writing:
+            self._process()
         return True  # answer what is in flight, then close
 
     def pause_writing(self) -> None:
@@ -255,6 +281,7 @@ class _Connection(asyncio.Protocol):
 
     def abort(self) -> None:
         self.closing = True
+        self._cancel_timers()
         self.server.connections.pop(self, None)  # now: its connection_lost comes on a later loop turn
         if self.transport is not None:
             self.transport.abort()
@@ -262,95 +289,140 @@ class _Connection(asyncio.Protocol):
     # requests ---------------------------------------------------------------------------------
 
     def _process(self) -> None:
-        """Answer every complete request in the buffer, in order, until one goes to the workers."""
+        """Answer every complete request the parser holds, in order, until one goes to the workers."""
         while not self.busy and not self.closing and not self.paused_writing:
-            head_end = self.buffer.find(_HEAD_END)
-            if head_end < 0:
-                if len(self.buffer) > self.limits.max_header_bytes:
-                    self._send(_error(431, "request headers too large"), keep_alive=False)
-                elif self.buffer:
-                    self._set_timer(self.limits.read_timeout_seconds)
-                else:
-                    self._wait_for_request()
-                return
-            if head_end > self.limits.max_header_bytes:
-                self._send(_error(431, "request headers too large"), keep_alive=False)
-                return
             try:
-                request, keep_alive = _parse_head(
-                    bytes(self.buffer[: head_end + 4]), self.limits.max_body_bytes
-                )
-            except _BadRequest as exc:
-                if exc.status == 413:
-                    self._refuse_body(exc.reason)
-                else:
-                    self._send(_error(exc.status, exc.reason), keep_alive=False)
+                event = self.parser.next_event()
+            except h11.RemoteProtocolError as exc:
+                self._fail(*_protocol_error(exc))
                 return
-            length = int(request.headers.get("content-length", "0"))
-            end = head_end + 4 + length
-            if len(self.buffer) < end:
-                if not self.continued and request.headers.get("expect", "").lower() == "100-continue":
-                    self.continued = True
-                    self._write(_CONTINUE)
-                self._set_timer(self.limits.read_timeout_seconds)
-                if self.transport is not None:
-                    self.transport.resume_reading()
+            if event is h11.NEED_DATA:
+                if self.unread:  # the parser is fed a slice at a time: what it holds stays small
+                    self.parser.receive_data(bytes(self.unread[:_FEED_BYTES]))
+                    del self.unread[:_FEED_BYTES]
+                    continue
+                if self.eof and not self.eof_fed:
+                    self.eof_fed = True
+                    self.parser.receive_data(b"")
+                    continue
+                if self._deadline is None:
+                    self._wait_for_request()
+                break
+            if isinstance(event, h11.Request):
+                try:
+                    self._begin(event)
+                except _BadRequest as exc:
+                    if exc.status == 413:
+                        self._refuse_body(exc.reason)
+                    else:
+                        self._fail(exc.status, exc.reason)
+                    return
+            elif isinstance(event, h11.Data):
+                self.body += event.data
+            elif isinstance(event, h11.EndOfMessage):
+                self._end_deadline()
+                request, self.request = self.request, None
+                if request is None:  # pragma: no cover - h11 gives a Request before its end
+                    return
+                body, self.body = bytes(self.body), bytearray()
+                if body:
+                    request = Request(request.method, request.path, request.query, request.headers, body)
+                self._dispatch(request)
+            else:  # ConnectionClosed, or PAUSED after an answer that closes the connection
+                self._close_after_answers()
                 return
-            if length:
-                request = Request(
-                    request.method,
-                    request.path,
-                    request.query,
-                    request.headers,
-                    bytes(self.buffer[head_end + 4 : end]),
-                )
-            del self.buffer[:end]
-            self.continued = False
-            self._cancel_timer()
-            self.idle_since = None
-            self._dispatch(request, keep_alive)
         if self.transport is not None and not self.busy and not self.closing:
             self.transport.resume_reading()
+
+    def _begin(self, event: h11.Request) -> None:
+        """The head of a request: checked against the limits; an ``Expect: 100-continue`` answered."""
+        self.idle_since = None
+        # h11 bounds a head still arriving; one that arrived whole in a single read is measured here
+        size = len(event.method) + len(event.target) + sum(len(n) + len(v) + 4 for n, v in event.headers)
+        if size > self.limits.max_header_bytes:
+            raise _BadRequest(431, "request headers too large")
+        headers: dict[str, str] = {}
+        for name, value in event.headers:
+            key = name.decode("ascii").lower()
+            text = value.decode("latin-1")
+            headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        if "transfer-encoding" in headers:
+            raise _BadRequest(
+                501, "Transfer-Encoding: chunked request bodies are not supported; send Content-Length"
+            )
+        length = int(headers.get("content-length", "0"))  # h11 has checked it is digits, and given once
+        if length > self.limits.max_body_bytes:
+            raise _BadRequest(413, f"request body over {self.limits.max_body_bytes} bytes")
+        target = event.target.decode("latin-1")
+        path, _, query = target.partition("?")
+        connection = {token.strip().lower() for token in headers.get("connection", "").split(",")}
+        self.keep_alive = event.http_version == b"1.1" and "close" not in connection
+        self.request = Request(event.method.decode("ascii"), path, query, MappingProxyType(headers))
+        self.body = bytearray()
+        if self.parser.they_are_waiting_for_100_continue:
+            self._write(_CONTINUE)
+
+    def _fail(self, status: int, reason: str) -> None:
+        """A request that cannot be read: answer it, and close (the stream cannot be trusted past it)."""
+        self._end_deadline()
+        self._write(_head(_error(status, reason), keep_alive=False) + f"{reason}\n".encode())
+        self.closing = True
+        if self.transport is not None:
+            self.transport.close()
 
     def _refuse_body(self, reason: str) -> None:
         """Answer 413, then read and drop what the client still sends for a while before closing: a
         client that writes its whole body before reading (most do) then sees the answer instead of a
         broken pipe. Bounded in bytes and time."""
+        self._end_deadline()
         self.discarded = 0
-        self.buffer.clear()
         self._write(_head(_error(413, reason), keep_alive=False) + f"{reason}\n".encode())
         if self.transport is not None and self.transport.can_write_eof():
             self.transport.write_eof()
         self._set_timer(self.limits.read_timeout_seconds)
 
-    def _dispatch(self, request: Request, keep_alive: bool) -> None:
+    def _dispatch(self, request: Request) -> None:
         head_only = request.method == "HEAD"
         server = self.server
         if server.inline is not None and server.inline(request):
-            self._send(_answer(server.handler, request), keep_alive, head_only)
+            self._send(_answer(server.handler, request), head_only)
             return
         self.busy = True
         future = self.loop.run_in_executor(server.executor, _answer, server.handler, request)
-        future.add_done_callback(lambda done: self._answered(done, keep_alive, head_only))
+        future.add_done_callback(lambda done: self._answered(done, head_only))
 
-    def _answered(self, done: asyncio.Future[Response], keep_alive: bool, head_only: bool) -> None:
+    def _answered(self, done: asyncio.Future[Response], head_only: bool) -> None:
         self.busy = False
         if self.closing or done.cancelled():
             return
-        self._send(done.result(), keep_alive, head_only)
+        self._send(done.result(), head_only)
         if not self.closing:
             self._process()
 
-    def _send(self, response: Response, keep_alive: bool, head_only: bool = False) -> None:
-        keep_alive = keep_alive and not response.close
+    def _send(self, response: Response, head_only: bool = False) -> None:
+        """The answer, written as is (the handlers' own headers are code constants); then a fresh
+        parser for the next request, fed what the client already sent of it. h11 reads every
+        request; answering through it too would double its cost per request for nothing."""
+        keep_alive = self.keep_alive and not response.close
         head = _head(response, keep_alive)
         self._write(head if head_only else head + response.body)
-        if not keep_alive and self.transport is not None:
-            self.closing = True
+        if not keep_alive:
+            self._close_after_answers()
+            return
+        ahead = self.parser.trailing_data[0]  # at most a slice of what the client sent next
+        self.parser = _parser(self.limits)
+        self.eof_fed = False
+        if ahead:
+            self.parser.receive_data(ahead)
+
+    def _close_after_answers(self) -> None:
+        self.closing = True
+        self._cancel_timers()
+        if self.transport is not None:
             self.transport.close()  # after the answer is flushed
 
-    def _write(self, data: bytes) -> None:
-        if self.transport is not None and not self.transport.is_closing():
+    def _write(self, data: bytes | None) -> None:
+        if data and self.transport is not None and not self.transport.is_closing():
             self.transport.write(data)
 
     # timers -----------------------------------------------------------------------------------
@@ -358,6 +430,18 @@ class _Connection(asyncio.Protocol):
     def _wait_for_request(self) -> None:
         self.idle_since = self.loop.time()
         self._set_timer(self.limits.idle_timeout_seconds)
+
+    def _start_deadline(self) -> None:
+        """A request has begun: it must be complete within the read timeout. Never moved later."""
+        if self._deadline is None:
+            self._cancel_timer()  # no longer idle
+            self.idle_since = None
+            self._deadline = self.loop.call_later(self.limits.read_timeout_seconds, self.abort)
+
+    def _end_deadline(self) -> None:
+        if self._deadline is not None:
+            self._deadline.cancel()
+            self._deadline = None
 
     def _set_timer(self, seconds: float) -> None:
         self._cancel_timer()
@@ -367,6 +451,10 @@ class _Connection(asyncio.Protocol):
         if self._timer is not None:
             self._timer.cancel()
             self._timer = None
+
+    def _cancel_timers(self) -> None:
+        self._cancel_timer()
+        self._end_deadline()
 
 
 def _head(response: Response, keep_alive: bool) -> bytes:
@@ -387,30 +475,26 @@ def _answer(handler: Handler, request: Request) -> Response:
         return _error(500, "internal error")
 
 
-def _parse_head(head: bytes, max_body_bytes: int) -> tuple[Request, bool]:
-    """The request line and headers; whether the client keeps the connection open."""
-    lines = head[: -len(_HEAD_END)].decode("latin-1").split("\r\n")
-    parts = lines[0].split(" ")
-    if len(parts) != 3 or not parts[2].startswith("HTTP/1."):
-        raise _BadRequest(400, "malformed request line")
-    method, target, version = parts
-    headers: dict[str, str] = {}
-    for line in lines[1:]:
-        name, sep, value = line.partition(":")
-        if not sep or not name or name != name.strip():
-            raise _BadRequest(400, "malformed header line")
-        headers[name.lower()] = value.strip()
-    if "transfer-encoding" in headers:
-        raise _BadRequest(501, "chunked request bodies are not supported; send Content-Length")
-    length_text = headers.get("content-length", "0")
-    if not length_text.isdigit() or len(length_text) > 12:
-        raise _BadRequest(400, "Content-Length must be a whole number")
-    if int(length_text) > max_body_bytes:
-        raise _BadRequest(413, f"request body over {max_body_bytes} bytes")
-    path, _, query = target.partition("?")
-    connection = headers.get("connection", "").lower()
-    keep_alive = connection != "close" if version == "HTTP/1.1" else connection == "keep-alive"
-    return Request(method, path, query, MappingProxyType(headers)), keep_alive
+def _protocol_error(exc: h11.RemoteProtocolError) -> tuple[int, str]:
+    """The status and the one line that answer a request ``h11`` could not read. h11's own message
+    may quote the request's bytes, so only its known kinds are named, in fixed words."""
+    message = str(exc)
+    if exc.error_status_hint == 431:
+        return 431, "request headers too large"
+    for start, status, reason in _PROTOCOL_ERRORS:
+        if message.startswith(start):
+            return status, reason
+    return 400, "malformed request line or header"
+
+
+_PROTOCOL_ERRORS: Final = (
+    ("bad Content-Length", 400, "Content-Length: must be a whole number"),
+    ("conflicting Content-Length", 400, "Content-Length: given more than once with different values"),
+    ("Missing mandatory Host", 400, "Host: missing (HTTP/1.1 requires it)"),
+    ("Found multiple Host", 400, "Host: given more than once"),
+    ("multiple Transfer-Encoding", 501, "Transfer-Encoding: not supported; send Content-Length"),
+    ("Only Transfer-Encoding", 501, "Transfer-Encoding: not supported; send Content-Length"),
+)
 
 
 def _reason(status: int) -> str:

@@ -123,7 +123,8 @@ class ObserverGroup:
     """All of one guard's observers as one, the way OpenTelemetry's ``SynchronousMultiSpanProcessor``
     owns its span processors: it calls each in registration order, keeps the call-start tokens in
     step with the observers, and turns an observer's error into one log line (per place and error
-    type) and an ``on_internal_error`` for the others. It never raises.
+    type) and an ``on_internal_error("observer")`` for every observer, the failing one included (a
+    telemetry observer whose call counting failed can still count that it failed). It never raises.
     """
 
     __slots__ = ("_observers", "_reported", "_starters", "any", "wants_call_start")
@@ -184,16 +185,14 @@ class ObserverGroup:
     def internal_error(self, stage: str, exc: BaseException) -> None:
         """The guard itself failed in ``stage``: log it once and tell every observer."""
         self._log_once(stage, exc)
-        self._report(stage, skip=None)
+        self._report(stage)
 
     def _observer_failed(self, observer: GuardObserver, method: str, exc: Exception) -> None:
         self._log_once(f"observer {type(observer).__name__}.{method}", exc)
-        self._report("observer", skip=observer)
+        self._report("observer")
 
-    def _report(self, stage: str, skip: object) -> None:
+    def _report(self, stage: str) -> None:
         for observer in self._observers:
-            if observer is skip:
-                continue
             try:
                 observer.on_internal_error(stage)
             except Exception as exc:

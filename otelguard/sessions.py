@@ -24,6 +24,7 @@ from otelguard.guard import DEFAULT_AGENT, Guard
 __all__ = [
     "DEFAULT_IDLE_SECONDS",
     "DEFAULT_MAX_SESSIONS",
+    "DEFAULT_MAX_SIGNATURES",
     "DEFAULT_SESSION",
     "MAX_SUBAGENTS_PER_SESSION",
     "Session",
@@ -32,6 +33,10 @@ __all__ = [
 ]
 
 DEFAULT_MAX_SESSIONS: Final = 10_000
+DEFAULT_MAX_SIGNATURES: Final = 1_000_000
+"""Signatures ``otelguard serve`` tracks across all its sessions (about 350 bytes each): each session
+tracks at most this divided by ``max_sessions`` (100 with the defaults)."""
+MIN_SIGNATURES_PER_SESSION: Final = 16
 DEFAULT_IDLE_SECONDS: Final = 3600.0
 DEFAULT_SESSION: Final = "default"
 """The session id of a host that gets none (a framework run without a conversation id)."""
@@ -216,6 +221,11 @@ class SessionHost:
     ``telemetry`` is as for ``Guard`` (``None``, ``True`` or a ``Telemetry``). A session the pool
     drops (least recently used past ``max_sessions``, or idle for ``idle_seconds``) is closed: its
     open turns end and are counted.
+
+    ``max_signatures`` bounds the signatures tracked across all sessions: each session's guards
+    track at most ``max_signatures // max_sessions`` (and never more than the config's
+    ``max_tracked_signatures``), so a full host holds at most that many however busy each session
+    is. ``None``: each session tracks ``max_tracked_signatures``.
     """
 
     def __init__(
@@ -227,8 +237,11 @@ class SessionHost:
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
+        max_signatures: int | None = None,
     ) -> None:
-        self.config = config if config is not None else GuardConfig()
+        self.config = _within_budget(
+            config if config is not None else GuardConfig(), max_signatures, max_sessions
+        )
         # a bad OTELGUARD_STATE_URL is a ConfigError here, not at a session's first tool call
         self.config.effective_state()
         self.telemetry = telemetry
@@ -269,6 +282,29 @@ class SessionHost:
 
     def __len__(self) -> int:
         return len(self._pool)
+
+
+def _within_budget(config: GuardConfig, max_signatures: int | None, max_sessions: int) -> GuardConfig:
+    """The config each session's guards use: ``max_tracked_signatures`` lowered to the session's
+    share of ``max_signatures``."""
+    if max_signatures is None:
+        return config
+    if isinstance(max_signatures, bool) or not isinstance(max_signatures, int) or max_signatures < 1:
+        raise ConfigError("max_signatures", max_signatures, "a whole number of at least 1")
+    if isinstance(max_sessions, bool) or not isinstance(max_sessions, int) or max_sessions < 1:
+        return config  # the pool names max_sessions
+    share = max_signatures // max_sessions
+    if share < MIN_SIGNATURES_PER_SESSION:
+        least = MIN_SIGNATURES_PER_SESSION * max_sessions
+        raise ConfigError(
+            "max_signatures",
+            max_signatures,
+            f"at least {MIN_SIGNATURES_PER_SESSION} per session: {least:,} or more for {max_sessions:,} "
+            "sessions (or fewer max_sessions)",
+        )
+    if share >= config.max_tracked_signatures:
+        return config
+    return config.with_changes(max_tracked_signatures=share)
 
 
 def _key(session_id: object) -> str:

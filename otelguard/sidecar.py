@@ -5,8 +5,8 @@ Routes: ``GET /metrics``, ``GET /healthz``; ``POST /v1/start_turn``, ``/v1/befor
 answers the decision); ``POST /v1/hooks/claude-code`` (a Claude Code hook payload in, the hook output
 Claude Code expects out). With a token, every ``/v1/`` request needs ``Authorization: Bearer
 <token>``. A bad body gets 400 with one line naming the field, never a value; bodies are never
-logged. Guard calls are cheap and answered on the server's event loop; ``/metrics`` rendering goes
-to its worker pool.
+logged. Guard calls are cheap and answered on the server's event loop, unless they may wait on the
+shared state (``state.url``): those, and ``/metrics`` rendering, go to its worker pool.
 """
 
 from __future__ import annotations
@@ -24,7 +24,13 @@ from otelguard.decisions import Decision
 from otelguard.guard import Guard
 from otelguard.http_server import Request, Response
 from otelguard.metrics_server import metrics_response
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.sessions import (
+    DEFAULT_IDLE_SECONDS,
+    DEFAULT_MAX_SESSIONS,
+    DEFAULT_MAX_SIGNATURES,
+    Session,
+    SessionHost,
+)
 
 __all__ = ["Sidecar"]
 
@@ -45,6 +51,7 @@ class Sidecar:
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         state_up: Callable[[], bool] | None = None,
+        max_signatures: int = DEFAULT_MAX_SIGNATURES,
     ) -> None:
         # One host for both APIs: a session is the same whether its events come as hook payloads
         # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
@@ -54,8 +61,10 @@ class Sidecar:
             agent=DEFAULT_AGENT,
             max_sessions=max_sessions,
             idle_seconds=idle_seconds,
+            max_signatures=max_signatures,  # one memory bound across sessions
         )
         self.hooks = ClaudeCodeHooks(host=self.host)
+        self._state_io = self.host.config.effective_state().url is not None
         self._registry = registry
         self._state_up = state_up
         self._token = f"Bearer {token}".encode() if token else None
@@ -69,9 +78,15 @@ class Sidecar:
         }
 
     def inline(self, request: Request) -> bool:
-        """Guard calls run on the event loop; ``/metrics`` rendering and a ``/healthz`` that asks the
-        shared state need a worker."""
-        return request.path != "/metrics" and (request.path != "/healthz" or self._state_up is None)
+        """Whether a request is answered on the event loop: ``/healthz`` always (it reads the shared
+        state's last known health and never waits on it), and guard calls when session caps are
+        kept in this process. With shared state (``state.url``) a guard call may wait on Redis for
+        up to ``timeout_ms``, so it runs on the worker pool and never holds up another request;
+        ``/metrics`` rendering always does."""
+        path = request.path
+        if path == "/metrics":
+            return False
+        return not (self._state_io and path.startswith("/v1/"))
 
     def handle(self, request: Request) -> Response:
         path = request.path

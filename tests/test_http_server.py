@@ -8,9 +8,11 @@ timeout on the client.
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from concurrent.futures import ThreadPoolExecutor
 
@@ -132,13 +134,13 @@ def test_http_1_0_closes_unless_asked_to_keep_alive(echo_server: HttpServer) -> 
 
 
 def test_a_body_over_the_limit_is_refused_with_413_without_reading_it(echo_server: HttpServer) -> None:
-    answer = raw(echo_server.port, b"POST /x HTTP/1.1\r\nContent-Length: 1001\r\n\r\n")
+    answer = raw(echo_server.port, b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 1001\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 413 ")
     assert b"Connection: close" in answer
 
 
 def test_oversized_headers_get_431(echo_server: HttpServer) -> None:
-    answer = raw(echo_server.port, b"GET /x HTTP/1.1\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n")
+    answer = raw(echo_server.port, b"GET /x HTTP/1.1\r\nHost: x\r\nX-Big: " + b"a" * 20_000 + b"\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 431 ")
 
 
@@ -146,9 +148,9 @@ def test_oversized_headers_get_431(echo_server: HttpServer) -> None:
     ("request_bytes", "status"),
     [
         (b"GARBAGE\r\n\r\n", b"400"),
-        (b"GET /x HTTP/1.1\r\nno colon here\r\n\r\n", b"400"),
-        (b"POST /x HTTP/1.1\r\nContent-Length: ten\r\n\r\n", b"400"),
-        (b"POST /x HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n", b"501"),
+        (b"GET /x HTTP/1.1\r\nHost: x\r\nno colon here\r\n\r\n", b"400"),
+        (b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: ten\r\n\r\n", b"400"),
+        (b"POST /x HTTP/1.1\r\nHost: x\r\nTransfer-Encoding: chunked\r\n\r\n", b"501"),
     ],
 )
 def test_malformed_requests_get_a_clear_status(
@@ -160,7 +162,7 @@ def test_malformed_requests_get_a_clear_status(
 def test_expect_100_continue_is_honoured(echo_server: HttpServer) -> None:
     with socket.create_connection(("127.0.0.1", echo_server.port), timeout=GENEROUS_TIMEOUT) as sock:
         sock.sendall(
-            b"POST /x HTTP/1.1\r\nContent-Length: 3\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
+            b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\nConnection: close\r\n\r\n"
         )
         assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
         sock.sendall(b"abc")
@@ -173,7 +175,7 @@ def test_a_handler_error_is_a_500_that_names_nothing() -> None:
         raise RuntimeError("secret detail")
 
     with HttpServer(broken) as server:
-        answer = raw(server.port, b"GET / HTTP/1.1\r\nConnection: close\r\n\r\n")
+        answer = raw(server.port, b"GET / HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 500 ") and b"secret" not in answer
 
 
@@ -183,7 +185,7 @@ def test_idle_connections_past_the_limit_make_room_for_new_ones() -> None:
             socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) for _ in range(30)
         ]
         try:
-            answer = raw(server.port, b"GET /fresh HTTP/1.1\r\nConnection: close\r\n\r\n")
+            answer = raw(server.port, b"GET /fresh HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert answer.endswith(b"GET /fresh 0")
             assert server.open_connections <= 10
         finally:
@@ -200,7 +202,7 @@ def test_an_idle_connection_is_closed_after_the_idle_timeout() -> None:
 def test_a_body_that_never_arrives_is_dropped_after_the_read_timeout() -> None:
     server = HttpServer(echo, limits=ServerLimits(read_timeout_seconds=0.2))
     with server, socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) as sock:
-        sock.sendall(b"POST /x HTTP/1.1\r\nContent-Length: 10\r\n\r\nabc")
+        sock.sendall(b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 10\r\n\r\nabc")
         assert sock.recv(1) == b""
 
 
@@ -212,14 +214,14 @@ def test_inline_requests_run_on_the_loop_and_others_on_the_workers() -> None:
         return Response(200)
 
     with HttpServer(where, inline=lambda r: r.path == "/fast", name="otelguard-t") as server:
-        raw(server.port, b"GET /fast HTTP/1.1\r\nConnection: close\r\n\r\n")
-        raw(server.port, b"GET /slow HTTP/1.1\r\nConnection: close\r\n\r\n")
+        raw(server.port, b"GET /fast HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
+        raw(server.port, b"GET /slow HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert seen == {"/fast": "otelguard-t-loop", "/slow": seen["/slow"]}
     assert seen["/slow"].startswith("otelguard-t-worker")
 
 
 def test_head_gets_headers_only(echo_server: HttpServer) -> None:
-    answer = raw(echo_server.port, b"HEAD /x HTTP/1.1\r\nConnection: close\r\n\r\n")
+    answer = raw(echo_server.port, b"HEAD /x HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
     assert answer.endswith(b"\r\n\r\n") and b"Content-Length: 9" in answer  # "HEAD /x 0"
 
 
@@ -238,3 +240,53 @@ def test_shutdown_closes_open_connections_and_frees_the_port(echo_server: HttpSe
 def test_binds_loopback_by_default_with_a_real_backlog(echo_server: HttpServer) -> None:
     assert echo_server.addr == "127.0.0.1"
     assert echo_server.limits.backlog == 128
+
+
+def test_a_request_dribbled_a_byte_at_a_time_is_cut_off_at_the_read_timeout() -> None:
+    """The read timeout bounds the whole request from its first byte: a byte every 0.1 s against a
+    0.5 s timeout is cut off, although no gap between two bytes comes near the timeout."""
+    server = HttpServer(echo, limits=ServerLimits(read_timeout_seconds=0.5, idle_timeout_seconds=60))
+    request = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 100\r\n\r\n" + b"a" * 100
+    sent = 0
+    with server, socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) as sock:
+        try:
+            for byte in request:
+                sock.sendall(bytes([byte]))
+                sent += 1
+                time.sleep(0.1)
+        except OSError:  # the server closed the connection: the send after it fails
+            pass
+        with contextlib.suppress(OSError):
+            assert sock.recv(100) == b""
+    assert sent < len(request), "the whole dribbled request was read"
+
+
+@pytest.mark.parametrize(
+    ("headers", "reason"),
+    [
+        (b"Content-Length: \xb2", b"Content-Length: must be a whole number"),  # str.isdigit() says yes
+        (b"Content-Length: 1\xb9", b"Content-Length: must be a whole number"),
+        (b"Content-Length: 3\r\nContent-Length: 40", b"Content-Length: given more than once"),
+        (b"Content-Length: 3, 40", b"Content-Length: given more than once"),
+    ],
+    ids=["superscript-two", "superscript-one", "two-headers", "two-values"],
+)
+def test_a_content_length_that_is_not_one_whole_number_is_400(
+    echo_server: HttpServer, headers: bytes, reason: bytes
+) -> None:
+    """No traceback and no dropped connection; and no second request smuggled in the first's body."""
+    smuggled = b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n"
+    answer = raw(echo_server.port, b"POST /x HTTP/1.1\r\nHost: x\r\n" + headers + b"\r\n\r\nabc" + smuggled)
+    assert answer.startswith(b"HTTP/1.1 400 ")
+    assert reason in answer and b"Connection: close" in answer
+    assert b"smuggled" not in answer
+
+
+def test_every_answer_of_a_server_with_a_handler_survives_hostile_heads(echo_server: HttpServer) -> None:
+    """A stream of malformed heads, each on its own connection, then a good request: all answered."""
+    for head in (b"GET / HTTP/1.1\r\n\xff\xfe: x\r\n\r\n", b"GET / HTTP/1.1\r\n\r\n", b"\r\n\r\n\r\n"):
+        answer = raw(echo_server.port, head)
+        assert answer == b"" or answer.startswith(b"HTTP/1.1 4")
+    assert raw(echo_server.port, b"GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").endswith(
+        b"GET /ok 0"
+    )

@@ -208,8 +208,8 @@ def test_healthz_says_when_the_shared_state_is_down_and_when_it_answers_again(
     serve = start_replica(tmp_path, "--state", redis_server.url)
     try:
         assert health(serve) == {"status": "ok", "sessions": 0, "state": "up"}
-        redis_server.kill()  # no tool call since: /healthz itself finds out
-        assert health(serve)["state"] == "down"
+        redis_server.kill()  # no tool call since: /healthz itself finds out, with a ping beside it
+        wait_until(lambda: health(serve)["state"] == "down", 30, 0.1, "/healthz to see the state down")
         assert metric(serve, "otelguard_state_up") == 0
         assert call(serve, "conversation-1", 0)["action"] == "allow"  # decided here meanwhile
         assert health(serve) == {"status": "ok", "sessions": 1, "state": "down"}

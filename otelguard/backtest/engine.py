@@ -42,6 +42,9 @@ _READY_TIMEOUT_S: Final = 120.0
 _QUERY_TIMEOUT_S: Final = 300.0
 _STOP_GRACE_S: Final = 10.0
 _LOG_TAIL_BYTES: Final = 2000
+_LOOPBACK: Final = urllib.request.build_opener(urllib.request.ProxyHandler({}))
+"""The opener of every query to the private prometheus: loopback never goes through ``http_proxy``
+or ``HTTPS_PROXY`` (a proxy cannot reach this machine's loopback, and would hear the queries)."""
 
 Series = tuple[dict[str, str], list[tuple[float, float]]]
 """One series of a range query: its labels and its ``(time, value)`` points."""
@@ -220,7 +223,7 @@ class Engine:
         ).encode()
         request = urllib.request.Request(f"{self.url}/api/v1/query_range", data=body, method="POST")
         try:
-            with urllib.request.urlopen(request, timeout=_QUERY_TIMEOUT_S) as response:
+            with _LOOPBACK.open(request, timeout=_QUERY_TIMEOUT_S) as response:
                 answer = json.loads(response.read())
         except urllib.error.HTTPError as exc:
             answer = _json_or_none(exc.read())
@@ -247,7 +250,7 @@ class Engine:
             if process is None or process.poll() is not None:
                 raise BacktestError(f"prometheus exited while starting: {self._log_tail()}")
             try:
-                with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+                with _LOOPBACK.open(f"{self.url}/-/ready", timeout=2) as response:
                     if response.status == 200:
                         return
             except OSError:

@@ -100,6 +100,9 @@ def run_backtest(
     if spill.first is None or spill.last is None:
         progress("no timed events: nothing to backtest")
         return report
+    problem = timed.period_problem()
+    if problem is not None:  # before a block is written
+        raise BacktestError(problem)
     report.period_start, report.period_end = spill.first, spill.last + AFTER_LAST_EVENT
     progress(f"replayed {report.replay.totals()['sessions']} session(s); {len(spill)} timed events")
     lookback = max([options.scrape_interval, *options.rules.intervals])

@@ -42,12 +42,14 @@ from otelguard.cli.replay import (
 )
 from otelguard.errors import UsageError
 from otelguard.replay import STDIN, expand_paths
+from otelguard.replay.printable import printable
 from otelguard.replay.timeline import Timelines
 from otelguard.replay.times import format_duration, iso_utc, parse_duration
 
 _INTERRUPTED = 130
 _LISTED = 20
 _SHOWN_APART = frozenset({"alertname", "job", "instance"})
+_ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -85,11 +87,14 @@ def run(args: argparse.Namespace) -> int:
     workdir = Path(tempfile.mkdtemp(prefix="otelguard-backtest-"))
     timelines = Timelines() if args.html else None
     try:
-        with _interrupt_on_sigterm():
+        with _interrupt_on_signals():
             Engine(binaries, workdir, lookback=1, retention_days=1).check_rules(options.rules.path)
             report = run_backtest(options, binaries, workdir, _progress, threading.Event(), timelines)
     except KeyboardInterrupt:
-        print(f"otelguard backtest: interrupted; stopped prometheus and removed {workdir}", file=sys.stderr)
+        with contextlib.suppress(OSError):  # after SIGHUP the terminal may be gone
+            print(
+                f"otelguard backtest: interrupted; stopped prometheus and removed {workdir}", file=sys.stderr
+            )
         return _INTERRUPTED
     except BacktestError as exc:
         return _usage(str(exc))
@@ -140,17 +145,19 @@ def _shipped_rules() -> str:
 
 
 def _usage(message: str) -> int:
-    print(f"otelguard backtest: {message}", file=sys.stderr)
+    print(printable(f"otelguard backtest: {message}"), file=sys.stderr)  # it may quote input
     return 2
 
 
 def _progress(message: str) -> None:
-    print(f"otelguard backtest: {message}", file=sys.stderr, flush=True)
+    print(printable(f"otelguard backtest: {message}"), file=sys.stderr, flush=True)
 
 
 @contextlib.contextmanager
-def _interrupt_on_sigterm() -> Iterator[None]:
-    """SIGTERM ends a backtest like Ctrl-C does: through the cleanup, not around it."""
+def _interrupt_on_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP (a closed terminal) end a backtest like Ctrl-C does: through the cleanup
+    (prometheus stopped, the temporary directory removed), not around it. Prometheus takes SIGHUP as
+    "reload its config", so it would outlive a backtest that died of it."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -158,11 +165,12 @@ def _interrupt_on_sigterm() -> Iterator[None]:
     def interrupt(*_: Any) -> NoReturn:
         raise KeyboardInterrupt
 
-    previous = signal.signal(signal.SIGTERM, interrupt)
+    previous = {number: signal.signal(number, interrupt) for number in _ENDING_SIGNALS}
     try:
         yield
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for number, handler in previous.items():
+            signal.signal(number, handler)
 
 
 def _write_html(path: str, report: BacktestReport, timelines: Timelines) -> None:
@@ -213,7 +221,9 @@ def _render(report: BacktestReport, console: Console) -> None:
                 str(interval.halts_total),
                 str(interval.cap_hits_total),
             )
-            table.add_row(*(Text(cell) for cell in cells))  # names from input are never markup
+            table.add_row(
+                *(Text(printable(cell)) for cell in cells)
+            )  # names from input: never markup, escaped
     if report.fired:
         console.print(table)
     else:
@@ -222,7 +232,9 @@ def _render(report: BacktestReport, console: Console) -> None:
     for outcome in report.quiet:  # why each stayed quiet: its for: against how long it held
         console.print(f"  {outcome.rule.name}: {outcome.why_quiet()}", markup=False)
     if report.untimed_sessions_total:
-        names = ", ".join(f"{k.path} ({k.session_id})" for k in report.untimed_sessions[:_LISTED])
+        names = ", ".join(
+            f"{printable(k.path)} ({printable(k.session_id)})" for k in report.untimed_sessions[:_LISTED]
+        )
         console.print(
             f"{report.untimed_sessions_total} session(s) without timestamps were left out: {names}",
             markup=False,
@@ -232,4 +244,4 @@ def _render(report: BacktestReport, console: Console) -> None:
         console.print(f"{errors} input error(s), reported and skipped:", markup=False)
         for error in report.replay.errors[:_LISTED]:
             where = f"{error.path}:{error.line}" if error.line is not None else error.path
-            console.print(f"  {where}: {error.reason}", markup=False)
+            console.print(f"  {printable(where)}: {printable(error.reason)}", markup=False)

@@ -39,6 +39,7 @@ from otelguard.replay import (
     replay_inputs,
 )
 from otelguard.replay.lines import MAX_LINE_BYTES
+from otelguard.replay.printable import printable
 from otelguard.replay.report import MAX_DETAILED_SESSIONS
 from otelguard.replay.timed import TimedRun
 from otelguard.replay.timeline import Timelines
@@ -152,7 +153,7 @@ def duration_argument(text: str) -> float:
 def run(args: argparse.Namespace) -> int:
     problem = _usage_problem(args)
     if problem is not None:
-        print(f"otelguard replay: {problem}", file=sys.stderr)
+        print(printable(f"otelguard replay: {problem}"), file=sys.stderr)
         return 2
     config = load_config("otelguard replay", args.config)
     if config is None:
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         files = expand_paths(args.paths, allow_missing=args.follow)
     except UsageError as exc:
-        print(f"otelguard replay: {exc}", file=sys.stderr)
+        print(printable(f"otelguard replay: {exc}"), file=sys.stderr)
         return 2
     registry, telemetry = _telemetry(args, config)
     try:
@@ -328,6 +329,14 @@ def _write_openmetrics(args: argparse.Namespace, timed: TimedRun, config: GuardC
         print(
             f"otelguard replay: cannot write --openmetrics {args.openmetrics}: the replay's events "
             f"could not be kept ({timed.events.failure})",
+            file=sys.stderr,
+        )
+        return False
+    problem = timed.period_problem()
+    if problem is not None:  # before the file is opened
+        spill.close()
+        print(
+            printable(f"otelguard replay: cannot write --openmetrics {args.openmetrics}: {problem}"),
             file=sys.stderr,
         )
         return False

@@ -8,6 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
+from otelguard.replay.printable import printable
 from otelguard.replay.report import ReplayReport
 
 __all__ = ["render_report"]
@@ -133,8 +134,9 @@ def _errors_table(report: ReplayReport) -> Table:
 
 
 def _literal_row(table: Table, *cells: str) -> None:
-    """Cells hold names and ids from transcripts: shown as written, never read as rich markup."""
-    table.add_row(*(Text(cell) for cell in cells))
+    """Cells hold names and ids from transcripts: shown as written, never read as rich markup, and
+    with every control character escaped (``printable``)."""
+    table.add_row(*(Text(printable(cell)) for cell in cells))
 
 
 def _more(table: Table, total: int, what: str) -> None:

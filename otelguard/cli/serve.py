@@ -20,7 +20,7 @@ from otelguard.cli.config_messages import load_config
 from otelguard.config import StateSettings, mask_url
 from otelguard.environment_variables import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.metrics_server import bind, tls_context
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS
+from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SIGNATURES
 from otelguard.sidecar import Sidecar
 from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note, uses_random_key
 from otelguard.telemetry import Telemetry
@@ -39,6 +39,11 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument(
         "--max-sessions", type=int, default=DEFAULT_MAX_SESSIONS, metavar="N",
         help=f"sessions held at once; the least recently used is dropped first (default: {DEFAULT_MAX_SESSIONS})",
+    )  # fmt: skip
+    parser.add_argument(
+        "--max-signatures", type=int, default=DEFAULT_MAX_SIGNATURES, metavar="N",
+        help="signatures tracked across all sessions; each session tracks at most N / --max-sessions "
+        f"(default: {DEFAULT_MAX_SIGNATURES})",
     )  # fmt: skip
     parser.add_argument(
         "--session-idle", type=float, default=DEFAULT_IDLE_SECONDS, metavar="SECONDS",
@@ -63,16 +68,26 @@ def _span_export() -> SpanExport | None:
 def _check_state(state: StateSettings, telemetry: Telemetry) -> Callable[[], bool]:
     """One command to the shared state at start: its metrics exist from now on, and the log says
     whether session caps are shared right away. Returns what ``/healthz`` asks: whether the state
-    answers (a ping unless it is in its back-off after a failure)."""
+    answered last (and a ping in the background, unless it is in its back-off after a failure)."""
     from otelguard.state.redis_caps import link_for
 
     link = link_for(state)
     report = link.ping()
     telemetry.state_reported(report)
 
-    def state_up() -> bool:
-        if link.may_send():
+    probing = threading.Lock()
+
+    def probe() -> None:
+        try:
             telemetry.state_reported(link.ping())
+        finally:
+            probing.release()
+
+    def state_up() -> bool:
+        # The answer is the last one the state gave; a ping for the next /healthz runs beside it,
+        # one at a time, so a hung Redis never holds up the event loop that answers /healthz.
+        if link.may_send() and probing.acquire(blocking=False):
+            threading.Thread(target=probe, name="otelguard-state-probe", daemon=True).start()
         return link.healthy
 
     how = (
@@ -107,6 +122,7 @@ def run(args: argparse.Namespace) -> int:
             max_sessions=args.max_sessions,
             idle_seconds=args.session_idle,
             state_up=state_up,
+            max_signatures=args.max_signatures,
         )
         server = bind(
             sidecar.handle, args.addr, args.port, tls_context(args.certfile, args.keyfile),

@@ -26,8 +26,10 @@ from otelguard.config import GuardConfig, TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, Decision, TurnSummary
 from otelguard.observers import CallEvent, GuardObserver
 from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.replay.printable import printable
 from otelguard.replay.report import MAX_LISTED, ReplayReport
 from otelguard.replay.runner import ReplayRunner
+from otelguard.replay.times import iso_utc
 
 __all__ = [
     "CALL",
@@ -46,6 +48,13 @@ TURN: Final = 1
 INTERNAL_ERROR: Final = 2
 RUN_RECORDS: Final = 20_000
 """Events held in memory before a sorted run goes to disk: the spill's memory bound."""
+MAX_PERIOD_SECONDS: Final = 31 * 86400
+"""The longest recorded period played without ``--since`` and ``--until``: the work (and an
+OpenMetrics file's size) grows with the period, so one line stamped ``0`` would make it 55 years."""
+MAX_DAYS_TRACKED: Final = 100_000
+"""Distinct days whose first line a timed replay remembers, to name the lines far from the rest."""
+_DAY: Final = 86400
+_NAMED_OUTLIERS: Final = 5
 _BATCH: Final = 1000
 _CAP_CODES: Final = frozenset((CAP_TURN, CAP_SESSION))
 
@@ -230,6 +239,19 @@ class _Times:
     events: int = 0
 
 
+@dataclass(slots=True)
+class _Day:
+    """The events of one day (UTC) of a timed replay, and where its first time was read."""
+
+    events: int
+    first: float
+    where: str
+
+
+def _where(key: SessionKey, line: int | None) -> str:
+    return key.path if line is None else f"{key.path}:{line}"
+
+
 class TimedReplay:
     """The event sink of a timed replay: follows each session's latest time, points the clock at the
     right one before the runner (and so the guard and ``TimedEvents``) sees an event, and forwards
@@ -241,6 +263,8 @@ class TimedReplay:
         self._times: dict[SessionKey, _Times] = {}
         self.untimed_sessions: list[SessionKey] = []
         self.untimed_sessions_total = 0
+        self.days: dict[int, _Day] = {}
+        """Events per day (``time // 86400``), each with the place its first time was read."""
 
     def describe_input(self, path: str, fmt: str) -> None:
         self.runner.describe_input(path, fmt)
@@ -255,17 +279,30 @@ class TimedReplay:
         times = self._at(key)  # the turn that ends now ends at its latest time
         self.runner.start_turn(key, time)
         times.events += 1
-        if time is not None and (times.last is None or time > times.last):
-            times.last = time
+        if time is not None:
+            self._count_day(time, key, None)
+            if times.last is None or time > times.last:
+                times.last = time
 
     def tool_call(self, key: SessionKey, call: ToolCall) -> None:
         times = self._at(key)
         times.events += 1
         if call.time is not None:
             self.clock.now = call.time
+            self._count_day(call.time, key, call.line)
             if times.last is None or call.time > times.last:
                 times.last = call.time
         self.runner.tool_call(key, call)
+
+    def _count_day(self, time: float, key: SessionKey, line: int | None) -> None:
+        number = int(time // _DAY)
+        day = self.days.get(number)
+        if day is not None:
+            day.events += 1
+            if time < day.first:
+                day.first, day.where = time, _where(key, line)
+        elif len(self.days) < MAX_DAYS_TRACKED:
+            self.days[number] = _Day(1, time, _where(key, line))
 
     def end_session(self, key: SessionKey) -> None:
         times = self._at(key)
@@ -317,8 +354,66 @@ class TimedRun:
     def finish(self) -> ReplayReport:
         return self.sink.finish()
 
+    def period_problem(self, max_period: float = MAX_PERIOD_SECONDS) -> str | None:
+        """Why the recorded period is not played, before any work is spent on it: longer than
+        ``max_period`` without both ``since`` and ``until``. Names the places of the times far from
+        the rest (``file:line``: outside the ``max_period`` holding the most events)."""
+        first, last = self.spill.first, self.spill.last
+        if first is None or last is None or last - first <= max_period:
+            return None
+        if self.events.since is not None and self.events.until is not None:
+            return None  # the period asked for, however long
+        days = sorted(
+            (number, day)
+            for number, day in self.sink.days.items()
+            if (self.events.since is None or (number + 1) * _DAY > self.events.since)
+            and (self.events.until is None or number * _DAY <= self.events.until)
+        )
+        outliers = _outside_busiest_window(days, max_period)
+        named = "; ".join(
+            f"{printable(day.where)}: stamped {iso_utc(day.first)} ({day.events} event(s) that day)"
+            for _n, day in outliers[:_NAMED_OUTLIERS]
+        )
+        more = len(outliers) - _NAMED_OUTLIERS
+        far = f"; timestamps far from the rest: {named}" if named else ""
+        if more > 0:
+            far += f" and {more} more day(s)"
+        return (
+            f"the transcripts' timestamps span {_days(last - first)}, from {iso_utc(first)} to "
+            f"{iso_utc(last)}, more than the {_days(max_period)} played without --since and "
+            f"--until{far}; pass --since and --until to choose the period"
+        )
+
     def untimed_names(self, limit: int = 20) -> str:
         """The sessions without timestamps, for one line on stderr."""
-        names = [f"{key.path} ({key.session_id})" for key in self.sink.untimed_sessions[:limit]]
+        names = [
+            f"{printable(key.path)} ({printable(key.session_id)})"
+            for key in self.sink.untimed_sessions[:limit]
+        ]
         more = self.sink.untimed_sessions_total - len(names)
         return ", ".join(names) + (f" and {more} more" if more > 0 else "")
+
+
+def _outside_busiest_window(days: list[tuple[int, _Day]], max_period: float) -> list[tuple[int, _Day]]:
+    """The days outside the ``max_period`` window that holds the most events, farthest first."""
+    if not days:
+        return []
+    width = int(max_period // _DAY)
+    best = (0, 0, -1)  # events, first index, last index
+    events, low = 0, 0
+    for high, (number, day) in enumerate(days):
+        events += day.events
+        while number - days[low][0] > width:
+            events -= days[low][1].events
+            low += 1
+        if events > best[0]:
+            best = (events, low, high)
+    _count, low, high = best
+    centre = (days[low][0] + days[high][0]) / 2
+    outside = days[:low] + days[high + 1 :]
+    return sorted(outside, key=lambda item: -abs(item[0] - centre))
+
+
+def _days(seconds: float) -> str:
+    days = seconds / _DAY
+    return f"{days:,.0f} days" if days >= 10 else f"{days:,.1f} days"

@@ -46,6 +46,8 @@ def refusal_category(refusal: str | None) -> str:
 
 
 logger = logging.getLogger("otelguard")
+_REPORTED_STEPS: set[tuple[str, str]] = set()
+"""Telemetry steps whose failure was logged already (place, error type): said once per process."""
 
 _default: Telemetry | None = None
 _default_lock = threading.Lock()
@@ -177,12 +179,32 @@ class GuardTelemetry(GuardObserver):
         )
 
     def on_turn_end(self, summary: TurnSummary) -> None:
-        space = self._space
-        space.turns(summary.agent, summary.outcome).inc()
-        space.per_agent("turn_tool_calls", summary.agent).observe(summary.tool_calls)
-        for cap, ratio in summary.cap_usage_ratio.items():
-            space.cap_usage(summary.agent, cap).observe(ratio)
-        self._end_turn_span(summary)
+        # Each step on its own: a turn is counted even when its span or a ratio cannot be recorded.
+        space, agent = self._space, _name(summary.agent)
+        try:
+            space.turns(agent, summary.outcome).inc()
+        except Exception as exc:
+            self._step_failed("on_turn_end", exc)
+        try:
+            space.per_agent("turn_tool_calls", agent).observe(summary.tool_calls)
+            for cap, ratio in summary.cap_usage_ratio.items():
+                space.cap_usage(agent, _name(cap)).observe(ratio)
+        except Exception as exc:
+            self._step_failed("on_turn_end", exc)
+        try:
+            self._end_turn_span(summary)
+        except Exception as exc:
+            self._step_failed("on_turn_end", exc)
+
+    def _step_failed(self, where: str, exc: Exception) -> None:
+        """One step of recording an event failed: count it (``otelguard_internal_errors_total``,
+        stage ``observer``), say it once per place and error type, and go on with the next step."""
+        self._space.families.internal_error("observer")
+        key = (where, type(exc).__name__)
+        if key not in _REPORTED_STEPS:
+            _REPORTED_STEPS.add(key)
+            # Only the exception type: its message may quote a host-chosen value.
+            logger.error("otelguard internal error in telemetry %s (%s); the rest is still recorded", *key)
 
     def _end_turn_span(self, summary: TurnSummary | None) -> None:
         span, self._turn_span = self._turn_span, None
@@ -226,11 +248,16 @@ class GuardTelemetry(GuardObserver):
         return (current, annotate)
 
     def on_call_end(self, call: CallEvent, token: object) -> None:
+        # Each step on its own: a call is counted even when its span or its decision cannot be.
         outcome = call.outcome or "ok"
         space = self._space
-        space.tool_calls(call.agent, call.tool_name, outcome).inc()
-        if call.spawn_count and outcome in _RAN:
-            space.per_agent("subagent_spawns", call.agent).inc(call.spawn_count)
+        agent = _name(call.agent)
+        try:
+            space.tool_calls(agent, _name(call.tool_name), outcome).inc()
+            if call.spawn_count and outcome in _RAN:
+                space.per_agent("subagent_spawns", agent).inc(call.spawn_count)
+        except Exception as exc:
+            self._step_failed("on_call_end", exc)
         decision, before = call.decision, call.before
         # a call that ran after a non-allow before_call decision has two decisions to report
         before_counts = before.action != "allow" and before is not decision and before != decision
@@ -238,11 +265,17 @@ class GuardTelemetry(GuardObserver):
         mode = self._mode
         exemplar: Exemplar = None
         if mode != "off" and not (quiet and mode == "decisions"):
-            exemplar = self._span_work(call, outcome, quiet, cast("tuple[Span, bool] | None", token))
-        if before_counts:
-            self._record_decision(call, before, exemplar)
-        if decision.action != "allow":
-            self._record_decision(call, decision, exemplar)
+            try:
+                exemplar = self._span_work(call, outcome, quiet, cast("tuple[Span, bool] | None", token))
+            except Exception as exc:
+                self._step_failed("on_call_end", exc)
+        try:
+            if before_counts:
+                self._record_decision(call, before, exemplar)
+            if decision.action != "allow":
+                self._record_decision(call, decision, exemplar)
+        except Exception as exc:
+            self._step_failed("on_call_end", exc)
 
     def _span_work(
         self, call: CallEvent, outcome: str, quiet: bool, token: tuple[Span, bool] | None
@@ -323,17 +356,18 @@ class GuardTelemetry(GuardObserver):
 
     def _record_decision(self, call: CallEvent, decision: Decision, exemplar: Exemplar) -> None:
         space = self._space
-        space.decisions(call.agent, call.tool_name, decision.action, decision.code).inc(1, exemplar)
+        agent, tool = _name(call.agent), _name(call.tool_name)
+        space.decisions(agent, tool, decision.action, decision.code).inc(1, exemplar)
         scope = _CAP_SCOPES.get(decision.code)
         if scope is not None:
-            space.cap_hits(call.agent, decision.cap or call.tool_name, scope).inc(1, exemplar)
+            space.cap_hits(agent, _name(decision.cap or call.tool_name), scope).inc(1, exemplar)
         elif decision.code in LOOP_CODES and decision.action in _LOOP_ACTIONS:
             if self.unkeyed:
                 self._exporting_unkeyed_hashes()
             signature = decision.signature or call.signature
             space.signature_hit(
-                call.agent,
-                call.tool_name,
+                agent,
+                tool,
                 decision.code,
                 signature.args_hash,
                 self._max_signature_series,
@@ -355,10 +389,17 @@ def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | 
 _MAX_ATTRIBUTE_LENGTH: Final = 256
 
 
-def _clip(text: str) -> str:
+def _clip(text: object) -> str:
     """Host-chosen names (tools, agents, call ids) are bounded and valid UTF-8 on spans, like labels
     are in metrics."""
+    text = _name(text)
     return valid_utf8(text if len(text) <= _MAX_ATTRIBUTE_LENGTH else text[:_MAX_ATTRIBUTE_LENGTH])
+
+
+def _name(value: object) -> str:
+    """A host-chosen name as exported: a string as it is, anything else (a host passed its agent
+    object where the name goes) ``_other``, never its ``repr``, which may hold anything."""
+    return value if isinstance(value, str) else attr.OTHER
 
 
 def _end_attributes(call: CallEvent, outcome: str) -> dict[str, Any]:
