@@ -102,7 +102,9 @@ TAU_DECISIONS = {
     "task-4-trial-0": {},
     # book_reservation retried unchanged after 'payment amount does not add up', then a human handover
     "task-8-trial-1": {"exact_failure_warn": 2},
-    "task-9-trial-2": {"cycle_block": 1, "cycle_warn": 2, "exact_failure_warn": 2},
+    # the failing book_reservation between think calls: the call continuing the cycle is rejected, and
+    # the model does not send it again
+    "task-9-trial-2": {"cycle_reject": 1, "cycle_warn": 2, "exact_failure_warn": 2},
     # the same retry, until the model fixes the amount and the booking succeeds
     "task-11-trial-2": {"exact_failure_warn": 2, "same_tool_failure_warn": 1},
 }
@@ -121,13 +123,17 @@ def test_tau_bench_healthy_tasks_are_not_stopped(
             assert session["halts"] == []
 
 
-def test_tau_bench_book_reservation_loop_is_blocked(
+def test_tau_bench_book_reservation_loop_is_refused(
     unattended: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """gpt-4o retries a failing book_reservation between think calls: the cycle is refused."""
+    """gpt-4o retries a failing book_reservation between think calls: the call continuing the cycle is
+    rejected (it does not run, the turn goes on); the model's next call breaks the cycle, so nothing
+    halts."""
     session = {s["session_id"]: s for s in replay(TAU, unattended, capsys)["sessions"]}["task-9-trial-2"]
-    assert halts(session) == [(8, 9, "book_reservation", "cycle_block")]
+    assert halts(session) == []
+    assert session["decisions"]["cycle_reject"] == 1
     assert session["decisions"]["cycle_warn"] == 2
+    assert session["prevented_calls"] == 1
 
 
 def test_tau_bench_blocked_call_is_prevented_and_repeated_errors_add_no_new_code(
