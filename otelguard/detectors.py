@@ -178,6 +178,7 @@ class TurnDetectors:
         self.identical_count = 0
         self.cycle = _Cycle()
         self.cycle_rejects = 0  # rejects given to the current cycle
+        self.cycle_rejected: tuple[Signature, int, int] | None = None  # its last: (call, count, period)
         self.read_streak = 0
         self.write_streak = 0
 
@@ -229,11 +230,15 @@ class TurnDetectors:
         turn. The cycle breaking ends its rejects."""
         limit = self.stop_after["cycle"]
         count, period = self.cycle.would_continue(sig, limit)
+        rejected = self.cycle_rejected
+        if not count and self.cycle_rejects and rejected is not None and rejected[0] == sig:
+            _, count, period = rejected  # the very call the cycle's reject refused, sent again
         if not count:
             return None
         if self.cycle_rejects >= self.rejects_before_stop:
             return _decision("block", codes.CYCLE_BLOCK, sig, count, limit, period=period)
         self.cycle_rejects += 1
+        self.cycle_rejected = (sig, count, period)
         self.cycle.push(sig)
         return _decision("reject", codes.CYCLE_REJECT, sig, count, limit, period=period)
 

@@ -904,3 +904,65 @@ def test_messages_name_the_tool_and_the_count() -> None:
             continue  # the documented cap example names the cap ("50 web searches"), checked in test_caps
         assert decision.tool_name in decision.message, decision.code
         assert str(decision.count) in decision.message, decision.code
+
+
+# -- a reject before a stop ----------------------------------------------------------------------
+
+
+def test_a_reject_lapses_after_a_successful_write() -> None:
+    """A reject stands until the call runs or a write succeeds: after a fix, the call is not stopped
+    for having been refused before."""
+    guard = make_guard(hard_stop_after={"no_progress": 2})
+    same = ok("read_file", {"path": "a"}, "same")
+    run_script(guard, [same] * 2)
+    assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"
+    run_script(guard, [ok("write_file")])
+    assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"  # rejected again
+    assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_block"
+
+
+@pytest.mark.parametrize("rejects", [0, 1, 2, 3])
+def test_rejects_before_stop_sets_how_many_rejects_come_first(rejects: int) -> None:
+    guard = make_guard(rejects_before_stop=rejects)
+    steps = run_script(guard, [fail("flaky_api", {"id": 1})] * (5 + rejects + 1))
+    assert codes(steps)[5:] == ["exact_failure_reject"] * rejects + ["exact_failure_block"]
+    assert guard.halt_decision is not None and guard.halt_decision.code == "exact_failure_block"
+
+
+def test_rejects_before_stop_zero_halts_identical_calls_at_once() -> None:
+    steps = run_script(make_guard(rejects_before_stop=0), [ok("write_file", {"x": 1}, "done")] * 5)
+    assert codes(steps)[-1] == "identical_call_halt"
+
+
+def test_a_cycle_continued_after_its_reject_is_blocked() -> None:
+    """The rejected call is taken as part of the sequence: the other half of the cycle, next, goes on
+    with it and stops the turn."""
+    guard = make_guard()
+    run_script(guard, pattern("tool_a", "tool_b", repeats=3))
+    assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "cycle_reject"
+    decision = guard.before_call("tool_b", {"fixed": "tool_b"})
+    assert (decision.action, decision.code) == ("block", "cycle_block")
+
+
+def test_a_cycle_broken_after_its_reject_starts_over() -> None:
+    """A call that breaks the cycle ends its rejects: a new cycle is rejected first again."""
+    guard = make_guard()
+    run_script(guard, pattern("tool_a", "tool_b", repeats=3))
+    assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "cycle_reject"
+    run_script(guard, [ok("tool_c"), ok("tool_c")])
+    run_script(guard, pattern("tool_a", "tool_b", repeats=3))
+    assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "cycle_reject"
+
+
+def test_a_reject_does_not_stop_the_turn_and_other_calls_run() -> None:
+    guard = make_guard()
+    run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
+    assert guard.before_call("flaky_api", {"id": 1}).action == "reject"
+    steps = run_script(guard, [ok("read_file"), ok("write_file")])
+    assert all(s.ran for s in steps) and guard.halt_decision is None
+    assert guard.end_turn().decisions["exact_failure_reject"] == 1
+
+
+def test_interactive_mode_never_rejects() -> None:
+    steps = run_script(make_guard(hard_stop=False), [fail("flaky_api", {"id": 1})] * 9)
+    assert all(s.ran for s in steps)

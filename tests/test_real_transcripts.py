@@ -59,11 +59,12 @@ STEADY = [
     ("claude-code/cc_sibling_bash_rerun.jsonl", "claude-code", 4, {}, []),
     # tool output quoting Claude Code's host messages stays tool output
     ("claude-code/cc_templates_inside_output.jsonl", "claude-code", 2, {}, []),
-    # a test fixed by edits between four failing runs: Bash failed three times in the turn (a warning,
-    # content-blind), the edits in between keep the repeated run from counting as one loop
-    ("claude-code/cc_test_fix_loop.jsonl", "claude-code", 21, {"same_tool_failure_warn": 1}, []),
-    # a commit refused by a pre-commit hook again and again, with edits in between: warned, not stopped
-    ("claude-code/cc_precommit_retries.jsonl", "claude-code", 17, {"same_tool_failure_warn": 2}, []),
+    # a test fixed by edits between four failing runs: a shell failing between successful edits is how
+    # a fix is made, so neither the repeated run nor the content-blind count of Bash says anything
+    ("claude-code/cc_test_fix_loop.jsonl", "claude-code", 21, {}, []),
+    # a commit refused by a pre-commit hook again and again, with edits in between: each edit starts the
+    # shell's count over; nothing to say
+    ("claude-code/cc_precommit_retries.jsonl", "claude-code", 17, {}, []),
     ("swe-agent/function_calling_simple.traj", "swe-agent", 5, {}, []),
     ("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj", "swe-agent", 5, {}, []),
     # three rejected edits in a row, each with a different edit and error: healthy

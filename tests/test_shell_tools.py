@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from otelguard.classify import catalog_for
 from otelguard.config import DEFAULT_SHELL_TOOLS
 from otelguard.testing import codes, run_script
 from tests.test_detectors import fail, fresh, last, make_guard, no_stops, ok, reads, writes
@@ -133,11 +134,44 @@ def test_shell_calls_do_not_extend_the_write_streak() -> None:
     assert "write_streak_warn" not in codes(steps)
 
 
-def test_shell_calls_do_not_reset_the_write_streak() -> None:
-    """29 writes, ten shell calls, one more write: the streak goes on at 30."""
-    steps = run_script(make_guard(), [*writes(29), *(shell_ok() for _ in range(10)), *writes(1)])
-    assert codes(steps)[:-1] == ["allow"] * 39
+def test_a_successful_shell_call_ends_the_write_streak_a_failed_one_does_not() -> None:
+    """29 writes, a successful shell call (the tests run, a file printed: the changes read back), 29
+    more writes: no warning. A failed shell call reads nothing back: the streak goes on at 30."""
+    steps = run_script(make_guard(), [*writes(29), shell_ok(), *writes(29)])
+    assert "write_streak_warn" not in codes(steps)
+    steps = run_script(make_guard(), [*writes(29), *(shell_fail() for _ in range(3)), *writes(1)])
     assert last(steps).code == "write_streak_warn" and last(steps).count == 30
+
+
+def test_a_shells_failures_count_again_from_each_successful_edit() -> None:
+    """same_tool_failure on a shell: the tests failing between two edits are how a fix is made, so a
+    successful write or shell call starts the shell's count over; failures in a row still warn."""
+    edit = (
+        "str_replace_editor",
+        {"command": "str_replace", "path": "a.py", "old": "1", "new": "2"},
+        "ok",
+        False,
+    )
+    steps = run_script(make_guard(), [step for _ in range(6) for step in (shell_fail(), edit)])
+    assert "same_tool_failure_warn" not in codes(steps)
+    steps = run_script(make_guard(), [shell_fail() for _ in range(3)])
+    assert codes(steps)[-1] == "same_tool_failure_warn"
+    # another tool's success is still nothing for a tool that is not a shell
+    steps = run_script(make_guard(), [step for _ in range(3) for step in (fail("web_fetch"), edit)])
+    assert codes(steps)[-2] == "same_tool_failure_warn"
+
+
+@pytest.mark.parametrize(
+    "command",
+    ["open", "goto", "scroll_up", "scroll_down", "search_file", "search_dir", "find_file", "filemap"],
+)
+def test_swe_agent_navigation_is_read_and_ends_a_write_streak(command: str) -> None:
+    """SWE-agent's commands that move through files are reads: an agent that scrolls and edits is
+    reading back what it changed."""
+    guard = make_guard()
+    steps = run_script(guard, [*writes(29), (command, {"k": 1}, "window", False), *writes(29)])
+    assert "write_streak_warn" not in codes(steps)
+    assert catalog_for(guard.config).tool_class(command) == "read"
 
 
 # -- identical_call --------------------------------------------------------------------------------
