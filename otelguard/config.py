@@ -82,8 +82,8 @@ DEFAULT_READ_TOOLS: Final = (
     "mcp_*_read_*", "mcp_*_list_*", "mcp_*_search*", "mcp_*_get_*",
     # Claude Code
     "Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "NotebookRead",
-    # SWE-agent's own commands that move through files without changing them
-    "open", "goto", "scroll_up", "scroll_down", "search_file", "search_dir", "find_file", "filemap",
+    # SWE-agent's own searches
+    "search_file", "search_dir", "find_file", "filemap",
 )  # fmt: skip
 DEFAULT_WRITE_TOOLS: Final = (
     "write_file", "patch", "edit_file", "delete_file", "move_file",
@@ -108,7 +108,11 @@ DEFAULT_SHELL_TOOLS: Final = (
     "bash", "execute_bash", "shell", "local_shell", "run_shell_command", "execute_command",
     "run_terminal_cmd", "exec_command",
 )  # fmt: skip
-DEFAULT_POLL_TOOLS: Final = ("process", "*_poll", "*_get_result", "BashOutput", "TaskOutput")
+DEFAULT_POLL_TOOLS: Final = (
+    "process", "*_poll", "*_get_result", "BashOutput", "TaskOutput",
+    # SWE-agent's file viewer moving through a file: showing the same window again is normal
+    "open", "goto", "scroll_up", "scroll_down",
+)  # fmt: skip
 DEFAULT_FAILURE_TOLERANT: Final = ("terminal", "execute_code", "process")
 
 DEFAULT_TOOL_GROUPS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(

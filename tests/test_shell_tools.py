@@ -161,17 +161,24 @@ def test_a_shells_failures_count_again_from_each_successful_edit() -> None:
     assert codes(steps)[-2] == "same_tool_failure_warn"
 
 
-@pytest.mark.parametrize(
-    "command",
-    ["open", "goto", "scroll_up", "scroll_down", "search_file", "search_dir", "find_file", "filemap"],
-)
-def test_swe_agent_navigation_is_read_and_ends_a_write_streak(command: str) -> None:
-    """SWE-agent's commands that move through files are reads: an agent that scrolls and edits is
-    reading back what it changed."""
+@pytest.mark.parametrize("command", ["search_file", "search_dir", "find_file", "filemap"])
+def test_swe_agent_searches_are_reads_and_end_a_write_streak(command: str) -> None:
+    """SWE-agent's searches are reads: an agent that searches and edits is reading back."""
     guard = make_guard()
-    steps = run_script(guard, [*writes(29), (command, {"k": 1}, "window", False), *writes(29)])
+    steps = run_script(guard, [*writes(29), (command, {"k": 1}, "found", False), *writes(29)])
     assert "write_streak_warn" not in codes(steps)
     assert catalog_for(guard.config).tool_class(command) == "read"
+
+
+@pytest.mark.parametrize("command", ["open", "goto", "scroll_up", "scroll_down"])
+def test_swe_agent_file_viewer_moves_are_polls_and_never_a_loop(command: str) -> None:
+    """SWE-agent's file viewer moving through a file shows the same window again and again: normal,
+    never no_progress, identical_call or a cycle (its failures still count)."""
+    guard = make_guard()
+    same = (command, {"line": 100}, "[File: A.java (300 lines total)]\n100: x", False)
+    steps = run_script(guard, [step for _ in range(6) for step in (same, ok("edit"))] + [same] * 8)
+    assert codes(steps) == ["allow"] * 20
+    assert catalog_for(guard.config).tool_class(command) == "poll"
 
 
 # -- identical_call --------------------------------------------------------------------------------
