@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 import weakref
 from collections.abc import Iterable, Mapping
@@ -142,13 +143,34 @@ class ToolCatalog:
 
 _ERROR_PREFIX: Final = "Error"
 _JSON_HINTS: Final = ('"error"', '"success"', '"exit_code"')
+_SHELL_JSON_HINTS: Final = (*_JSON_HINTS, '"is_error"')
+
+# The exit status lines live shells write into their results, each a whole line, each as its host
+# prints it (nothing guessed from prose):
+# * OpenHands' execute_bash observation ends with "[Command finished with exit code N]" (older
+#   versions: "[The command completed with exit code N.]" before the working-directory lines);
+#   -1 means the command has not finished.
+# * Codex: its shell tools' output starts with "Exit code: N" and exec_command's with
+#   "Process exited with code N" (after "Chunk ID"/"Wall time" lines).
+_OPENHANDS_EXIT: Final = re.compile(
+    r"^\[(?:Command finished with exit code (-?\d+)|The command completed with exit code (-?\d+)\.)\]\s*$",
+    re.MULTILINE,
+)
+_CODEX_EXIT: Final = re.compile(r"^(?:Exit code: |Process exited with code )(-?\d+)\s*$", re.MULTILINE)
+_HEAD_CHARS: Final = 400  # Codex's status line comes within the first few short lines
+_TAIL_CHARS: Final = 600  # OpenHands' after the output, followed by at most two short lines
 
 
-def looks_failed(result: Any) -> bool:
+def looks_failed(result: Any, shell: bool = False) -> bool:
     """The fallback classifier for ``failed=None``: an ``"error"``, ``"success": false``, a non-zero
-    ``"exit_code"``, or text starting with ``Error``. Parses JSON text only when a hint is present."""
+    ``"exit_code"``, or text starting with ``Error``. Parses JSON text only when a hint is present.
+
+    ``shell``: the result of a ``shell`` tool, which also failed when it records a non-zero exit status
+    in one of the fixed forms live shells use: ``"is_error": true`` (Claude Code), a non-zero
+    ``metadata.exit_code`` (Codex's JSON output), OpenHands' ``[Command finished with exit code N]``
+    line, Codex's ``Exit code: N`` / ``Process exited with code N`` line."""
     if isinstance(result, Mapping):
-        return _mapping_failed(result)
+        return _mapping_failed(result, shell)
     if isinstance(result, (bytes, bytearray)):
         result = bytes(result).decode("utf-8", "replace")
     if not isinstance(result, str):
@@ -156,23 +178,50 @@ def looks_failed(result: Any) -> bool:
     text = result.lstrip()
     if text.startswith(_ERROR_PREFIX):
         return True
-    if text[:1] == "{" and any(hint in text for hint in _JSON_HINTS):
+    hints = _SHELL_JSON_HINTS if shell else _JSON_HINTS
+    if text[:1] == "{" and any(hint in text for hint in hints):
         try:
             parsed = orjson.loads(text)
         except orjson.JSONDecodeError:
-            return False
-        return isinstance(parsed, Mapping) and _mapping_failed(parsed)
-    return False
+            parsed = None
+        if isinstance(parsed, Mapping):
+            return _mapping_failed(parsed, shell)
+    return shell and _shell_text_failed(text)
 
 
-def _mapping_failed(result: Mapping[Any, Any]) -> bool:
+def _mapping_failed(result: Mapping[Any, Any], shell: bool = False) -> bool:
     error = result.get("error")
     if error not in (None, False, "", {}, []):
         return True
     if result.get("success") is False:
         return True
-    exit_code = result.get("exit_code")
-    return isinstance(exit_code, (int, float)) and not isinstance(exit_code, bool) and exit_code != 0
+    if _nonzero(result.get("exit_code")):
+        return True
+    if not shell:
+        return False
+    if result.get("is_error") is True:
+        return True
+    metadata = result.get("metadata")
+    return isinstance(metadata, Mapping) and _nonzero(metadata.get("exit_code"))
+
+
+def _nonzero(code: Any) -> bool:
+    return isinstance(code, (int, float)) and not isinstance(code, bool) and code != 0
+
+
+def _shell_text_failed(text: str) -> bool:
+    """A non-zero exit status line of OpenHands (in the tail) or Codex (in the head)."""
+    tail = text[-_TAIL_CHARS:]
+    if "exit code" in tail:
+        found = _OPENHANDS_EXIT.search(tail)
+        if found is not None:
+            return int(found.group(1) or found.group(2)) not in (0, -1)
+    head = text[:_HEAD_CHARS]
+    if "xit" in head:
+        status = _CODEX_EXIT.search(head)
+        if status is not None:
+            return int(status.group(1)) != 0
+    return False
 
 
 _CATALOGS: dict[int, ToolCatalog] = {}

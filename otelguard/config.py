@@ -57,6 +57,7 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "read_only_streak": 40,
         "write_streak": 30,
         "same_error": 3,
+        "cross_turn_failure": 4,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -68,6 +69,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "identical_call": 5,
         "cycle": 3,
         "same_error": 6,
+        "cross_turn_failure": 7,
     }
 )
 
@@ -80,6 +82,8 @@ DEFAULT_READ_TOOLS: Final = (
     "mcp_*_read_*", "mcp_*_list_*", "mcp_*_search*", "mcp_*_get_*",
     # Claude Code
     "Read", "Grep", "Glob", "LS", "WebFetch", "WebSearch", "NotebookRead",
+    # SWE-agent's own searches
+    "search_file", "search_dir", "find_file", "filemap",
 )  # fmt: skip
 DEFAULT_WRITE_TOOLS: Final = (
     "write_file", "patch", "edit_file", "delete_file", "move_file",
@@ -104,7 +108,11 @@ DEFAULT_SHELL_TOOLS: Final = (
     "bash", "execute_bash", "shell", "local_shell", "run_shell_command", "execute_command",
     "run_terminal_cmd", "exec_command",
 )  # fmt: skip
-DEFAULT_POLL_TOOLS: Final = ("process", "*_poll", "*_get_result", "BashOutput", "TaskOutput")
+DEFAULT_POLL_TOOLS: Final = (
+    "process", "*_poll", "*_get_result", "BashOutput", "TaskOutput",
+    # SWE-agent's file viewer moving through a file: showing the same window again is normal
+    "open", "goto", "scroll_up", "scroll_down",
+)  # fmt: skip
 DEFAULT_FAILURE_TOLERANT: Final = ("terminal", "execute_code", "process")
 
 DEFAULT_TOOL_GROUPS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
@@ -131,6 +139,7 @@ DEFAULT_VOLATILE_RESULT_KEYS: Final = (
 _TOP_KEYS: Final = (
     "mode", "hard_stop", "warnings", "warn_after", "hard_stop_after", "caps", "tool_groups", "tools",
     "spawn_tools", "ignore_args", "volatile_result_keys", "max_tracked_signatures", "signature_key",
+    "rejects_before_stop",
     "telemetry", "state",
 )  # fmt: skip
 _HERMES_FLAT: Final = {
@@ -246,6 +255,7 @@ class GuardConfig:
     ignore_args: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: DEFAULT_IGNORE_ARGS)
     volatile_result_keys: tuple[str, ...] = DEFAULT_VOLATILE_RESULT_KEYS
     max_tracked_signatures: int = 4096
+    rejects_before_stop: int = 1
     signature_key: str | None = field(default=None, repr=False)
     telemetry: TelemetrySettings = field(default_factory=TelemetrySettings)
     state: StateSettings = field(default_factory=StateSettings)
@@ -305,6 +315,7 @@ class GuardConfig:
             keys = DEFAULT_VOLATILE_RESULT_KEYS
         set_(self, "volatile_result_keys", tuple(keys))
         problems.attempt(integer, "max_tracked_signatures", self.max_tracked_signatures, 1, fallback=1)
+        problems.attempt(integer, "rejects_before_stop", self.rejects_before_stop, 0, fallback=0)
         if self.signature_key is not None and (
             not isinstance(self.signature_key, str) or not self.signature_key
         ):
@@ -455,6 +466,7 @@ class GuardConfig:
             "ignore_args": {k: list(v) for k, v in self.ignore_args.items()},
             "volatile_result_keys": list(self.volatile_result_keys),
             "max_tracked_signatures": self.max_tracked_signatures,
+            "rejects_before_stop": self.rejects_before_stop,
             "signature_key": "<set>" if self.signature_key else None,
             "telemetry": {f.name: getattr(self.telemetry, f.name) for f in fields(self.telemetry)},
             "state": self.state.to_mapping(),

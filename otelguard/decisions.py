@@ -57,6 +57,13 @@ READ_ONLY_STREAK_WARN: Final = "read_only_streak_warn"
 WRITE_STREAK_WARN: Final = "write_streak_warn"
 SAME_ERROR_WARN: Final = "same_error_warn"
 SAME_ERROR_HALT: Final = "same_error_halt"
+EXACT_FAILURE_REJECT: Final = "exact_failure_reject"
+NO_PROGRESS_REJECT: Final = "no_progress_reject"
+IDENTICAL_CALL_REJECT: Final = "identical_call_reject"
+CYCLE_REJECT: Final = "cycle_reject"
+CROSS_TURN_FAILURE_WARN: Final = "cross_turn_failure_warn"
+CROSS_TURN_FAILURE_REJECT: Final = "cross_turn_failure_reject"
+CROSS_TURN_FAILURE_BLOCK: Final = "cross_turn_failure_block"
 
 CODES: Final = (
     ALLOW,
@@ -80,6 +87,13 @@ CODES: Final = (
     WRITE_STREAK_WARN,
     SAME_ERROR_WARN,
     SAME_ERROR_HALT,
+    EXACT_FAILURE_REJECT,
+    NO_PROGRESS_REJECT,
+    IDENTICAL_CALL_REJECT,
+    CYCLE_REJECT,
+    CROSS_TURN_FAILURE_WARN,
+    CROSS_TURN_FAILURE_REJECT,
+    CROSS_TURN_FAILURE_BLOCK,
 )
 """Every decision code, stable: they are metric label values."""
 

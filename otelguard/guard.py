@@ -20,7 +20,7 @@ from otelguard.caps import CapLedger, Charge, SessionCapStore, session_cap_store
 from otelguard.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
-from otelguard.detectors import TurnDetectors
+from otelguard.detectors import SessionMemory, TurnDetectors
 from otelguard.observers import (
     GuardObserver,
     ObserverGroup,
@@ -86,6 +86,9 @@ class Guard:
         self._turn: TurnState | None = None
         self._last_halt: Decision | None = None  # of the turn that ended last, until the next starts
         self._pending = PendingCalls(self.config.max_tracked_signatures)
+        # what outlives a turn: the calls failing the same way turn after turn (per guard, so per
+        # session; a subagent's guard has its own)
+        self._memory = SessionMemory(self.config.max_tracked_signatures)
         all_observers = list(observers)
         self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
         if telemetry is not None and telemetry is not False:
@@ -147,7 +150,8 @@ class Guard:
     reset_for_turn = start_turn
 
     def _begin_turn(self, turn_id: str | None, agent: str | None) -> TurnState:
-        turn = TurnState(turn_id, agent or self.agent, TurnDetectors(self.config))
+        self._memory.next_turn()
+        turn = TurnState(turn_id, agent or self.agent, TurnDetectors(self.config, self._memory))
         self._turn = turn
         self._last_halt = None
         # Calls of an earlier turn that never finished: forget them (they pin that turn's state).
@@ -283,7 +287,7 @@ class Guard:
                 outcome: Outcome = "cancelled"
                 refusal = None
             else:
-                outcome = _outcome(result, failed, refusal)
+                outcome = _outcome(result, failed, refusal, facts.tool_class == "shell")
                 if refusal is not None and not isinstance(refusal, str):
                     refusal = str(refusal)
             error = self._results.error_fingerprint(result) if outcome == "failed" else None
@@ -387,10 +391,10 @@ def _turn_halted(sig: Signature, halt: Decision) -> Decision:
     )
 
 
-def _outcome(result: Any, failed: bool | None, refusal: object) -> Outcome:
+def _outcome(result: Any, failed: bool | None, refusal: object, shell: bool) -> Outcome:
     """A host's refusal wins; then its ``failed`` flag; without one, the fallback classifier decides."""
     if refusal is not None:
         return "refused"
     if failed is None:
-        return "failed" if looks_failed(result) else "ok"
+        return "failed" if looks_failed(result, shell) else "ok"
     return "failed" if failed else "ok"

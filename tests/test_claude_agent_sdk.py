@@ -41,14 +41,16 @@ def test_a_looping_agent_is_warned_denied_and_stopped() -> None:
     mapping = guard_hooks(CONFIG)
     assert call(mapping, "UserPromptSubmit", {**base("UserPromptSubmit"), "prompt": "build"}) == {}
     outputs = []
-    for index in range(6):
+    for index in range(7):
         tool = {"tool_name": "Bash", "tool_input": {"command": "make"}}
         before = call(
             mapping, "PreToolUse", {**base("PreToolUse"), **tool, "tool_use_id": f"t{index}"}, f"t{index}"
         )
         outputs.append(before)
-        if "hookSpecificOutput" in before:
+        if "continue_" in before:
             break
+        if "hookSpecificOutput" in before:  # denied, the turn goes on (a reject): Claude asks again
+            continue
         failure = {**base("PostToolUseFailure"), **tool, "tool_use_id": f"t{index}", "error": "Exit code 2"}
         outputs.append(call(mapping, "PostToolUseFailure", failure, f"t{index}"))
     assert any(o.get("hookSpecificOutput", {}).get("additionalContext") for o in outputs)  # a warning

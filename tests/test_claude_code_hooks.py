@@ -93,7 +93,7 @@ def test_a_halt_denies_and_stops_claude() -> None:
     h = hooks()
     h.handle(payload("UserPromptSubmit", prompt="p"))
     outputs = []
-    for index in range(6):
+    for index in range(7):  # five failures, a reject (denied, the turn goes on), then the stop
         outputs.append(h.handle(pre("Bash", {"command": "make"}, f"t{index}")))
         if outputs[-1] is None:
             outputs.append(h.handle(failure("Bash", {"command": "make"}, f"t{index}")))

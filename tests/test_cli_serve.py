@@ -96,10 +96,13 @@ def test_before_and_after_call_answer_the_decision(serve: Serve) -> None:
     for index in range(10):
         call = {"session_id": "a", "tool_name": "terminal", "args": {"c": "make"}, "call_id": f"c{index}"}
         answers.append(serve.post("/v1/before_call", call))
-        if answers[-1]["action"] in ("reject", "block", "halt"):
+        if answers[-1]["action"] in ("block", "halt"):
             break
+        if answers[-1]["action"] == "reject":  # refused, the turn goes on: the model sends it again
+            continue
         answers.append(serve.post("/v1/after_call", {**call, "result": "Error 2", "failed": True}))
     assert "warn" in [a["action"] for a in answers]
+    assert "reject" in [a["action"] for a in answers]
     final = answers[-1]
     assert final["action"] in ("block", "halt")
     assert final["code"] != "turn_halted"

@@ -24,6 +24,7 @@ DEFAULT_WARN_AFTER = {
     "read_only_streak": 40,
     "write_streak": 30,
     "same_error": 3,
+    "cross_turn_failure": 4,
 }
 DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,
@@ -33,6 +34,7 @@ DEFAULT_HARD_STOP_AFTER = {
     "identical_call": 5,
     "cycle": 3,
     "same_error": 6,
+    "cross_turn_failure": 7,
 }
 DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
 

@@ -182,7 +182,7 @@ def test_exemplars_enabled_exactly_where_the_metric_has_them(dashboard: dict[str
     assert {t.panel_title for t in with_exemplars} >= {
         "Cap hits per minute by cap",
         "Loop warnings per minute by code",
-        "Blocks and halts per minute by code",
+        "Rejects, blocks and halts per minute by code",
     }
     for target in all_targets(dashboard):
         raw_exemplar_metric = any(f"{m}{{" in target.expr for m in EXEMPLAR_METRICS)

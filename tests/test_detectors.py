@@ -74,11 +74,22 @@ def test_exact_failure_warns_on_every_call_of_the_streak() -> None:
 
 
 def test_exact_failure_blocks_the_next_before_call_after_five() -> None:
-    """After 5 consecutive failures the NEXT before_call of that signature is block (exact_failure_block)."""
+    """After 5 consecutive failures the NEXT before_call of that signature is rejected
+    (exact_failure_reject: it does not run, the turn goes on); sent again, it is block
+    (exact_failure_block)."""
     guard = make_guard()
     steps = run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
     assert all(s.ran for s in steps), "the fifth failing call itself is not refused"
     assert last(steps).action == "warn"
+    reject = guard.before_call("flaky_api", {"id": 1})
+    assert (reject.action, reject.code, reject.count, reject.limit) == (
+        "reject",
+        "exact_failure_reject",
+        5,
+        5,
+    )
+    assert not reject.allows_execution and not reject.should_halt
+    assert guard.halt_decision is None
     decision = guard.before_call("flaky_api", {"id": 1})
     assert (decision.action, decision.code) == ("block", "exact_failure_block")
     assert (decision.count, decision.limit) == (5, 5)
@@ -99,6 +110,7 @@ def test_exact_failure_block_is_per_signature() -> None:
     run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
     assert guard.before_call("flaky_api", {"id": 2}).allows_execution
     guard.after_call("flaky_api", {"id": 2}, "fine", failed=False)
+    assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
     assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_block"
 
 
@@ -132,7 +144,7 @@ def test_exact_failure_not_reset_by_a_failed_write_or_a_read() -> None:
     )
     assert last(steps).code == "exact_failure_warn"
     assert last(steps).count == 5
-    assert guard.before_call("flaky_api", x).code == "exact_failure_block"
+    assert guard.before_call("flaky_api", x).code == "exact_failure_reject"
 
 
 def test_fix_retest_loop_is_never_blocked() -> None:
@@ -298,6 +310,8 @@ def test_no_progress_blocks_next_before_call_at_five() -> None:
     guard = make_guard()
     steps = run_script(guard, [ok("read_file", {"path": "a"}, "same")] * 5)
     assert codes(steps) == ["allow"] + ["no_progress_warn"] * 4
+    reject = guard.before_call("read_file", {"path": "a"})
+    assert (reject.action, reject.code) == ("reject", "no_progress_reject")
     decision = guard.before_call("read_file", {"path": "a"})
     assert (decision.action, decision.code, decision.count, decision.limit) == (
         "block",
@@ -358,9 +372,12 @@ def test_identical_call_warns_at_three(tool: str) -> None:
 
 
 def test_identical_call_halts_at_five() -> None:
-    """identical_call halts from after_call at 5."""
+    """identical_call: the call that would be the 5th is rejected first; sent again, it runs and halts
+    from after_call at 5."""
     guard = make_guard()
-    steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * 5)
+    steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * 6)
+    assert [s.before.code for s in steps[-2:]] == ["identical_call_reject", "allow"]
+    assert (steps[-2].before.count, steps[-2].before.limit, steps[-2].ran) == (4, 5, False)
     assert codes(steps)[-1] == "identical_call_halt"
     assert (last(steps).count, last(steps).limit) == (5, 5)
     assert guard.halt_decision == last(steps)
@@ -419,6 +436,8 @@ def test_cycle_blocks_a_call_continuing_the_pattern_after_three_repeats() -> Non
     steps = run_script(guard, pattern("tool_a", "tool_b", repeats=3))
     assert last(steps).code == "cycle_warn"
     assert last(steps).count == 3
+    reject = guard.before_call("tool_a", {"fixed": "tool_a"})
+    assert (reject.action, reject.code, reject.count, reject.limit) == ("reject", "cycle_reject", 3, 3)
     decision = guard.before_call("tool_a", {"fixed": "tool_a"})
     assert (decision.action, decision.code, decision.count, decision.limit) == ("block", "cycle_block", 3, 3)
 
@@ -611,7 +630,7 @@ def test_same_tool_failure_halt_before_exact_failure_warn() -> None:
 
 def test_identical_call_halt_before_write_streak_warn() -> None:
     """identical_call_halt comes before write_streak_warn."""
-    steps = run_script(make_guard(warn_after={"write_streak": 5}), [ok("write_file", {"x": 1}, "done")] * 5)
+    steps = run_script(make_guard(warn_after={"write_streak": 5}), [ok("write_file", {"x": 1}, "done")] * 6)
     assert last(steps).code == "identical_call_halt"
 
 
@@ -678,6 +697,7 @@ def test_exact_failure_block_before_cycle_block() -> None:
     """exact_failure_block comes before cycle_block."""
     guard = make_guard(hard_stop_after={"exact_failure": 3, "cycle": 3})
     run_script(guard, [fail(t, {"fixed": t}) for _ in range(3) for t in ("tool_a", "tool_b")])
+    assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "exact_failure_reject"
     assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "exact_failure_block"
 
 
@@ -685,6 +705,7 @@ def test_no_progress_block_before_cycle_block() -> None:
     """no_progress_block comes before cycle_block."""
     guard = make_guard(hard_stop_after={"no_progress": 3, "cycle": 3})
     run_script(guard, [ok("read_file", {"path": p}, f"content {p}") for _ in range(3) for p in "ab"])
+    assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"
     assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_block"
 
 
@@ -694,7 +715,7 @@ def test_no_progress_block_before_cycle_block() -> None:
 def test_every_later_call_of_a_halted_turn_is_turn_halted() -> None:
     """After a halt every later call in the turn, of any tool, is block/turn_halted."""
     guard = make_guard()
-    steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * 5)
+    steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * 6)
     halt = last(steps)
     assert halt.code == "identical_call_halt"
     later = run_script(guard, [ok("read_file"), ok("web_search"), ok("terminal"), ok("custom_tool")])
@@ -707,6 +728,7 @@ def test_a_block_halts_the_turn_too() -> None:
     """The first block of a turn becomes halt_decision; later calls are turn_halted and do not replace it."""
     guard = make_guard()
     run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
+    assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
     block = guard.before_call("flaky_api", {"id": 1})
     assert block.code == "exact_failure_block"
     assert guard.before_call("read_file", {"path": "x"}).code == "turn_halted"
@@ -716,7 +738,7 @@ def test_a_block_halts_the_turn_too() -> None:
 def test_start_turn_clears_the_halt() -> None:
     """halt_decision stays until the next turn; start_turn clears it and calls run again."""
     guard = make_guard()
-    run_script(guard, [ok("write_file", {"x": 1}, "done")] * 5)
+    run_script(guard, [ok("write_file", {"x": 1}, "done")] * 6)
     assert guard.halt_decision is not None
     guard.start_turn()
     assert guard.halt_decision is None
@@ -736,9 +758,11 @@ def test_start_turn_clears_the_halt() -> None:
 def test_hard_stop_follows_mode_unless_set(config: dict[str, Any], blocks: bool) -> None:
     """hard_stop defaults to off in interactive mode and on in unattended mode; an explicit value wins."""
     guard = make_guard(**config)
-    steps = run_script(guard, [fail("flaky_api", {"id": 1})] * 6)
-    assert (steps[-1].before.code == "exact_failure_block") is blocks
-    assert all(s.before.allows_execution for s in steps[:-1])
+    steps = run_script(guard, [fail("flaky_api", {"id": 1})] * 7)
+    assert [s.before.code for s in steps[-2:]] == (
+        ["exact_failure_reject", "exact_failure_block"] if blocks else ["allow", "allow"]
+    )
+    assert all(s.before.allows_execution for s in steps[:-2])
 
 
 def test_warnings_false_silences_warnings_only() -> None:
@@ -746,10 +770,11 @@ def test_warnings_false_silences_warnings_only() -> None:
     guard = make_guard(warnings=False)
     steps = run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
     assert codes(steps) == ["allow"] * 5
+    assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
     assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_block"
     other = make_guard(warnings=False)
-    steps = run_script(other, [ok("write_file", {"x": 1}, "done")] * 5)
-    assert codes(steps) == ["allow"] * 4 + ["identical_call_halt"]
+    steps = run_script(other, [ok("write_file", {"x": 1}, "done")] * 6)
+    assert codes(steps) == ["allow"] * 4 + ["identical_call_reject", "identical_call_halt"]
 
 
 def test_warnings_false_and_hard_stop_off_allows_everything() -> None:
@@ -816,13 +841,18 @@ def canary_scripts() -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
 
     res = f"Error: {CANARY_RESULT}"
     return [
-        ({}, [("flaky_api", args(0), res, True)] * 5 + [("flaky_api", args(0), res, True)]),
+        ({}, [("flaky_api", args(0), res, True)] * 5 + [("flaky_api", args(0), res, True)] * 2),
         ({}, [("web_fetch", args(i), f"{res}{i}", True) for i in range(8)]),
         ({}, [("write_file", args(i), res, None, "permission_denied") for i in range(6)]),
         ({}, [(f"editor_{i}", args(i), res, True) for i in range(6)]),
-        ({}, [("read_file", args(0), CANARY_RESULT, False)] * 6),
-        ({}, [("write_file", args(0), CANARY_RESULT, False)] * 5),
-        ({}, [(t, args(t), f"{CANARY_RESULT}{i}", False) for i in range(4) for t in ("tool_a", "tool_b")]),
+        ({}, [("read_file", args(0), CANARY_RESULT, False)] * 7),
+        ({}, [("write_file", args(0), CANARY_RESULT, False)] * 6),
+        ({}, [("bash", args(0), CANARY_RESULT, False)] * 6),
+        (
+            {},
+            [(t, args(t), f"{CANARY_RESULT}{i}", False) for i in range(3) for t in ("tool_a", "tool_b")]
+            + [("tool_a", args("tool_a"), CANARY_RESULT, False)] * 2,
+        ),
         ({}, [("read_file", args(i), f"{CANARY_RESULT}{i}", False) for i in range(41)]),
         ({}, [("write_file", args(i), f"{CANARY_RESULT}{i}", False) for i in range(31)]),
         (
@@ -846,7 +876,8 @@ def test_canary_scripts_cover_every_non_allow_code() -> None:
         "exact_failure_warn", "exact_failure_block", "same_tool_failure_warn", "same_tool_failure_halt",
         "refusal_warn", "refusal_halt", "no_progress_warn", "no_progress_block", "identical_call_warn",
         "identical_call_halt", "cycle_warn", "cycle_block", "read_only_streak_warn", "write_streak_warn",
-        "same_error_warn", "same_error_halt", "cap_turn", "turn_halted",
+        "same_error_warn", "same_error_halt", "cap_turn", "turn_halted", "exact_failure_reject",
+        "no_progress_reject", "identical_call_reject", "cycle_reject",
     }  # fmt: skip
 
 
@@ -873,3 +904,65 @@ def test_messages_name_the_tool_and_the_count() -> None:
             continue  # the documented cap example names the cap ("50 web searches"), checked in test_caps
         assert decision.tool_name in decision.message, decision.code
         assert str(decision.count) in decision.message, decision.code
+
+
+# -- a reject before a stop ----------------------------------------------------------------------
+
+
+def test_a_reject_lapses_after_a_successful_write() -> None:
+    """A reject stands until the call runs or a write succeeds: after a fix, the call is not stopped
+    for having been refused before."""
+    guard = make_guard(hard_stop_after={"no_progress": 2})
+    same = ok("read_file", {"path": "a"}, "same")
+    run_script(guard, [same] * 2)
+    assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"
+    run_script(guard, [ok("write_file")])
+    assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"  # rejected again
+    assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_block"
+
+
+@pytest.mark.parametrize("rejects", [0, 1, 2, 3])
+def test_rejects_before_stop_sets_how_many_rejects_come_first(rejects: int) -> None:
+    guard = make_guard(rejects_before_stop=rejects)
+    steps = run_script(guard, [fail("flaky_api", {"id": 1})] * (5 + rejects + 1))
+    assert codes(steps)[5:] == ["exact_failure_reject"] * rejects + ["exact_failure_block"]
+    assert guard.halt_decision is not None and guard.halt_decision.code == "exact_failure_block"
+
+
+def test_rejects_before_stop_zero_halts_identical_calls_at_once() -> None:
+    steps = run_script(make_guard(rejects_before_stop=0), [ok("write_file", {"x": 1}, "done")] * 5)
+    assert codes(steps)[-1] == "identical_call_halt"
+
+
+def test_a_cycle_continued_after_its_reject_is_blocked() -> None:
+    """The rejected call is taken as part of the sequence: the other half of the cycle, next, goes on
+    with it and stops the turn."""
+    guard = make_guard()
+    run_script(guard, pattern("tool_a", "tool_b", repeats=3))
+    assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "cycle_reject"
+    decision = guard.before_call("tool_b", {"fixed": "tool_b"})
+    assert (decision.action, decision.code) == ("block", "cycle_block")
+
+
+def test_a_cycle_broken_after_its_reject_starts_over() -> None:
+    """A call that breaks the cycle ends its rejects: a new cycle is rejected first again."""
+    guard = make_guard()
+    run_script(guard, pattern("tool_a", "tool_b", repeats=3))
+    assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "cycle_reject"
+    run_script(guard, [ok("tool_c"), ok("tool_c")])
+    run_script(guard, pattern("tool_a", "tool_b", repeats=3))
+    assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "cycle_reject"
+
+
+def test_a_reject_does_not_stop_the_turn_and_other_calls_run() -> None:
+    guard = make_guard()
+    run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
+    assert guard.before_call("flaky_api", {"id": 1}).action == "reject"
+    steps = run_script(guard, [ok("read_file"), ok("write_file")])
+    assert all(s.ran for s in steps) and guard.halt_decision is None
+    assert guard.end_turn().decisions["exact_failure_reject"] == 1
+
+
+def test_interactive_mode_never_rejects() -> None:
+    steps = run_script(make_guard(hard_stop=False), [fail("flaky_api", {"id": 1})] * 9)
+    assert all(s.ran for s in steps)

@@ -121,7 +121,7 @@ def test_annotate_appends_guidance_for_warn(result: Any) -> None:
 def test_annotate_appends_guidance_for_halt() -> None:
     """annotate() appends guidance for a halt."""
     guard, _ = make_guard(hard_stop=True)
-    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 5)
+    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 6)  # the 5th was rejected
     halt = steps[-1].decision
     assert halt.action == "halt"
     assert halt.message in halt.annotate("done")
@@ -176,7 +176,7 @@ def test_halt_decision_lifecycle() -> None:
     """halt_decision is None until the first block/halt, keeps the first one, and clears at the next turn."""
     guard, _ = make_guard(hard_stop=True)
     assert guard.halt_decision is None
-    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 5)
+    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 6)
     first = steps[-1].decision
     assert guard.halt_decision == first
     guard.before_call("read_file", {"p": 1})
@@ -283,7 +283,7 @@ def test_call_exception_counts_as_failure_and_is_reraised() -> None:
     assert recorder.outcomes == ["failed"] * 5
     with guard.call("flaky_api", {"id": 1}) as call:
         assert call.allowed is False
-        assert call.decision.code == "exact_failure_block"
+        assert call.decision.code == "exact_failure_reject"
 
 
 def test_call_refused_block_reports_not_allowed() -> None:
@@ -382,6 +382,8 @@ def test_wrap_refused_call_returns_synthetic_result_without_calling_fn() -> None
     for _ in range(5):
         with pytest.raises(RuntimeError):
             wrapped(1)
+    rejected = wrapped(1)
+    assert json.loads(rejected)["otelguard"]["code"] == "exact_failure_reject"
     result = wrapped(1)
     assert len(runs) == 5
     assert guard.halt_decision is not None
@@ -423,7 +425,7 @@ def test_wrap_async_refused_and_exceptions() -> None:
     result = asyncio.run(drive())
     assert len(runs) == 5
     assert recorder.outcomes[:5] == ["failed"] * 5
-    assert json.loads(result)["otelguard"]["code"] == "exact_failure_block"
+    assert json.loads(result)["otelguard"]["code"] == "exact_failure_reject"
 
 
 def test_wrap_annotates_warnings_into_the_result() -> None:

@@ -137,7 +137,7 @@ def test_refused_write_is_not_a_fix() -> None:
         + [("run_tests", x, "1 failed", True)]
     )  # fmt: skip
     assert steps[-1].decision.code == "exact_failure_warn"
-    assert guard.before_call("run_tests", x).code == "exact_failure_block"
+    assert guard.before_call("run_tests", x).code == "exact_failure_reject"
 
 
 def test_refusal_category_is_reported_to_observers() -> None:

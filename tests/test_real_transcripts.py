@@ -59,11 +59,12 @@ STEADY = [
     ("claude-code/cc_sibling_bash_rerun.jsonl", "claude-code", 4, {}, []),
     # tool output quoting Claude Code's host messages stays tool output
     ("claude-code/cc_templates_inside_output.jsonl", "claude-code", 2, {}, []),
-    # a test fixed by edits between four failing runs: Bash failed three times in the turn (a warning,
-    # content-blind), the edits in between keep the repeated run from counting as one loop
-    ("claude-code/cc_test_fix_loop.jsonl", "claude-code", 21, {"same_tool_failure_warn": 1}, []),
-    # a commit refused by a pre-commit hook again and again, with edits in between: warned, not stopped
-    ("claude-code/cc_precommit_retries.jsonl", "claude-code", 17, {"same_tool_failure_warn": 2}, []),
+    # a test fixed by edits between four failing runs: a shell failing between successful edits is how
+    # a fix is made, so neither the repeated run nor the content-blind count of Bash says anything
+    ("claude-code/cc_test_fix_loop.jsonl", "claude-code", 21, {}, []),
+    # a commit refused by a pre-commit hook again and again, with edits in between: each edit starts the
+    # shell's count over; nothing to say
+    ("claude-code/cc_precommit_retries.jsonl", "claude-code", 17, {}, []),
     ("swe-agent/function_calling_simple.traj", "swe-agent", 5, {}, []),
     ("swe-agent/6e44b9__sweagenttestrepo-1c2844.traj", "swe-agent", 5, {}, []),
     # three edits rejected by SWE-agent's linter, the last two the same edit with the same error: that
@@ -107,7 +108,9 @@ TAU_DECISIONS = {
     "task-4-trial-0": {},
     # book_reservation retried unchanged after 'payment amount does not add up', then a human handover
     "task-8-trial-1": {"exact_failure_warn": 2},
-    "task-9-trial-2": {"cycle_block": 1, "cycle_warn": 2, "exact_failure_warn": 2},
+    # the failing book_reservation between think calls: the call continuing the cycle is rejected, and
+    # the model does not send it again
+    "task-9-trial-2": {"cycle_reject": 1, "cycle_warn": 2, "exact_failure_warn": 2},
     # the same retry, until the model fixes the amount and the booking succeeds
     "task-11-trial-2": {"exact_failure_warn": 2, "same_tool_failure_warn": 1},
 }
@@ -126,13 +129,17 @@ def test_tau_bench_healthy_tasks_are_not_stopped(
             assert session["halts"] == []
 
 
-def test_tau_bench_book_reservation_loop_is_blocked(
+def test_tau_bench_book_reservation_loop_is_refused(
     unattended: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    """gpt-4o retries a failing book_reservation between think calls: the cycle is refused."""
+    """gpt-4o retries a failing book_reservation between think calls: the call continuing the cycle is
+    rejected (it does not run, the turn goes on); the model's next call breaks the cycle, so nothing
+    halts."""
     session = {s["session_id"]: s for s in replay(TAU, unattended, capsys)["sessions"]}["task-9-trial-2"]
-    assert halts(session) == [(8, 9, "book_reservation", "cycle_block")]
+    assert halts(session) == []
+    assert session["decisions"]["cycle_reject"] == 1
     assert session["decisions"]["cycle_warn"] == 2
+    assert session["prevented_calls"] == 1
 
 
 def test_tau_bench_blocked_call_is_prevented_and_repeated_errors_add_no_new_code(

@@ -289,7 +289,9 @@ def test_the_tables_link_to_each_timeline_and_long_ids_are_shortened(
             "[...document.querySelectorAll('#warned-calls tr.warned')].map(r => r.dataset.code)"
         )
         expected = [c["code"] for s in doc["sessions"] for c in s["warned_calls"]]
-        assert sorted(warned) == sorted(expected) and len(warned) == 5
+        # terminal failing again and again (5), and web_fetch failing the same way in turns 4 to 12
+        assert sorted(warned) == sorted(expected) and len(warned) == 5 + 9
+        assert warned.count("cross_turn_failure_warn") == 9
 
 
 def relative_luminance(css_colour: str) -> float:

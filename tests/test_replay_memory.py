@@ -21,7 +21,9 @@ _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 def turn_template() -> bytes:
     """One Claude Code turn (``@N@`` is replaced by the turn number so every id is unique): a prompt,
-    14 reads with ~2 KB results, then the same failing command 6 times (a would-be halt per turn)."""
+    13 reads with ~2 KB results, then the same failing command 7 times (a would-be halt per turn: the
+    6th rejected, the 7th stopped; from the 8th turn on, the command is refused as a failure across
+    turns from its first call)."""
     lines: list[dict[str, object]] = [
         {
             "type": "user",
@@ -32,7 +34,7 @@ def turn_template() -> bytes:
     ]
     pad = "x" * 2000
     for i in range(20):
-        if i < 14:
+        if i < 13:
             tool, args, text, failed = ("Read", {"file_path": f"/src/m{i}.py"}, f"{pad} @N@ {i}", False)
         else:
             tool, args, text, failed = ("Bash", {"command": "make test"}, "FAILED test_login", True)
@@ -113,7 +115,7 @@ def test_200mb_transcript_replays_in_bounded_memory(tmp_path: Path) -> None:
     )
     totals = report.totals()
     assert totals["turns"] == turns and totals["tool_calls"] == turns * 20
-    assert totals["halts"] == turns  # the 6th identical failure of every turn is refused
+    assert totals["halts"] == turns  # every turn stops on its repeated failing command
     assert totals["errors"] == 0
     [session] = report.sessions
     assert len(session.halts) == MAX_LISTED and session.halts_total == turns

@@ -30,30 +30,30 @@ SCENARIOS = [
     ("openai/healthy.jsonl", 2, 4, {}, [], 0),
     ("anthropic/healthy.jsonl", 2, 3, {}, [], 0),
     ("claude-code/healthy.jsonl", 2, 4, {}, [], 0),
-    # a failing command retried unchanged: warns from the 2nd failure, the 6th run is refused (it and
-    # the 7th are prevented)
+    # a failing command retried unchanged: warns from the 2nd failure, the 6th run is rejected, and the
+    # 7th, the same again, stops the turn (both are prevented)
     (
         "openai/retry_failing_command.jsonl",
         1,
         7,
-        {"exact_failure_warn": 4, "exact_failure_block": 1},
-        [(1, 6, "call_6", "terminal", "block", "exact_failure_block")],
+        {"exact_failure_warn": 4, "exact_failure_reject": 1, "exact_failure_block": 1},
+        [(1, 7, "call_7", "terminal", "block", "exact_failure_block")],
         2,
     ),
     (
         "anthropic/retry_failing_command.json",
         1,
         7,
-        {"exact_failure_warn": 4, "exact_failure_block": 1},
-        [(1, 6, "toolu_06", "terminal", "block", "exact_failure_block")],
+        {"exact_failure_warn": 4, "exact_failure_reject": 1, "exact_failure_block": 1},
+        [(1, 7, "toolu_07", "terminal", "block", "exact_failure_block")],
         2,
     ),
     (
         "claude-code/retry_failing_command.jsonl",
         1,
         7,
-        {"exact_failure_warn": 4, "exact_failure_block": 1},
-        [(1, 6, "toolu_06", "Bash", "block", "exact_failure_block")],
+        {"exact_failure_warn": 4, "exact_failure_reject": 1, "exact_failure_block": 1},
+        [(1, 7, "toolu_07", "Bash", "block", "exact_failure_block")],
         2,
     ),
     # a runaway web-search turn: the 6th search exceeds the turn cap of 5
@@ -98,29 +98,30 @@ SCENARIOS = [
         [(1, 4, "toolu_04", "spawn_agent", "block", "cap_turn")],
         2,
     ),
-    # a read loop: the same read returns the same content; warns from the 2nd, refuses the 6th
+    # a read loop: the same read returns the same content; warns from the 2nd, rejects the 6th and stops
+    # at the 7th
     (
         "openai/read_loop.jsonl",
         1,
         7,
-        {"no_progress_warn": 4, "no_progress_block": 1},
-        [(1, 6, "call_6", "read_file", "block", "no_progress_block")],
+        {"no_progress_warn": 4, "no_progress_reject": 1, "no_progress_block": 1},
+        [(1, 7, "call_7", "read_file", "block", "no_progress_block")],
         2,
     ),
     (
         "anthropic/read_loop.jsonl",
         1,
         7,
-        {"no_progress_warn": 4, "no_progress_block": 1},
-        [(1, 6, "toolu_06", "read_file", "block", "no_progress_block")],
+        {"no_progress_warn": 4, "no_progress_reject": 1, "no_progress_block": 1},
+        [(1, 7, "toolu_07", "read_file", "block", "no_progress_block")],
         2,
     ),
     (
         "claude-code/read_loop.jsonl",
         1,
         7,
-        {"no_progress_warn": 4, "no_progress_block": 1},
-        [(1, 6, "toolu_06", "Read", "block", "no_progress_block")],
+        {"no_progress_warn": 4, "no_progress_reject": 1, "no_progress_block": 1},
+        [(1, 7, "toolu_07", "Read", "block", "no_progress_block")],
         2,
     ),
     # a denial-like failure streak: free "permission denied" text is a failure (refusal is never

@@ -170,7 +170,7 @@ def test_a_refused_call_of_a_tool_named_with_a_lone_surrogate_has_a_synthetic_re
     for _ in range(5):
         drive(guard, "tool\ud800", {"a": 1}, "Error", True)
     refused = guard.before_call("tool\ud800", {"a": 1})
-    assert refused.code == "exact_failure_block"
+    assert refused.code == "exact_failure_reject"
     assert isinstance(refused.synthetic_result(), str)
     assert isinstance(refused.annotate("text"), str)
 
@@ -240,7 +240,7 @@ def test_hostile_inputs_hash_deterministically() -> None:
         guard.before_call("flaky_api", args)
         codes.append(guard.after_call("flaky_api", args, "Error", failed=True).code)
     assert codes == ["allow"] + ["exact_failure_warn"] * 4
-    assert guard.before_call("flaky_api", args).code == "exact_failure_block"
+    assert guard.before_call("flaky_api", args).code == "exact_failure_reject"
 
 
 CYCLIC_SCRIPT = """
@@ -307,12 +307,13 @@ def test_an_observer_that_raises_does_not_break_the_loop(caplog: pytest.LogCaptu
         for _ in range(5):
             guard.before_call("flaky_api", {"id": 1})
             decisions.append(guard.after_call("flaky_api", {"id": 1}, "Error", failed=True).code)
+        rejected = guard.before_call("flaky_api", {"id": 1})
         blocked = guard.before_call("flaky_api", {"id": 1})
         summary = guard.end_turn()
     assert decisions == ["allow"] + ["exact_failure_warn"] * 4
-    assert blocked.code == "exact_failure_block"
-    assert summary.tool_calls == 6
-    assert len(healthy.calls) == 6, "a failing observer does not starve the others"
+    assert (rejected.code, blocked.code) == ("exact_failure_reject", "exact_failure_block")
+    assert summary.tool_calls == 7
+    assert len(healthy.calls) == 7, "a failing observer does not starve the others"
     per_hook = [r for r in caplog.records if "on_call_start" in r.getMessage()]
     assert len(per_hook) <= 1, "logged once, not once per call"
 

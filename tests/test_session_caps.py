@@ -87,9 +87,8 @@ def test_a_subagent_guard_has_its_own_turns_and_detectors() -> None:
     sub = main.subagent_guard("worker")
     main.start_turn("1")
     for _ in range(10):
-        if not main.before_call("make", {"t": 1}).allows_execution:
-            break
-        main.after_call("make", {"t": 1}, "boom", failed=True)
+        if main.before_call("make", {"t": 1}).allows_execution:
+            main.after_call("make", {"t": 1}, "boom", failed=True)
     assert main.halt_decision is not None
     assert sub.turn_id is None and sub.halt_decision is None
     assert sub.before_call("make", {"t": 1}).allows_execution
@@ -120,7 +119,7 @@ def test_a_call_refused_by_a_detector_gives_its_session_charge_back() -> None:
             guard.after_call("web_search", {"q": "same"}, "rate limited", failed=True)
         else:
             refused.append(decision.code)
-    assert refused and refused[0] == codes.EXACT_FAILURE_BLOCK
+    assert refused and refused[0] == codes.EXACT_FAILURE_REJECT
     assert guard.end_turn().session_cap_usage["web_search"] == allowed
 
 

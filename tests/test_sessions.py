@@ -157,9 +157,8 @@ def test_an_expired_session_ends_its_halted_turn_and_it_is_counted_as_halted() -
     session = host.session("a")
     session.start_turn()
     for _ in range(10):
-        if not session.main.before_call("make", {"t": 1}).allows_execution:
-            break
-        session.main.after_call("make", {"t": 1}, "boom", failed=True)
+        if session.main.before_call("make", {"t": 1}).allows_execution:
+            session.main.after_call("make", {"t": 1}, "boom", failed=True)
     assert session.main.halt_decision is not None
     clock.now += 31
     assert host.expire() == 1

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from otelguard.classify import catalog_for
 from otelguard.config import DEFAULT_SHELL_TOOLS
 from otelguard.testing import codes, run_script
 from tests.test_detectors import fail, fresh, last, make_guard, no_stops, ok, reads, writes
@@ -78,12 +79,15 @@ def test_a_failed_shell_call_is_not_a_fix() -> None:
 @pytest.mark.parametrize("shell", SHELLS)
 def test_the_very_same_shell_failure_five_times_is_blocked(shell: str) -> None:
     """exact_failure still applies to shells: the same command failing the same way five times in a row
-    warns from 2 and refuses the sixth run."""
+    warns from 2, rejects the sixth run and stops the turn when it is sent again."""
     same = shell_fail(shell, "pytest tests/test_api.py -x", "1 failed")
     guard = make_guard()
-    steps = run_script(guard, [same] * 6)
-    assert codes(steps) == ["allow"] + ["exact_failure_warn"] * 4 + ["exact_failure_block"]
-    assert not steps[-1].ran
+    steps = run_script(guard, [same] * 7)
+    assert codes(steps) == ["allow"] + ["exact_failure_warn"] * 4 + [
+        "exact_failure_reject",
+        "exact_failure_block",
+    ]
+    assert not steps[-1].ran and not steps[-2].ran
 
 
 # -- same_tool_failure: shells never halt ----------------------------------------------------------
@@ -130,29 +134,73 @@ def test_shell_calls_do_not_extend_the_write_streak() -> None:
     assert "write_streak_warn" not in codes(steps)
 
 
-def test_shell_calls_do_not_reset_the_write_streak() -> None:
-    """29 writes, ten shell calls, one more write: the streak goes on at 30."""
-    steps = run_script(make_guard(), [*writes(29), *(shell_ok() for _ in range(10)), *writes(1)])
-    assert codes(steps)[:-1] == ["allow"] * 39
+def test_a_successful_shell_call_ends_the_write_streak_a_failed_one_does_not() -> None:
+    """29 writes, a successful shell call (the tests run, a file printed: the changes read back), 29
+    more writes: no warning. A failed shell call reads nothing back: the streak goes on at 30."""
+    steps = run_script(make_guard(), [*writes(29), shell_ok(), *writes(29)])
+    assert "write_streak_warn" not in codes(steps)
+    steps = run_script(make_guard(), [*writes(29), *(shell_fail() for _ in range(3)), *writes(1)])
     assert last(steps).code == "write_streak_warn" and last(steps).count == 30
+
+
+def test_a_shells_failures_count_again_from_each_successful_edit() -> None:
+    """same_tool_failure on a shell: the tests failing between two edits are how a fix is made, so a
+    successful write or shell call starts the shell's count over; failures in a row still warn."""
+    edit = (
+        "str_replace_editor",
+        {"command": "str_replace", "path": "a.py", "old": "1", "new": "2"},
+        "ok",
+        False,
+    )
+    steps = run_script(make_guard(), [step for _ in range(6) for step in (shell_fail(), edit)])
+    assert "same_tool_failure_warn" not in codes(steps)
+    steps = run_script(make_guard(), [shell_fail() for _ in range(3)])
+    assert codes(steps)[-1] == "same_tool_failure_warn"
+    # another tool's success is still nothing for a tool that is not a shell
+    steps = run_script(make_guard(), [step for _ in range(3) for step in (fail("web_fetch"), edit)])
+    assert codes(steps)[-2] == "same_tool_failure_warn"
+
+
+@pytest.mark.parametrize("command", ["search_file", "search_dir", "find_file", "filemap"])
+def test_swe_agent_searches_are_reads_and_end_a_write_streak(command: str) -> None:
+    """SWE-agent's searches are reads: an agent that searches and edits is reading back."""
+    guard = make_guard()
+    steps = run_script(guard, [*writes(29), (command, {"k": 1}, "found", False), *writes(29)])
+    assert "write_streak_warn" not in codes(steps)
+    assert catalog_for(guard.config).tool_class(command) == "read"
+
+
+@pytest.mark.parametrize("command", ["open", "goto", "scroll_up", "scroll_down"])
+def test_swe_agent_file_viewer_moves_are_polls_and_never_a_loop(command: str) -> None:
+    """SWE-agent's file viewer moving through a file shows the same window again and again: normal,
+    never no_progress, identical_call or a cycle (its failures still count)."""
+    guard = make_guard()
+    same = (command, {"line": 100}, "[File: A.java (300 lines total)]\n100: x", False)
+    steps = run_script(guard, [step for _ in range(6) for step in (same, ok("edit"))] + [same] * 8)
+    assert codes(steps) == ["allow"] * 20
+    assert catalog_for(guard.config).tool_class(command) == "poll"
 
 
 # -- identical_call --------------------------------------------------------------------------------
 
 
 def test_the_same_shell_command_with_the_same_output_is_an_identical_call() -> None:
-    """The same command answering the same output back to back warns at 3 and halts at 5."""
+    """The same command answering the same output back to back warns at 3; the run that would be the
+    5th is rejected once; sent again it runs, and warns: a shell is never halted for it (a check
+    re-run is often how an agent moves on)."""
     same = shell_ok("bash", "git status", "nothing to commit, working tree clean")
     guard = make_guard()
-    steps = run_script(guard, [same] * 5)
-    assert codes(steps) == [
-        "allow",
-        "allow",
-        "identical_call_warn",
-        "identical_call_warn",
-        "identical_call_halt",
-    ]
-    assert guard.halt_decision is not None and guard.halt_decision.code == "identical_call_halt"
+    steps = run_script(guard, [same] * 8)
+    assert (
+        codes(steps)
+        == ["allow", "allow"]
+        + ["identical_call_warn"] * 2
+        + ["identical_call_reject"]
+        + ["identical_call_warn"] * 3
+    )
+    assert [s.ran for s in steps] == [True] * 4 + [False] + [True] * 3
+    assert "same output" in steps[4].before.message
+    assert guard.halt_decision is None
 
 
 # -- editors ---------------------------------------------------------------------------------------

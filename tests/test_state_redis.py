@@ -209,12 +209,12 @@ def test_a_call_refused_by_a_detector_gives_its_charge_back_to_redis(redis_serve
     guard = Guard(guard_config(redis_server.url), session_id=SESSION, session_caps=store)
     failing = {"q": "same"}
     decisions = []
-    for n in range(6):
+    for n in range(7):
         decision = guard.before_call("web_search", failing, call_id=f"c{n}")
         decisions.append(decision)
         if decision.allows_execution:
             guard.after_call("web_search", failing, "Error: backend down", failed=True, call_id=f"c{n}")
-    assert decisions[-1].code == codes.EXACT_FAILURE_BLOCK
+    assert [d.code for d in decisions[-2:]] == [codes.EXACT_FAILURE_REJECT, codes.EXACT_FAILURE_BLOCK]
     ran = sum(d.allows_execution for d in decisions)
     assert redis_server.client.hget(store.key, "web_search") == str(ran).encode()
 

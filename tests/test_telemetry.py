@@ -81,6 +81,7 @@ def warn(guard: Guard) -> Decision:
 def block(guard: Guard) -> Decision:
     for _ in range(5):
         call(guard, "terminal", {"command": "make"}, "Error", failed=True)
+    call(guard, "terminal", {"command": "make"})  # rejected: the turn goes on
     return call(guard, "terminal", {"command": "make"})
 
 
@@ -238,7 +239,7 @@ def test_turn_span_wraps_the_tool_spans(provider: Any) -> None:
     assert turn.kind is SpanKind.INTERNAL
     attrs = dict(turn.attributes or {})
     assert attrs["gen_ai.agent.name"] == "planner"
-    assert attrs["otelguard.turn.tool_calls"] == summary.tool_calls == 7
+    assert attrs["otelguard.turn.tool_calls"] == summary.tool_calls == 8
     assert attrs["otelguard.turn.halted"] is True
     assert attrs["otelguard.turn.halt_code"] == "exact_failure_block"
     for span in rig.tool_spans():

@@ -262,7 +262,7 @@ def _top_row(ids: _Ids) -> list[stat.Panel]:
 
 def _halts_row(ids: _Ids) -> list[Any]:
     halted = rate(selector(TURNS, HALTED))
-    stops = selector(DECISIONS, f'{ACTION}=~"block|halt"', f'{CODE}!="turn_halted"', tool=True)
+    stops = selector(DECISIONS, f'{ACTION}=~"reject|block|halt"', f'{CODE}!="turn_halted"', tool=True)
     return [
         _row(ids, "Halts: which agent, why"),
         _timeseries(
@@ -289,9 +289,10 @@ def _halts_row(ids: _Ids) -> list[Any]:
         ),
         _timeseries(
             ids,
-            "Blocks and halts per minute by code",
-            "The decisions that stopped calls or turns, by decision code (caps and loop detectors). "
-            "Exemplars link to the trace of the call.",
+            "Rejects, blocks and halts per minute by code",
+            "The decisions that refused calls or stopped turns, by decision code: caps, and the loop "
+            "detectors, which reject a repeated call first (*_reject: the turn goes on) and stop the turn "
+            "when the model sends it again. Exemplars link to the trace of the call.",
             "cpm",
             [_query(f"sum by ({CODE}) ({rate(stops)}) * 60", legend(CODE), exemplar=True)],
         ),
@@ -389,7 +390,7 @@ def _loops_row(ids: _Ids) -> list[Any]:
         _timeseries(
             ids,
             "Loop rate by code (per tool call)",
-            "Loop-detector warnings, blocks and halts per tool call over the last 5 minutes, by code. "
+            "Loop-detector warnings, rejects, blocks and halts per tool call over the last 5 minutes, by code. "
             "OtelguardLoopRateHigh fires when an agent's total stays above 10% for 15 minutes.",
             "percentunit",
             [
@@ -405,7 +406,7 @@ def _loops_row(ids: _Ids) -> list[Any]:
         _timeseries(
             ids,
             "Loop decisions per minute by tool",
-            "Which tools the loop detectors fire on (warnings, blocks and halts). Exemplars link to traces.",
+            "Which tools the loop detectors fire on (warnings, rejects, blocks and halts). Exemplars link to traces.",
             "cpm",
             [_query(f"sum by ({TOOL}) ({rate(loops)}) * 60", legend(TOOL), exemplar=True)],
         ),

@@ -75,9 +75,10 @@ def _guard_code(result: str) -> str | None:
 
 def test_a_failing_call_repeated_runs_five_times_then_is_blocked(hermes_run: dict[str, Any]) -> None:
     """exact_failure under mode unattended: five calls run (hermes' own read-loop notice counts as the
-    failure it reports), then the guard blocks the sixth and the halted turn blocks the seventh."""
+    failure it reports), then the guard refuses the sixth (a reject: it does not run, the turn goes on)
+    and, sent again, blocks the seventh: the turn stops."""
     codes = [_guard_code(r) for r in hermes_run["looping"]]
-    assert codes == [None] * 5 + ["exact_failure_block", "turn_halted"]
+    assert codes == [None] * 5 + ["exact_failure_reject", "exact_failure_block"]
     assert "read_file" in json.loads(hermes_run["looping"][5])["error"]
 
 
@@ -99,7 +100,8 @@ def test_metrics_are_served_from_the_hermes_process(hermes_run: dict[str, Any]) 
     metrics = hermes_run["metrics"]
     agent = {"agent": "hermes"}
     assert _sample(metrics, "otelguard_tool_calls_total", outcome="failed", tool="read_file", **agent) == 7
-    assert _sample(metrics, "otelguard_tool_calls_total", outcome="blocked", tool="read_file", **agent) == 2
+    assert _sample(metrics, "otelguard_tool_calls_total", outcome="rejected", tool="read_file", **agent) == 1
+    assert _sample(metrics, "otelguard_tool_calls_total", outcome="blocked", tool="read_file", **agent) == 1
     assert (
         _sample(metrics, "otelguard_tool_calls_total", outcome="refused", tool="send_message", **agent) == 1
     )

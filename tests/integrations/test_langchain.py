@@ -112,9 +112,10 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     )
     out = agent.invoke({"messages": [HumanMessage("fix the tests")]})
 
-    assert ran.n == 5  # exact_failure refuses the 6th identical failing call
+    assert ran.n == 5  # exact_failure rejects the 6th identical failing call and blocks the 7th
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
-    assert [m.status for m in tool_messages] == ["error"] * 6
+    assert [m.status for m in tool_messages] == ["error"] * 7
+    assert json.loads(str(tool_messages[-2].content))["otelguard"]["code"] == "exact_failure_reject"
     refused = json.loads(str(tool_messages[-1].content))
     assert refused["otelguard"]["code"] == "exact_failure_block"
     assert "[otelguard warn: exact_failure_warn]" in str(
@@ -124,8 +125,11 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     last = out["messages"][-1]
     assert isinstance(last, AIMessage) and not last.tool_calls
     assert str(last.content).startswith("Stopped by otelguard: ")
-    assert len(chat.seen) == 6  # no model call after the refusal
+    assert len(chat.seen) == 7  # one model call after the reject, none after the block
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 1
+    )
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
     assert rig.sample("otelguard_turns_total", agent="default", outcome="halted") == 1
 

@@ -92,8 +92,8 @@ def test_retry_forever_is_warned_then_refused_and_the_run_raises_guard_halted(ri
 
     assert halted.value.decision.code == "exact_failure_block"
     assert ran == 5
-    assert len(seen) == 6
-    shown = [str(r.content) for r in returns(seen[-1])]
+    assert len(seen) == 7  # once more after the reject
+    shown = [str(r.content) for r in returns(seen[-1])][:5]
     assert "[otelguard warn" not in shown[0]
     assert all(
         "[otelguard warn: exact_failure_warn]" in text for text in shown[1:]
@@ -101,6 +101,7 @@ def test_retry_forever_is_warned_then_refused_and_the_run_raises_guard_halted(ri
     last = returns(messages)[-1]
     assert json.loads(str(last.content))["otelguard"]["code"] == "exact_failure_block"  # in the history
     assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="failed") == 5
+    assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="rejected") == 1
     assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="blocked") == 1
     assert rig.sample("otelguard_turns_total", agent="fixer", outcome="halted") == 1
 
