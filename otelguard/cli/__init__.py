@@ -1,8 +1,10 @@
 """The ``otelguard`` command line. One module per command; each uses only the public API.
 
-Exit codes: 0 success, 1 the work ran but found input errors, 2 usage or configuration error.
-``otelguard hook`` runs on every Claude Code tool call: it is dispatched before anything else is
-imported (argparse and the command modules included) and uses only the standard library.
+Exit codes: 0 success, 1 the work ran but found input errors (``backtest``: an alert would have
+fired), 2 usage or configuration error; each command's ``--help`` states its own. ``otelguard hook``
+runs on every Claude Code tool call: it is dispatched before anything else is imported (argparse and
+the command modules included), uses only the standard library and always exits 0, as does a command
+name that looks like a mistyped ``hook`` (Claude Code reads exit 2 as "block this call").
 """
 
 from __future__ import annotations
@@ -63,6 +65,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from otelguard.cli.hook import main as hook_main
 
         return hook_main(args_list[1:])
+    if args_list and args_list[0] not in COMMANDS and args_list[0].lower().startswith("hook"):
+        from otelguard.cli.hook import mistyped
+
+        return mistyped(args_list[0])
     parser = build_parser(args_list[0] if args_list else None)
     args = parser.parse_args(args_list)
     if args.command is None:
