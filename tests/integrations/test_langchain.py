@@ -444,7 +444,9 @@ class RaisedFirst(AgentMiddleware):  # type: ignore[type-arg]
 
 def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig: Rig) -> None:
     """One call of a parallel batch raises; its sibling ends only after that exception has left the
-    guard. The sibling's result is the errored turn's, and no second turn appears for it."""
+    guard. The sibling's result is the errored turn's, and no second turn appears for it. (The
+    middleware listed before the guard raises on: the turn is known to be over, and ends as errored,
+    when the thread's next run begins.)"""
     spy = RaisedFirst()
 
     @tool
@@ -458,16 +460,20 @@ def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig:
         assert spy.raised.wait(10)
         return "contents"
 
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if messages[-1].content == "go":
+            return calls(("explode", {"x": 1}), ("slow_read", {"path": "a"}))
+        return AIMessage(content="done")
+
     agent = create_agent(
-        model(lambda messages: calls(("explode", {"x": 1}), ("slow_read", {"path": "a"}))),
-        [explode, slow_read],
-        middleware=[spy, GuardMiddleware(telemetry=rig.telemetry())],
+        model(script), [explode, slow_read], middleware=[spy, GuardMiddleware(telemetry=rig.telemetry())]
     )
     with pytest.raises(ValueError, match="boom"):
         agent.invoke({"messages": [HumanMessage("go")]})
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="slow_read", outcome="ok") == 1
+    agent.invoke({"messages": [HumanMessage("again")]})
     assert rig.sample("otelguard_turn_tool_calls_sum", agent="default") == 2  # both calls, one turn
-    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 1}
 
 
 def test_a_refused_call_of_a_failing_batch_does_not_hold_the_errored_turn_open(rig: Rig) -> None:
@@ -517,3 +523,110 @@ def test_a_model_error_a_retry_middleware_listed_after_the_guard_recovers_is_no_
     )
     assert agent.invoke({"messages": [HumanMessage("hi")]})["messages"][-1].content == "done"
     assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
+
+
+class ToolErrorsAsMessages(AgentMiddleware):  # type: ignore[type-arg]
+    """An error handler: a tool's exception becomes an error ``ToolMessage``, and the run goes on."""
+
+    @staticmethod
+    def answer(request: ToolCallRequest, error: Exception) -> ToolMessage:
+        call = request.tool_call
+        return ToolMessage(
+            content=f"error: {error}", tool_call_id=call["id"], name=call["name"], status="error"
+        )
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[..., Any]) -> Any:
+        try:
+            return handler(request)
+        except ValueError as error:
+            return self.answer(request, error)
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: Callable[..., Any]) -> Any:
+        try:
+            return await handler(request)
+        except ValueError as error:
+            return self.answer(request, error)
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("order", ["handler, guard", "guard, handler"])
+def test_an_exception_a_middleware_turns_into_an_answer_is_the_calls_failure_only(
+    rig: Rig, order: str, run: str
+) -> None:
+    """Whichever of the two is listed first, the run goes on after each failure: the same failing
+    call is refused at its 6th ``before_call`` (it ran 5 times) and the turn is halted, not errored."""
+    ran = Counter()
+
+    @tool
+    def run_tests(path: str) -> str:
+        """Run the test suite."""
+        ran.tick()
+        raise ValueError("1 failed")
+
+    guard, handler = GuardMiddleware(UNATTENDED, telemetry=rig.telemetry()), ToolErrorsAsMessages()
+    middleware = [handler, guard] if order == "handler, guard" else [guard, handler]
+    agent = create_agent(model(forever("run_tests", {"path": "tests/"})), [run_tests], middleware=middleware)
+    question = {"messages": [HumanMessage("fix the tests")]}
+    out = agent.invoke(question) if run == "invoke" else asyncio.run(agent.ainvoke(question))
+
+    assert ran.n == 5
+    tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in tool_messages] == ["error"] * 6
+    assert json.loads(str(tool_messages[-1].content))["otelguard"]["code"] == "exact_failure_block"
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_a_model_error_a_retry_middleware_listed_before_the_guard_recovers_is_no_error(
+    rig: Rig, run: str
+) -> None:
+    failures = Counter()
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if failures.tick() == 1:
+            raise ConnectionError("a blip")
+        return AIMessage(content="done")
+
+    agent = create_agent(
+        model(script),
+        [],
+        middleware=[
+            ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False),
+            GuardMiddleware(telemetry=rig.telemetry()),
+        ],
+    )
+    question = {"messages": [HumanMessage("hi")]}
+    out = agent.invoke(question) if run == "invoke" else asyncio.run(agent.ainvoke(question))
+    assert out["messages"][-1].content == "done"
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
+
+
+def test_an_exception_that_a_middleware_before_the_guard_raises_on_ends_the_turn_at_the_next_run(
+    rig: Rig,
+) -> None:
+    """Listed before the guard, a middleware may have let the run go on: when it raised instead, the
+    turn is known to be over when the thread's next run begins, and ends as errored then."""
+    failures = Counter()
+
+    @tool
+    def explode(x: int) -> str:
+        """Raises once."""
+        if failures.tick() == 1:
+            raise ValueError("boom")
+        return "ok"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if isinstance(messages[-1], HumanMessage):
+            return calls(("explode", {"x": 1}))
+        return AIMessage(content="done")
+
+    agent = create_agent(
+        model(script), [explode], middleware=[RaisedFirst(), GuardMiddleware(telemetry=rig.telemetry())]
+    )
+    with pytest.raises(ValueError, match="boom"):
+        agent.invoke({"messages": [HumanMessage("go")]})
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="explode", outcome="failed") == 1
+    agent.invoke({"messages": [HumanMessage("again")]})
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 1}
