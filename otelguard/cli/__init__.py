@@ -32,6 +32,29 @@ COMMANDS = {
 }
 
 
+EXIT_CODES = {
+    "demo": "0 stopped (SIGINT, SIGTERM or --duration); 2 usage or configuration error (a bad config, "
+    "--port in use)",
+    "replay": "0 every input read; 1 input errors (malformed lines, unreadable files, a directory with no "
+    "transcript) or an output that could not be written (--html, --openmetrics, --pushgateway), the "
+    "report printed all the same; 2 usage or configuration error",
+    "backtest": "0 no alert would have fired; 1 an alert would have fired; 2 usage or configuration "
+    "error, or Prometheus could not run; 130 interrupted",
+    "serve": "0 stopped by SIGINT or SIGTERM; 2 usage or configuration error (a bad config, --port in use)",
+    "hook": "always 0, even on errors (Claude Code reads exit 2 as 'block this call'): a problem is one "
+    "line on stderr and the call goes ahead",
+    "check-config": "0 the config is valid (its warnings, probable typos, on stderr); 2 it is not (one line "
+    "per problem on stderr)",
+    "bench": "0 the measurement ran, whether or not every target was met (a missed target is a finding, "
+    "not an error); 2 usage error",
+    "dashboards": "0 written or already up to date; 2 DIR is not a directory, a file differs (without "
+    "--force) or cannot be written",
+    "rules": "0 written or already up to date; 2 DIR is not a directory, a file differs (without --force) "
+    "or cannot be written",
+}
+"""What each command's exit status means, as its ``--help`` ends."""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; given the command about to run, only that command's module is imported (startup
     time: ``otelguard serve`` must not load the replay and demo modules)."""
@@ -52,7 +75,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             # listed for --help only: hook is parsed by hand on its fast path
             sub.add_parser(name, help=help_text, description=help_text, add_help=False)
             continue
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        command_parser = sub.add_parser(
+            name, help=help_text, description=help_text, epilog=f"exit status: {EXIT_CODES[name]}"
+        )
         module = importlib.import_module(f"otelguard.cli.{module_name}")
         module.add_arguments(command_parser, name)
         command_parser.set_defaults(_module=module)
@@ -74,5 +99,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     if args.command is None:
         parser.print_help(sys.stderr)
         return 2
-    code: int = args._module.run(args)
+    import warnings
+
+    from otelguard.errors import ConfigWarning
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)  # each command prints a config's warnings itself
+        code: int = args._module.run(args)
     return code
