@@ -539,4 +539,3 @@ def _caller_stacklevel() -> int:
         frame = frame.f_back  # type: ignore[assignment]
         level += 1
     return level
-
