@@ -12,6 +12,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otelguard.claude_code_events import TOOL_EVENTS
 from otelguard.cli.hook import HOOK_EVENTS
@@ -621,3 +623,31 @@ def test_a_large_string_result_and_a_large_error_are_reduced_too() -> None:
         reduced(many_small, 1 << 20)
     )
     assert reduced(b"[1, 2]", 10) is None and reduced(b"\xff", 10) is None
+
+
+@given(st.binary(max_size=600))
+def test_any_answer_is_read_or_named_never_raised(raw: bytes) -> None:
+    from otelguard.cli.hook import _body_of_200, _Failed
+
+    try:
+        body = _body_of_200(b"HTTP/1.1 200 OK\r\n" + raw)
+    except _Failed:
+        return
+    assert not body.strip() or body.lstrip().startswith(b"{")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(JSON, st.integers(min_value=0, max_value=400))
+def test_a_reduced_payload_fits_or_is_not_sent(value: object, limit: int) -> None:
+    from otelguard.cli.hook_large import reduced
+
+    payload = json.dumps({**PRE, "tool_response": value}).encode()
+    smaller = reduced(payload, limit)
+    assert smaller is None or len(smaller) <= limit
+    assert reduced(payload, limit) == smaller  # the same payload always reduces the same way
