@@ -158,7 +158,9 @@ def test_every_command_names_the_file_of_a_bad_config(tmp_path: Path, command: l
 def test_a_name_one_edit_from_a_known_one_is_a_warning_naming_both(
     mapping: dict[str, Any], path: str, meant: str
 ) -> None:
-    (warning,) = GuardConfig.from_mapping(mapping).config_warnings
+    with pytest.warns(ConfigWarning) as caught:
+        (warning,) = GuardConfig.from_mapping(mapping).config_warnings
+    assert [str(each.message) for each in caught] == [warning]  # the same line, also from Python
     assert warning.startswith(f"{path}: ")
     assert f"did you mean {meant!r}?" in warning
 
@@ -198,7 +200,8 @@ def test_the_library_never_prints_the_warnings(capsys: pytest.CaptureFixture[str
         config = GuardConfig.from_mapping({"caps": {"turn": {"web_serch": 20}}})
     assert config.config_warnings
     assert capsys.readouterr() == ("", "")
-    assert config == GuardConfig.from_mapping({"caps": {"turn": {"web_serch": 20}}})
+    with pytest.warns(ConfigWarning):
+        assert config == GuardConfig.from_mapping({"caps": {"turn": {"web_serch": 20}}})
     assert "web_serch'" not in repr(config).split("caps=")[0]  # not in the repr's own fields
 
 

@@ -77,6 +77,8 @@ def main(argv: list[str]) -> int:
         return _run(argv)
     except _Failed as exc:
         _problem(str(exc))
+    except KeyboardInterrupt:
+        _problem("interrupted")
     except Exception as exc:  # fail open whatever happened
         _problem(type(exc).__name__)
     return 0
