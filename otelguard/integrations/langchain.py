@@ -9,15 +9,15 @@
   untouched and are not failures.
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
-* A run that raises never reaches ``after_agent``: an exception leaving the run ends its turn as
-  ``errored``. An exception leaving the guard's wrap is that call's failure; whether it also leaves
-  the run depends on the middleware listed before the guard. With none (the guard listed first),
-  the exception leaves the run: the turn ends as ``errored`` once the run's last call in flight is
-  over (the siblings of a parallel batch finish first). With one (an error handler that turns the
-  exception into an error ``ToolMessage``, a model fallback), the run may go on: it went on when its
-  next call starts or it ends normally; it raised when the thread's next run begins with the turn
-  still open, which then ends as ``errored``. Listed first, the middleware sees only what a retry or
-  fallback middleware listed after it gave up on.
+* A run that raises never reaches ``after_agent``. An exception leaving the guard's wrap of a model
+  or tool call is that call's failure; a middleware listed before the guard may still turn it into
+  an answer (an error handler, a model fallback) and the run goes on, so nothing ends the turn
+  then: the run is *unsettled*. It went on when its next model call starts, a tool call that is not
+  a sibling of the current batch starts (a retry), or ``after_agent`` runs. The exception left the
+  run when the thread's next run begins with the turn still open and unsettled, or when the session
+  leaves the pool unsettled (eviction, idle expiry): that turn ends as ``errored`` then. Whatever the
+  order of the middleware, the same failing call retried is refused after 5 failures. Listed first,
+  the middleware sees only what a retry or fallback middleware listed after it gave up on.
 * One guard per ``thread_id`` of the run config, else one for the middleware.
 * The session caps used so far also live in a private channel of the graph's state
   (``otelguard_session_caps``), so a LangGraph checkpointer carries them to whichever worker runs
@@ -27,13 +27,10 @@
 
 from __future__ import annotations
 
-import asyncio
 import sys
 import threading
 from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
-from itertools import islice
-from types import FrameType
 from typing import Annotated, Any, Final
 
 from otelguard.caps import SharedSessionCaps
@@ -112,9 +109,7 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     def before_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         session = self._session()
         self._restore_caps(session, state.get(CAPS_CHANNEL))
-        previous = session.run
-        if isinstance(previous, _Run) and previous.raised:  # an exception that left the run
-            session.leave_run(previous, errored=True)
+        # an open turn still unsettled ends as errored first: the exception left that run
         session.enter_run(_Run())
         return None
 
@@ -151,7 +146,7 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> ModelCallResult[Any]:
-        with _in_flight(self._session(), self, model=True) as asked:
+        with _in_flight(self._session(), model=True) as asked:
             response = handler(request)
             asked[0] = _tool_calls(response)
             return response
@@ -161,7 +156,7 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
-        with _in_flight(self._session(), self, model=True) as asked:
+        with _in_flight(self._session(), model=True) as asked:
             response = await handler(request)
             asked[0] = _tool_calls(response)
             return response
@@ -192,7 +187,7 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], ToolResult]
     ) -> ToolResult:
         session, thread_id = self._session_and_thread()
-        with _in_flight(session, self):
+        with _in_flight(session):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
@@ -204,7 +199,7 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
         self, request: ToolCallRequest, handler: Callable[[ToolCallRequest], Awaitable[ToolResult]]
     ) -> ToolResult:
         session, thread_id = self._session_and_thread()
-        with _in_flight(session, self):
+        with _in_flight(session):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
@@ -245,132 +240,53 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
 
 
 class _Run:
-    """One invocation of the agent on a thread (the session's ``run``): its model and tool calls in
-    flight, the tool calls its last model answer asked for that have not started yet, and what the
-    exceptions that left its calls mean: ``failed``, one left the run (no middleware listed before
-    the guard could catch it); ``unsettled``, one went on to such a middleware, which may have let
-    the run go on."""
+    """One invocation of the agent on a thread (the session's ``run``): how many tool calls of its
+    last model answer have not started yet (the current batch)."""
 
-    __slots__ = ("_lock", "calls", "expected", "failed", "unsettled")
+    __slots__ = ("_lock", "expected")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.calls = 0
         self.expected = 0
-        self.failed = False
-        self.unsettled = False
 
-    @property
-    def raised(self) -> bool:
-        """Whether an exception may have ended the run (its turn still open at the next run: it did)."""
-        return self.failed or self.unsettled
-
-    def enter(self, model: bool) -> None:
+    def enter(self, model: bool) -> bool:
+        """A model or tool call starts; ``True`` when it shows the run went on: a model call, or a
+        tool call that is not a sibling of the current batch (a retry)."""
         with self._lock:
-            self.calls += 1
-            if model or self.expected == 0:  # not a sibling of the batch: the run went on
-                self.unsettled = False
+            went_on = model or self.expected == 0
             # a model call: the tools node of the previous answer is over, whatever did not start
             self.expected = 0 if model else max(self.expected - 1, 0)
+            return went_on
 
-    def leave(self, error: BaseException | None, tool_calls: int = 0, caught_outside: bool = False) -> bool:
-        """A call is over (a model answer asking for ``tool_calls``); ``True`` when the run is over
-        too: an exception left one of its calls and the run, and none is in flight or still to start.
-        ``caught_outside``: a middleware listed before the guard may catch ``error``."""
-        with self._lock:
-            self.calls -= 1
-            self.expected += tool_calls
-            if errored(error):
-                if caught_outside:
-                    self.unsettled = True
-                else:
-                    self.failed = True
-            return self.failed and self.calls == 0 and self.expected == 0
+    def asked(self, tool_calls: int) -> None:
+        """A model answer asked for ``tool_calls`` tool calls: the next batch."""
+        if tool_calls:
+            with self._lock:
+                self.expected += tool_calls
 
 
 @contextmanager
-def _in_flight(session: Session, guard: GuardMiddleware, model: bool = False) -> Iterator[list[int]]:
+def _in_flight(session: Session, model: bool = False) -> Iterator[list[int]]:
     """A model or tool call of the session's run. An exception leaving it (an interrupt is control
-    flow, not one) that leaves the run too ends the run's turn as ``errored`` once no call of the run
-    is in flight or still to start (the siblings of a parallel batch come first). A model call puts
-    the number of tool calls its answer asks for in the list it yields."""
+    flow, not one) unsettles the run: a middleware listed before the guard may let the run go on.
+    A model call, or a tool call that is not a sibling of the current batch, settles it. A model
+    call puts the number of tool calls its answer asks for in the list it yields."""
     asked = [0]
     run = session.run
     if not isinstance(run, _Run):  # a run resumed in this process without its before_agent
         yield asked
         return
-    run.enter(model)
-    error: BaseException | None = None
-    caught_outside = False
+    if run.enter(model) and session.unsettled:
+        session.settle(run)
     try:
         yield asked
     except GraphBubbleUp:
         raise
     except BaseException as exc:
-        error = exc
-        caught_outside = _wrapped_from_outside(guard, _MODEL_WRAPS if model else _TOOL_WRAPS)
+        if errored(exc):
+            session.unsettle(run)
         raise
-    finally:
-        if run.leave(error, asked[0], caught_outside):
-            session.leave_run(run, errored=True)
-
-
-_TOOL_WRAPS: Final = frozenset({"wrap_tool_call", "awrap_tool_call"})
-_MODEL_WRAPS: Final = frozenset({"wrap_model_call", "awrap_model_call"})
-_NODE_FRAMES: Final = frozenset({"_run_one", "_arun_one", "model_node", "amodel_node"})
-"""Where a call's chain of middleware begins: the tools node runs one tool call, the model node one
-model call (LangChain's ``ToolNode`` and ``create_agent``); an agent run as a tool of another lies
-beyond it."""
-_MAX_FRAMES: Final = 256
-
-
-def _wrapped_from_outside(guard: GuardMiddleware, wraps: frozenset[str]) -> bool:
-    """Whether another middleware's wrap of this call is on the stack above the guard's: listed
-    before the guard, it sees the exception next and may turn it into an answer. Read from the
-    running frames (LangChain tells a middleware nothing of the ones around it), only when an
-    exception leaves a call."""
-    for frame in islice(_frames_above(sys._getframe(2)), _MAX_FRAMES):
-        name = frame.f_code.co_name
-        if name in _NODE_FRAMES:
-            return False
-        if name in wraps:
-            owner = frame.f_locals.get("self")
-            if isinstance(owner, AgentMiddleware) and owner is not guard:
-                return True
-    return False
-
-
-def _frames_above(frame: FrameType | None) -> Iterator[FrameType]:
-    """The frames that called ``frame``, innermost first, and in async code those of the tasks
-    awaiting the current one (LangSmith's tracing runs each async wrap in a task of its own)."""
-    while frame is not None:
-        yield frame
-        frame = frame.f_back
-    try:
-        task: asyncio.Task[Any] | None = asyncio.current_task()
-    except RuntimeError:  # no event loop in this thread
-        return
-    for _ in range(_MAX_FRAMES):
-        task = _awaiting(task) if task is not None else None
-        if task is None:
-            return
-        chain: list[FrameType] = []
-        awaited: Any = task.get_coro()
-        while awaited is not None and len(chain) < _MAX_FRAMES:
-            if isinstance(getattr(awaited, "cr_frame", None), FrameType):
-                chain.append(awaited.cr_frame)
-            awaited = getattr(awaited, "cr_await", None)
-        yield from reversed(chain)
-
-
-def _awaiting(task: asyncio.Task[Any]) -> asyncio.Task[Any] | None:
-    """The task that awaits ``task`` (its wake-up is ``task``'s done callback), if any."""
-    for callback in getattr(task, "_callbacks", None) or ():
-        function = callback[0] if isinstance(callback, tuple) else callback
-        owner = getattr(function, "__self__", None)
-        if isinstance(owner, asyncio.Task):
-            return owner
-    return None
+    run.asked(asked[0])
 
 
 def _tool_calls(response: Any) -> int:
