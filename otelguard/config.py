@@ -5,6 +5,9 @@ Every error is a ``ConfigError`` naming the dotted key path, the bad value and w
 
 from __future__ import annotations
 
+import os
+import sys
+import warnings
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
@@ -28,7 +31,7 @@ from otelguard.config_file import load_config_file
 from otelguard.config_names import is_glob, near_misses
 from otelguard.config_state import StateSettings, check_state_ready, effective_state, mask_url
 from otelguard.config_telemetry import SPAN_MODES, TelemetrySettings
-from otelguard.errors import ConfigError
+from otelguard.errors import ConfigError, ConfigWarning
 
 __all__ = [
     "DEFAULT_HARD_STOP_AFTER",
@@ -262,7 +265,8 @@ class GuardConfig:
 
     config_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False, default=())
     """Keys that are valid but probably typos (a cap on ``web_serch``), one line each naming the key
-    and the name it is one edit away from. Never printed here: the command line prints them."""
+    and the name it is one edit away from. Each is also a ``ConfigWarning`` (``warnings.warn``) when
+    the config is made, pointing at the caller's line; the command line prints them itself."""
 
     def __post_init__(self) -> None:
         set_ = object.__setattr__
@@ -334,6 +338,8 @@ class GuardConfig:
             )
         problems.raise_any()
         set_(self, "config_warnings", self._near_misses())
+        for line in self.config_warnings:
+            warnings.warn(line, ConfigWarning, stacklevel=_caller_stacklevel())
 
     def _set_thresholds(self, problems: Problems) -> None:
         """Merge ``warn_after`` and ``hard_stop_after`` over the defaults; a warning never comes after its stop."""
@@ -529,3 +535,19 @@ def _rename_no_progress(section: dict[str, Any]) -> dict[str, Any]:
             renamed.setdefault("no_progress", thresholds["idempotent_no_progress"])
             section = {**section, target: renamed}
     return section
+
+
+_PACKAGE_DIR: Final = os.path.dirname(os.path.abspath(__file__))
+
+
+def _caller_stacklevel() -> int:
+    """The ``stacklevel`` that points a warning raised in ``__post_init__`` at the first frame outside
+    otelguard (the dataclass ``__init__``, ``from_mapping`` and ``from_file`` are skipped)."""
+    level = 2  # 1 is __post_init__, which calls warnings.warn
+    frame = sys._getframe(2)
+    while frame is not None and (
+        frame.f_code.co_filename.startswith(_PACKAGE_DIR) or frame.f_code.co_filename == "<string>"
+    ):
+        frame = frame.f_back  # type: ignore[assignment]
+        level += 1
+    return level

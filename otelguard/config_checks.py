@@ -119,6 +119,13 @@ def argument_keys(path: str, value: Any) -> tuple[str, ...]:
 
 
 def choice(path: str, value: Any, allowed: tuple[str, ...]) -> str:
+    if isinstance(value, bool):  # what YAML makes of an unquoted yes/no/on/off: say so, not just "True"
+        raise ConfigError(
+            path,
+            value,
+            f"YAML read an unquoted yes, no, on, off, true or false as the boolean {str(value).lower()}; "
+            f"expected one of {', '.join(allowed)}",
+        )
     if value not in allowed:
         raise ConfigError(path, value, f"{did_you_mean(value, allowed)}expected one of {', '.join(allowed)}")
     return str(value)

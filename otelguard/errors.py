@@ -5,6 +5,8 @@
      ├── GuardHalted      raised by a framework adapter whose framework can only stop a run by raising
      └── UsageError       a command-line input that cannot be used at all (the CLI exits 2)
 
+    ConfigWarning (a ``UserWarning``)  a valid config key that is probably a typo (``warnings.warn``)
+
 Guard decisions are return values, never exceptions; ``GuardHalted`` only carries one out of a
 framework that has no other way to end a run.
 """
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
 
     from otelguard.decisions import Decision
 
-__all__ = ["ConfigError", "GuardHalted", "OtelGuardError", "UsageError"]
+__all__ = ["ConfigError", "ConfigWarning", "GuardHalted", "OtelGuardError", "UsageError"]
 
 
 def _bounded_repr() -> reprlib.Repr:
@@ -39,6 +41,13 @@ _MAX_KEY_CHARS: Final = 120
 
 class OtelGuardError(Exception):
     """Base class of every error otelguard raises."""
+
+
+class ConfigWarning(UserWarning):
+    """A config that is valid but probably not what was meant: a cap or tool name one edit away from a
+    known one (``caps.turn.websearch``: did you mean ``web_search``?). Its message is one line of
+    ``GuardConfig.config_warnings``; filter it with ``warnings.filterwarnings("ignore",
+    category=ConfigWarning)``."""
 
 
 class ConfigError(OtelGuardError, ValueError):

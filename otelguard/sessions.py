@@ -5,7 +5,8 @@ the session's caps: ``Guard.subagent_guard``) and a turn counter. ``SessionHost`
 sessions of one host (a framework adapter, ``otelguard serve``) in a ``SessionPool``: at most
 ``max_sessions``, least recently used dropped first, and a session idle for ``idle_seconds`` is
 forgotten. A session that leaves the pool that way has its open turns ended, so they are counted
-(``otelguard_turns_total``) like any other. Memory stays flat whatever the number of session ids.
+(``otelguard_turns_total``) like any other (one whose run an exception may have ended, as
+``errored``: ``Session.unsettle``). Memory stays flat whatever the number of session ids.
 """
 
 from __future__ import annotations
@@ -133,18 +134,22 @@ class Session:
     """One conversation: the main agent's guard, one guard per subagent, and its turns. Thread-safe.
 
     ``run`` is the framework run the main agent's open turn belongs to (adapters whose hooks see
-    one run several times start its turn once). A subagent (``guard(agent_id)``) is a turn stream
+    one run several times start its turn once). An adapter that sees an exception leave one of the
+    run's calls but not whether it left the run marks the run ``unsettle(run)`` until it sees the
+    run go on (``settle(run)``); a turn still unsettled when the next run begins or the session
+    closes ends as ``errored``. A subagent (``guard(agent_id)``) is a turn stream
     of its own that shares the session caps; at most ``max_subagents`` are held, the least
     recently active ended first.
     """
 
-    __slots__ = ("_lock", "_subagents", "main", "run", "session_id", "turns")
+    __slots__ = ("_lock", "_subagents", "_unsettled", "main", "run", "session_id", "turns")
 
     def __init__(self, main: Guard, max_subagents: int = MAX_SUBAGENTS_PER_SESSION) -> None:
         self.main = main
         self.session_id = main.session_id
         self.run: object = None
         self.turns = 0
+        self._unsettled = False
         self._lock = threading.Lock()
         self._subagents: BoundedMap[str, Guard] = BoundedMap(max_subagents)
 
@@ -157,13 +162,17 @@ class Session:
 
     def enter_run(self, run: object, turn_id: str | None = None, agent: str | None = None) -> bool:
         """Begin the turn of the framework run ``run`` as ``start_turn`` does, unless the open turn
-        already is that run's (``None`` is no run: always begins); ``True`` if it began."""
+        already is that run's (``None`` is no run: always begins); ``True`` if it began. An open
+        turn still unsettled (see ``unsettle``) ends as ``errored`` first."""
         with self._lock:
             if run is not None and run == self.run:
                 return False
+            raised, self._unsettled = self._unsettled, False
             self.run = run
             self.turns += 1
             number = self.turns
+        if raised:
+            self.main.end_turn(errored=True)
         self.main.start_turn(turn_id=str(number) if turn_id is None else turn_id, agent=agent)
         return True
 
@@ -172,6 +181,7 @@ class Session:
         exception, see ``Guard.end_turn``)."""
         with self._lock:
             self.run = None
+            self._unsettled = False
         return self.main.end_turn(errored)
 
     def leave_run(self, run: object, errored: bool = False) -> TurnSummary | None:
@@ -181,7 +191,27 @@ class Session:
             if run != self.run:
                 return None
             self.run = None
+            self._unsettled = False
         return self.main.end_turn(errored)
+
+    def unsettle(self, run: object) -> None:
+        """An exception left a call of run ``run``, and may have left the run too: unless the run is
+        seen to go on (``settle``) or its turn ends, the next run's ``enter_run`` or the session's
+        ``close`` ends that turn as ``errored``. Nothing when ``run`` is not the open turn's run."""
+        with self._lock:
+            if run is not None and run == self.run:
+                self._unsettled = True
+
+    def settle(self, run: object) -> None:
+        """Run ``run`` went on after the exceptions that left its calls (see ``unsettle``)."""
+        with self._lock:
+            if run == self.run:
+                self._unsettled = False
+
+    @property
+    def unsettled(self) -> bool:
+        """Whether the open turn's run is unsettled (see ``unsettle``)."""
+        return self._unsettled
 
     # subagents -------------------------------------------------------------------------------
 
@@ -206,13 +236,16 @@ class Session:
         return guard.end_turn() if guard is not None else None
 
     def close(self) -> None:
-        """End every open turn of the session, subagents' first; the session is over."""
+        """End every open turn of the session, subagents' first; the session is over. The main
+        agent's turn ends as ``errored`` when its run is unsettled (see ``unsettle``)."""
         with self._lock:
             subagents = list(self._subagents.values())
             self._subagents.clear()
             self.run = None
-        for guard in (*subagents, self.main):
+            raised, self._unsettled = self._unsettled, False
+        for guard in subagents:
             guard.end_turn()
+        self.main.end_turn(errored=raised)
 
 
 class SessionHost:
@@ -220,7 +253,7 @@ class SessionHost:
 
     ``telemetry`` is as for ``Guard`` (``None``, ``True`` or a ``Telemetry``). A session the pool
     drops (least recently used past ``max_sessions``, or idle for ``idle_seconds``) is closed: its
-    open turns end and are counted.
+    open turns end and are counted (``errored`` for an unsettled run: ``Session.unsettle``).
 
     ``max_signatures`` bounds the signatures tracked across all sessions: each session's guards
     track at most ``max_signatures // max_sessions`` (and never more than the config's

@@ -6,11 +6,14 @@ import json
 import os
 import subprocess
 import sys
+import threading
 import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otelguard.claude_code_events import TOOL_EVENTS
 from otelguard.cli.hook import HOOK_EVENTS
@@ -23,6 +26,7 @@ PRE = {
     "session_id": "hook-1",
     "transcript_path": "/tmp/t.jsonl",
     "cwd": "/tmp",
+    "permission_mode": "default",
     "hook_event_name": "PreToolUse",
     "tool_name": "WebSearch",
     "tool_input": {"query": "q"},
@@ -75,7 +79,9 @@ def test_a_refused_call_prints_the_deny_and_exits_0(serve: Serve) -> None:
 def test_a_wrong_token_fails_open(serve: Serve) -> None:
     result = hook(PRE, "--url", f"http://127.0.0.1:{serve.port}", env={"OTELGUARD_TOKEN": "wrong"})
     assert (result.returncode, result.stdout) == (0, b"")
-    assert result.stderr.decode() == "otelguard hook: sidecar answered HTTP 401; the call goes ahead\n"
+    assert result.stderr.decode() == (
+        "otelguard hook: sidecar answered HTTP 401 (missing or wrong bearer token); the call goes ahead\n"
+    )
 
 
 def test_a_sidecar_that_is_down_lets_the_call_go_ahead() -> None:
@@ -367,15 +373,169 @@ def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:
     )
 
 
+def assert_failed_open(result: subprocess.CompletedProcess[bytes], *named: str) -> None:
+    """Claude Code goes ahead with the call: exit 0, nothing on stdout, one line on stderr naming it."""
+    assert (result.returncode, result.stdout) == (0, b""), result.stderr
+    lines = result.stderr.decode().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("otelguard hook: ") and lines[0].endswith("; the call goes ahead")
+    for text in named:
+        assert text in lines[0], (text, lines[0])
+
+
+def run_hook(
+    args: list[str], payload: object = PRE, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[bytes]:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return subprocess.run(
+        [sys.executable, "-m", "otelguard", "hook", *args],
+        input=data, capture_output=True, timeout=TIMEOUT, env={**os.environ, **(env or {})},
+    )  # fmt: skip
+
+
 @pytest.mark.parametrize(
-    "args",
-    [["codex"], ["claude-code", "--timeout", "soon"], ["claude-code", "--bogus"], ["claude-code", "--url"]],
+    ("args", "named"),
+    [
+        (["claude-code", "--timeout", "2s"], ["--timeout '2s'", "number of seconds"]),
+        (["claude-code", "--timeout=0"], ["--timeout '0'", "above 0"]),
+        (["claude_code"], ["'claude_code'", "expected claude-code"]),
+        (["codex"], ["'codex'"]),
+        ([], ["no agent named"]),
+        (["claude-code", "--bogus"], ["unknown option '--bogus'"]),
+        (["claude-code", "--url"], ["--url needs a value"]),
+        (["claude-code", "--http"], ["--http goes with --print-settings"]),
+        (["claude-code", "--url", "127.0.0.1:9464"], ["'127.0.0.1:9464' is not an http"]),
+        (["claude-code", "--url", "http://127.0.0.1:94x4"], ["bad port '94x4'"]),
+        (["claude-code", "--print-settings", "--http", "--url", "ftp://x"], ["'ftp://x' is not an http"]),
+    ],
 )
-def test_usage_errors_exit_2_with_usage(args: list[str]) -> None:
+def test_a_mistake_in_the_hook_command_fails_open(args: list[str], named: list[str]) -> None:
+    """A typo in settings.json must not block every tool call: Claude Code reads exit 2 as a deny."""
+    assert_failed_open(run_hook(args), *named)
+
+
+@pytest.mark.parametrize("command", ["hooks", "Hook", "hook-claude-code"])
+def test_a_misspelt_hook_command_fails_open_too(command: str) -> None:
     result = subprocess.run(
-        [sys.executable, "-m", "otelguard", "hook", *args], capture_output=True, timeout=TIMEOUT
-    )
-    assert result.returncode == 2 and b"usage: otelguard hook claude-code" in result.stderr
+        [sys.executable, "-m", "otelguard", command, "claude-code"],
+        input=json.dumps(PRE).encode(), capture_output=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert_failed_open(result, repr(command), "otelguard hook claude-code")
+
+
+@pytest.mark.parametrize(
+    ("env", "named"),
+    [
+        ({"OTELGUARD_URL": "localhost:9464"}, ["OTELGUARD_URL", "'localhost:9464' is not an http"]),
+        ({"OTELGUARD_URL": "http://127.0.0.1:99999"}, ["bad port '99999'"]),
+        ({"OTELGUARD_TOKEN": "tok\r\nX-Injected: 1"}, ["$OTELGUARD_TOKEN holds characters"]),
+    ],
+)
+def test_a_bad_environment_fails_open(env: dict[str, str], named: list[str]) -> None:
+    assert_failed_open(run_hook(["claude-code"], env=env), *named)
+
+
+@pytest.mark.parametrize(
+    ("payload", "named"),
+    [(b"", ["no payload on stdin"]), (b"  \n", ["no payload on stdin"])],
+)
+def test_an_empty_stdin_fails_open_without_asking_the_sidecar(payload: bytes, named: list[str]) -> None:
+    assert_failed_open(run_hook(["claude-code", "--url", "http://127.0.0.1:9"], payload=payload), *named)
+
+
+def test_a_closed_stdin_fails_open() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "otelguard", "hook", "claude-code", "--url", "http://127.0.0.1:9"],
+        stdin=subprocess.DEVNULL, capture_output=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert_failed_open(result, "no payload on stdin")
+    closed = subprocess.run(
+        ["sh", "-c", f"exec {sys.executable} -m otelguard hook claude-code <&-"],
+        capture_output=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert_failed_open(closed, "stdin")
+
+
+def test_garbage_on_stdin_fails_open_with_the_sidecars_reason(serve: Serve) -> None:
+    url = f"http://127.0.0.1:{serve.port}"
+    env = {"OTELGUARD_TOKEN": "tok"}
+    assert_failed_open(run_hook(["claude-code", "--url", url], b"\xff not json", env), "HTTP 400", "JSON")
+    missing = {k: v for k, v in PRE.items() if k != "tool_name"}
+    assert_failed_open(run_hook(["claude-code", "--url", url], missing, env), "HTTP 400", "tool_name")
+
+
+@pytest.mark.parametrize(
+    ("answer", "named"),
+    [
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 9\r\n\r\n<html>hi<", ["not a JSON object"]),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: x\r\n\r\n{}", ["bad Content-Length"]),
+        (b"HTTP/1.1 200 OK\r\nContent-Length: 90\r\n\r\n{}", ["incomplete answer"]),
+        (b"SSH-2.0-OpenSSH_9.6\r\n\r\n", ["not an HTTP answer"]),
+        (b"HTTP/1.1 503 Busy\r\nContent-Length: 4\r\n\r\nbusy", ["HTTP 503"]),
+        (b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\nzz\r\n", ["bad chunked answer"]),
+        (b"", ["incomplete answer"]),
+    ],
+)
+def test_a_sidecar_answering_garbage_fails_open(answer: bytes, named: list[str]) -> None:
+    """Whatever answers on the port, only a 200 holding a JSON object reaches Claude Code."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+
+    def answer_once() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(10)
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += connection.recv(65536)
+            connection.sendall(answer)
+
+    server = threading.Thread(target=answer_once, daemon=True)
+    server.start()
+    try:
+        assert_failed_open(run_hook(["claude-code", "--url", f"http://127.0.0.1:{port}"]), *named)
+    finally:
+        server.join(10)
+        listener.close()
+
+
+def test_a_chunked_answer_is_read_whole() -> None:
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    deny = b'{"hookSpecificOutput": {"hookEventName": "PreToolUse"}}'
+
+    def answer_once() -> None:
+        connection, _ = listener.accept()
+        with connection:
+            connection.settimeout(10)
+            received = b""
+            while b"\r\n\r\n" not in received:
+                received += connection.recv(65536)
+            chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (deny[:10], deny[10:]))
+            connection.sendall(
+                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+            )
+
+    server = threading.Thread(target=answer_once, daemon=True)
+    server.start()
+    try:
+        result = run_hook(["claude-code", "--url", f"http://127.0.0.1:{listener.getsockname()[1]}"])
+    finally:
+        server.join(10)
+        listener.close()
+    assert (result.returncode, result.stdout, result.stderr) == (0, deny, b"")
+
+
+def test_help_and_print_settings_still_work() -> None:
+    for args in (["--help"], ["claude-code", "--help"]):
+        shown = run_hook(args, payload=b"")
+        assert shown.returncode == 0 and shown.stdout.startswith(b"usage: otelguard hook claude-code")
+        assert b"always 0" in shown.stdout
+    printed = run_hook(["claude-code", "--print-settings"], payload=b"")
+    assert printed.returncode == 0 and set(json.loads(printed.stdout)["hooks"]) == set(HOOK_EVENTS)
 
 
 def test_the_settings_block_shown_in_the_docs_is_the_real_one() -> None:
@@ -384,10 +544,110 @@ def test_the_settings_block_shown_in_the_docs_is_the_real_one() -> None:
     assert json.loads(shown) == json.loads(settings_block(None))
 
 
-def test_print_settings_http_with_a_bad_url_exits_2_naming_it() -> None:
-    result = subprocess.run(
-        [sys.executable, "-m", "otelguard", "hook", "claude-code", "--print-settings", "--http", "--url", "ftp://x"],
-        capture_output=True, timeout=TIMEOUT,
-    )  # fmt: skip
-    assert (result.returncode, result.stdout) == (2, b"")
-    assert b"--url must be an http:// or https:// URL" in result.stderr
+def read_calls(url: str, results: list[object]) -> list[list[str]]:
+    """A turn of identical ``Read`` calls through the hook process, one result each: the codes of
+    the answers (``PreToolUse`` then ``PostToolUse``; ``deny`` for a refused call)."""
+    env = {"OTELGUARD_TOKEN": "tok"}
+    hook({**PRE, "hook_event_name": "UserPromptSubmit", "prompt": "p"}, "--url", url, env=env)
+    answers: list[list[str]] = []
+    for index, result in enumerate(results):
+        call = {
+            **PRE,
+            "tool_name": "Read",
+            "tool_input": {"file_path": "/srv/big.log"},
+            "tool_use_id": f"r{index}",
+        }
+        before = hook(call, "--url", url, env=env)
+        assert (before.returncode, before.stderr) == (0, b"")
+        if before.stdout:
+            answers.append([json.loads(before.stdout)["hookSpecificOutput"]["permissionDecision"]])
+            break
+        after = hook(
+            {**call, "hook_event_name": "PostToolUse", "tool_response": result}, "--url", url, env=env
+        )
+        assert (after.returncode, after.stderr) == (0, b""), after.stderr
+        context = json.loads(after.stdout)["hookSpecificOutput"]["additionalContext"] if after.stdout else ""
+        answers.append(["allow", context])
+    hook({**PRE, "hook_event_name": "Stop"}, "--url", url, env=env)
+    return answers
+
+
+def claude_code_read(content: str) -> dict[str, object]:
+    """What Claude Code's ``Read`` answers in ``tool_response``."""
+    lines = content.count("\n") + 1
+    return {"type": "text", "file": {"filePath": "/srv/big.log", "content": content, "numLines": lines,
+                                     "startLine": 1, "totalLines": lines}}  # fmt: skip
+
+
+def test_a_result_over_1_mib_is_sent_reduced_and_repeats_are_seen(serve: Serve) -> None:
+    """A 2 MiB result reaches the sidecar (its long text as a digest): the call is counted, and the same
+    large result again trips the same detector as a small one does, at the same call."""
+    url = f"http://127.0.0.1:{serve.port}"
+    big = "".join(f"line {n}: build step ok\n" for n in range(90_000))
+    assert len(big.encode()) > 2 << 20
+    small = read_calls(url, [claude_code_read("short")] * 7)
+    large = read_calls(url, [claude_code_read(big)] * 7)
+    assert large == small
+    assert large[1][1].startswith("Read returned the same result 2 times") and large[-1] == ["deny"]
+    changing = read_calls(url, [claude_code_read(big + str(n)) for n in range(7)])
+    assert changing == [["allow", ""]] * 7  # a different large result each time: progress
+    metrics = serve.request("GET", "/metrics")[1].decode()
+    ok_reads = [line for line in metrics.splitlines() if line.startswith("otelguard_tool_calls_total{")
+                and 'tool="Read"' in line and 'outcome="ok"' in line]  # fmt: skip
+    assert sum(float(line.rsplit(" ", 1)[1]) for line in ok_reads) == 5 + 5 + 7
+
+
+def test_a_large_string_result_and_a_large_error_are_reduced_too() -> None:
+    from otelguard.cli.hook_large import DIGEST_PREFIX, reduced
+
+    seen: list[dict[str, object]] = []
+
+    def record(request: Request) -> Response:
+        seen.append(json.loads(request.body))
+        return Response(200, b"")
+
+    text = "x" * (3 << 20)
+    with HttpServer(record) as server:
+        for payload in (
+            {**PRE, "hook_event_name": "PostToolUse", "tool_response": text},
+            {**PRE, "hook_event_name": "PostToolUseFailure", "error": text, "is_interrupt": False},
+        ):
+            result = hook(payload, "--url", f"http://127.0.0.1:{server.port}")
+            assert (result.returncode, result.stdout, result.stderr) == (0, b"", b"")
+    assert str(seen[0]["tool_response"]).startswith(DIGEST_PREFIX)
+    assert seen[1]["error"] == seen[0]["tool_response"] and seen[1]["is_interrupt"] is False
+    many_small = json.dumps({**PRE, "tool_response": ["ab"] * 400_000}).encode()
+    whole = json.loads(reduced(many_small, 1 << 20) or b"null")
+    assert str(whole["tool_response"]).startswith(DIGEST_PREFIX)
+    assert reduced(json.dumps({**PRE, "tool_response": ["ab"] * 400_000}).encode(), 1 << 20) == (
+        reduced(many_small, 1 << 20)
+    )
+    assert reduced(b"[1, 2]", 10) is None and reduced(b"\xff", 10) is None
+
+
+@given(st.binary(max_size=600))
+def test_any_answer_is_read_or_named_never_raised(raw: bytes) -> None:
+    from otelguard.cli.hook import _body_of_200, _Failed
+
+    try:
+        body = _body_of_200(b"HTTP/1.1 200 OK\r\n" + raw)
+    except _Failed:
+        return
+    assert not body.strip() or body.lstrip().startswith(b"{")
+
+
+JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=40),
+    lambda inner: st.lists(inner, max_size=5) | st.dictionaries(st.text(max_size=8), inner, max_size=5),
+    max_leaves=30,
+)
+
+
+@given(JSON, st.integers(min_value=0, max_value=400))
+def test_a_reduced_payload_fits_or_is_not_sent(value: object, limit: int) -> None:
+    from otelguard.cli.hook_large import reduced
+
+    payload = json.dumps({**PRE, "tool_response": value}).encode()
+    smaller = reduced(payload, limit)
+    assert smaller is None or len(smaller) <= limit
+    assert reduced(payload, limit) == smaller  # the same payload always reduces the same way

@@ -290,7 +290,9 @@ def test_a_bad_config_or_a_busy_port_is_exit_2_with_one_line(tmp_path: Path) -> 
             capture_output=True,
             timeout=TIMEOUT,
         )
-        assert busy.returncode == 2 and b"already in use" in busy.stderr
+        assert busy.returncode == 2
+        busy_line = f"otelguard serve: --port {running.port}: 127.0.0.1:{running.port} is already in use"
+        assert busy_line in busy.stderr.decode()
     finally:
         stop_process(running.process)
 

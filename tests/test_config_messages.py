@@ -16,6 +16,7 @@ from hypothesis import strategies as st
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli import main
 from otelguard.config_names import near_misses
+from otelguard.errors import ConfigWarning
 
 TIMEOUT = 60.0
 
@@ -157,7 +158,9 @@ def test_every_command_names_the_file_of_a_bad_config(tmp_path: Path, command: l
 def test_a_name_one_edit_from_a_known_one_is_a_warning_naming_both(
     mapping: dict[str, Any], path: str, meant: str
 ) -> None:
-    (warning,) = GuardConfig.from_mapping(mapping).config_warnings
+    with pytest.warns(ConfigWarning) as caught:
+        (warning,) = GuardConfig.from_mapping(mapping).config_warnings
+    assert [str(each.message) for each in caught] == [warning]  # the same line, also from Python
     assert warning.startswith(f"{path}: ")
     assert f"did you mean {meant!r}?" in warning
 
@@ -192,10 +195,13 @@ def test_check_config_prints_the_warning_and_exits_0(
 
 
 def test_the_library_never_prints_the_warnings(capsys: pytest.CaptureFixture[str]) -> None:
-    config = GuardConfig.from_mapping({"caps": {"turn": {"web_serch": 20}}})
+    """It warns through the warnings module only (a ``ConfigWarning``), which the host can filter."""
+    with pytest.warns(ConfigWarning):
+        config = GuardConfig.from_mapping({"caps": {"turn": {"web_serch": 20}}})
     assert config.config_warnings
     assert capsys.readouterr() == ("", "")
-    assert config == GuardConfig.from_mapping({"caps": {"turn": {"web_serch": 20}}})
+    with pytest.warns(ConfigWarning):
+        assert config == GuardConfig.from_mapping({"caps": {"turn": {"web_serch": 20}}})
     assert "web_serch'" not in repr(config).split("caps=")[0]  # not in the repr's own fields
 
 
@@ -204,3 +210,46 @@ def test_near_misses_never_raises_and_never_flags_a_known_name(name: str, known:
     warnings = near_misses([("caps.turn.x", name)], [*known, name], [])
     assert warnings == ()
     near_misses([("caps.turn.x", name)], known, ["*x*"])
+
+
+def test_a_misspelt_cap_from_python_is_a_warning_with_the_did_you_mean() -> None:
+    """Made in Python, a config with a cap on a near-miss name warns at the caller's line, as the
+    command line does: the cap would never apply."""
+    with pytest.warns(ConfigWarning, match=r"caps\.turn\.websearch: .*did you mean 'web_search'\?") as caught:
+        GuardConfig.from_mapping({"caps": {"turn": {"websearch": 3}}})
+    assert [Path(warning.filename).name for warning in caught] == [Path(__file__).name]
+    with pytest.warns(ConfigWarning, match="web_serch"):
+        GuardConfig(caps={"turn": {"web_serch": 1}})
+
+
+def test_a_config_without_a_near_miss_does_not_warn() -> None:
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        GuardConfig.from_mapping({"caps": {"turn": {"web_search": 3, "deploy_service": 1}}})
+        GuardConfig()
+
+
+def test_the_command_line_prints_a_config_warning_once(tmp_path: Path) -> None:
+    path = tmp_path / "typo.yaml"
+    path.write_text("caps:\n  turn: {websearch: 3}\n")
+    result = subprocess.run(
+        [sys.executable, "-m", "otelguard", "check-config", str(path), "--json"],
+        capture_output=True, text=True, timeout=TIMEOUT,
+    )  # fmt: skip
+    assert result.returncode == 0
+    (line,) = result.stderr.splitlines()
+    assert line.startswith(f"otelguard: warning: {path}: caps.turn.websearch: ")
+
+
+@pytest.mark.parametrize(("typed", "read"), [("yes", "true"), ("off", "false"), ("true", "true")])
+def test_a_word_yaml_reads_as_a_boolean_is_explained(tmp_path: Path, typed: str, read: str) -> None:
+    path = tmp_path / "mode.yaml"
+    path.write_text(f"mode: {typed}\n")
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_file(path)
+    assert str(info.value) == (
+        f"{path}: mode: {read.capitalize()} is not allowed; YAML read an unquoted yes, no, on, off, true "
+        f"or false as the boolean {read}; expected one of interactive, unattended"
+    )

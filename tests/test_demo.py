@@ -79,7 +79,7 @@ def test_demo_on_a_port_in_use_exits_2_naming_the_port(tmp_path: Path) -> None:
         port = sock.getsockname()[1]
         with run_demo(tmp_path, port=port, duration=5, wait_for_metrics=False) as demo:
             assert demo.process.wait(30) == 2
-    assert f"port: {port}" in demo.stderr() and "already in use" in demo.stderr()
+    assert f"otelguard demo: --port {port}: 127.0.0.1:{port} is already in use" in demo.stderr()
 
 
 def test_demo_honours_config_file(tmp_path: Path) -> None:

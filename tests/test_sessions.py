@@ -185,6 +185,50 @@ def test_a_session_without_an_open_turn_leaves_quietly() -> None:
     assert turns(registry, "host") == 1
 
 
+@pytest.mark.parametrize("leaves", ["evicted", "expired", "ended"])
+def test_a_session_whose_run_is_unsettled_ends_its_turn_as_errored_as_it_leaves(leaves: str) -> None:
+    """An exception left a call of the run and nothing showed the run went on: the session leaving
+    the host (evicted, idle too long, ended) counts that turn errored; its subagents' as they are."""
+    clock, registry = Clock(), CollectorRegistry()
+    host = metered_host(registry, max_sessions=1, idle_seconds=30, clock=clock)
+    session, run = host.session("a"), object()
+    session.enter_run(run)
+    session.guard("agent-1", "explorer").start_turn()
+    session.unsettle(run)
+    assert session.unsettled
+    if leaves == "evicted":
+        host.session("b")
+    elif leaves == "expired":
+        clock.now += 31
+        assert host.expire() == 1
+    else:
+        host.end_session("a")
+    assert host.peek("a") is None
+    assert turns(registry, "host", "errored") == 1 and turns(registry, "host") == 0
+    assert turns(registry, "explorer") == 1 and turns(registry, "explorer", "errored") == 0
+
+
+def test_an_unsettled_run_is_errored_when_the_next_run_begins_unless_it_was_settled() -> None:
+    registry = CollectorRegistry()
+    session = metered_host(registry).session("a")
+    first, second, third, fourth = object(), object(), object(), object()
+    session.enter_run(first)
+    session.unsettle(first)
+    session.enter_run(second)  # the exception left the first run
+    assert turns(registry, "host", "errored") == 1 and not session.unsettled
+    session.unsettle(second)
+    session.settle(second)  # the run went on
+    session.enter_run(third)
+    session.unsettle(second)  # not the open turn's run: nothing
+    session.close()
+    assert turns(registry, "host", "errored") == 1 and turns(registry, "host") == 2
+    session.enter_run(fourth)
+    session.unsettle(fourth)
+    session.leave_run(fourth)  # the run ended normally after all
+    session.close()
+    assert turns(registry, "host", "errored") == 1 and turns(registry, "host") == 3
+
+
 def test_end_session_ends_the_open_turns_and_forgets_the_session() -> None:
     recorder = RecordingObserver()
     host = SessionHost(GuardConfig(signature_key=KEY), telemetry=recorder)

@@ -1,8 +1,10 @@
 """The ``otelguard`` command line. One module per command; each uses only the public API.
 
-Exit codes: 0 success, 1 the work ran but found input errors, 2 usage or configuration error.
-``otelguard hook`` runs on every Claude Code tool call: it is dispatched before anything else is
-imported (argparse and the command modules included) and uses only the standard library.
+Exit codes: 0 success, 1 the work ran but found input errors (``backtest``: an alert would have
+fired), 2 usage or configuration error; each command's ``--help`` states its own. ``otelguard hook``
+runs on every Claude Code tool call: it is dispatched before anything else is imported (argparse and
+the command modules included), uses only the standard library and always exits 0, as does a command
+name that looks like a mistyped ``hook`` (Claude Code reads exit 2 as "block this call").
 """
 
 from __future__ import annotations
@@ -30,6 +32,29 @@ COMMANDS = {
 }
 
 
+EXIT_CODES = {
+    "demo": "0 stopped (SIGINT, SIGTERM or --duration); 2 usage or configuration error (a bad config, "
+    "--port in use)",
+    "replay": "0 every input read; 1 input errors (malformed lines, unreadable files, a directory with no "
+    "transcript) or an output that could not be written (--html, --openmetrics, --pushgateway), the "
+    "report printed all the same; 2 usage or configuration error",
+    "backtest": "0 no alert would have fired; 1 an alert would have fired; 2 usage or configuration "
+    "error, or Prometheus could not run; 130 interrupted",
+    "serve": "0 stopped by SIGINT or SIGTERM; 2 usage or configuration error (a bad config, --port in use)",
+    "hook": "always 0, even on errors (Claude Code reads exit 2 as 'block this call'): a problem is one "
+    "line on stderr and the call goes ahead",
+    "check-config": "0 the config is valid (its warnings, probable typos, on stderr); 2 it is not (one line "
+    "per problem on stderr)",
+    "bench": "0 the measurement ran, whether or not every target was met (a missed target is a finding, "
+    "not an error); 2 usage error",
+    "dashboards": "0 written or already up to date; 2 DIR is not a directory, a file differs (without "
+    "--force) or cannot be written",
+    "rules": "0 written or already up to date; 2 DIR is not a directory, a file differs (without --force) "
+    "or cannot be written",
+}
+"""What each command's exit status means, as its ``--help`` ends."""
+
+
 def build_parser(command: str | None = None) -> argparse.ArgumentParser:
     """The parser; given the command about to run, only that command's module is imported (startup
     time: ``otelguard serve`` must not load the replay and demo modules)."""
@@ -50,7 +75,9 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
             # listed for --help only: hook is parsed by hand on its fast path
             sub.add_parser(name, help=help_text, description=help_text, add_help=False)
             continue
-        command_parser = sub.add_parser(name, help=help_text, description=help_text)
+        command_parser = sub.add_parser(
+            name, help=help_text, description=help_text, epilog=f"exit status: {EXIT_CODES[name]}"
+        )
         module = importlib.import_module(f"otelguard.cli.{module_name}")
         module.add_arguments(command_parser, name)
         command_parser.set_defaults(_module=module)
@@ -63,6 +90,10 @@ def main(argv: Sequence[str] | None = None) -> int:
         from otelguard.cli.hook import main as hook_main
 
         return hook_main(args_list[1:])
+    if args_list and args_list[0] not in COMMANDS and args_list[0].lower().startswith("hook"):
+        from otelguard.cli.hook import mistyped
+
+        return mistyped(args_list[0])
     parser = build_parser(args_list[0] if args_list else None)
     args = parser.parse_args(args_list)
     if args.command is None:
@@ -70,8 +101,14 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     # the processes otelguard runs drop prometheus_client's `_created` samples (a second line per
     # series); a library user's registry keeps its own setting (docs/telemetry.md)
+    import warnings
+
     from prometheus_client import disable_created_metrics
 
+    from otelguard.errors import ConfigWarning
+
     disable_created_metrics()  # type: ignore[no-untyped-call]
-    code: int = args._module.run(args)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", ConfigWarning)  # each command prints a config's warnings itself
+        code: int = args._module.run(args)
     return code

@@ -31,6 +31,7 @@ from otelguard.backtest.engine import BacktestError, Binaries, Engine, MissingBi
 from otelguard.backtest.report import BacktestReport
 from otelguard.backtest.rules import DEFAULT_EVALUATION_INTERVAL, load_rules
 from otelguard.backtest.run import BacktestOptions, run_backtest
+from otelguard.cli.output import cli_console
 from otelguard.cli.replay import (
     DEFAULT_INSTANCE,
     DEFAULT_JOB,
@@ -105,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        _render(report, Console())
+        _render(report, cli_console())
     return 1 if report.fired else 0
 
 

@@ -18,6 +18,7 @@ from rich.table import Table
 from otelguard.bench import FIGURE_NAMES, TARGETS, BenchOptions, run_bench
 from otelguard.bench.sidecar import SidecarOptions, run_sidecar_bench
 from otelguard.bench.workloads import WORKLOADS
+from otelguard.cli.output import cli_console
 
 __all__ = ["add_arguments", "run"]
 
@@ -82,7 +83,7 @@ def run(args: argparse.Namespace) -> int:
         loop_signatures=args.loop_signatures,
         seed=args.seed,
     )
-    err = Console(stderr=True)
+    err = cli_console(stderr=True)
 
     def progress(message: str) -> None:
         err.print(f"[dim]otelguard bench: {message}[/dim]")
@@ -95,8 +96,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(orjson.dumps(document, option=orjson.OPT_INDENT_2).decode() + "\n")
     else:
-        # piped output gets a fixed width so the figure names are not cut at 80 columns
-        _print_tables(Console() if sys.stdout.isatty() else Console(width=110), document)
+        _print_tables(cli_console(), document)
     return 0
 
 
@@ -151,9 +151,15 @@ def _print_tables(console: Console, document: dict[str, Any]) -> None:
     if "sidecar" in document:
         _print_sidecar(console, document["sidecar"])
     missed = [row["name"] for row in document["targets"] if not row["met"]]
-    summary = "all targets met" if not missed else f"missed: {', '.join(missed)}"
+    summary = (
+        "all targets met"
+        if not missed
+        else f"missed: {', '.join(missed)} (a missed target is a finding about this machine and this "
+        "build, not an error: the exit status stays 0)"
+    )
     console.print(
-        f"{len(document['targets']) - len(missed)}/{len(document['targets'])} targets met; {summary}"
+        f"{len(document['targets']) - len(missed)}/{len(document['targets'])} targets met; {summary}",
+        markup=False,
     )
 
 

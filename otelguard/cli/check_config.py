@@ -5,12 +5,12 @@ from __future__ import annotations
 import argparse
 import json
 
-from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
 from otelguard import ConfigError
 from otelguard.cli.config_messages import load_config, print_config_error
+from otelguard.cli.output import cli_console
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -37,5 +37,5 @@ def run(args: argparse.Namespace) -> int:
     table.add_column("value")
     for key, value in effective.items():
         table.add_row(Text(key), Text(json.dumps(value)))  # values come from the file: never markup
-    Console().print(table)
+    cli_console().print(table)
     return 0

@@ -7,7 +7,10 @@ import sys
 
 from otelguard import ConfigError, GuardConfig
 
-__all__ = ["load_config", "print_config_error"]
+__all__ = ["load_config", "option_problem", "print_config_error"]
+
+_OPTIONS = ("port", "addr", "certfile", "keyfile")
+"""Keys of the server settings a command takes as options of the same name: a problem names the option."""
 
 
 def print_config_error(command: str, exc: ConfigError) -> None:
@@ -15,6 +18,14 @@ def print_config_error(command: str, exc: ConfigError) -> None:
     for problem in exc.errors:
         line = " ".join(problem.line.split())  # one line, whatever the YAML parser wrote
         print(f"{command}: invalid config {line}", file=sys.stderr)
+
+
+def option_problem(exc: ConfigError) -> str:
+    """A problem as one line; one with a server setting given on the command line names its option
+    (``--port 9464: 127.0.0.1:9464 is already in use; choose another port``)."""
+    if exc.key in _OPTIONS and exc.source is None and len(exc.errors) == 1:
+        return f"--{exc.key} {exc.value}: {exc.allowed}"
+    return " ".join(str(exc).split())
 
 
 def load_config(command: str, path: str | None) -> GuardConfig | None:

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otelguard import ConfigError, GuardConfig
-from otelguard.cli.config_messages import load_config
+from otelguard.cli.config_messages import load_config, option_problem
 from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.metrics_server import MetricsServer, serve_metrics
@@ -46,9 +46,14 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         type=float,
         default=DEFAULT_RATE,
         metavar="CALLS_PER_S",
-        help="tool calls per second, all agents",
+        help=f"tool calls per second, all agents together (default {DEFAULT_RATE:g})",
     )
-    parser.add_argument("--agents", type=int, default=DEFAULT_AGENTS, help="number of simulated agents")
+    parser.add_argument(
+        "--agents",
+        type=int,
+        default=DEFAULT_AGENTS,
+        help=f"number of simulated agents (default {DEFAULT_AGENTS})",
+    )
     parser.add_argument(
         "--config", default=None, metavar="FILE", help="guard config (default: mode unattended)"
     )
@@ -73,7 +78,7 @@ def run(args: argparse.Namespace) -> int:
     except ConfigError as exc:
         restore()
         _stop(stop, threads, spans)
-        print(f"otelguard demo: {exc}", file=sys.stderr)
+        print(f"otelguard demo: {option_problem(exc)}", file=sys.stderr)
         return 2
     try:
         _show(args, server, spans, stats, stop)

@@ -1,8 +1,12 @@
 """`otelguard hook claude-code`: the command Claude Code runs for each hook event.
 
 It reads one payload on stdin, posts it to the sidecar (``otelguard serve``) and prints the answer.
-It always exits 0: Claude Code reads hook output only on exit 0, and a guard that is down must not
-stop the user's work (fail open: no output, one line on stderr). This module runs on every tool
+It always exits 0, whatever goes wrong (a mistyped argument, a bad environment variable, no or
+garbled stdin, a sidecar that is down, slow or answers garbage): Claude Code reads exit 2 from a
+``PreToolUse`` hook as "block this call", so one typo in ``settings.json`` must not stop every tool.
+Fail open: nothing on stdout, one line on stderr naming the problem. A payload over 1 MiB (a large
+result) is sent with its largest values reduced to digests (``otelguard.cli.hook_large``), never
+dropped. This module runs on every tool
 call, so it imports only the standard library, and only what it needs: the C ``_socket`` module
 rather than ``socket`` (which brings ``selectors``, ``enum`` and ``array``), no ``typing``, and a host
 name given to the resolver as bytes (a ``str`` loads the ``idna`` codec). ``--print-settings`` and
@@ -27,15 +31,20 @@ TYPE_CHECKING = False  # not typing's: importing typing would cost a third of th
 if TYPE_CHECKING:
     from typing import Final
 
-__all__ = ["DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "HOOK_EVENTS", "endpoint", "main", "post"]
+__all__ = ["DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "HOOK_EVENTS", "endpoint", "main", "mistyped", "post"]
 
 DEFAULT_URL: Final = "http://127.0.0.1:9464"
 HOOK_PATH: Final = "/v1/hooks/claude-code"
 MAX_PAYLOAD_BYTES: Final = 1 << 20
+"""What the sidecar takes in one request: a larger payload is reduced before it is sent."""
+MAX_STDIN_BYTES: Final = 64 << 20
+"""What the hook reads at most; a payload beyond it is not sent (the call goes ahead)."""
 MAX_ANSWER_BYTES: Final = 1 << 20
 USAGE: Final = (
     "usage: otelguard hook claude-code [--url URL] [--timeout SECONDS] [--print-settings [--http]] [--print-config]\n"
-    "  reads one Claude Code hook payload on stdin, asks the sidecar, prints its answer; always exits 0\n"
+    "  reads one Claude Code hook payload on stdin, asks the sidecar, prints its answer\n"
+    "  exit status: always 0, even on errors (Claude Code reads exit 2 as 'block this call'); a problem\n"
+    "  (arguments, environment, stdin, the sidecar) is one line on stderr and the call goes ahead\n"
     f"  --url URL          the sidecar (default: ${OTELGUARD_URL} or {DEFAULT_URL})\n"
     f"  --timeout SECONDS  give up and let the call go ahead after this long (default: {DEFAULT_TIMEOUT_SECONDS:g})\n"
     "  --print-settings   print the hooks block for .claude/settings.json (a command per event)\n"
@@ -63,11 +72,35 @@ class _Options:
 
 
 def main(argv: list[str]) -> int:
+    """Always 0: every problem is one line on stderr, and the call goes ahead."""
     try:
-        options = _parse(argv)
+        return _run(argv)
     except _Failed as exc:
-        sys.stderr.write(f"otelguard hook: {exc}\n{USAGE}")
-        return 2
+        _problem(str(exc))
+    except KeyboardInterrupt:
+        _problem("interrupted")
+    except Exception as exc:  # fail open whatever happened
+        _problem(type(exc).__name__)
+    return 0
+
+
+def mistyped(command: str) -> int:
+    """``otelguard hooks ...`` and the like: a command in ``settings.json`` that meant this one fails
+    open too (argparse would exit 2, which blocks every tool call)."""
+    _problem(f"unknown command {_shown(command)}; expected: otelguard hook claude-code")
+    return 0
+
+
+def _problem(reason: str) -> None:
+    try:
+        sys.stderr.write(f"otelguard hook: {reason}; the call goes ahead\n")
+        sys.stderr.flush()
+    except Exception:  # no stderr either: nothing more can be said
+        pass
+
+
+def _run(argv: list[str]) -> int:
+    options = _parse(argv)
     if options is None:
         sys.stdout.write(USAGE)
         return 0
@@ -77,11 +110,7 @@ def main(argv: list[str]) -> int:
         if options.print_config:
             sys.stdout.write(hook_settings.starter_config())
         elif options.use_http:
-            try:
-                scheme, hostport, path = endpoint(options.url)
-            except _Failed as exc:
-                sys.stderr.write(f"otelguard hook: {exc}\n")
-                return 2
+            scheme, hostport, path = endpoint(options.url)
             block = hook_settings.http_settings_block(f"{scheme}://{hostport}{path}", options.timeout)
             sys.stdout.write(block + "\n")
         else:
@@ -90,21 +119,38 @@ def main(argv: list[str]) -> int:
             sys.stdout.write(hook_settings.settings_block(url, timeout) + "\n")
         return 0
     deadline = time.monotonic() + options.timeout
-    try:
-        payload = sys.stdin.buffer.read(MAX_PAYLOAD_BYTES + 1)
-        if len(payload) > MAX_PAYLOAD_BYTES:
-            raise _Failed(f"payload over {MAX_PAYLOAD_BYTES} bytes; not sent")
-        answer = post(options.url, payload, deadline, _session_affinity(payload))
-    except _Failed as exc:
-        sys.stderr.write(f"otelguard hook: {exc}; the call goes ahead\n")
-        return 0
-    except Exception as exc:  # fail open whatever happened
-        sys.stderr.write(f"otelguard hook: {type(exc).__name__}; the call goes ahead\n")
-        return 0
+    payload = _read_payload()
+    answer = post(options.url, payload, deadline, _session_affinity(payload))
     if answer:
-        sys.stdout.buffer.write(answer)
-        sys.stdout.flush()
+        try:
+            sys.stdout.buffer.write(answer)
+            sys.stdout.flush()
+        except OSError as exc:
+            raise _Failed(f"could not write the answer to stdout ({type(exc).__name__})") from None
     return 0
+
+
+def _read_payload() -> bytes:
+    """The payload from stdin, reduced to what the sidecar takes when it is larger."""
+    stdin = sys.stdin
+    if stdin is None:
+        raise _Failed("no stdin to read the payload from")
+    try:
+        payload = stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    except (OSError, ValueError, AttributeError) as exc:
+        raise _Failed(f"could not read the payload from stdin ({type(exc).__name__})") from None
+    if not payload.strip():
+        raise _Failed("no payload on stdin (Claude Code sends one JSON object)")
+    if len(payload) > MAX_STDIN_BYTES:
+        raise _Failed(f"payload over {MAX_STDIN_BYTES >> 20} MiB; not sent")
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        from otelguard.cli.hook_large import reduced  # only a large payload pays for json
+
+        smaller = reduced(payload, MAX_PAYLOAD_BYTES)
+        if smaller is None:
+            raise _Failed(f"payload over {MAX_PAYLOAD_BYTES >> 20} MiB that cannot be reduced; not sent")
+        payload = smaller
+    return payload
 
 
 _FLAGS: Final = {"--print-settings": "print_settings", "--http": "use_http", "--print-config": "print_config"}
@@ -112,11 +158,13 @@ _FLAGS: Final = {"--print-settings": "print_settings", "--http": "use_http", "--
 
 def _parse(argv: list[str]) -> _Options | None:
     """The options; ``None`` for ``--help``. By hand: argparse costs more startup time than this
-    whole command."""
-    if not argv or argv[0] in ("-h", "--help"):
+    whole command, and exits 2 on a mistake, which Claude Code reads as "block this call"."""
+    if argv and argv[0] in ("-h", "--help"):
         return None
+    if not argv:
+        raise _Failed("no agent named; expected: otelguard hook claude-code (see --help)")
     if argv[0] != "claude-code":
-        raise _Failed(f"unknown agent {argv[0]!r}; expected claude-code")
+        raise _Failed(f"unknown agent {_shown(argv[0])}; expected claude-code (see --help)")
     options = _Options()
     rest = list(argv[1:])
     while rest:
@@ -128,7 +176,7 @@ def _parse(argv: list[str]) -> _Options | None:
             setattr(options, _FLAGS[name], True)
             continue
         if name not in ("--url", "--timeout"):
-            raise _Failed(f"unknown option {name}")
+            raise _Failed(f"unknown option {_shown(name)} (see --help)")
         if not eq:
             if not rest:
                 raise _Failed(f"{name} needs a value")
@@ -139,14 +187,20 @@ def _parse(argv: list[str]) -> _Options | None:
         try:
             options.timeout = float(inline)
         except ValueError:
-            raise _Failed("--timeout must be a number of seconds") from None
+            raise _Failed(f"--timeout {_shown(inline)}: expected a number of seconds, e.g. 2") from None
         if not 0 < options.timeout <= 600:
-            raise _Failed("--timeout must be above 0 and at most 600 seconds")
+            raise _Failed(f"--timeout {_shown(inline)}: expected above 0 and at most 600 seconds")
     if options.use_http and not options.print_settings:
         raise _Failed("--http goes with --print-settings")
     if options.print_config and options.print_settings:
         raise _Failed("--print-config and --print-settings print different files: one at a time")
     return options
+
+
+def _shown(text: str) -> str:
+    """A command-line word as the message shows it: quoted, printable, bounded."""
+    shown = repr(text[:60])
+    return shown if len(text) <= 60 else shown[:-1] + "..." + shown[-1]
 
 
 _SESSION_ID_FIELD: Final = b'"session_id"'
@@ -211,6 +265,8 @@ def post(url: str, payload: bytes, deadline: float, session: str | None = None) 
     ]
     token = os.environ.get(OTELGUARD_TOKEN)
     if token:
+        if not token.isprintable() or not token.isascii():
+            raise _Failed(f"${OTELGUARD_TOKEN} holds characters a header cannot carry")
         headers.append(f"Authorization: Bearer {token}")
     if session is not None:
         from otelguard.session_keys import SESSION_HEADER
@@ -242,7 +298,9 @@ def endpoint(url: str) -> tuple[str, str, str]:
     """(scheme, host[:port], path of the hook endpoint under the URL's own path)."""
     scheme, _, rest = url.partition("://")
     if scheme not in ("http", "https") or not rest:
-        raise _Failed("--url must be an http:// or https:// URL")
+        raise _Failed(f"--url or ${OTELGUARD_URL}: {_shown(url)} is not an http:// or https:// URL")
+    if not rest.isprintable():
+        raise _Failed(f"--url or ${OTELGUARD_URL}: {_shown(url)} holds control characters")
     hostport, _, base = rest.partition("/")
     path = "/" + base.rstrip("/") + HOOK_PATH if base.strip("/") else HOOK_PATH
     return scheme, hostport, path
@@ -283,8 +341,8 @@ def _host_port(hostport: str, default: int) -> tuple[str, int]:
         host, _, port_text = hostport.partition(":")
     if not port_text:
         return host, default
-    if not port_text.isdigit():
-        raise _Failed("--url has a bad port")
+    if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise _Failed(f"--url or ${OTELGUARD_URL}: bad port {_shown(port_text)}")
     return host, int(port_text)
 
 
@@ -310,19 +368,56 @@ def _read_all(sock: _socket.socket, deadline: float) -> bytes:
 
 
 def _body_of_200(raw: bytes) -> bytes:
+    """The body of a 200 answer holding a JSON object (or nothing); else ``_Failed``: whatever else
+    came back must not reach Claude Code, which might read it as a decision."""
     head, sep, body = raw.partition(b"\r\n\r\n")
     if not sep:
         raise _Failed("sidecar sent an incomplete answer")
     lines = head.split(b"\r\n")
     status = lines[0].split(b" ", 2)
-    if len(status) < 2 or status[1] != b"200":
-        code = status[1].decode("ascii", "replace") if len(status) > 1 else "?"
-        raise _Failed(f"sidecar answered HTTP {code}")
+    if len(status) < 2 or not status[0].startswith(b"HTTP/"):
+        raise _Failed("sidecar sent something that is not an HTTP answer")
+    if status[1] != b"200":
+        code = _printable(status[1], 3)
+        reason = _printable(body.split(b"\n", 1)[0], 120) if status[1][:1] == b"4" else ""
+        raise _Failed(f"sidecar answered HTTP {code}" + (f" ({reason})" if reason else ""))
+    chunked = False
     for line in lines[1:]:
         name, _, value = line.partition(b":")
-        if name.strip().lower() == b"content-length":
-            length = int(value.strip())
-            if len(body) < length:
+        name = name.strip().lower()
+        if name == b"transfer-encoding" and value.strip().lower() == b"chunked":
+            chunked = True
+        elif name == b"content-length":
+            text = value.strip()
+            if not text.isdigit():
+                raise _Failed("sidecar sent a bad Content-Length")
+            if len(body) < int(text):
                 raise _Failed("sidecar sent an incomplete answer")
-            return body[:length]
+            body = body[: int(text)]
+    if chunked:
+        body = _unchunked(body)
+    if body.strip() and not (body.lstrip().startswith(b"{") and body.rstrip().endswith(b"}")):
+        raise _Failed("sidecar answered something that is not a JSON object")
     return body
+
+
+def _unchunked(body: bytes) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        size_line, sep, body = body.partition(b"\r\n")
+        size_text = size_line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise _Failed("sidecar sent a bad chunked answer") from None
+        if not sep or size < 0 or len(body) < size:
+            raise _Failed("sidecar sent an incomplete answer")
+        if size == 0:
+            return b"".join(parts)
+        parts.append(body[:size])
+        body = body[size + 2 :]
+
+
+def _printable(raw: bytes, limit: int) -> str:
+    text = raw[:limit].decode("ascii", "replace")
+    return "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in text).strip()

@@ -25,6 +25,7 @@ from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeR
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli.config_messages import load_config
+from otelguard.cli.output import cli_console
 from otelguard.cli.replay_tables import render_report
 from otelguard.replay import (
     AUTO,
@@ -41,6 +42,7 @@ from otelguard.replay import (
 from otelguard.replay.lines import MAX_LINE_BYTES
 from otelguard.replay.printable import printable
 from otelguard.replay.report import MAX_DETAILED_SESSIONS
+from otelguard.replay.sources import SUFFIXES
 from otelguard.replay.timed import TimedRun
 from otelguard.replay.timeline import Timelines
 from otelguard.replay.times import parse_duration, parse_moment
@@ -52,7 +54,8 @@ DEFAULT_SCRAPE_INTERVAL = "15s"
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     add_input_arguments(
-        parser, "a transcript file, a directory (searched recursively for *.jsonl and *.json), or - for stdin"
+        parser,
+        "a transcript file, a directory (searched recursively for *.jsonl, *.json and *.traj), or - for stdin",
     )
     parser.add_argument("--json", action="store_true", help="print the report as one JSON document")
     parser.add_argument(
@@ -101,7 +104,12 @@ def add_input_arguments(parser: argparse.ArgumentParser, paths_help: str) -> Non
     """``PATH...``, ``--format`` and ``--config``: shared with ``otelguard backtest``."""
     parser.add_argument("paths", nargs="+", metavar="PATH", help=paths_help)
     parser.add_argument(
-        "--format", choices=FORMATS, default=AUTO, help="transcript format (default: detect per file)"
+        "--format",
+        choices=FORMATS,
+        default=AUTO,
+        help="transcript format (default: auto, detected per file): openai (Chat Completions messages, also "
+        "tau-bench results and ToolBench answers), anthropic (Messages API), claude-code (session files), "
+        "openhands (event streams, agent SDK events), swe-agent (.traj), mini-swe-agent (trajectories)",
     )
     parser.add_argument("--config", metavar="FILE", help="guard config (YAML); defaults otherwise")
 
@@ -163,6 +171,15 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(printable(f"otelguard replay: {exc}"), file=sys.stderr)
         return 2
+    empty = [] if args.follow else _empty_directories(args.paths)  # --follow waits for new files
+    for directory in empty:
+        print(
+            f"otelguard replay: {directory if directory.isprintable() else ascii(directory)}: no transcript in this directory "
+            f"(looked for {', '.join('*' + suffix for suffix in SUFFIXES)}, recursively)",
+            file=sys.stderr,
+        )
+    if empty and not files:
+        return 1
     registry, telemetry = _telemetry(args, config)
     try:
         server = _serve(args, registry)
@@ -202,7 +219,12 @@ def run(args: argparse.Namespace) -> int:
                 server.shutdown()
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if report.errors_total or not pushed or not written or not exported else 0
+    return 1 if report.errors_total or empty or not pushed or not written or not exported else 0
+
+
+def _empty_directories(paths: list[str]) -> list[str]:
+    """The directories among ``paths`` that hold no transcript file."""
+    return [raw for raw in paths if raw != STDIN and Path(raw).is_dir() and not expand_paths([raw])]
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
@@ -389,7 +411,7 @@ def _print_report(report: ReplayReport, *, as_json: bool) -> None:
     if as_json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        render_report(report, Console())
+        render_report(report, cli_console())
 
 
 @contextlib.contextmanager

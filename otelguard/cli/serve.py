@@ -16,7 +16,7 @@ from types import FrameType
 from prometheus_client import REGISTRY
 
 from otelguard import ConfigError
-from otelguard.cli.config_messages import load_config
+from otelguard.cli.config_messages import load_config, option_problem
 from otelguard.config import StateSettings, mask_url
 from otelguard.environment_variables import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.metrics_server import bind, tls_context
@@ -129,7 +129,7 @@ def run(args: argparse.Namespace) -> int:
             inline=sidecar.inline, name="otelguard-serve",
         )  # fmt: skip
     except ConfigError as exc:
-        print(f"otelguard serve: {' '.join(str(exc).split())}", file=sys.stderr)
+        print(f"otelguard serve: {option_problem(exc)}", file=sys.stderr)
         if spans is not None:
             spans.shutdown()
         return 2

@@ -16,8 +16,9 @@ import sys
 from importlib import resources
 from pathlib import Path
 
-from rich.console import Console
 from rich.table import Table
+
+from otelguard.cli.output import cli_console
 
 if sys.version_info >= (3, 11):
     from importlib.resources.abc import Traversable
@@ -57,14 +58,14 @@ def run(args: argparse.Namespace) -> int:
     files = shipped_files(args.command)
     target = Path(args.directory)
     if target.exists() and not target.is_dir():
-        print(f"otelguard: {target} exists and is not a directory", file=sys.stderr)
+        print(f"otelguard {args.command} export: {target} exists and is not a directory", file=sys.stderr)
         return 2
     # Decide everything before writing anything, so a refusal leaves DIR untouched.
     plan = {relative: _status(target / relative, content) for relative, content in files.items()}
     conflicts = [relative for relative, status in plan.items() if status == "differs"]
     if conflicts and not args.force:
         print(
-            f"otelguard: {target / conflicts[0]} exists with other content "
+            f"otelguard {args.command} export: {target / conflicts[0]} exists with other content "
             f"({len(conflicts)} file(s) differ); use --force to overwrite",
             file=sys.stderr,
         )
@@ -72,8 +73,13 @@ def run(args: argparse.Namespace) -> int:
     for relative, status in plan.items():
         if status != "unchanged":
             path = target / relative
-            path.parent.mkdir(parents=True, exist_ok=True)
-            path.write_bytes(files[relative])
+            try:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_bytes(files[relative])
+            except OSError as exc:
+                reason = exc.strerror or type(exc).__name__
+                print(f"otelguard {args.command} export: cannot write {path}: {reason}", file=sys.stderr)
+                return 2
     _report(args, target, plan)
     return 0
 
@@ -97,4 +103,4 @@ def _report(args: argparse.Namespace, target: Path, plan: dict[str, str]) -> Non
     table.add_column("status")
     for relative, status in plan.items():
         table.add_row(relative, outcome[status])
-    Console().print(table)
+    cli_console().print(table)

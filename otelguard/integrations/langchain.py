@@ -9,10 +9,15 @@
   untouched and are not failures.
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
-* A run that raises never reaches ``after_agent``: an exception leaving a model call or a tool call
-  (not an interrupt) ends the turn as ``errored`` once the run's last call in flight is over (the
-  siblings of a parallel batch finish first). Listed first, the middleware sees only what a retry or
-  fallback middleware listed after it gave up on.
+* A run that raises never reaches ``after_agent``. An exception leaving the guard's wrap of a model
+  or tool call is that call's failure; a middleware listed before the guard may still turn it into
+  an answer (an error handler, a model fallback) and the run goes on, so nothing ends the turn
+  then: the run is *unsettled*. It went on when its next model call starts, a tool call that is not
+  a sibling of the current batch starts (a retry), or ``after_agent`` runs. The exception left the
+  run when the thread's next run begins with the turn still open and unsettled, or when the session
+  leaves the pool unsettled (eviction, idle expiry): that turn ends as ``errored`` then. Whatever the
+  order of the middleware, the same failing call retried is refused after 5 failures. Listed first,
+  the middleware sees only what a retry or fallback middleware listed after it gave up on.
 * One guard per ``thread_id`` of the run config, else one for the middleware.
 * The session caps used so far also live in a private channel of the graph's state
   (``otelguard_session_caps``), so a LangGraph checkpointer carries them to whichever worker runs
@@ -104,9 +109,7 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
     def before_agent(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         session = self._session()
         self._restore_caps(session, state.get(CAPS_CHANNEL))
-        previous = session.run
-        if isinstance(previous, _Run) and previous.failed:  # a failed run whose last call never came
-            session.leave_run(previous, errored=True)
+        # an open turn still unsettled ends as errored first: the exception left that run
         session.enter_run(_Run())
         return None
 
@@ -237,57 +240,53 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
 
 
 class _Run:
-    """One invocation of the agent on a thread (the session's ``run``): its model and tool calls in
-    flight, the tool calls its last model answer asked for that have not started yet, and whether an
-    exception left one of its calls."""
+    """One invocation of the agent on a thread (the session's ``run``): how many tool calls of its
+    last model answer have not started yet (the current batch)."""
 
-    __slots__ = ("_lock", "calls", "expected", "failed")
+    __slots__ = ("_lock", "expected")
 
     def __init__(self) -> None:
         self._lock = threading.Lock()
-        self.calls = 0
         self.expected = 0
-        self.failed = False
 
-    def enter(self, model: bool) -> None:
+    def enter(self, model: bool) -> bool:
+        """A model or tool call starts; ``True`` when it shows the run went on: a model call, or a
+        tool call that is not a sibling of the current batch (a retry)."""
         with self._lock:
-            self.calls += 1
+            went_on = model or self.expected == 0
             # a model call: the tools node of the previous answer is over, whatever did not start
             self.expected = 0 if model else max(self.expected - 1, 0)
+            return went_on
 
-    def leave(self, error: BaseException | None, tool_calls: int = 0) -> bool:
-        """A call is over (a model answer asking for ``tool_calls``); ``True`` when the run is over
-        too: an exception left one of its calls, and none is in flight or still to start."""
-        with self._lock:
-            self.calls -= 1
-            self.expected += tool_calls
-            self.failed = self.failed or errored(error)
-            return self.failed and self.calls == 0 and self.expected == 0
+    def asked(self, tool_calls: int) -> None:
+        """A model answer asked for ``tool_calls`` tool calls: the next batch."""
+        if tool_calls:
+            with self._lock:
+                self.expected += tool_calls
 
 
 @contextmanager
 def _in_flight(session: Session, model: bool = False) -> Iterator[list[int]]:
     """A model or tool call of the session's run. An exception leaving it (an interrupt is control
-    flow, not one) ends the run's turn as ``errored`` once no call of the run is in flight or still
-    to start (the siblings of a parallel batch come first). A model call puts the number of tool
-    calls its answer asks for in the list it yields."""
+    flow, not one) unsettles the run: a middleware listed before the guard may let the run go on.
+    A model call, or a tool call that is not a sibling of the current batch, settles it. A model
+    call puts the number of tool calls its answer asks for in the list it yields."""
     asked = [0]
     run = session.run
     if not isinstance(run, _Run):  # a run resumed in this process without its before_agent
         yield asked
         return
-    run.enter(model)
-    error: BaseException | None = None
+    if run.enter(model) and session.unsettled:
+        session.settle(run)
     try:
         yield asked
     except GraphBubbleUp:
         raise
     except BaseException as exc:
-        error = exc
+        if errored(exc):
+            session.unsettle(run)
         raise
-    finally:
-        if run.leave(error, asked[0]):
-            session.leave_run(run, errored=True)
+    run.asked(asked[0])
 
 
 def _tool_calls(response: Any) -> int:

@@ -16,7 +16,12 @@ from pydantic import Field
 pytest.importorskip("langchain.agents")
 
 from langchain.agents import create_agent
-from langchain.agents.middleware import AgentMiddleware, ModelRetryMiddleware, ToolCallRequest
+from langchain.agents.middleware import (
+    AgentMiddleware,
+    ModelRetryMiddleware,
+    ToolCallRequest,
+    ToolRetryMiddleware,
+)
 from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
@@ -132,29 +137,6 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     )
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
     assert rig.sample("otelguard_turns_total", agent="default", outcome="halted") == 1
-
-
-@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
-def test_tool_exception_is_a_failure_and_propagates_as_without_the_middleware(rig: Rig, run: str) -> None:
-    """The exception ends the run, so its turn is an errored one (counted as it leaves the tool)."""
-
-    @tool
-    def explode(x: int) -> str:
-        """Always raises."""
-        raise ValueError("boom")
-
-    agent = create_agent(
-        model(forever("explode", {"x": 1})),
-        [explode],
-        middleware=[GuardMiddleware(telemetry=rig.telemetry())],
-    )
-    with pytest.raises(ValueError, match="boom"):
-        if run == "invoke":
-            agent.invoke({"messages": [HumanMessage("go")]})
-        else:
-            asyncio.run(agent.ainvoke({"messages": [HumanMessage("go")]}))
-    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="explode", outcome="failed") == 1
-    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
 
 
 def test_sixty_parallel_web_searches_stop_at_the_turn_cap(rig: Rig) -> None:
@@ -410,29 +392,17 @@ def test_wrap_tool_call_never_raises_for_any_call(
         assert isinstance(out, ToolMessage)
 
 
-def test_a_run_whose_model_raises_is_an_errored_turn_before_the_next_run(rig: Rig) -> None:
-    """``after_agent`` never runs when the model call raises: the turn ends as errored as the
-    exception leaves the model call, not at the thread's next run (and not as completed)."""
-
-    @tool
-    def read_file(path: str) -> str:
-        """Read a file."""
-        return "contents"
-
-    def script(messages: list[BaseMessage]) -> AIMessage:
-        if tool_turns(messages):
-            raise ConnectionError("the provider went away")
-        return calls(("read_file", {"path": "a"}))
-
-    agent = create_agent(model(script), [read_file], middleware=[GuardMiddleware(telemetry=rig.telemetry())])
-    with pytest.raises(ConnectionError):
-        agent.invoke({"messages": [HumanMessage("read")]})
-    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
-    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="read_file", outcome="ok") == 1
+def ask(agent: Any, run: str, text: str, thread: str | None = None) -> dict[str, Any]:
+    """One run of ``agent`` on ``thread`` (``None``: no thread id), by ``invoke`` or ``ainvoke``."""
+    question = {"messages": [HumanMessage(text)]}
+    config: Any = {"configurable": {"thread_id": thread}} if thread is not None else None
+    if run == "invoke":
+        return dict(agent.invoke(question, config))
+    return dict(asyncio.run(agent.ainvoke(question, config)))
 
 
-class RaisedFirst(AgentMiddleware):  # type: ignore[type-arg]
-    """Listed before the guard, so its wrap sees a tool's exception after the guard's: it says so."""
+class Reraises(AgentMiddleware):  # type: ignore[type-arg]
+    """Wraps every tool call and lets a tool's exception go on; says when it has seen one."""
 
     def __init__(self) -> None:
         super().__init__()
@@ -445,11 +415,86 @@ class RaisedFirst(AgentMiddleware):  # type: ignore[type-arg]
             self.raised.set()
             raise
 
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: Callable[..., Any]) -> Any:
+        try:
+            return await handler(request)
+        except ValueError:
+            self.raised.set()
+            raise
 
-def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig: Rig) -> None:
+
+def stack(order: str, guard: GuardMiddleware, other: AgentMiddleware) -> list[AgentMiddleware]:  # type: ignore[type-arg]
+    """The middleware in the order named: ``"guard"`` alone, ``"other, guard"`` or ``"guard, other"``."""
+    return {"guard": [guard], "other, guard": [other, guard], "guard, other": [guard, other]}[order]
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("order", ["guard", "other, guard", "guard, other"])
+@pytest.mark.parametrize("known_at", ["the next run", "eviction"])
+def test_a_run_a_tool_exception_left_is_errored_at_the_threads_next_run_or_at_eviction(
+    rig: Rig, run: str, order: str, known_at: str
+) -> None:
+    """The tool's exception is the call's failure and leaves the run as without the middleware.
+    Leaving the guard it ends nothing (a middleware listed before the guard could let the run go
+    on): the turn ends as errored when the thread's next run begins, or when the session is dropped
+    from the pool, and never as completed."""
+
+    @tool
+    def explode(x: int) -> str:
+        """Always raises."""
+        raise ValueError("boom")
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        return calls(("explode", {"x": 1})) if messages[-1].content == "go" else AIMessage(content="done")
+
+    guard = GuardMiddleware(telemetry=rig.telemetry(), max_sessions=1)
+    agent = create_agent(model(script), [explode], middleware=stack(order, guard, Reraises()))
+    with pytest.raises(ValueError, match="boom"):
+        ask(agent, run, "go", "a")
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="explode", outcome="failed") == 1
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 0}  # not known yet
+    session = guard.sessions.peek("a")
+    assert session is not None and session.unsettled
+
+    ask(agent, run, "hello", "a" if known_at == "the next run" else "b")
+    if known_at == "eviction":
+        assert guard.sessions.peek("a") is None  # thread b's session took a's place
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 1}
+    assert rig.sample("otelguard_turn_tool_calls_sum", agent="default") == 1
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_a_run_whose_model_raises_is_errored_at_the_threads_next_run(rig: Rig, run: str) -> None:
+    """``after_agent`` never runs when the model call raises: the turn is open and unsettled until
+    the thread's next run, which ends it as errored (not as completed)."""
+
+    @tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if messages[-1].content == "again":
+            return AIMessage(content="done")
+        if tool_turns(messages):
+            raise ConnectionError("the provider went away")
+        return calls(("read_file", {"path": "a"}))
+
+    agent = create_agent(model(script), [read_file], middleware=[GuardMiddleware(telemetry=rig.telemetry())])
+    with pytest.raises(ConnectionError):
+        ask(agent, run, "read")
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 0}
+    assert ask(agent, run, "again")["messages"][-1].content == "done"
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 1}
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="read_file", outcome="ok") == 1
+
+
+@pytest.mark.parametrize("order", ["other, guard", "guard, other"])
+def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig: Rig, order: str) -> None:
     """One call of a parallel batch raises; its sibling ends only after that exception has left the
-    guard. The sibling's result is the errored turn's, and no second turn appears for it."""
-    spy = RaisedFirst()
+    guard. A sibling settles nothing: the sibling's result is the errored turn's, which ends as
+    errored when the thread's next run begins, and no second turn appears for it."""
+    spy = Reraises()
 
     @tool
     def explode(x: int) -> str:
@@ -462,21 +507,29 @@ def test_a_sibling_finishing_after_the_exception_counts_in_the_errored_turn(rig:
         assert spy.raised.wait(10)
         return "contents"
 
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if messages[-1].content == "go":
+            return calls(("explode", {"x": 1}), ("slow_read", {"path": "a"}))
+        return AIMessage(content="done")
+
     agent = create_agent(
-        model(lambda messages: calls(("explode", {"x": 1}), ("slow_read", {"path": "a"}))),
+        model(script),
         [explode, slow_read],
-        middleware=[spy, GuardMiddleware(telemetry=rig.telemetry())],
+        middleware=stack(order, GuardMiddleware(telemetry=rig.telemetry()), spy),
     )
     with pytest.raises(ValueError, match="boom"):
         agent.invoke({"messages": [HumanMessage("go")]})
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="slow_read", outcome="ok") == 1
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 0}
+    agent.invoke({"messages": [HumanMessage("again")]})
     assert rig.sample("otelguard_turn_tool_calls_sum", agent="default") == 2  # both calls, one turn
-    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 1}
 
 
-def test_a_refused_call_of_a_failing_batch_does_not_hold_the_errored_turn_open(rig: Rig) -> None:
+def test_a_refused_call_of_a_failing_batch_settles_nothing(rig: Rig) -> None:
     """The cap refuses one call of the batch (it never reaches the tool) and another raises: the
-    refused call is over too, so the turn ends as errored with the run."""
+    refused call is a sibling of the failing one, not a sign that the run went on, so the turn still
+    ends as errored at the thread's next run."""
 
     @tool
     def web_search(query: str) -> str:
@@ -489,18 +542,21 @@ def test_a_refused_call_of_a_failing_batch_does_not_hold_the_errored_turn_open(r
         raise ValueError("boom")
 
     config = GuardConfig(caps={"on_hit": "reject", "turn": {"web_search": 1}})
-    batch = calls(("web_search", {"query": "a"}), ("web_search", {"query": "b"}), ("explode", {"x": 1}))
+    batch = calls(("explode", {"x": 1}), ("web_search", {"query": "a"}), ("web_search", {"query": "b"}))
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        return batch if messages[-1].content == "go" else AIMessage(content="done")
+
     agent = create_agent(
-        model(lambda messages: batch),
-        [web_search, explode],
-        middleware=[GuardMiddleware(config, telemetry=rig.telemetry())],
+        model(script), [web_search, explode], middleware=[GuardMiddleware(config, telemetry=rig.telemetry())]
     )
     with pytest.raises(ValueError, match="boom"):
         agent.invoke({"messages": [HumanMessage("go")]})
     assert (
         rig.sample("otelguard_tool_calls_total", agent="default", tool="web_search", outcome="rejected") == 1
     )
-    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 1}
+    agent.invoke({"messages": [HumanMessage("again")]})
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 1}
 
 
 def test_a_model_error_a_retry_middleware_listed_after_the_guard_recovers_is_no_error(rig: Rig) -> None:
@@ -521,3 +577,158 @@ def test_a_model_error_a_retry_middleware_listed_after_the_guard_recovers_is_no_
     )
     assert agent.invoke({"messages": [HumanMessage("hi")]})["messages"][-1].content == "done"
     assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
+
+
+class ToolErrorsAsMessages(AgentMiddleware):  # type: ignore[type-arg]
+    """An error handler: a tool's exception becomes an error ``ToolMessage``, and the run goes on."""
+
+    @staticmethod
+    def answer(request: ToolCallRequest, error: Exception) -> ToolMessage:
+        call = request.tool_call
+        return ToolMessage(
+            content=f"error: {error}", tool_call_id=call["id"], name=call["name"], status="error"
+        )
+
+    def wrap_tool_call(self, request: ToolCallRequest, handler: Callable[..., Any]) -> Any:
+        try:
+            return handler(request)
+        except ValueError as error:
+            return self.answer(request, error)
+
+    async def awrap_tool_call(self, request: ToolCallRequest, handler: Callable[..., Any]) -> Any:
+        try:
+            return await handler(request)
+        except ValueError as error:
+            return self.answer(request, error)
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("order", ["other, guard", "guard, other"])
+def test_an_exception_a_middleware_turns_into_an_answer_is_the_calls_failure_only(
+    rig: Rig, order: str, run: str
+) -> None:
+    """Whichever of the two is listed first, the run goes on after each failure: the turn stays
+    the same open one, never errored, the same failing call is refused at its 6th ``before_call``
+    (it ran 5 times) and the turn is halted."""
+    ran = Counter()
+    seen: list[tuple[int, float]] = []  # (turns begun, errored turns) as each run of the tool begins
+
+    @tool
+    def run_tests(path: str) -> str:
+        """Run the test suite."""
+        ran.tick()
+        session = guard.sessions.peek()
+        seen.append((session.turns if session is not None else 0, turn_outcomes(rig)["errored"]))
+        raise ValueError("1 failed")
+
+    guard = GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())
+    middleware = stack(order, guard, ToolErrorsAsMessages())
+    agent = create_agent(model(forever("run_tests", {"path": "tests/"})), [run_tests], middleware=middleware)
+    out = ask(agent, run, "fix the tests")
+
+    assert ran.n == 5
+    assert seen == [(1, 0)] * 5
+    tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
+    assert [m.status for m in tool_messages] == ["error"] * 6
+    assert json.loads(str(tool_messages[-1].content))["otelguard"]["code"] == "exact_failure_block"
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
+    guard.sessions.end_session()  # the session leaves the host: that turn is counted once, halted
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+@pytest.mark.parametrize("order", ["other, guard", "guard, other"])
+def test_a_tool_retry_middleware_retrying_a_failing_call_is_refused_after_5_failures(
+    rig: Rig, order: str, run: str
+) -> None:
+    """LangChain's own ``ToolRetryMiddleware``. Listed before the guard, each retry is a call of the
+    guard's: the 6th identical failing call is refused (the retry middleware hands the refusal to
+    the model) and the run ends halted, not errored. Listed after it, the retries are one call of
+    the guard's, which fails once per model step."""
+    ran = Counter()
+
+    @tool
+    def run_tests(path: str) -> str:
+        """Run the test suite."""
+        ran.tick()
+        raise ValueError("1 failed")
+
+    guard = GuardMiddleware(UNATTENDED, telemetry=rig.telemetry())
+    retry = ToolRetryMiddleware(max_retries=9, initial_delay=0, jitter=False)
+    chat = model(forever("run_tests", {"path": "tests/"}))
+    agent = create_agent(chat, [run_tests], middleware=stack(order, guard, retry))
+    out = ask(agent, run, "fix the tests")
+
+    if order == "other, guard":
+        assert ran.n == 5  # one model step: 1 call + 4 retries ran, the 5th retry refused
+        assert len(chat.seen) == 1
+    else:
+        assert ran.n == 50  # 5 model steps of 10 tries each; the 6th step's call refused
+        assert len(chat.seen) == 6
+    assert json.loads(str(out["messages"][-2].content))["otelguard"]["code"] == "exact_failure_block"
+    assert str(out["messages"][-1].content).startswith("Stopped by otelguard: ")
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_a_model_error_a_retry_middleware_listed_before_the_guard_recovers_is_no_error(
+    rig: Rig, run: str
+) -> None:
+    failures = Counter()
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if failures.tick() == 1:
+            raise ConnectionError("a blip")
+        return AIMessage(content="done")
+
+    agent = create_agent(
+        model(script),
+        [],
+        middleware=[
+            ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False),
+            GuardMiddleware(telemetry=rig.telemetry()),
+        ],
+    )
+    assert ask(agent, run, "hi")["messages"][-1].content == "done"
+    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
+
+
+@pytest.mark.parametrize("run", ["invoke", "ainvoke"])
+def test_a_run_that_went_on_after_the_exception_is_not_errored_at_eviction(rig: Rig, run: str) -> None:
+    """An error handler listed before the guard answers for the failing tool; the run's next model
+    call shows it went on. The run then waits on an interrupt when its session leaves the pool: that
+    turn is completed, not errored."""
+
+    @tool
+    def flaky(x: int) -> str:
+        """Raises."""
+        raise ValueError("boom")
+
+    @tool
+    def deploy(target: str) -> str:
+        """Deploy after a human says yes."""
+        return f"deployed: {interrupt({'question': 'deploy?'})}"
+
+    def script(messages: list[BaseMessage]) -> AIMessage:
+        if messages[-1].content == "ship it":
+            return calls(("flaky", {"x": 1}), prefix="f")
+        if isinstance(messages[-1], ToolMessage):
+            return calls(("deploy", {"target": "prod"}), prefix="d")
+        return AIMessage(content="hi")
+
+    guard = GuardMiddleware(telemetry=rig.telemetry(), max_sessions=1)
+    agent = create_agent(
+        model(script),
+        [flaky, deploy],
+        middleware=[ToolErrorsAsMessages(), guard],
+        checkpointer=InMemorySaver(),
+    )
+    assert "__interrupt__" in ask(agent, run, "ship it", "a")
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="flaky", outcome="failed") == 1
+    assert turn_outcomes(rig) == {"completed": 0, "halted": 0, "errored": 0}  # a's run is paused
+    ask(agent, run, "hello", "b")  # a's session leaves the pool
+    assert guard.sessions.peek("a") is None
+    assert turn_outcomes(rig) == {"completed": 2, "halted": 0, "errored": 0}
