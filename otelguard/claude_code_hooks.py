@@ -109,7 +109,13 @@ class ClaudeCodeHooks:
             return hook_output(event, guard.before_call(tool_name, args, call_id=call_id))
         if event == "PermissionDenied":  # refused before it ran: a refusal, never a failure
             decision = guard.after_call(tool_name, args, None, refusal="permission_denied", call_id=call_id)
-            return {"continue": False, "stopReason": stop_reason(decision)} if decision.should_halt else None
+            if not decision.should_halt:
+                return None
+            return {
+                "hookSpecificOutput": {"hookEventName": event},
+                "continue": False,
+                "stopReason": stop_reason(decision),
+            }
         if event == "PostToolUse":
             result = payload.get("tool_response")
             return hook_output(

@@ -305,3 +305,23 @@ def test_any_payload_gets_an_output_or_a_field_error_never_a_crash(
     except HookPayloadError:
         return
     assert output is None or output["hookSpecificOutput"]["hookEventName"] == event
+
+
+def test_permission_denials_that_stop_the_turn_name_their_event() -> None:
+    """Claude Code's own permission rules refusing the same tool until the refusal rule stops the
+    turn: the stopping output carries ``hookSpecificOutput.hookEventName`` like every other one."""
+    h = hooks()
+    h.handle(payload("UserPromptSubmit", prompt="go"))
+    outputs = [
+        h.handle(
+            payload(
+                "PermissionDenied", tool_name="Bash", tool_input={"command": f"rm {n}"}, tool_use_id=f"t{n}"
+            )
+        )
+        for n in range(6)
+    ]
+    assert outputs[:5] == [None] * 5
+    last = outputs[5]
+    assert last is not None and last["continue"] is False
+    assert last["hookSpecificOutput"] == {"hookEventName": "PermissionDenied"}
+    assert "refusal_halt" in last["stopReason"]
