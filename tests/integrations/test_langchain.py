@@ -609,7 +609,8 @@ def test_an_exception_a_middleware_turns_into_an_answer_is_the_calls_failure_onl
 ) -> None:
     """Whichever of the two is listed first, the run goes on after each failure: the turn stays
     the same open one, never errored, the same failing call is refused at its 6th ``before_call``
-    (it ran 5 times) and the turn is halted."""
+    (it ran 5 times; a reject, the turn goes on), stopped when the model sends it again, and the
+    turn is halted."""
     ran = Counter()
     seen: list[tuple[int, float]] = []  # (turns begun, errored turns) as each run of the tool begins
 
@@ -629,9 +630,11 @@ def test_an_exception_a_middleware_turns_into_an_answer_is_the_calls_failure_onl
     assert ran.n == 5
     assert seen == [(1, 0)] * 5
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
-    assert [m.status for m in tool_messages] == ["error"] * 6
-    assert json.loads(str(tool_messages[-1].content))["otelguard"]["code"] == "exact_failure_block"
+    assert [m.status for m in tool_messages] == ["error"] * 7
+    codes = [json.loads(str(m.content))["otelguard"]["code"] for m in tool_messages[-2:]]
+    assert codes == ["exact_failure_reject", "exact_failure_block"]
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
+    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 1
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
     assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
     guard.sessions.end_session()  # the session leaves the host: that turn is counted once, halted
@@ -644,9 +647,9 @@ def test_a_tool_retry_middleware_retrying_a_failing_call_is_refused_after_5_fail
     rig: Rig, order: str, run: str
 ) -> None:
     """LangChain's own ``ToolRetryMiddleware``. Listed before the guard, each retry is a call of the
-    guard's: the 6th identical failing call is refused (the retry middleware hands the refusal to
-    the model) and the run ends halted, not errored. Listed after it, the retries are one call of
-    the guard's, which fails once per model step."""
+    guard's: the 6th identical failing call is refused (a reject: the retry middleware hands it to
+    the model), the model's next try of it is stopped and the run ends halted, not errored. Listed
+    after it, the retries are one call of the guard's, which fails once per model step."""
     ran = Counter()
 
     @tool
@@ -663,10 +666,10 @@ def test_a_tool_retry_middleware_retrying_a_failing_call_is_refused_after_5_fail
 
     if order == "other, guard":
         assert ran.n == 5  # one model step: 1 call + 4 retries ran, the 5th retry refused
-        assert len(chat.seen) == 1
+        assert len(chat.seen) == 2  # the model saw the refusal and sent the call again: stopped
     else:
         assert ran.n == 50  # 5 model steps of 10 tries each; the 6th step's call refused
-        assert len(chat.seen) == 6
+        assert len(chat.seen) == 7  # and the 7th step's stopped
     assert json.loads(str(out["messages"][-2].content))["otelguard"]["code"] == "exact_failure_block"
     assert str(out["messages"][-1].content).startswith("Stopped by otelguard: ")
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
