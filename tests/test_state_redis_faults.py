@@ -13,8 +13,9 @@ from typing import Any
 
 import pytest
 import redis
+from prometheus_client import CollectorRegistry
 
-from otelguard import Guard
+from otelguard import Guard, Telemetry
 from otelguard import decisions as codes
 from otelguard.caps import CapRefusal
 from otelguard.config import StateSettings
@@ -154,9 +155,14 @@ def test_a_key_of_the_wrong_type_is_that_sessions_problem_only(
     ]  # fmt: skip
     broken = Guard(guard_config(redis_server.url), session_id="the-broken-session", session_caps=bad)
     for n in range(5):
-        assert bad.charge([("web_search", 10)], 1) == (None, StateReport(True, "charge", True))
+        assert bad.charge([("web_search", 10)], 1) == (
+            None,
+            StateReport(True, "charge", True, key_error=True),
+        )
         # refused once; then the process's own count (1) is written over what is not a number
-        garbled_report = StateReport(True, "charge", True) if n == 0 else StateReport(True, None, False)
+        garbled_report = (
+            StateReport(True, "charge", True, key_error=True) if n == 0 else StateReport(True, None, False)
+        )
         assert garbled.charge([("web_search", 10)], 1) == (None, garbled_report)
         assert search(broken, n).action == "allow"  # decided from the process's own counts
         for guard in guards:
@@ -267,3 +273,22 @@ def test_a_session_store_keeps_no_command_whatever_it_charged(redis_server: Redi
         tracemalloc.stop()
     assert per_session < 4096, per_session
     assert redis.Redis  # the client stays importable: this test is about what a store keeps
+
+
+def test_an_error_about_one_key_leaves_the_state_up_gauge_at_1(redis_server: RedisServer) -> None:
+    """``otelguard_state_up`` says whether the store answers: a key of another type is an error
+    (counted) of a store that answered, so the gauge stays 1; a killed Redis makes it 0."""
+    registry = CollectorRegistry()
+    telemetry = Telemetry(registry=registry, span_mode="off")
+    link = RedisLink(StateSettings(url=redis_server.url, timeout_ms=PATIENT_MS), clock=Clock())
+    store = _store(link, "the-broken-session")
+    redis_server.client.set(store.key, "not a hash")
+    guard = Guard(
+        guard_config(redis_server.url), telemetry, session_id="the-broken-session", session_caps=store
+    )
+    search(guard, 0)
+    assert registry.get_sample_value("otelguard_state_errors_total", {"op": "charge"}) == 1
+    assert registry.get_sample_value("otelguard_state_up") == 1
+    redis_server.kill()
+    search(guard, 1)
+    assert registry.get_sample_value("otelguard_state_up") == 0

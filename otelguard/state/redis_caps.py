@@ -427,7 +427,8 @@ class RedisSessionCaps:
             return self._charge_locally(caps, amount), StateReport(True, failure.op, True)
         except _KeyError:
             link.key_failed("charge")
-            return self._charge_locally(caps, amount, outage=False), StateReport(True, "charge", True)
+            report = StateReport(True, "charge", True, key_error=True)
+            return self._charge_locally(caps, amount, outage=False), report
         except _Busy:
             link.was_busy()
             return self._charge_locally(caps, amount, outage=False), _BUSY
@@ -471,7 +472,7 @@ class RedisSessionCaps:
             return StateReport(True, failure.op, False)
         except _KeyError:
             link.key_failed("refund")
-            return StateReport(True, "refund", False)
+            return StateReport(True, "refund", False, key_error=True)
         except _Busy:
             link.was_busy()
             return None

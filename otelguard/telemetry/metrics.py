@@ -108,9 +108,8 @@ class StateFamilies:
     def record(self, report: StateReport) -> None:
         if report.error is not None:
             self.error_children[report.error].inc()
-            self.up.set(0)
-        elif report.sent:
-            self.up.set(1)
+        if report.sent:  # an error about one key came from a store that answered: still up
+            self.up.set(0 if report.error is not None and not report.key_error else 1)
         if report.fell_back:
             self.fallback.inc()
 
