@@ -453,10 +453,9 @@ class TurnDetectors:
             )
         if refusals and refusals >= warn["refusal"]:
             return _decision("warn", codes.REFUSAL_WARN, sig, refusals, warn["refusal"])
-        if tool_failures and tool_failures >= warn["same_tool_failure"]:
-            return _decision(
-                "warn", codes.SAME_TOOL_FAILURE_WARN, sig, tool_failures, warn["same_tool_failure"]
-            )
+        tool_warn = warn["same_tool_failure"] + (_SHELL_LATER_FAILURE_WARN if tool_class == "shell" else 0)
+        if tool_failures and tool_failures >= tool_warn:
+            return _decision("warn", codes.SAME_TOOL_FAILURE_WARN, sig, tool_failures, tool_warn)
         if same_errors and same_errors >= warn["same_error"]:
             return _decision("warn", codes.SAME_ERROR_WARN, sig, same_errors, warn["same_error"])
         if tool_class == "read" and state.no_progress >= warn["no_progress"]:
@@ -475,6 +474,11 @@ class TurnDetectors:
             return _decision("warn", codes.WRITE_STREAK_WARN, sig, self.write_streak, warn["write_streak"])
         return None
 
+
+# A shell's failure is an exit status: grep finding nothing, a failing test, a probe of the
+# environment. A few different commands failing in a row is how an agent explores, so a shell's
+# same_tool_failure warns one failure later than another tool's (measured on real runs of shell agents).
+_SHELL_LATER_FAILURE_WARN: Final = 1
 
 _MESSAGES: Final = {
     codes.EXACT_FAILURE_WARN: "{tool} failed {count} times in a row with the same arguments. Do not retry it "

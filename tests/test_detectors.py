@@ -218,10 +218,12 @@ def test_same_tool_failure_reset_by_success_of_the_same_tool() -> None:
 
 @pytest.mark.parametrize("tool", ["terminal", "execute_code", "process"])
 def test_failure_tolerant_tools_never_halt_on_same_tool_failure(tool: str) -> None:
-    """Tools in failure_tolerant (default terminal, execute_code, process) never halt there; they still warn."""
+    """Tools in failure_tolerant (default terminal, execute_code, process) never halt there; they still
+    warn, from 3 failures, a shell (terminal, execute_code) from 4."""
     steps = run_script(make_guard(), [fail(tool) for _ in range(20)])
     assert no_stops(steps)
-    assert codes(steps)[2:] == ["same_tool_failure_warn"] * 18
+    quiet = 3 if tool in ("terminal", "execute_code") else 2
+    assert codes(steps) == ["allow"] * quiet + ["same_tool_failure_warn"] * (20 - quiet)
 
 
 def test_configured_failure_tolerant_tool_never_halts() -> None:

@@ -77,15 +77,8 @@ def test_failure_tolerant_tools_are_not_exempt() -> None:
     tools = ("terminal", "execute_code")
     script = [fail(tools[i % 2], {"command": f"ls {i}"}, gone) for i in range(6)]
     steps = run_script(make_guard(), script)
-    # the 5th call is terminal's 3rd failure: same_tool_failure_warn comes before same_error_warn
-    assert codes(steps) == [
-        "allow",
-        "allow",
-        "same_error_warn",
-        "same_error_warn",
-        "same_tool_failure_warn",
-        "same_error_halt",
-    ]
+    # terminal's 3rd failure (the 5th call) is below a shell's same_tool_failure warning (4)
+    assert codes(steps) == ["allow", "allow"] + ["same_error_warn"] * 3 + ["same_error_halt"]
 
 
 # -- one tool repeating one error: exact_failure's and same_tool_failure's, as in hermes-agent -----
@@ -111,7 +104,7 @@ def test_a_shell_printing_the_same_output_for_different_commands_is_not_stopped(
     warned by same_tool_failure, never halted, never same_error."""
     script = [fail("terminal", {"command": f"grep -rn pattern_{i} tests"}, "1 failed") for i in range(12)]
     steps = run_script(make_guard(mode="unattended", hard_stop=None), script)
-    assert codes(steps) == ["allow", "allow"] + ["same_tool_failure_warn"] * 10
+    assert codes(steps) == ["allow"] * 3 + ["same_tool_failure_warn"] * 9  # a shell warns from 4
 
 
 def test_the_count_includes_failures_from_before_the_second_tool() -> None:
