@@ -634,7 +634,9 @@ def test_an_exception_a_middleware_turns_into_an_answer_is_the_calls_failure_onl
     codes = [json.loads(str(m.content))["otelguard"]["code"] for m in tool_messages[-2:]]
     assert codes == ["exact_failure_reject", "exact_failure_block"]
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
-    assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 1
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 1
+    )
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
     assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
     guard.sessions.end_session()  # the session leaves the host: that turn is counted once, halted
