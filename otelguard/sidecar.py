@@ -12,12 +12,15 @@ shared state (``state.url``): those, and ``/metrics`` rendering, go to its worke
 from __future__ import annotations
 
 import hmac
+import threading
+from collections import Counter
 from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 import orjson
 from prometheus_client import CollectorRegistry
 
+from otelguard.classify import catalog_for
 from otelguard.claude_code_hooks import DEFAULT_AGENT, MAX_ID_CHARS, ClaudeCodeHooks, HookPayloadError
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
@@ -65,6 +68,10 @@ class Sidecar:
         )
         self.hooks = ClaudeCodeHooks(host=self.host)
         self._state_io = self.host.config.effective_state().url is not None
+        self._catalog = catalog_for(self.host.config)
+        self._waiting_lock = threading.Lock()
+        self._waiting: Counter[str] = Counter()  # sessions with a call on a worker, by session_id
+        self._offloaded: dict[int, str] = {}  # id of a request on a worker -> its session_id
         self._registry = registry
         self._state_up = state_up
         self._token = f"Bearer {token}".encode() if token else None
@@ -79,16 +86,73 @@ class Sidecar:
 
     def inline(self, request: Request) -> bool:
         """Whether a request is answered on the event loop: ``/healthz`` always (it reads the shared
-        state's last known health and never waits on it), and guard calls when session caps are
-        kept in this process. With shared state (``state.url``) a guard call may wait on Redis for
-        up to ``timeout_ms``, so it runs on the worker pool and never holds up another request;
-        ``/metrics`` rendering always does."""
+        state's last known health and never waits on it), and every guard call that cannot wait on
+        the shared state. With ``state.url``, a call that charges a session cap or may refund one
+        can wait on Redis for up to ``timeout_ms``, so it runs on the worker pool and never holds up
+        another request, and so does every later call of that session until it is answered (it would
+        wait for the session's lock); the rest stay on the loop, where a call costs less than a
+        thread hop. ``/metrics`` rendering always runs on a worker."""
         path = request.path
         if path == "/metrics":
             return False
-        return not (self._state_io and path.startswith("/v1/"))
+        if not self._state_io or not path.startswith("/v1/"):
+            return True
+        body = _json_object(request.body) or {}
+        session = body.get("session_id")
+        if not isinstance(session, str):
+            return True  # answered 400 without touching the state
+        with self._waiting_lock:
+            if session not in self._waiting and not self._may_wait_on_state(path, body):
+                return True
+            self._waiting[session] += 1
+            self._offloaded[id(request)] = session
+        return False
+
+    def _may_wait_on_state(self, path: str, body: Mapping[str, Any]) -> bool:
+        """Read from the body alone, on the safe side: what is not known to stay away from the
+        shared state goes to a worker."""
+        if path in ("/v1/start_turn", "/v1/end_turn"):
+            return False
+        if path == "/v1/before_call":
+            return self._charges_a_session_cap(body.get("tool_name"))
+        if path == "/v1/after_call":  # a refused or cancelled call is refunded
+            return body.get("refusal") is not None or body.get("cancelled") is True
+        if path == "/v1/hooks/claude-code":
+            event = body.get("hook_event_name")
+            if event == "PreToolUse":
+                return self._charges_a_session_cap(body.get("tool_name"))
+            # refunded: a call Claude Code's permissions denied, an interrupted one
+            interrupted = event == "PostToolUseFailure" and body.get("is_interrupt") is True
+            return interrupted or event not in (
+                "PostToolUse",
+                "PostToolUseFailure",
+                "UserPromptSubmit",
+                "Stop",
+            )
+        return True
+
+    def _charges_a_session_cap(self, tool_name: Any) -> bool:
+        if not isinstance(tool_name, str):
+            return False  # a 400 naming the field
+        return bool(self._catalog.facts(tool_name).caps_session)
+
+    def _answered_on_a_worker(self, request: Request) -> None:
+        with self._waiting_lock:
+            session = self._offloaded.pop(id(request), None)
+            if session is None:
+                return
+            self._waiting[session] -= 1
+            if self._waiting[session] <= 0:
+                del self._waiting[session]
 
     def handle(self, request: Request) -> Response:
+        try:
+            return self._handle(request)
+        finally:
+            if self._offloaded:
+                self._answered_on_a_worker(request)
+
+    def _handle(self, request: Request) -> Response:
         path = request.path
         if path == "/metrics" or path == "/healthz":
             if request.method not in ("GET", "HEAD"):
@@ -227,3 +291,11 @@ def _optional_bool(body: Mapping[str, Any], field: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise HookPayloadError(field, "true, false or null")
+
+
+def _json_object(raw: bytes) -> dict[str, Any] | None:
+    try:
+        body = orjson.loads(raw)
+    except orjson.JSONDecodeError:
+        return None
+    return body if isinstance(body, dict) else None

@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import Any
 
 from tests.e2e import stop_process
 from tests.redis_e2e import RedisServer
@@ -47,6 +48,60 @@ def test_a_call_waiting_on_a_stopped_redis_does_not_hold_up_healthz(
             redis_server.resume()
         assert status == 200
         assert finished == ["healthz", "before_call"], "healthz waited for the guard call's Redis command"
+    finally:
+        stop_process(serve.process)
+
+
+def test_calls_that_touch_no_session_cap_are_answered_while_a_capped_one_waits_on_redis(
+    redis_server: RedisServer, tmp_path: Path
+) -> None:
+    """Only a call that charges or refunds a session cap goes to a worker, with every later call of
+    its session until it is answered (they wait for the session's lock); other sessions' uncapped
+    calls and Claude Code's PostToolUse stay on the event loop, so they must not reach Redis: with
+    Redis hung, each is answered, and /healthz too, while the capped call still waits."""
+    serve = start_replica(tmp_path, "--state", redis_server.url, config=SLOW_CONFIG)
+    try:
+        capped = {"session_id": "s1", "tool_name": "web_search", "args": {"q": 1}, "call_id": "c1"}
+        assert serve.post("/v1/before_call", capped)["action"] == "allow"  # Redis answers: the link is up
+        finished: list[str] = []
+
+        def send(name: str, path: str, body: dict[str, Any]) -> None:
+            serve.post(path, body)
+            finished.append(name)
+
+        uncapped = {"session_id": "s3", "tool_name": "read_file", "args": {"path": "a"}, "call_id": "r1"}
+        post_tool_use = {
+            "session_id": "s2", "transcript_path": "/tmp/t.jsonl", "cwd": "/tmp", "permission_mode": "default",
+            "hook_event_name": "PostToolUse", "tool_name": "WebSearch", "tool_input": {"query": "q"},
+            "tool_response": "ok", "tool_use_id": "toolu_1",
+        }  # fmt: skip
+        redis_server.hang()  # SIGSTOP: connected, never answers
+        try:
+            waiting = [
+                threading.Thread(
+                    target=send, args=("capped", "/v1/before_call", {**capped, "call_id": "c2"})
+                ),
+                threading.Thread(
+                    target=send, args=("same session", "/v1/after_call", {**capped, "result": "r"})
+                ),
+            ]
+            for thread in waiting:
+                thread.start()
+                time.sleep(0.3)  # reached the sidecar: the first waits on Redis, the second on the lock
+            assert serve.post("/v1/before_call", uncapped)["action"] == "allow"
+            assert (
+                serve.post("/v1/after_call", {**uncapped, "result": "text", "failed": False})["action"]
+                == "allow"
+            )
+            serve.post("/v1/hooks/claude-code", post_tool_use)
+            finished.append("other sessions")
+            assert serve.request("GET", "/healthz")[0] == 200
+            finished.append("healthz")
+            for thread in waiting:
+                thread.join(30)
+        finally:
+            redis_server.resume()
+        assert finished == ["other sessions", "healthz", "capped", "same session"], "the event loop waited"
     finally:
         stop_process(serve.process)
 
