@@ -24,8 +24,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from otelguard.decisions import Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, Outcome, StateReport, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo
 from otelguard.scripted import ScriptedCall, ScriptStep, play_call
+from otelguard.state.reports import StateReport
 from otelguard.tool_calls import CallGuard
 
 __all__ = ["RecordingObserver", "ScriptStep", "ScriptedCall", "codes", "play_call", "run_script"]
