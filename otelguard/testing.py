@@ -74,6 +74,8 @@ class RecordingObserver(GuardObserver):
             self._internal_errors.append(stage)
 
     def on_state(self, report: StateReport) -> None:
+        """A shared store's listener: hand ``recorder.on_state`` to the backend
+        (``otelguard.hosting.session_cap_store(..., listener=recorder.on_state)``)."""
         with self._lock:
             self._state_reports.append(report)
 

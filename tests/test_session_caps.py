@@ -170,3 +170,13 @@ def test_a_main_agent_and_its_subagents_in_threads_never_overshoot_a_session_cap
         guards = [main, *(main.subagent_guard(f"sub{i}") for i in range(7))]
         assert race(guards, calls=40) == 10
         assert main.end_turn().session_cap_usage == {"web_search": 10}
+
+
+def test_restore_sets_the_counts_a_checkpoint_holds() -> None:
+    """``restore`` sets the named keys' counts as given (a framework's checkpoint), leaving the
+    others, and a later charge counts from them."""
+    store = LocalSessionCaps()
+    store.charge([("a", 9), ("b", 9)], 1)
+    store.restore({"a": 4})
+    assert store.usage() == {"a": 4, "b": 1}
+    assert store.charge([("a", 5)], 2).refusal == CapRefusal("a", 4, 5)
