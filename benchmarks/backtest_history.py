@@ -2,7 +2,7 @@
 
 Run from a checkout: ``python -m benchmarks.backtest_history [--sessions 10000] [--days 1]`` (or
 ``--examples`` for the shipped examples). The history is timestamped Claude Code sessions from
-``tests/backtest_fleet.py``: healthy sessions spread over the days, plus a 20-minute web-search runaway
+``benchmarks/backtest_fleet.py``: healthy sessions spread over the days, plus a 20-minute web-search runaway
 and a 20-minute delegation runaway. The backtest runs as a child process; its whole process tree
 (python, promtool, prometheus) is sampled from ``/proc`` every 50 ms for the peak of their summed RSS,
 and ``wait4`` gives the largest single process's peak. Prints JSON.
@@ -21,7 +21,7 @@ from datetime import timedelta
 from itertools import chain
 from pathlib import Path
 
-from tests.backtest_fleet import DAY, healthy_sessions, runaway_minutes, write_fleet
+from benchmarks.backtest_fleet import DAY, healthy_sessions, runaway_minutes, write_fleet
 
 EXAMPLES = Path(__file__).resolve().parent.parent / "otelguard" / "data" / "examples"
 _PAGE = os.sysconf("SC_PAGE_SIZE")

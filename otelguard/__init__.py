@@ -1,16 +1,19 @@
 """otelguard: stop LLM agents from looping on tool calls, and make every decision observable.
 
-Importing the package loads nothing but this file: every name below is imported on first use. The
-Claude Code hook command starts on every tool call and must not pay for the core, OpenTelemetry or
-prometheus_client; a submodule import always runs this file first.
+Importing the package loads nothing but this file and two leaves (the version and the registry of
+defaults): every name below is imported on first use. The Claude Code hook command starts on every
+tool call and must not pay for the core, OpenTelemetry or prometheus_client; a submodule import
+always runs this file first, so the defaults below are registered before any guard is made.
 """
 
+from otelguard import _resolvers
 from otelguard._version import __version__
 
 # Not ``typing.TYPE_CHECKING``: importing typing (and the re and enum it pulls in) would be a third of
 # the hook command's own startup time. Type checkers treat any constant of this name as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
+    from otelguard.caps import SessionCapStore
     from otelguard.config import GuardConfig, TelemetrySettings
     from otelguard.decisions import Decision, Signature, TurnSummary
     from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
@@ -20,6 +23,26 @@ if TYPE_CHECKING:
     from otelguard.telemetry import Telemetry
     from otelguard.tool_calls import GuardedCall
 del TYPE_CHECKING  # not part of the package's namespace
+
+
+def _session_caps_for(
+    config: "GuardConfig", session_id: "str | None", telemetry: object
+) -> "SessionCapStore":
+    from otelguard.hosting import session_cap_store
+
+    return session_cap_store(config, session_id, telemetry)
+
+
+def _observer_for(telemetry: object, config: "GuardConfig") -> "GuardObserver":
+    from otelguard.hosting import observer_for
+
+    return observer_for(telemetry, config)
+
+
+# The core is handed its edges: a guard made without a session-cap store or with ``telemetry=`` gets
+# them from these, which load the edges (redis, OpenTelemetry) only when a guard needs one.
+_resolvers.register(session_caps_for=_session_caps_for, observer_for=_observer_for)
+del _session_caps_for, _observer_for
 
 __all__ = [
     "CallEvent",

@@ -3,31 +3,28 @@
 Turn counters belong to one guard. Session counters belong to the session: a ``SessionCapStore``
 shared by the session's main guard and every subagent guard, which checks and charges atomically
 (one lock for all of them), so guards running in parallel threads never overshoot a session cap.
+``SessionCapStore`` is the one protocol of a session-cap backend; the core ships the in-process one
+(``LocalSessionCaps``) and is handed any other by its host (``otelguard.hosting`` picks the shared
+one for a config with a state URL).
 """
 
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol, runtime_checkable
+from typing import Final, Literal, NamedTuple, Protocol
 
 from otelguard import decisions as codes
 from otelguard.decisions import Decision, Signature
-from otelguard.signatures import resolve_signature_key
-
-if TYPE_CHECKING:
-    from otelguard.config import GuardConfig
-    from otelguard.observers import StateReport
 
 __all__ = [
     "CapLedger",
     "CapRefusal",
     "Charge",
+    "ChargeAnswer",
     "LocalSessionCaps",
     "SessionCapStore",
-    "SharedSessionCaps",
-    "session_cap_store",
 ]
 
 Scope = Literal["turn", "session"]
@@ -47,35 +44,40 @@ class CapRefusal(NamedTuple):
     limit: int
 
 
+class ChargeAnswer(NamedTuple):
+    """What a session-cap store answered to a charge."""
+
+    refusal: CapRefusal | None
+    """The cap the charge would overshoot (nothing charged), or ``None`` (every cap charged)."""
+    fell_back: bool = False
+    """A store outside the process did not take part: decided from the process's own counts."""
+
+
+_CHARGED: Final = ChargeAnswer(None)
+
+
 class SessionCapStore(Protocol):
     """The session-scope cap counters of one session, shared by its main guard and every subagent
-    guard. Thread-safe; ``try_charge`` checks and charges in one atomic step."""
+    guard: the one protocol of a session-cap backend, one verb per operation. Thread-safe; ``charge``
+    checks and charges in one atomic step. A backend that reports its own health (a shared store's
+    link) does so to a listener its host hands it, never through the guard."""
 
-    def try_charge(self, caps: Sequence[tuple[str, int]], amount: int) -> CapRefusal | None:
+    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> ChargeAnswer:
         """All or nothing: when ``used + amount > limit`` for any ``(key, limit)``, charge nothing and
-        return the first such key; else add ``amount`` to every key and return ``None``."""
+        answer the first such key; else add ``amount`` to every key."""
         ...
 
     def refund(self, keys: Sequence[str], amount: int) -> None:
         """Give ``amount`` back to each key, floored at 0 (a charged call that was refused or cancelled)."""
         ...
 
+    def restore(self, counts: Mapping[str, int]) -> None:
+        """Set these keys' counts as given: counts the session reached elsewhere (a framework's
+        checkpoint). A store that already holds every process's counts may keep its own."""
+        ...
+
     def usage(self) -> Mapping[str, int]:
         """The current counts, one per key charged so far."""
-        ...
-
-
-@runtime_checkable
-class SharedSessionCaps(SessionCapStore, Protocol):
-    """A store outside the process (``state.url``): besides deciding, it reports how each use of the
-    shared store went, for the guard to pass on to its observers (metrics, the span attribute)."""
-
-    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[CapRefusal | None, StateReport]:
-        """``try_charge``, and how the shared store took part (``fell_back``: decided without it)."""
-        ...
-
-    def give_back(self, keys: Sequence[str], amount: int) -> StateReport | None:
-        """``refund``, and how the shared store took part (``None``: it was not asked)."""
         ...
 
 
@@ -88,16 +90,16 @@ class LocalSessionCaps:
         self._counts: dict[str, int] = {}
         self._lock = threading.Lock()
 
-    def try_charge(self, caps: Sequence[tuple[str, int]], amount: int) -> CapRefusal | None:
+    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> ChargeAnswer:
         counts = self._counts
         with self._lock:
             for key, limit in caps:
                 used = counts.get(key, 0)
                 if used + amount > limit:
-                    return CapRefusal(key, used, limit)
+                    return ChargeAnswer(CapRefusal(key, used, limit))
             for key, _limit in caps:
                 counts[key] = counts.get(key, 0) + amount
-        return None
+        return _CHARGED
 
     def refund(self, keys: Sequence[str], amount: int) -> None:
         counts = self._counts
@@ -105,28 +107,13 @@ class LocalSessionCaps:
             for key in keys:
                 counts[key] = max(0, counts.get(key, 0) - amount)
 
-    def usage(self) -> Mapping[str, int]:
-        with self._lock:
-            return dict(self._counts)
-
-    def set_counts(self, counts: Iterable[tuple[str, int]]) -> None:
-        """Set these keys' counts as given (what a shared store answered: every process's charges)."""
+    def restore(self, counts: Mapping[str, int]) -> None:
         with self._lock:
             self._counts.update(counts)
 
-
-def session_cap_store(config: GuardConfig, session_id: str | None) -> SessionCapStore:
-    """The store a guard of session ``session_id`` keeps its session caps in: in process, unless a
-    shared state URL is set (``state.url`` or ``OTELGUARD_STATE_URL``) and the session is known."""
-    if session_id is None:
-        return LocalSessionCaps()
-    state = config.effective_state()
-    if state.url is None:
-        return LocalSessionCaps()
-    # Imported here so that only a process with a state URL loads the redis client.
-    from otelguard.state.redis_caps import open_session_caps
-
-    return open_session_caps(state, resolve_signature_key(config.signature_key), session_id)
+    def usage(self) -> Mapping[str, int]:
+        with self._lock:
+            return dict(self._counts)
 
 
 class CapLedger:
@@ -136,10 +123,9 @@ class CapLedger:
         self.action: codes.Action = "block" if on_hit == "block" else "reject"
         self.turn: dict[str, int] = {}
         self.session = session
-        self._shared = session if isinstance(session, SharedSessionCaps) else None
-        self.reports: list[StateReport] = []
-        """How the shared store took part in this ledger's last uses; the guard takes them (under
-        its lock) with ``take_reports``. Always empty with an in-process store."""
+        self.fell_back = False
+        """The last ``check`` was decided without the shared store; the guard takes it (under its
+        lock) with ``take_fell_back``. Never set with an in-process store."""
         self.turn_peak_ratio: dict[str, float] = {}
 
     def start_turn(self) -> None:
@@ -165,12 +151,9 @@ class CapLedger:
             if used + requested > limit:
                 return self._hit(sig, "turn", key, used, limit, requested)
         if session_caps:
-            shared = self._shared
-            if shared is None:
-                refusal = self.session.try_charge(session_caps, requested)
-            else:
-                refusal, report = shared.charge(session_caps, requested)
-                self.reports.append(report)
+            refusal, fell_back = self.session.charge(session_caps, requested)
+            if fell_back:
+                self.fell_back = True
             if refusal is not None:
                 return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
         return None
@@ -192,20 +175,11 @@ class CapLedger:
 
     def refund_session(self, session_caps: Sequence[tuple[str, int]], amount: int) -> None:
         """Give back what ``check`` charged to a call that was then refused all the same."""
-        self._refund_session([key for key, _limit in session_caps], amount)
+        self.session.refund([key for key, _limit in session_caps], amount)
 
-    def _refund_session(self, keys: list[str], amount: int) -> None:
-        shared = self._shared
-        if shared is None:
-            self.session.refund(keys, amount)
-            return
-        report = shared.give_back(keys, amount)
-        if report is not None:
-            self.reports.append(report)
-
-    def take_reports(self) -> list[StateReport]:
-        reports, self.reports = self.reports, []
-        return reports
+    def take_fell_back(self) -> bool:
+        fell_back, self.fell_back = self.fell_back, False
+        return fell_back
 
     def refund(self, charges: Sequence[Charge], same_turn: bool) -> None:
         session_keys: list[str] = []
@@ -217,7 +191,7 @@ class CapLedger:
             elif same_turn:
                 self.turn[key] = max(0, self.turn.get(key, 0) - amount)
         if session_keys:
-            self._refund_session(session_keys, session_amount)
+            self.session.refund(session_keys, session_amount)
 
     def usage_ratios(self, turn_limits: Sequence[tuple[str, int]]) -> MappingProxyType[str, float]:
         return MappingProxyType({key: self.turn_peak_ratio.get(key, 0.0) for key, _ in turn_limits})

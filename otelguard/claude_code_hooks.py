@@ -28,6 +28,7 @@ from typing import Any, Final
 from otelguard.claude_code_events import HOOK_EVENTS
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
+from otelguard.errors import HookPayloadError
 from otelguard.guard import Guard
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
 
@@ -36,14 +37,6 @@ __all__ = ["DEFAULT_AGENT", "EVENTS", "MAX_ID_CHARS", "ClaudeCodeHooks", "HookPa
 DEFAULT_AGENT: Final = "claude-code"
 EVENTS: Final = HOOK_EVENTS
 MAX_ID_CHARS: Final = 256
-
-
-class HookPayloadError(ValueError):
-    """A payload Claude Code would not send: names the field and what it should be, never its value."""
-
-    def __init__(self, field: str, expected: str) -> None:
-        super().__init__(f"{field}: expected {expected}")
-        self.field = field
 
 
 class ClaudeCodeHooks:

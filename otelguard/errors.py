@@ -3,7 +3,9 @@
     OtelGuardError
      ├── ConfigError      bad configuration: names the key path, the value and what is allowed
      ├── GuardHalted      raised by a framework adapter whose framework can only stop a run by raising
-     └── UsageError       a command-line input that cannot be used at all (the CLI exits 2)
+     ├── UsageError       a command-line input that cannot be used at all (the CLI exits 2)
+     ├── BacktestError    the backtest engine failed (a promtool or prometheus error, a refused query)
+     └── HookPayloadError a hook payload Claude Code would not send (also a ``ValueError``)
 
     ConfigWarning (a ``UserWarning``)  a valid config key that is probably a typo (``warnings.warn``)
 
@@ -21,7 +23,15 @@ if TYPE_CHECKING:
 
     from otelguard.decisions import Decision
 
-__all__ = ["ConfigError", "ConfigWarning", "GuardHalted", "OtelGuardError", "UsageError"]
+__all__ = [
+    "BacktestError",
+    "ConfigError",
+    "ConfigWarning",
+    "GuardHalted",
+    "HookPayloadError",
+    "OtelGuardError",
+    "UsageError",
+]
 
 
 def _bounded_repr() -> reprlib.Repr:
@@ -120,3 +130,15 @@ class GuardHalted(OtelGuardError):
 
 class UsageError(OtelGuardError):
     """A command-line input that cannot be used at all (exit 2)."""
+
+
+class BacktestError(OtelGuardError):
+    """The backtest engine failed (a promtool or prometheus error, a query the server refused)."""
+
+
+class HookPayloadError(OtelGuardError, ValueError):
+    """A payload Claude Code would not send: names the field and what it should be, never its value."""
+
+    def __init__(self, field: str, expected: str) -> None:
+        super().__init__(f"{field}: expected {expected}")
+        self.field = field

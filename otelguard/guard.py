@@ -13,22 +13,16 @@ import threading
 import time
 from collections.abc import Iterable
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final
+from typing import Any, Final
 
+from otelguard import _resolvers
 from otelguard import decisions as codes
-from otelguard.caps import CapLedger, Charge, SessionCapStore, session_cap_store
+from otelguard.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
 from otelguard.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision, Outcome, Signature, TurnSummary
 from otelguard.detectors import SessionMemory, TurnDetectors
-from otelguard.observers import (
-    GuardObserver,
-    ObserverGroup,
-    StateReport,
-    TurnInfo,
-    bind_telemetry,
-    call_event,
-)
+from otelguard.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
 from otelguard.pending_calls import PendingCall, PendingCalls, TurnState, call_key, unrecorded
 from otelguard.results import ResultMemory
 from otelguard.signatures import (
@@ -39,9 +33,6 @@ from otelguard.signatures import (
     resolve_signature_key,
 )
 from otelguard.tool_calls import call_context, wrap_tool
-
-if TYPE_CHECKING:
-    from otelguard.telemetry import Telemetry
 
 __all__ = ["Guard"]
 
@@ -58,14 +49,15 @@ class Guard:
     provider, default registry), or an object; one with ``bind(settings)`` is bound to this
     config's ``telemetry`` section, anything else is used as a ``GuardObserver``.
     ``session_id``: the session this guard serves (hosts that know it pass it; it picks the store of
-    the session's caps). ``session_caps``: the store of the session's cap counters, shared with the
-    session's other guards; by default a new one (``otelguard.caps.session_cap_store``).
+    the session's caps). ``session_caps``: the store of the session's cap counters (any
+    ``SessionCapStore``), shared with the session's other guards; by default a new one, from the
+    resolver the package registers (``otelguard.hosting.session_cap_store``: Redis with a state URL).
     """
 
     def __init__(
         self,
         config: GuardConfig | None = None,
-        telemetry: Telemetry | GuardObserver | bool | None = None,
+        telemetry: TelemetryBinder | GuardObserver | bool | None = None,
         *,
         agent: str = DEFAULT_AGENT,
         observers: Iterable[GuardObserver] = (),
@@ -79,7 +71,10 @@ class Guard:
         self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = catalog_for(self.config)
         if session_caps is None:
-            session_caps = session_cap_store(self.config, session_id)
+            resolve = _resolvers.session_caps
+            session_caps = (
+                LocalSessionCaps() if resolve is None else resolve(self.config, session_id, telemetry)
+            )
         self._caps = CapLedger(self.config.caps.on_hit, session_caps)
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
@@ -92,7 +87,8 @@ class Guard:
         all_observers = list(observers)
         self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
         if telemetry is not None and telemetry is not False:
-            all_observers.append(bind_telemetry(telemetry, self.config))
+            bind = _resolvers.observer
+            all_observers.append(bind(telemetry, self.config) if bind is not None else telemetry)  # type: ignore[arg-type]
         self._observers = ObserverGroup(all_observers)
         self._observed = self._observers.any
         # Observers that say they have no use for the start of an allowed call are spared it
@@ -222,7 +218,7 @@ class Guard:
             name, facts, turn = self._open(tool_name)
             sig = Signature(name, self._hasher.args_hash(args, facts.ignored_args))
             requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
-            pending = reports = None
+            pending = None
             with self._lock:
                 turn.tool_calls += 1
                 if turn.halt is not None:
@@ -231,9 +227,7 @@ class Guard:
                     decision = _refusal(self._caps, turn, sig, facts, requested or 1)
                 else:
                     decision = None
-                if self._caps.reports:  # only with a shared store (state.url)
-                    reports = self._caps.take_reports()
-                fell_back = reports is not None and _fell_back(reports)
+                fell_back = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None:
                     decision = codes.allow_decision(name, sig)
                     charges: tuple[Charge, ...] = ()
@@ -247,8 +241,6 @@ class Guard:
                     self._pending.add(call_key(name, args, call_id), pending)
                 else:
                     turn.record(decision)
-            if reports is not None:
-                self._report_state(reports)
             if self._observed and (pending is None or self._observe_starts):
                 outcome: Outcome | None = None
                 record = pending
@@ -291,12 +283,11 @@ class Guard:
                 if refusal is not None and not isinstance(refusal, str):
                     refusal = str(refusal)
             error = self._results.error_fingerprint(result) if outcome == "failed" else None
-            verdict = reports = None
+            verdict = None
             with self._lock:
                 sig, pending = self._pending.take_call(name, args, call_id, self._hasher, facts.ignored_args)
                 if (outcome == "refused" or cancelled) and pending is not None:
                     self._caps.refund(pending.charges, same_turn=pending.turn is turn)
-                    reports = self._caps.take_reports() if self._caps.reports else None
                 if not cancelled:
                     state = turn.detectors.state(sig)
                     same = (
@@ -312,8 +303,6 @@ class Guard:
                 else:
                     decision = verdict
                     turn.record(decision)
-            if reports is not None:
-                self._report_state(reports)
             if self._observed:
                 # with no before_call on record, an allow decision stands for its decision
                 record = pending or unrecorded(sig, turn, codes.allow_decision(name, sig))
@@ -331,12 +320,6 @@ class Guard:
         """Guard a plain Python tool function (sync or async); see ``otelguard.tool_calls.wrap_tool``."""
         return wrap_tool(self, fn, tool_name)
 
-    def _report_state(self, reports: list[StateReport]) -> None:
-        """Tell the observers how the shared store took part in a call."""
-        if self._observed:
-            for report in reports:
-                self._observers.state_reported(report)
-
     def _notify_turn_start(self, turn: TurnState) -> None:
         if self._observed:
             self._observers.turn_started(TurnInfo(turn_id=turn.turn_id, agent=turn.agent))
@@ -347,10 +330,6 @@ class Guard:
         self._observers.internal_error(stage, exc)
         name = tool_name if isinstance(tool_name, str) else ""
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
-
-
-def _fell_back(reports: list[StateReport]) -> bool:
-    return any(report.fell_back for report in reports)
 
 
 def _parsed(args: Any) -> Any:

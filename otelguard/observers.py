@@ -7,17 +7,15 @@ guard's lock. An error in one is logged once and never reaches the tool loop.
 from __future__ import annotations
 
 import logging
-import sys
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal, NamedTuple, cast
+from typing import TYPE_CHECKING, Protocol
 
 from otelguard._slots import positional_factory
 from otelguard.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
-from otelguard.signatures import uses_random_key
 
 if TYPE_CHECKING:
-    from otelguard.config import GuardConfig
+    from otelguard.config import TelemetrySettings
     from otelguard.pending_calls import PendingCall, TurnState
 
 __all__ = [
@@ -25,10 +23,9 @@ __all__ = [
     "GuardObserver",
     "ObserverGroup",
     "Outcome",
-    "StateReport",
+    "TelemetryBinder",
     "ToolClass",
     "TurnInfo",
-    "bind_telemetry",
     "call_event",
 ]
 
@@ -39,26 +36,6 @@ logger = logging.getLogger("otelguard")
 class TurnInfo:
     turn_id: str | None
     agent: str
-
-
-StateOp = Literal["connect", "charge", "refund"]
-
-
-class StateReport(NamedTuple):
-    """What one use of the shared session-cap store (``state.url``) came to.
-
-    ``sent``: a command reached for the store (``False``: it was backing off after a failure, so the
-    process's own counts answered without trying). ``error``: the operation that failed (``connect``,
-    ``charge`` or ``refund``), ``None`` when the command succeeded or none was sent. ``fell_back``:
-    the call was decided from the process's own counts. ``key_error``: the store answered, with an
-    error about this session's key alone (a key of another type, a field that is not a count): the
-    link is up, only that session is decided here. Holds no session id, key or value.
-    """
-
-    sent: bool
-    error: StateOp | None
-    fell_back: bool
-    key_error: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,8 +95,12 @@ class GuardObserver:
     def on_internal_error(self, stage: str) -> None:
         """The guard (or another observer) hit an internal error in ``stage``; the call was allowed."""
 
-    def on_state(self, report: StateReport) -> None:
-        """The guard used the shared session-cap store (only with ``state.url`` and a session id)."""
+
+class TelemetryBinder(Protocol):
+    """What a guard's ``telemetry`` may be besides an observer (``otelguard.Telemetry`` is one): it
+    is bound once per guard to the config's ``telemetry`` section and answers with the observer."""
+
+    def bind(self, settings: TelemetrySettings) -> GuardObserver: ...
 
 
 class ObserverGroup:
@@ -174,16 +155,6 @@ class ObserverGroup:
                 observer.on_turn_end(summary)
             except Exception as exc:
                 self._observer_failed(observer, "on_turn_end", exc)
-
-    def state_reported(self, report: StateReport) -> None:
-        for observer in self._observers:
-            on_state = getattr(observer, "on_state", None)  # an observer older than shared state has none
-            if on_state is None:
-                continue
-            try:
-                on_state(report)
-            except Exception as exc:
-                self._observer_failed(observer, "on_state", exc)
 
     def internal_error(self, stage: str, exc: BaseException) -> None:
         """The guard itself failed in ``stage``: log it once and tell every observer."""
@@ -250,23 +221,3 @@ def call_event(
         record.start_time_ns,
         record.state_fallback,
     )
-
-
-def bind_telemetry(telemetry: object, config: GuardConfig) -> GuardObserver:
-    """The observer a guard made with ``telemetry`` reports to: ``True`` is the process-wide
-    ``Telemetry.default()``; an object with ``bind(settings)`` is bound to the config's ``telemetry``
-    section; anything else observes the guard itself."""
-    if telemetry is True:
-        # Imported here so the pure core never loads OpenTelemetry or prometheus_client.
-        from otelguard.telemetry import Telemetry
-
-        telemetry = Telemetry.default()
-    bind = getattr(telemetry, "bind", None)
-    if not callable(bind):
-        return cast(GuardObserver, telemetry)
-    core = sys.modules.get("otelguard.telemetry.core")  # loaded if telemetry is otelguard's own
-    if core is not None and isinstance(telemetry, core.Telemetry):
-        # it says once, when it first exports a hash, that a random key's hashes match no other process's
-        random_key = uses_random_key(config.signature_key)
-        return cast(GuardObserver, bind(config.telemetry, random_signature_key=random_key))
-    return cast(GuardObserver, bind(config.telemetry))

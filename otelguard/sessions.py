@@ -17,6 +17,7 @@ from collections.abc import Callable
 from typing import Any, Final, Generic, TypeVar
 
 from otelguard.bounded_map import BoundedMap
+from otelguard.caps import SessionCapStore
 from otelguard.config import GuardConfig
 from otelguard.decisions import TurnSummary
 from otelguard.errors import ConfigError
@@ -259,6 +260,10 @@ class SessionHost:
     track at most ``max_signatures // max_sessions`` (and never more than the config's
     ``max_tracked_signatures``), so a full host holds at most that many however busy each session
     is. ``None``: each session tracks ``max_tracked_signatures``.
+
+    ``session_caps``: the backend factory, ``session_caps(session_id)`` the store of a new session's
+    caps (``None`` for the host's default session, which is never shared); by default the one the
+    package registers (``otelguard.hosting.session_cap_store``: Redis with a state URL).
     """
 
     def __init__(
@@ -271,6 +276,7 @@ class SessionHost:
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         max_signatures: int | None = None,
+        session_caps: Callable[[str | None], SessionCapStore] | None = None,
     ) -> None:
         self.config = _within_budget(
             config if config is not None else GuardConfig(), max_signatures, max_sessions
@@ -280,6 +286,7 @@ class SessionHost:
         self.telemetry = telemetry
         self.agent = agent or DEFAULT_AGENT
         self.max_sessions = max_sessions
+        self._session_caps = session_caps
         self._pool: SessionPool[Session] = SessionPool(
             self._new_session,
             max_sessions=max_sessions,
@@ -292,7 +299,9 @@ class SessionHost:
         # The default session is this host's alone: shared state would merge it with every other
         # process's default session.
         shared_id = None if session_id == DEFAULT_SESSION else session_id
-        return Session(Guard(self.config, self.telemetry, agent=self.agent, session_id=shared_id))
+        caps = self._session_caps(shared_id) if self._session_caps is not None else None
+        guard = Guard(self.config, self.telemetry, agent=self.agent, session_id=shared_id, session_caps=caps)
+        return Session(guard)
 
     def session(self, session_id: object = None) -> Session:
         """The session ``session_id`` (``None``: the host's one default session), made on first use."""

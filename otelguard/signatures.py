@@ -339,11 +339,6 @@ class ArgsHasher:
         # Copying a keyed state is cheaper than keying a new one per call.
         self._keyed = hashlib.blake2b(digest_size=8, key=key)
 
-    def hash_canonical(self, canonical: bytes) -> str:
-        h = self._keyed.copy()
-        h.update(canonical)
-        return h.hexdigest()
-
     def args_hash(self, args: Any, ignored: frozenset[str] = frozenset()) -> str:
         """``ignored``: top-level keys left out of the canonical arguments (the tool's cosmetic ones)."""
         if type(args) is dict and (not ignored or ignored.isdisjoint(args)):

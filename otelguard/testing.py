@@ -24,8 +24,9 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from otelguard.decisions import Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, Outcome, StateReport, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo
 from otelguard.scripted import ScriptedCall, ScriptStep, play_call
+from otelguard.state.reports import StateReport
 from otelguard.tool_calls import CallGuard
 
 __all__ = ["RecordingObserver", "ScriptStep", "ScriptedCall", "codes", "play_call", "run_script"]
@@ -73,6 +74,8 @@ class RecordingObserver(GuardObserver):
             self._internal_errors.append(stage)
 
     def on_state(self, report: StateReport) -> None:
+        """A shared store's listener: hand ``recorder.on_state`` to the backend
+        (``otelguard.hosting.session_cap_store(..., listener=recorder.on_state)``)."""
         with self._lock:
             self._state_reports.append(report)
 

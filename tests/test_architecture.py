@@ -1,8 +1,9 @@
 """The import rules of the package (docs/architecture.md), read from the source with ``ast``.
 
-Module-level imports only: imports inside functions (the lazy ones) and under ``if TYPE_CHECKING:``
-are not edges. ``from otelguard import X`` is an edge to the module the lazy package namespace
-loads ``X`` from.
+An import anywhere in a module is an edge, inside a function too (a function-local import keeps the
+dependency it hides); only imports under ``if TYPE_CHECKING:`` are not (nothing runs them), except
+for the core's rule, which counts them as well. ``from otelguard import X`` is an edge to the module
+the lazy package namespace loads ``X`` from.
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import otelguard
 PACKAGE_DIR = Path(otelguard.__file__).parent
 
 CORE = {
+    "otelguard._resolvers",
     "otelguard.bounded_map",
     "otelguard.caps",
     "otelguard.classify",
@@ -53,11 +55,18 @@ OUTER = (
     "metrics_server",
     "exporter",
     "state",
+    "hosting",
+    "sidecar",
+    "http_server",
+    "claude_code_hooks",
+    "testing",
 )
 """Packages and modules built on the core; the core imports none of them."""
 
 MAX_DEPTH = 5
 HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client", "redis")
+EDGE_LIBRARIES = ("opentelemetry", "prometheus_client", "redis", "rich", "h11")
+"""Third-party packages the core imports nowhere, not even inside a function or for the type checker."""
 
 
 def _module_name(path: Path) -> str:
@@ -78,19 +87,21 @@ def _is_type_checking(test: ast.expr) -> bool:
     )
 
 
-def _module_level_imports(tree: ast.Module) -> list[ast.Import | ast.ImportFrom]:
+def _runtime_imports(tree: ast.Module, *, in_functions: bool = True) -> list[ast.Import | ast.ImportFrom]:
+    """Every import that can run: at module level, in functions and classes, under ``try``/``if``;
+    not those under ``if TYPE_CHECKING:`` (nor, without ``in_functions``, those in a function)."""
     found: list[ast.Import | ast.ImportFrom] = []
-    pending: list[ast.stmt] = list(tree.body)
+    pending: list[ast.AST] = [tree]
     while pending:
         node = pending.pop()
         if isinstance(node, (ast.Import, ast.ImportFrom)):
             found.append(node)
-        elif isinstance(node, ast.If) and not _is_type_checking(node.test):
-            pending.extend(node.body + node.orelse)
-        elif isinstance(node, ast.Try):
-            pending.extend(node.body + node.orelse + node.finalbody)
-            for handler in node.handlers:
-                pending.extend(handler.body)
+        elif isinstance(node, ast.If) and _is_type_checking(node.test):
+            pending.extend(node.orelse)
+        elif not in_functions and isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda)):
+            continue
+        else:
+            pending.extend(ast.iter_child_nodes(node))
     return found
 
 
@@ -121,12 +132,13 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
 
 
 @cache
-def _graph() -> dict[str, frozenset[str]]:
+def _graph(*, in_functions: bool = True) -> dict[str, frozenset[str]]:
+    """Each module's edges: what it imports (``in_functions=False``: what loading it loads)."""
     graph: dict[str, frozenset[str]] = {}
     for module, path in _modules().items():
         tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
         edges: set[str] = set()
-        for node in _module_level_imports(tree):
+        for node in _runtime_imports(tree, in_functions=in_functions):
             edges |= _targets(module, node)
         edges.discard(module)
         graph[module] = frozenset(edges)
@@ -149,15 +161,29 @@ def test_the_graph_sees_the_core() -> None:
 
 def test_the_core_imports_nothing_built_on_it() -> None:
     """guard, detectors, caps, config, signatures, results, decisions, classify, observers, tool_calls,
-    pending_calls, errors and sessions import nothing from telemetry, cli, replay, backtest, bench,
-    integrations, demo or the metrics server."""
-    graph = _graph()
-    offences = {module: sorted(t for t in graph[module] if _is_outer(t)) for module in CORE}
+    pending_calls, errors and sessions import nothing from telemetry, the state backends, the hosting
+    resolvers, cli, replay, backtest, bench, integrations, demo or the servers: not at module level,
+    not inside a function, not for the type checker."""
+    offences = {module: sorted(t for t in _all_imports(module) if _is_outer(t)) for module in CORE}
     assert {m: t for m, t in offences.items() if t} == {}
 
 
+def test_the_core_imports_no_edge_library() -> None:
+    """No core module imports OpenTelemetry, prometheus_client, redis, rich or h11 anywhere in it
+    (a function-local import included): the core is handed its observers and its cap backend."""
+    users = {module for library in EDGE_LIBRARIES for module in _importers_of(library, everywhere=True)}
+    assert sorted(users & CORE) == []
+
+
+def test_a_function_local_import_is_an_edge() -> None:
+    """The reader sees imports inside functions: the package's defaults load the hosting resolvers
+    only when a guard needs them, and that import is an edge of ``otelguard``."""
+    assert "otelguard.hosting" in _graph()["otelguard"]
+    assert "otelguard.state.redis_caps" in _graph()["otelguard.hosting"]
+
+
 def _reach(module: str, graph: dict[str, frozenset[str]]) -> set[str]:
-    """Every module ``module`` loads through module-level imports, itself excluded."""
+    """Every module ``module`` may load through its imports, itself excluded."""
     seen: set[str] = set()
     pending = [module]
     while pending:
@@ -192,7 +218,7 @@ def test_every_adapter_holds_its_sessions_through_the_session_host() -> None:
 
 
 def test_no_import_cycles() -> None:
-    """No module reaches itself through module-level imports."""
+    """No module reaches itself through imports, function-local ones included."""
     graph = _graph()
     state: dict[str, int] = {}  # 1: on the current path, 2: done
     cycles: list[list[str]] = []
@@ -219,8 +245,9 @@ def _depth(module: str, graph: dict[str, frozenset[str]], memo: dict[str, int]) 
 
 
 def test_import_chains_from_the_package_root_are_short() -> None:
-    """From ``otelguard`` (its public names included) no import chain is longer than five steps."""
-    graph = dict(_graph())
+    """From ``otelguard`` (its public names included) no chain of the imports that loading a module
+    runs is longer than five steps."""
+    graph = dict(_graph(in_functions=False))
     graph["otelguard"] = graph["otelguard"] | frozenset(_lazy_homes().values())
     assert _depth("otelguard", graph, {}) <= MAX_DEPTH
 
@@ -270,11 +297,13 @@ def test_only_the_cli_imports_rich() -> None:
     assert "otelguard.cli.replay_tables" in users
 
 
-def _importers_of(package: str) -> set[str]:
-    """Modules that import ``package`` anywhere (module level or inside a function)."""
+def _importers_of(package: str, *, everywhere: bool = False) -> set[str]:
+    """Modules that import ``package`` anywhere (module level or inside a function; with
+    ``everywhere``, under ``TYPE_CHECKING`` too)."""
     users = set()
     for module, path in _modules().items():
-        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"), str(path))):
+        tree = ast.parse(path.read_text(encoding="utf-8"), str(path))
+        for node in ast.walk(tree) if everywhere else _runtime_imports(tree):
             names = [a.name for a in node.names] if isinstance(node, ast.Import) else []
             if isinstance(node, ast.ImportFrom) and node.module and not node.level:
                 names = [node.module]
@@ -284,13 +313,12 @@ def _importers_of(package: str) -> set[str]:
 
 
 def test_only_the_state_backend_imports_redis() -> None:
-    """The redis client is the shared-state backend's (``otelguard.state``); the core reaches that
-    backend only through the one function-local import that a configured URL takes."""
+    """The redis client is the shared-state backend's (``otelguard.state``); the core never reaches
+    that backend: the hosting resolvers pick it, and only when a URL is configured."""
     assert {m for m in _importers_of("redis") if not m.startswith("otelguard.state.")} == set()
     assert "otelguard.state.redis_caps" in _importers_of("redis")
-    core_users = _importers_of("otelguard.state") & CORE
-    assert core_users == {"otelguard.caps"}
-    assert not any(t.startswith("otelguard.state") for t in _graph()["otelguard.caps"])  # function-local
+    assert _importers_of("otelguard.state", everywhere=True) & CORE == set()
+    assert "otelguard.hosting" in _importers_of("otelguard.state.redis_caps")
 
 
 def _all_imports(module: str) -> set[str]:

@@ -8,8 +8,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from benchmarks.backtest_fleet import DAY, SessionWriter
 from otelguard.cli import main
-from tests.backtest_fleet import DAY, SessionWriter
 
 
 @pytest.fixture

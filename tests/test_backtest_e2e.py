@@ -1,5 +1,5 @@
 """`otelguard backtest` against Debian's real prometheus and promtool, on fleets of timestamped
-Claude Code sessions (tests/backtest_fleet.py). Skipped without the binaries, failed under
+Claude Code sessions (benchmarks/backtest_fleet.py). Skipped without the binaries, failed under
 OTELGUARD_REQUIRE_E2E=1."""
 
 from __future__ import annotations
@@ -23,11 +23,11 @@ from typing import Any
 import pytest
 import yaml
 
+from benchmarks.backtest_fleet import DAY, SessionWriter, healthy_sessions, runaway_minutes, write_fleet
 from otelguard.backtest.engine import Binaries, Engine
 from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, eval_offset
 from otelguard.backtest.run import evaluation_times
 from otelguard.cli import main
-from tests.backtest_fleet import DAY, SessionWriter, healthy_sessions, runaway_minutes, write_fleet
 from tests.e2e import require_binary, stop_process, wait_until
 from tests.test_replay_cli import ARG_CANARY, RESULT_CANARY
 from tests.test_replay_openmetrics import interleaved, parse_openmetrics

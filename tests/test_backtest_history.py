@@ -15,8 +15,8 @@ from typing import Any
 
 import pytest
 
+from benchmarks.backtest_fleet import HISTORY, shipped_history
 from otelguard.backtest.alerts import longest_hold
-from tests.backtest_fleet import HISTORY, shipped_history
 from tests.e2e import require_binary
 from tests.markdown_docs import DOCS_DIR, REPO, blocks
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backtest_fleet import runaway_minutes, write_fleet
+from benchmarks.backtest_fleet import runaway_minutes, write_fleet
 from tests.e2e import require_binary, wait_until
 from tests.test_backtest_e2e import LOOP_MINUTES, SEARCH_START, children, running_backtest
 

@@ -152,6 +152,7 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
     assert ours == {
         "otelguard",
+        "otelguard._resolvers",
         "otelguard._version",
         "otelguard.cli",
         "otelguard.cli.hook",

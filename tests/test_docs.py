@@ -155,7 +155,7 @@ def test_tool_class_values_in_the_docs_are_the_code_s() -> None:
 def test_metrics_table_lists_every_metric_family() -> None:
     from prometheus_client import CollectorRegistry
 
-    from otelguard.observers import StateReport
+    from otelguard.state.reports import StateReport
     from otelguard.telemetry import Telemetry
 
     registry = CollectorRegistry()

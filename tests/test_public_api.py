@@ -121,3 +121,16 @@ def test_pure_core_does_not_import_telemetry_backends() -> None:
     env = {**os.environ, "OTELGUARD_SIGNATURE_KEY": "k"}
     proc = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True)
     assert proc.stdout.strip() == "[]"
+
+
+def test_every_error_otelguard_raises_is_an_otelguard_error() -> None:
+    """The backtest's and the hook payload's errors belong to the one family, and stay importable
+    from where their users find them."""
+    from otelguard.backtest.engine import BacktestError as EngineError
+    from otelguard.claude_code_hooks import HookPayloadError as PayloadError
+    from otelguard.errors import BacktestError, HookPayloadError, OtelGuardError
+
+    assert EngineError is BacktestError and PayloadError is HookPayloadError
+    assert issubclass(BacktestError, OtelGuardError)
+    assert issubclass(HookPayloadError, OtelGuardError) and issubclass(HookPayloadError, ValueError)
+    assert str(HookPayloadError("body", "a JSON object")) == "body: expected a JSON object"

@@ -17,6 +17,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry, Counter
 
+from benchmarks.backtest_fleet import DAY, SessionWriter, healthy_session, runaway_session
 from otelguard.cli import main
 from otelguard.replay.openmetrics import (
     AFTER_LAST_EVENT,
@@ -29,7 +30,6 @@ from otelguard.replay.timed import TimeSortedSpill
 from otelguard.replay.times import parse_duration, parse_moment, parse_time
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.metrics import families_for
-from tests.backtest_fleet import DAY, SessionWriter, healthy_session, runaway_session
 from tests.test_replay_cli import ARG_CANARY, ERROR_CANARY, RESULT_CANARY
 
 _LINE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)\{(.*)\} (\S+) (\S+)$")

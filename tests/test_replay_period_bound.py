@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.backtest_fleet import DAY, SessionWriter
+from benchmarks.backtest_fleet import DAY, SessionWriter
 from tests.e2e import require_binary
 
 GENEROUS = 120  # the old code ran for hours: a bound, not a timing assert

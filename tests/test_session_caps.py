@@ -9,7 +9,8 @@ import pytest
 
 from otelguard import Guard, GuardConfig
 from otelguard import decisions as codes
-from otelguard.caps import CapRefusal, LocalSessionCaps, session_cap_store
+from otelguard.caps import CapRefusal, LocalSessionCaps
+from otelguard.hosting import session_cap_store
 from otelguard.testing import RecordingObserver
 
 KEY = "test-signature-key"
@@ -26,24 +27,24 @@ def config(session: dict[str, int], **more: Any) -> GuardConfig:
 def test_a_charge_is_all_or_nothing_and_names_the_first_key_over() -> None:
     """A charge that would overshoot any key charges none and names the first such key, in order."""
     store = LocalSessionCaps()
-    assert store.try_charge([("a", 5), ("b", 2)], 2) is None
-    assert store.try_charge([("a", 5), ("b", 2)], 1) == CapRefusal("b", 2, 2)
-    assert store.try_charge([("b", 2), ("a", 3)], 2) == CapRefusal("b", 2, 2)
-    assert store.try_charge([("a", 3), ("b", 9)], 2) == CapRefusal("a", 2, 3)
+    assert store.charge([("a", 5), ("b", 2)], 2).refusal is None
+    assert store.charge([("a", 5), ("b", 2)], 1).refusal == CapRefusal("b", 2, 2)
+    assert store.charge([("b", 2), ("a", 3)], 2).refusal == CapRefusal("b", 2, 2)
+    assert store.charge([("a", 3), ("b", 9)], 2).refusal == CapRefusal("a", 2, 3)
     assert store.usage() == {"a": 2, "b": 2}
 
 
 def test_a_charge_up_to_the_limit_is_allowed() -> None:
     """used + amount == limit is allowed; one more is refused."""
     store = LocalSessionCaps()
-    assert store.try_charge([("a", 3)], 3) is None
-    assert store.try_charge([("a", 3)], 1) == CapRefusal("a", 3, 3)
+    assert store.charge([("a", 3)], 3).refusal is None
+    assert store.charge([("a", 3)], 1).refusal == CapRefusal("a", 3, 3)
 
 
 def test_a_refund_is_floored_at_zero() -> None:
     """Refunds give back what was charged, never below zero, and only for the keys named."""
     store = LocalSessionCaps()
-    store.try_charge([("a", 9), ("b", 9)], 3)
+    store.charge([("a", 9), ("b", 9)], 3)
     store.refund(["a"], 2)
     assert store.usage() == {"a": 1, "b": 3}
     store.refund(["a", "b"], 5)
@@ -54,7 +55,7 @@ def test_usage_is_a_copy() -> None:
     """What ``usage`` returns does not change with later charges."""
     store = LocalSessionCaps()
     before = store.usage()
-    store.try_charge([("a", 9)], 1)
+    store.charge([("a", 9)], 1)
     assert before == {} and store.usage() == {"a": 1}
 
 
@@ -169,3 +170,13 @@ def test_a_main_agent_and_its_subagents_in_threads_never_overshoot_a_session_cap
         guards = [main, *(main.subagent_guard(f"sub{i}") for i in range(7))]
         assert race(guards, calls=40) == 10
         assert main.end_turn().session_cap_usage == {"web_search": 10}
+
+
+def test_restore_sets_the_counts_a_checkpoint_holds() -> None:
+    """``restore`` sets the named keys' counts as given (a framework's checkpoint), leaving the
+    others, and a later charge counts from them."""
+    store = LocalSessionCaps()
+    store.charge([("a", 9), ("b", 9)], 1)
+    store.restore({"a": 4})
+    assert store.usage() == {"a": 4, "b": 1}
+    assert store.charge([("a", 5)], 2).refusal == CapRefusal("a", 4, 5)

@@ -337,3 +337,26 @@ def test_session_lookups_from_many_threads_make_one_session_each() -> None:
     for worker in workers:
         worker.join()
     assert len({id(s) for s in seen}) == 5 and len(host) == 5
+
+
+def test_a_session_host_is_handed_its_cap_backend() -> None:
+    """A host made with a backend factory keeps each session's caps in the store the factory made
+    for that session id (the default session gets ``None``: it is never shared)."""
+    from otelguard.caps import LocalSessionCaps
+
+    made: dict[str | None, LocalSessionCaps] = {}
+
+    def factory(session_id: str | None) -> LocalSessionCaps:
+        made[session_id] = LocalSessionCaps()
+        return made[session_id]
+
+    host = SessionHost(
+        GuardConfig(caps={"turn": {"web_search": 0}, "session": {"web_search": 2}}), session_caps=factory
+    )
+    guard = host.session("conversation-1").main
+    for n in range(3):
+        guard.before_call("web_search", {"q": n})
+    assert guard.session_caps is made["conversation-1"]
+    assert made["conversation-1"].usage() == {"web_search": 2}
+    host.session(None)
+    assert set(made) == {"conversation-1", None}

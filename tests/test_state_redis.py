@@ -13,7 +13,7 @@ import re
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -25,9 +25,9 @@ from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, GuardConfig, Telemetry
 from otelguard import decisions as codes
-from otelguard.caps import CapRefusal, LocalSessionCaps, session_cap_store
+from otelguard.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
 from otelguard.config import StateSettings
-from otelguard.observers import StateReport
+from otelguard.hosting import session_cap_store
 from otelguard.session_keys import key_bytes, session_digest
 from otelguard.state.redis_caps import (
     FIRST_BACKOFF_SECONDS,
@@ -37,6 +37,7 @@ from otelguard.state.redis_caps import (
     RedisSessionCaps,
     session_key,
 )
+from otelguard.state.reports import StateReport
 from otelguard.testing import RecordingObserver
 from tests.e2e import wait_until
 from tests.redis_e2e import RedisServer
@@ -71,11 +72,16 @@ def guard_config(url: str, session: dict[str, int] | None = None, **state: Any) 
 
 
 def store_on(
-    server: RedisServer, clock: Clock | None = None, session_id: str = SESSION, **state: Any
+    server: RedisServer,
+    clock: Clock | None = None,
+    session_id: str = SESSION,
+    listener: Callable[[StateReport], None] | None = None,
+    **state: Any,
 ) -> RedisSessionCaps:
     settings = StateSettings(url=server.url, **{"timeout_ms": PATIENT_MS, **state})
     link = RedisLink(settings, clock=clock or time.monotonic)
-    return RedisSessionCaps(link, session_key(settings, key_bytes(KEY), session_id), settings.ttl_seconds)
+    key = session_key(settings, key_bytes(KEY), session_id)
+    return RedisSessionCaps(link, key, settings.ttl_seconds, listener)
 
 
 def counts(server: RedisServer, key: str | bytes) -> dict[bytes, bytes]:
@@ -98,11 +104,11 @@ def test_a_charge_is_all_or_nothing_and_batch_aware(redis_server: RedisServer) -
     holds exactly what was charged."""
     store = store_on(redis_server)
     caps = [("web_search", 5), ("subagents", 4)]
-    assert store.try_charge(caps, 2) is None
-    assert store.try_charge(caps, 3) == CapRefusal("subagents", 2, 4)
-    assert store.try_charge([("web_search", 4), ("subagents", 4)], 3) == CapRefusal("web_search", 2, 4)
-    assert store.try_charge(caps, 2) is None
-    assert store.try_charge(caps, 1) == CapRefusal("subagents", 4, 4)
+    assert store.charge(caps, 2).refusal is None
+    assert store.charge(caps, 3).refusal == CapRefusal("subagents", 2, 4)
+    assert store.charge([("web_search", 4), ("subagents", 4)], 3).refusal == CapRefusal("web_search", 2, 4)
+    assert store.charge(caps, 2).refusal is None
+    assert store.charge(caps, 1).refusal == CapRefusal("subagents", 4, 4)
     assert counts(redis_server, store.key) == {b"web_search": b"4", b"subagents": b"4"}
     assert store.usage() == {"web_search": 4, "subagents": 4}
 
@@ -112,9 +118,11 @@ def test_two_stores_of_one_session_share_one_count(redis_server: RedisServer) ->
     first, second = store_on(redis_server), store_on(redis_server)
     other = store_on(redis_server, session_id="another-session")
     caps = [("web_search", 3)]
-    assert [first.try_charge(caps, 1), second.try_charge(caps, 1), first.try_charge(caps, 1)] == [None] * 3
-    assert second.try_charge(caps, 1) == CapRefusal("web_search", 3, 3)
-    assert other.try_charge(caps, 3) is None
+    assert [first.charge(caps, 1).refusal, second.charge(caps, 1).refusal, first.charge(caps, 1).refusal] == [
+        None
+    ] * 3
+    assert second.charge(caps, 1).refusal == CapRefusal("web_search", 3, 3)
+    assert other.charge(caps, 3).refusal is None
     # the count each process keeps follows what Redis answered, other processes' charges included
     assert second.usage() == {"web_search": 3}
 
@@ -122,7 +130,7 @@ def test_two_stores_of_one_session_share_one_count(redis_server: RedisServer) ->
 def _charge_in_a_process(url: str, amounts: list[int], limit: int, queue: Any) -> None:
     settings = StateSettings(url=url, timeout_ms=PATIENT_MS)
     store = RedisSessionCaps(RedisLink(settings), session_key(settings, key_bytes(KEY), SESSION), 3600)
-    granted = [amount for amount in amounts if store.try_charge([("subagents", limit)], amount) is None]
+    granted = [amount for amount in amounts if store.charge([("subagents", limit)], amount).refusal is None]
     queue.put((sum(granted), store.link.failures))
 
 
@@ -185,7 +193,7 @@ def test_the_session_host_factory_uses_redis_only_with_a_url_and_a_session_id(
 
 def test_refunds_reach_redis_floored_at_zero(redis_server: RedisServer) -> None:
     store = store_on(redis_server)
-    assert store.try_charge([("web_search", 10), ("subagents", 10)], 3) is None
+    assert store.charge([("web_search", 10), ("subagents", 10)], 3).refusal is None
     store.refund(["web_search", "subagents"], 2)
     assert counts(redis_server, store.key) == {b"web_search": b"1", b"subagents": b"1"}
     store.refund(["web_search"], 5)
@@ -258,27 +266,27 @@ def test_every_charge_and_refund_sets_the_ttl_back_and_idle_sessions_expire(
 ) -> None:
     client = redis_server.client
     store = store_on(redis_server, ttl_seconds=600)
-    assert store.try_charge([("web_search", 10)], 1) is None
+    assert store.charge([("web_search", 10)], 1).refusal is None
     assert 590 <= client.ttl(store.key) <= 600
     client.expire(store.key, 30)
-    assert store.try_charge([("web_search", 10)], 1) is None
+    assert store.charge([("web_search", 10)], 1).refusal is None
     assert client.ttl(store.key) > 30
     client.expire(store.key, 30)
     store.refund(["web_search"], 1)
     assert client.ttl(store.key) > 30
     client.expire(store.key, 30)
-    assert store.try_charge([("web_search", 1)], 1) == CapRefusal("web_search", 1, 1)
+    assert store.charge([("web_search", 1)], 1).refusal == CapRefusal("web_search", 1, 1)
     assert client.ttl(store.key) <= 30  # a refused charge is not a use of the session
 
     short = store_on(redis_server, session_id="short-lived", ttl_seconds=1)
-    assert short.try_charge([("web_search", 10)], 4) is None
+    assert short.charge([("web_search", 10)], 4).refusal is None
     wait_until(lambda: not client.exists(short.key), 15, interval=0.1, what="the session key to expire")
-    assert short.try_charge([("web_search", 4)], 4) is None  # an expired session starts from 0
+    assert short.charge([("web_search", 4)], 4).refusal is None  # an expired session starts from 0
 
 
 def test_a_refund_after_expiry_does_not_bring_the_key_back(redis_server: RedisServer) -> None:
     store = store_on(redis_server)
-    assert store.try_charge([("web_search", 10)], 2) is None
+    assert store.charge([("web_search", 10)], 2).refusal is None
     redis_server.client.delete(store.key)
     store.refund(["web_search"], 1)
     assert not redis_server.client.exists(store.key)
@@ -291,7 +299,7 @@ def test_client_timeouts_are_timeout_ms_with_no_retries(redis_server: RedisServe
     """redis-py's defaults would retry three times with a back-off: each command here is one attempt,
     its connect and its read each bounded by timeout_ms."""
     store = store_on(redis_server, timeout_ms=20)
-    assert store.try_charge([("web_search", 10)], 1) is None
+    assert store.charge([("web_search", 10)], 1).refusal is None
     pool = store.link.client().connection_pool
     connection = pool.get_connection()
     try:
@@ -302,8 +310,8 @@ def test_client_timeouts_are_timeout_ms_with_no_retries(redis_server: RedisServe
 
 
 def _outage_guard(server: RedisServer, clock: Clock) -> tuple[Guard, RedisSessionCaps, RecordingObserver]:
-    store = store_on(server, clock, timeout_ms=50)
     recorder = RecordingObserver()
+    store = store_on(server, clock, timeout_ms=50, listener=recorder.on_state)
     guard = Guard(guard_config(server.url), session_id=SESSION, session_caps=store, observers=(recorder,))
     return guard, store, recorder
 
@@ -350,7 +358,7 @@ def test_the_back_off_doubles_up_to_five_seconds_and_one_call_probes(redis_serve
     waited = 0.0
     while waited < 60:
         before = store.link.commands
-        store.try_charge([("web_search", 100)], 1)
+        store.charge([("web_search", 100)], 1)
         if store.link.commands > before:
             attempts.append(round(waited, 2))
         clock.advance(0.05)
@@ -391,16 +399,20 @@ def test_a_restarted_redis_is_used_again_after_the_back_off(
 def test_a_charge_made_during_an_outage_is_refunded_locally_not_in_redis(redis_server: RedisServer) -> None:
     """Redis never saw an outage charge: giving it back there would let the fleet overshoot."""
     clock = Clock()
-    store = store_on(redis_server, clock)
-    assert store.try_charge([("web_search", 10)], 1) is None  # in Redis
+    heard: list[StateReport] = []
+    store = store_on(redis_server, clock, listener=heard.append)
+    assert store.charge([("web_search", 10)], 1).refusal is None  # in Redis
     redis_server.kill()
-    assert store.try_charge([("web_search", 10)], 1) is None  # here only
+    assert store.charge([("web_search", 10)], 1).refusal is None  # here only
     redis_server.restart()
-    assert store_on(redis_server).try_charge([("web_search", 10)], 3) is None  # another process
+    assert store_on(redis_server).charge([("web_search", 10)], 3).refusal is None  # another process
     clock.advance(MAX_BACKOFF_SECONDS)
-    assert store.give_back(["web_search"], 1) is None  # the outage's charge: not sent
+    heard.clear()
+    store.refund(["web_search"], 1)
+    assert heard == []  # the outage's charge: not sent
     assert redis_server.client.hget(store.key, "web_search") == b"3"
-    assert store.give_back(["web_search"], 1) == StateReport(sent=True, error=None, fell_back=False)
+    store.refund(["web_search"], 1)
+    assert heard == [StateReport(sent=True, error=None, fell_back=False)]
     assert redis_server.client.hget(store.key, "web_search") == b"2"
 
 
@@ -408,16 +420,20 @@ def test_a_charge_that_timed_out_may_land_late_and_is_then_never_refunded(redis_
     """A hung Redis runs the timed-out charge once it resumes: the count can only be too high, the
     safe side (the refund of that call stays local)."""
     clock = Clock()
-    store = store_on(redis_server, clock, timeout_ms=50)
-    assert store.try_charge([("web_search", 10)], 2) is None
+    heard: list[StateReport] = []
+    store = store_on(redis_server, clock, timeout_ms=50, listener=heard.append)
+    assert store.charge([("web_search", 10)], 2).refusal is None
     redis_server.hang()
     try:
-        assert store.charge([("web_search", 10)], 1) == (None, StateReport(True, "charge", True))
+        assert store.charge([("web_search", 10)], 1) == ChargeAnswer(None, fell_back=True)
+        assert heard[-1] == StateReport(True, "charge", True)
     finally:
         redis_server.resume()
     wait_until(lambda: redis_server.client.hget(store.key, "web_search") == b"3", 10, what="the late charge")
     clock.advance(MAX_BACKOFF_SECONDS)
-    assert store.give_back(["web_search"], 1) is None
+    heard.clear()
+    store.refund(["web_search"], 1)
+    assert heard == []
     assert redis_server.client.hget(store.key, "web_search") == b"3"
 
 
@@ -448,7 +464,7 @@ def test_state_metrics_and_the_span_attribute_follow_an_outage(
 ) -> None:
     tel, registry, spans = telemetry
     clock = Clock()
-    store = store_on(redis_server, clock)
+    store = store_on(redis_server, clock, listener=tel.state_reported)  # the host wires the listener
     guard = Guard(guard_config(redis_server.url), tel, session_id=SESSION, session_caps=store)
     search(guard, 0)
     assert _samples(registry)[("otelguard_state_up", ())] == 1
@@ -513,7 +529,7 @@ def test_any_cap_keys_amounts_and_session_ids_are_charged_without_raising(tmp_pa
             store = RedisSessionCaps(link, session_key(settings_, key_bytes(KEY), session), 60)
             server.client.delete(store.key)
             caps = list(zip(keys, limits, strict=False))
-            granted = sum(amount for amount in amounts if store.try_charge(caps, amount) is None)
+            granted = sum(amount for amount in amounts if store.charge(caps, amount).refusal is None)
             assert link.healthy
             stored = counts(server, store.key)
             for key, _limit in caps:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import multiprocessing
 import threading
 import tracemalloc
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -19,16 +20,20 @@ from otelguard import Guard, Telemetry
 from otelguard import decisions as codes
 from otelguard.caps import CapRefusal
 from otelguard.config import StateSettings
-from otelguard.observers import StateReport
+from otelguard.hosting import session_cap_store
 from otelguard.session_keys import key_bytes
 from otelguard.state.redis_caps import MARKER, RedisLink, RedisSessionCaps, session_key
+from otelguard.state.reports import StateReport
 from otelguard.testing import RecordingObserver
 from tests.redis_e2e import RedisServer, run_redis
 from tests.test_state_redis import KEY, PATIENT_MS, SESSION, Clock, guard_config, search, store_on
 
 
-def _store(link: RedisLink, session_id: str = SESSION) -> RedisSessionCaps:
-    return RedisSessionCaps(link, session_key(link.state, key_bytes(KEY), session_id), link.state.ttl_seconds)
+def _store(
+    link: RedisLink, session_id: str = SESSION, listener: Callable[[StateReport], None] | None = None
+) -> RedisSessionCaps:
+    key = session_key(link.state, key_bytes(KEY), session_id)
+    return RedisSessionCaps(link, key, link.state.ttl_seconds, listener)
 
 
 # -- a Redis restarted without its data ------------------------------------------------------------
@@ -46,12 +51,12 @@ def test_a_redis_restarted_empty_never_hands_a_session_a_fresh_cap(redis_server:
     refusals = []
     for _ in range(10):
         clock.advance(10)  # any back-off after the restart is over: every call asks Redis
-        refusals.append(store.try_charge([("web_search", 10)], 1))
+        refusals.append(store.charge([("web_search", 10)], 1).refusal)
     assert all(refusal is not None for refusal in refusals)
     assert store.link.failures == 0
     assert redis_server.client.hget(store.key, "web_search") == b"10"
     # another process, new to the session, reads the count written back
-    assert store_on(redis_server).try_charge([("web_search", 10)], 1) is not None
+    assert store_on(redis_server).charge([("web_search", 10)], 1).refusal is not None
 
 
 def test_a_process_raises_a_hash_another_process_made_after_the_restart(redis_server: RedisServer) -> None:
@@ -59,14 +64,14 @@ def test_a_process_raises_a_hash_another_process_made_after_the_restart(redis_se
     that saw 9 raises that to its 9 before checking (the higher count, never the sum: it cannot tell
     the other's charges from its own), so the session overshoots by the newcomer's charge at most."""
     store = store_on(redis_server)
-    assert store.try_charge([("web_search", 10)], 9) is None
+    assert store.charge([("web_search", 10)], 9).refusal is None
     redis_server.restart()
     newcomer = store_on(redis_server)
-    assert newcomer.try_charge([("web_search", 10)], 1) is None  # Redis knew nothing: 1
-    assert store.try_charge([("web_search", 10)], 1) is None  # 9 written back, +1
+    assert newcomer.charge([("web_search", 10)], 1).refusal is None  # Redis knew nothing: 1
+    assert store.charge([("web_search", 10)], 1).refusal is None  # 9 written back, +1
     assert redis_server.client.hget(store.key, "web_search") == b"10"
-    assert store.try_charge([("web_search", 10)], 1) == CapRefusal("web_search", 10, 10)
-    assert newcomer.try_charge([("web_search", 10)], 1) == CapRefusal("web_search", 10, 10)
+    assert store.charge([("web_search", 10)], 1).refusal == CapRefusal("web_search", 10, 10)
+    assert newcomer.charge([("web_search", 10)], 1).refusal == CapRefusal("web_search", 10, 10)
 
 
 def test_while_the_hash_lives_on_redis_holds_the_count_refunds_of_other_processes_included(
@@ -74,9 +79,9 @@ def test_while_the_hash_lives_on_redis_holds_the_count_refunds_of_other_processe
 ) -> None:
     """The floor applies only to a hash the process has not seen: another process's refund stands."""
     first, second = store_on(redis_server), store_on(redis_server)
-    assert first.try_charge([("web_search", 10)], 5) is None
+    assert first.charge([("web_search", 10)], 5).refusal is None
     second.refund(["web_search"], 3)  # Redis: 2; the first process still believes 5
-    assert first.try_charge([("web_search", 10)], 1) is None
+    assert first.charge([("web_search", 10)], 1).refusal is None
     assert redis_server.client.hget(first.key, "web_search") == b"3"
     assert MARKER in redis_server.client.hgetall(first.key)
 
@@ -89,7 +94,7 @@ def _charge_sessions_in_a_process(url: str, sessions: int, tries: int, queue: An
     granted = {}
     for n in range(sessions):
         store = _store(link, f"cluster-session-{n}")
-        granted[n] = sum(store.try_charge([("web_search", 5)], 1) is None for _ in range(tries))
+        granted[n] = sum(store.charge([("web_search", 5)], 1).refusal is None for _ in range(tries))
     queue.put((granted, link.failures, link.key_errors))
 
 
@@ -122,9 +127,11 @@ def test_a_guard_on_a_cluster_url_decides_every_call_from_redis(redis_cluster: l
     recorder = RecordingObserver()
     fell_back = 0
     for n in range(12):
+        config = guard_config(url, {"web_search": 3, "subagents": 0}, timeout_ms=PATIENT_MS)
         guard = Guard(
-            guard_config(url, {"web_search": 3, "subagents": 0}, timeout_ms=PATIENT_MS),
+            config,
             session_id=f"s{n}",
+            session_caps=session_cap_store(config, f"s{n}", listener=recorder.on_state),
             observers=(recorder,),
         )
         assert [search(guard, c).action for c in range(4)] == ["allow"] * 3 + ["block"]
@@ -143,27 +150,28 @@ def test_a_key_of_the_wrong_type_is_that_sessions_problem_only(
     other sessions' calls all go on using Redis, and the link never backs off."""
     clock = Clock()  # never moved: a back-off, once started, would last the whole test
     link = RedisLink(StateSettings(url=redis_server.url, timeout_ms=PATIENT_MS), clock=clock)
-    bad = _store(link, "the-broken-session")
+    heard_bad: list[StateReport] = []
+    heard_garbled: list[StateReport] = []
+    bad = _store(link, "the-broken-session", heard_bad.append)
     redis_server.client.set(bad.key, "not a hash")
-    garbled = _store(link, "a-garbled-session")
+    garbled = _store(link, "a-garbled-session", heard_garbled.append)
     redis_server.client.hset(garbled.key, "web_search", "many")  # not a count
     recorder = RecordingObserver()
     guards = [
-        Guard(guard_config(redis_server.url), session_id=f"s{n}", session_caps=_store(link, f"s{n}"),
+        Guard(guard_config(redis_server.url), session_id=f"s{n}", session_caps=_store(link, f"s{n}", recorder.on_state),
               observers=(recorder,))
         for n in range(20)
     ]  # fmt: skip
     broken = Guard(guard_config(redis_server.url), session_id="the-broken-session", session_caps=bad)
     for n in range(5):
-        assert bad.charge([("web_search", 10)], 1) == (
-            None,
-            StateReport(True, "charge", True, key_error=True),
-        )
+        assert bad.charge([("web_search", 10)], 1) == (None, True)
+        assert heard_bad[-1] == StateReport(True, "charge", True, key_error=True)
         # refused once; then the process's own count (1) is written over what is not a number
         garbled_report = (
             StateReport(True, "charge", True, key_error=True) if n == 0 else StateReport(True, None, False)
         )
-        assert garbled.charge([("web_search", 10)], 1) == (None, garbled_report)
+        assert garbled.charge([("web_search", 10)], 1) == (None, garbled_report.fell_back)
+        assert heard_garbled[-1] == garbled_report
         assert search(broken, n).action == "allow"  # decided from the process's own counts
         for guard in guards:
             search(guard, n)
@@ -191,9 +199,11 @@ def test_more_threads_than_connections_wait_for_one_and_never_start_an_outage(
     lock = threading.Lock()
 
     def charge(n: int) -> None:
-        store = _store(link, f"thread-{n}")
+        mine: list[StateReport] = []
+        store = _store(link, f"thread-{n}", mine.append)
         start.wait()
-        mine = [store.charge([("web_search", 1000)], 1)[1] for _ in range(calls)]
+        for _ in range(calls):
+            store.charge([("web_search", 1000)], 1)
         with lock:
             reports.extend(mine)
 
@@ -229,25 +239,25 @@ def test_the_password_may_come_from_a_file_or_the_environment(
     with run_redis(tmp_path, password=PASSWORD) as server:
         plain = f"redis://127.0.0.1:{server.port}/0"
         from_file = RedisLink(StateSettings(url=plain, password_file=str(secret), timeout_ms=PATIENT_MS))
-        assert _store(from_file).try_charge([("web_search", 10)], 1) is None
+        assert _store(from_file).charge([("web_search", 10)], 1).refusal is None
         encoded = f"redis://:{quote(PASSWORD, safe='')}@127.0.0.1:{server.port}/0"
         assert (
-            _store(RedisLink(StateSettings(url=encoded, timeout_ms=PATIENT_MS))).try_charge(
-                [("web_search", 10)], 1
-            )
+            _store(RedisLink(StateSettings(url=encoded, timeout_ms=PATIENT_MS)))
+            .charge([("web_search", 10)], 1)
+            .refusal
             is None
         )
         monkeypatch.setenv("OTELGUARD_STATE_PASSWORD", PASSWORD)
         from_env = RedisLink(
             StateSettings(url=f"redis://:wrong@127.0.0.1:{server.port}/0", timeout_ms=PATIENT_MS)
         )
-        assert _store(from_env).try_charge([("web_search", 10)], 1) is None  # the variable wins
+        assert _store(from_env).charge([("web_search", 10)], 1).refusal is None  # the variable wins
         assert int(server.client.hget(_store(from_env).key, "web_search") or 0) == 3
         monkeypatch.delenv("OTELGUARD_STATE_PASSWORD")
         wrong = RedisLink(
             StateSettings(url=f"redis://:wrong-canary@127.0.0.1:{server.port}/0", timeout_ms=PATIENT_MS)
         )
-        assert _store(wrong).charge([("web_search", 10)], 1)[1].fell_back
+        assert _store(wrong).charge([("web_search", 10)], 1).fell_back
         assert not wrong.healthy
         assert "canary" not in caplog.text and PASSWORD not in caplog.text
 
@@ -266,7 +276,7 @@ def test_a_session_store_keeps_no_command_whatever_it_charged(redis_server: Redi
         for n in range(20):
             store = _store(link, f"memory-{n}")
             for amount in range(1, 301):
-                store.try_charge([("web_search", 10**9), ("subagents", 10**9)], amount)
+                store.charge([("web_search", 10**9), ("subagents", 10**9)], amount)
             stores.append(store)
         per_session = (tracemalloc.get_traced_memory()[0] - before) / len(stores)
     finally:
@@ -281,7 +291,7 @@ def test_an_error_about_one_key_leaves_the_state_up_gauge_at_1(redis_server: Red
     registry = CollectorRegistry()
     telemetry = Telemetry(registry=registry, span_mode="off")
     link = RedisLink(StateSettings(url=redis_server.url, timeout_ms=PATIENT_MS), clock=Clock())
-    store = _store(link, "the-broken-session")
+    store = _store(link, "the-broken-session", telemetry.state_reported)  # the host wires the listener
     redis_server.client.set(store.key, "not a hash")
     guard = Guard(
         guard_config(redis_server.url), telemetry, session_id="the-broken-session", session_caps=store

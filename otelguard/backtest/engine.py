@@ -27,7 +27,7 @@ from typing import IO, Any, Final
 import yaml
 
 from otelguard.backtest.rules import RULE_FILE_NAME
-from otelguard.errors import OtelGuardError
+from otelguard.errors import BacktestError
 from otelguard.replay.times import format_duration
 
 __all__ = ["DEBIAN_PACKAGE", "BacktestError", "Binaries", "Engine", "MissingBinary", "Series"]
@@ -48,10 +48,6 @@ or ``HTTPS_PROXY`` (a proxy cannot reach this machine's loopback, and would hear
 
 Series = tuple[dict[str, str], list[tuple[float, float]]]
 """One series of a range query: its labels and its ``(time, value)`` points."""
-
-
-class BacktestError(OtelGuardError):
-    """The engine failed (a promtool or prometheus error, a query the server refused)."""
 
 
 class MissingBinary(BacktestError):

@@ -33,7 +33,6 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, Final
 
-from otelguard.caps import SharedSessionCaps
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
@@ -165,13 +164,17 @@ class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
 
     def _restore_caps(self, session: Session, saved: object) -> None:
         """Raise the session's counts to what the checkpoint says (the thread may have run elsewhere)."""
+        if not isinstance(saved, Mapping):
+            return  # nothing saved yet
         store = session.main.session_caps
-        if not isinstance(saved, Mapping) or isinstance(store, SharedSessionCaps):
-            return  # nothing saved yet, or Redis holds the counts of every worker already
         used = store.usage()
-        for key, count in saved.items():
-            if key in self._cap_keys and type(count) is int and count > used.get(key, 0):
-                store.try_charge([(key, sys.maxsize)], count - used.get(key, 0))
+        higher = {
+            key: count
+            for key, count in saved.items()
+            if key in self._cap_keys and type(count) is int and count > used.get(key, 0)
+        }
+        if higher:
+            store.restore(higher)  # a shared store keeps its own: it holds every worker's counts
 
     def _caps_update(self, session: Session, state: GuardState) -> dict[str, Any] | None:
         used = {

@@ -32,12 +32,12 @@ from typing import Any, Final
 import redis
 from redis.commands.core import Script
 
-from otelguard.caps import CapRefusal, LocalSessionCaps
+from otelguard.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
 from otelguard.config import StateSettings, mask_url
 from otelguard.config_state import CLUSTER_SCHEMES
-from otelguard.observers import StateOp, StateReport
 from otelguard.session_keys import session_digest
 from otelguard.state.redis_client import make_client, pack, send_packed
+from otelguard.state.reports import StateOp, StateReport
 
 __all__ = ["MAX_BACKOFF_SECONDS", "RedisLink", "RedisSessionCaps", "link_for", "open_session_caps"]
 
@@ -383,10 +383,28 @@ class RedisSessionCaps:
     them for when Redis does not answer. Thread-safe. Holds a few hundred bytes besides the counts:
     no command is kept."""
 
-    __slots__ = ("_command", "_last_use", "_local", "_lock", "_seen", "_ttl", "_unshared", "key", "link")
+    __slots__ = (
+        "_command",
+        "_last_use",
+        "_listener",
+        "_local",
+        "_lock",
+        "_seen",
+        "_ttl",
+        "_unshared",
+        "key",
+        "link",
+    )
 
-    def __init__(self, link: RedisLink, key: str, ttl_seconds: int) -> None:
+    def __init__(
+        self,
+        link: RedisLink,
+        key: str,
+        ttl_seconds: int,
+        listener: Callable[[StateReport], None] | None = None,
+    ) -> None:
         self.link = link
+        self._listener = listener  # hears how each use of Redis went (the host wires it to telemetry)
         self.key = key
         self._ttl = ttl_seconds
         self._local = LocalSessionCaps()  # kept in step with Redis; decides when Redis does not answer
@@ -398,18 +416,35 @@ class RedisSessionCaps:
 
     # -- the store's protocol ------------------------------------------------------------------
 
-    def try_charge(self, caps: Sequence[tuple[str, int]], amount: int) -> CapRefusal | None:
-        return self.charge(caps, amount)[0]
+    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> ChargeAnswer:
+        refusal, report = self._charge(caps, amount)
+        self._tell(report)
+        return ChargeAnswer(refusal, report.fell_back)
 
     def refund(self, keys: Sequence[str], amount: int) -> None:
-        self.give_back(keys, amount)
+        report = self._refund(keys, amount)
+        if report is not None:
+            self._tell(report)
+
+    def restore(self, counts: Mapping[str, int]) -> None:
+        """Nothing to do: Redis holds the counts of every process of the session, a checkpoint's
+        are never newer (and this process's own are kept in step with Redis's answers)."""
 
     def usage(self) -> Mapping[str, int]:
         return self._local.usage()
 
-    # -- with what the guard reports -----------------------------------------------------------
+    # -- with how Redis took part --------------------------------------------------------------
 
-    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[CapRefusal | None, StateReport]:
+    def _tell(self, report: StateReport) -> None:
+        listener = self._listener
+        if listener is None:
+            return
+        try:
+            listener(report)
+        except Exception as exc:  # a listener's failure never reaches the tool loop
+            _listener_failed(exc)
+
+    def _charge(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[CapRefusal | None, StateReport]:
         """All or nothing: the first cap (in the given order) that ``amount`` would overshoot, or
         ``None`` after charging every cap; and how Redis took part."""
         link = self.link
@@ -436,7 +471,7 @@ class RedisSessionCaps:
             link.failed(_Failed("charge", exc))
             return self._charge_locally(caps, amount), StateReport(True, "charge", True)
         link.answered()
-        self._local.set_counts(zip((cap for cap, _limit in caps), counts, strict=False))
+        self._local.restore(dict(zip((cap for cap, _limit in caps), counts, strict=False)))
         with self._lock:
             self._seen = marker
             if not refused_at:
@@ -446,7 +481,7 @@ class RedisSessionCaps:
             return CapRefusal(cap, counts[refused_at - 1], limit), _SENT_OK
         return None, _SENT_OK
 
-    def give_back(self, keys: Sequence[str], amount: int) -> StateReport | None:
+    def _refund(self, keys: Sequence[str], amount: int) -> StateReport | None:
         """Refund ``amount`` to each key, floored at 0, here and in Redis. ``None``: Redis was not
         asked (backing off, busy, or the amount was charged here while Redis was away)."""
         self._local.refund(keys, amount)
@@ -487,7 +522,7 @@ class RedisSessionCaps:
     ) -> CapRefusal | None:
         if outage:
             self.link.decided_locally()
-        refusal = self._local.try_charge(caps, amount)
+        refusal = self._local.charge(caps, amount).refusal
         if refusal is None:
             with self._lock:
                 for cap, _limit in caps:
@@ -535,6 +570,25 @@ def session_key(state: StateSettings, signature_key: bytes, session_id: str) -> 
     return f"{state.key_prefix}:{{{session_digest(session_id, signature_key)}}}"
 
 
-def open_session_caps(state: StateSettings, signature_key: bytes, session_id: str) -> RedisSessionCaps:
-    """The store for one session on the process's link to ``state.url`` (no command is sent here)."""
-    return RedisSessionCaps(link_for(state), session_key(state, signature_key, session_id), state.ttl_seconds)
+def open_session_caps(
+    state: StateSettings,
+    signature_key: bytes,
+    session_id: str,
+    listener: Callable[[StateReport], None] | None = None,
+) -> RedisSessionCaps:
+    """The store for one session on the process's link to ``state.url`` (no command is sent here);
+    ``listener`` hears how each use of Redis went."""
+    key = session_key(state, signature_key, session_id)
+    return RedisSessionCaps(link_for(state), key, state.ttl_seconds, listener)
+
+
+_failed_listeners: set[str] = set()
+
+
+def _listener_failed(exc: Exception) -> None:
+    # Only the exception type, once per type: its message may quote anything.
+    name = type(exc).__name__
+    if name in _failed_listeners:
+        return
+    _failed_listeners.add(name)
+    logger.error("otelguard internal error in the shared state's listener (%s); the call goes on", name)

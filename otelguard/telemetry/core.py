@@ -12,7 +12,7 @@ import logging
 import re
 import threading
 from dataclasses import replace
-from typing import Any, Final, cast
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -22,10 +22,13 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from otelguard._version import __version__
 from otelguard.config_telemetry import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, StateReport, TurnInfo
+from otelguard.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
+
+if TYPE_CHECKING:
+    from otelguard.state.reports import StateReport
 
 __all__ = ["GuardTelemetry", "Telemetry"]
 
@@ -134,7 +137,8 @@ class Telemetry:
                 space.cap_hits(agent, cap, scope)
 
     def state_reported(self, report: StateReport) -> None:
-        """Count a use of the shared store made outside any guard (``otelguard serve`` checks it at start)."""
+        """Count a use of the shared store: the listener a host wires a shared session-cap backend to
+        (``otelguard.hosting``), and ``otelguard serve``'s check of it at start."""
         self._families.state().record(report)
 
     def _space(self, settings: TelemetrySettings) -> LabelSpace:
@@ -225,9 +229,6 @@ class GuardTelemetry(GuardObserver):
 
     def on_internal_error(self, stage: str) -> None:
         self._space.families.internal_error(stage)
-
-    def on_state(self, report: StateReport) -> None:
-        self._space.families.state().record(report)
 
     # -- calls ---------------------------------------------------------------------------------
     # Span work happens when a call ends: an own span is created then, with every attribute at once

@@ -20,7 +20,7 @@ from otelguard.bounded_map import BoundedMap
 from otelguard.telemetry import attributes as attr
 
 if TYPE_CHECKING:
-    from otelguard.observers import StateReport
+    from otelguard.state.reports import StateReport
 
 __all__ = [
     "LabelBound",

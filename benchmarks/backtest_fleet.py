@@ -134,7 +134,7 @@ def write_fleet(directory: Path, sessions: Iterator[SessionWriter]) -> list[Path
 
 HISTORY = Path(__file__).resolve().parent.parent / "otelguard" / "data" / "history"
 """The shipped history that ``docs/backtest.md`` backtests: a morning of one project's Claude Code
-sessions with a web-search runaway in it (regenerate with ``python -m tests.backtest_fleet``)."""
+sessions with a web-search runaway in it (regenerate with ``python -m benchmarks.backtest_fleet``)."""
 
 
 def shipped_history() -> Iterator[SessionWriter]:
