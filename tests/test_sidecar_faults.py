@@ -101,7 +101,8 @@ def test_calls_that_touch_no_session_cap_are_answered_while_a_capped_one_waits_o
                 thread.join(30)
         finally:
             redis_server.resume()
-        assert finished == ["other sessions", "healthz", "capped", "same session"], "the event loop waited"
+        assert finished[:2] == ["other sessions", "healthz"], "the event loop waited on Redis"
+        assert sorted(finished[2:]) == ["capped", "same session"]  # both answered once Redis resumed
     finally:
         stop_process(serve.process)
 
