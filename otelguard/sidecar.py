@@ -72,6 +72,8 @@ class Sidecar:
         self._waiting_lock = threading.Lock()
         self._waiting: Counter[str] = Counter()  # sessions with a call on a worker, by session_id
         self._offloaded: dict[int, str] = {}  # id of a request on a worker -> its session_id
+        # id of a request -> its body, as ``inline`` read it: the handler parses it no second time
+        self._read_bodies: dict[int, dict[str, Any]] = {}
         self._registry = registry
         self._state_up = state_up
         self._token = f"Bearer {token}".encode() if token else None
@@ -97,10 +99,13 @@ class Sidecar:
             return False
         if not self._state_io or not path.startswith("/v1/"):
             return True
-        body = _json_object(request.body) or {}
+        body = _json_object(request.body)
+        if body is None:
+            return True  # answered 400 without touching the state
+        self._read_bodies[id(request)] = body  # the handler runs next, here or on a worker
         session = body.get("session_id")
         if not isinstance(session, str):
-            return True  # answered 400 without touching the state
+            return True
         with self._waiting_lock:
             if session not in self._waiting and not self._may_wait_on_state(path, body):
                 return True
@@ -146,13 +151,14 @@ class Sidecar:
                 del self._waiting[session]
 
     def handle(self, request: Request) -> Response:
+        read = self._read_bodies.pop(id(request), None) if self._read_bodies else None
         try:
-            return self._handle(request)
+            return self._handle(request, read)
         finally:
             if self._offloaded:
                 self._answered_on_a_worker(request)
 
-    def _handle(self, request: Request) -> Response:
+    def _handle(self, request: Request, body: dict[str, Any] | None) -> Response:
         path = request.path
         if path == "/metrics" or path == "/healthz":
             if request.method not in ("GET", "HEAD"):
@@ -169,12 +175,13 @@ class Sidecar:
             return _text(405, "only POST is served here", (("Allow", "POST"),))
         if self._token is not None and not _authorized(request, self._token):
             return _text(401, "missing or wrong bearer token", (("WWW-Authenticate", "Bearer"),))
-        try:
-            body = orjson.loads(request.body)
-        except orjson.JSONDecodeError:
-            return _text(400, "body: malformed JSON")
-        if not isinstance(body, dict):
-            return _text(400, "body: expected a JSON object")
+        if body is None:
+            try:
+                body = orjson.loads(request.body)
+            except orjson.JSONDecodeError:
+                return _text(400, "body: malformed JSON")
+            if not isinstance(body, dict):
+                return _text(400, "body: expected a JSON object")
         try:
             return route(body)
         except HookPayloadError as exc:
