@@ -41,7 +41,7 @@ import yaml
 
 from benchmarks.run_records import RunRecord, run_records
 from otelguard import GuardConfig
-from otelguard.environment_variables import OTELGUARD_CORPUS
+from otelguard.config.environment import OTELGUARD_CORPUS
 from otelguard.replay import ReplayReport, ReplayRunner, expand_paths, replay_bytes, replay_inputs
 from otelguard.replay.events import SessionKey, ToolCall
 

@@ -20,7 +20,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 from prometheus_client.exposition import choose_encoder
 from prometheus_client.multiprocess import MultiProcessCollector
 
-from otelguard.environment_variables import PROMETHEUS_MULTIPROC_DIR
+from otelguard.config.environment import PROMETHEUS_MULTIPROC_DIR
 from otelguard.errors import ConfigError
 from otelguard.http_server import HttpServer, Request, Response, ServerLimits
 

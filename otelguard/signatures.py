@@ -19,7 +19,7 @@ from typing import Any, Final
 import orjson
 import xxhash
 
-from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
+from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY
 from otelguard.session_keys import key_bytes
 
 __all__ = [

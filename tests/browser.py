@@ -24,7 +24,7 @@ from typing import Any
 
 import pytest
 
-from otelguard.environment_variables import OTELGUARD_REQUIRE_E2E
+from otelguard.config.environment import OTELGUARD_REQUIRE_E2E
 from tests.e2e import stop_process
 
 FLAGS = (

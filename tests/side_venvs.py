@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from otelguard.environment_variables import OTELGUARD_REQUIRE_E2E
+from otelguard.config.environment import OTELGUARD_REQUIRE_E2E
 
 HERMES_AGENT_VERSION = "0.19.0"
 PROJECT_ROOT = Path(__file__).resolve().parent.parent

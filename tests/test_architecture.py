@@ -9,6 +9,7 @@ the lazy package namespace loads ``X`` from.
 from __future__ import annotations
 
 import ast
+import importlib
 import subprocess
 import sys
 from functools import cache
@@ -24,11 +25,16 @@ CORE = {
     "otelguard.caps",
     "otelguard.classify",
     "otelguard.config",
-    "otelguard.config_checks",
-    "otelguard.config_file",
-    "otelguard.config_names",
-    "otelguard.config_state",
-    "otelguard.config_telemetry",
+    "otelguard.config.checks",
+    "otelguard.config.defaults",
+    "otelguard.config.environment",
+    "otelguard.config.file",
+    "otelguard.config.hermes",
+    "otelguard.config.model",
+    "otelguard.config.names",
+    "otelguard.config.sections",
+    "otelguard.config.state",
+    "otelguard.config.telemetry",
     "otelguard.decisions",
     "otelguard.detectors",
     "otelguard.errors",
@@ -105,8 +111,11 @@ def _runtime_imports(tree: ast.Module, *, in_functions: bool = True) -> list[ast
     return found
 
 
-def _lazy_homes() -> dict[str, str]:
-    homes: dict[str, str] = otelguard._HOMES  # type: ignore[attr-defined]
+def _lazy_homes(package: str) -> dict[str, str]:
+    """Where a package that imports its names on first use (``_HOMES``) loads each from."""
+    if package not in _modules() or _modules()[package].name != "__init__.py":
+        return {}
+    homes: dict[str, str] = getattr(importlib.import_module(package), "_HOMES", {})
     return homes
 
 
@@ -124,8 +133,8 @@ def _targets(module: str, node: ast.Import | ast.ImportFrom) -> set[str]:
     for alias in node.names:
         if f"{base}.{alias.name}" in modules:
             targets.add(f"{base}.{alias.name}")  # a submodule
-        elif base == "otelguard" and alias.name in _lazy_homes():
-            targets.add(_lazy_homes()[alias.name])
+        elif alias.name in _lazy_homes(base):
+            targets.add(_lazy_homes(base)[alias.name])
         elif base in modules:
             targets.add(base)
     return targets
@@ -248,7 +257,8 @@ def test_import_chains_from_the_package_root_are_short() -> None:
     """From ``otelguard`` (its public names included) no chain of the imports that loading a module
     runs is longer than five steps."""
     graph = dict(_graph(in_functions=False))
-    graph["otelguard"] = graph["otelguard"] | frozenset(_lazy_homes().values())
+    for package in ("otelguard", "otelguard.config"):
+        graph[package] = graph[package] | frozenset(_lazy_homes(package).values())
     assert _depth("otelguard", graph, {}) <= MAX_DEPTH
 
 

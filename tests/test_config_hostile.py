@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli import main
-from otelguard.config_file import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_NODES, MAX_INT_DIGITS
+from otelguard.config.file import MAX_CONFIG_BYTES, MAX_CONFIG_DEPTH, MAX_CONFIG_NODES, MAX_INT_DIGITS
 
 BILLION_LAUGHS = """\
 a: &a ["lol","lol","lol","lol","lol","lol","lol","lol","lol"]

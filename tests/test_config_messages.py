@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli import main
-from otelguard.config_names import near_misses
+from otelguard.config.names import near_misses
 from otelguard.errors import ConfigWarning
 
 TIMEOUT = 60.0

@@ -242,9 +242,9 @@ def test_code_points_only_into_docs_that_exist() -> None:
 
 
 def test_configuration_doc_lists_every_environment_variable() -> None:
-    from otelguard import environment_variables
+    from otelguard.config import environment
 
-    names = {value for name, value in vars(environment_variables).items() if name.isupper()}
+    names = {value for name, value in vars(environment).items() if name.isupper()}
     table = _section(DOCS_DIR / "configuration.md", "Environment variables")
     shown = set(re.findall(r"^\| `([A-Z0-9_]+)` \|", table, flags=re.M))
     assert names <= shown, names - shown

@@ -20,8 +20,8 @@ from typing import Any
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli.config_messages import load_config, option_problem
+from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY
 from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
-from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
 from otelguard.metrics_server import MetricsServer, serve_metrics
 from otelguard.scripted import ScriptedCall
 from otelguard.telemetry import Telemetry

@@ -25,7 +25,7 @@ import sys
 import time
 
 from otelguard.claude_code_events import DEFAULT_TIMEOUT_SECONDS, HOOK_EVENTS
-from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
+from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
 if TYPE_CHECKING:

@@ -10,7 +10,7 @@ import secrets
 from typing import Final
 
 from otelguard.claude_code_events import DEFAULT_TIMEOUT_SECONDS, HOOK_EVENTS, TOOL_EVENTS
-from otelguard.environment_variables import OTELGUARD_TOKEN
+from otelguard.config.environment import OTELGUARD_TOKEN
 
 __all__ = ["STARTER_CONFIG", "http_settings_block", "settings_block", "starter_config"]
 

@@ -18,7 +18,7 @@ from prometheus_client import REGISTRY
 from otelguard import ConfigError
 from otelguard.cli.config_messages import load_config, option_problem
 from otelguard.config import StateSettings, mask_url
-from otelguard.environment_variables import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
+from otelguard.config.environment import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.metrics_server import bind, tls_context
 from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SIGNATURES
 from otelguard.sidecar import Sidecar

@@ -34,7 +34,7 @@ from redis.commands.core import Script
 
 from otelguard.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
 from otelguard.config import StateSettings, mask_url
-from otelguard.config_state import CLUSTER_SCHEMES
+from otelguard.config.state import CLUSTER_SCHEMES
 from otelguard.session_keys import session_digest
 from otelguard.state.redis_client import make_client, pack, send_packed
 from otelguard.state.reports import StateOp, StateReport

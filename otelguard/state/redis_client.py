@@ -16,7 +16,7 @@ from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from otelguard.config import StateSettings
-from otelguard.config_state import CLUSTER_SCHEMES, state_password
+from otelguard.config.state import CLUSTER_SCHEMES, state_password
 
 __all__ = ["make_client", "pack", "send_packed"]
 

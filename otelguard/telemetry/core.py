@@ -20,7 +20,7 @@ from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvid
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
-from otelguard.config_telemetry import TelemetrySettings
+from otelguard.config.telemetry import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
 from otelguard.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note

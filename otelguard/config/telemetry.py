@@ -6,7 +6,7 @@ from __future__ import annotations
 from dataclasses import dataclass, fields
 from typing import Any, Final
 
-from otelguard.config_checks import Problems, as_mapping, boolean, choice, integer, unknown_keys
+from otelguard.config.checks import Problems, as_mapping, boolean, choice, integer, unknown_keys
 
 __all__ = ["SPAN_MODES", "TelemetrySettings"]
 

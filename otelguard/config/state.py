@@ -15,8 +15,8 @@ from dataclasses import dataclass, field, fields, replace
 from typing import Any, Final
 from urllib.parse import parse_qsl, urlsplit
 
-from otelguard.config_checks import as_mapping, check_keys, integer
-from otelguard.environment_variables import (
+from otelguard.config.checks import as_mapping, check_keys, integer
+from otelguard.config.environment import (
     OTELGUARD_SIGNATURE_KEY,
     OTELGUARD_STATE_PASSWORD,
     OTELGUARD_STATE_URL,
@@ -202,13 +202,8 @@ class StateSettings:
 
     def to_mapping(self) -> dict[str, Any]:
         """Plain data with the password masked."""
-        return {
-            "url": mask_url(self.url) if self.url is not None else None,
-            "key_prefix": self.key_prefix,
-            "timeout_ms": self.timeout_ms,
-            "ttl_seconds": self.ttl_seconds,
-            "password_file": self.password_file,
-        }
+        mapping = {each.name: getattr(self, each.name) for each in fields(self)}
+        return {**mapping, "url": mask_url(self.url) if self.url is not None else None}
 
 
 def check_state_ready(path: str, url: str, signature_key: str | None) -> None:
