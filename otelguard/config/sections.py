@@ -35,6 +35,13 @@ __all__ = ["ON_HIT", "TOOL_LISTS", "CapsConfig", "ToolClasses"]
 ON_HIT: Final = ("block", "reject")
 
 TOOL_LISTS: Final = ("read", "write", "shell", "poll", "failure_tolerant")
+_DEFAULT_LISTS: Final = (
+    DEFAULT_READ_TOOLS,
+    DEFAULT_WRITE_TOOLS,
+    DEFAULT_SHELL_TOOLS,
+    DEFAULT_POLL_TOOLS,
+    DEFAULT_FAILURE_TOLERANT,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -47,6 +54,16 @@ class ToolClasses:
     shell: tuple[str, ...] = DEFAULT_SHELL_TOOLS
     poll: tuple[str, ...] = DEFAULT_POLL_TOOLS
     failure_tolerant: tuple[str, ...] = DEFAULT_FAILURE_TOLERANT
+
+    def to_mapping(self) -> dict[str, Any]:
+        """The five lists, and ``replace: true`` when one of them lacks a default: read back by
+        ``parse``, the mapping gives these lists again, not the defaults followed by them."""
+        lists = {name: list(getattr(self, name)) for name in TOOL_LISTS}
+        extends = all(
+            lists[name][: len(defaults)] == list(defaults)
+            for name, defaults in zip(TOOL_LISTS, _DEFAULT_LISTS, strict=True)
+        )
+        return lists if extends else {**lists, "replace": True}
 
     @classmethod
     def parse(cls, value: Any, path: str = "tools") -> ToolClasses:
