@@ -1,7 +1,7 @@
 """The guard's configuration, ``GuardConfig``: what each field holds, how it is made from keyword
 arguments, a mapping or a file, and how it reads back as plain data (docs/configuration.md).
 
-The values given become fields in ``merged_fields``: partial mappings merged over the defaults,
+The values given become fields in ``_merged_fields``: partial mappings merged over the defaults,
 lists made tuples, sections parsed, every value checked. Every error is a ``ConfigError`` naming the
 dotted key path, the bad value and what is allowed; one error names every problem of a config, in
 the order of the fields. The public constructors warn (``ConfigWarning``) at their caller's line.
@@ -121,8 +121,8 @@ class GuardConfig:
         _warn(self.config_warnings, stacklevel=3)
 
     def _set_fields(self, given: Mapping[str, Any]) -> None:
-        values = merged_fields(given)
-        values["config_warnings"] = near_miss_lines(values)
+        values = _merged_fields(given)
+        values["config_warnings"] = _near_miss_lines(values)
         for name, value in values.items():
             object.__setattr__(self, name, value)  # frozen: this is where a config gets its fields
 
@@ -195,7 +195,7 @@ class GuardConfig:
                 continue
             value = getattr(self, each.name)
             shown_as: Callable[[Any], Any] | None = each.metadata.get(SHOWN_AS)
-            mapping[each.name] = shown_as(value) if shown_as is not None else plain(value)
+            mapping[each.name] = shown_as(value) if shown_as is not None else _plain(value)
             if each.name == "hard_stop":
                 mapping["hard_stop_enabled"] = self.hard_stop_enabled  # the effective value
         return mapping
@@ -205,18 +205,18 @@ _INIT_DEFAULTS: Final[Mapping[str, Any]] = GuardConfig.__init__.__kwdefaults__ o
 """The keyword arguments of ``GuardConfig(...)`` and their defaults: the keys of a config mapping."""
 
 
-def plain(value: Any) -> Any:
+def _plain(value: Any) -> Any:
     """``value`` as plain data (dicts, lists, scalars): a section by its own ``to_mapping`` if it has
     one, else field by field."""
     to_mapping = getattr(value, "to_mapping", None)
     if to_mapping is not None:
         return to_mapping()
     if is_dataclass(value) and not isinstance(value, type):
-        return {each.name: plain(getattr(value, each.name)) for each in fields(value)}
+        return {each.name: _plain(getattr(value, each.name)) for each in fields(value)}
     if isinstance(value, Mapping):
-        return {key: plain(item) for key, item in value.items()}
+        return {key: _plain(item) for key, item in value.items()}
     if isinstance(value, tuple):
-        return [plain(item) for item in value]
+        return [_plain(item) for item in value]
     return value
 
 
@@ -227,10 +227,7 @@ def _warn(lines: Sequence[str], *, stacklevel: int) -> None:
         warnings.warn(line, ConfigWarning, stacklevel=stacklevel)
 
 
-_DEFAULT_TOOL_CLASSES: Final = ToolClasses()
-
-
-def merged_fields(given: Mapping[str, Any]) -> dict[str, Any]:
+def _merged_fields(given: Mapping[str, Any]) -> dict[str, Any]:
     """The field values of a ``GuardConfig`` made with ``given`` (every field named), checked and
     merged over the defaults; a ``ConfigError`` naming every problem."""
     problems = Problems()
@@ -242,9 +239,9 @@ def merged_fields(given: Mapping[str, Any]) -> dict[str, Any]:
     out["warn_after"], out["hard_stop_after"] = _checked_thresholds(
         given["warn_after"], given["hard_stop_after"], problems
     )
-    out["caps"] = problems.attempt(CapsConfig.parse, given["caps"], fallback=CapsConfig())
+    out["caps"] = problems.attempt(CapsConfig.parse, given["caps"], fallback=_DEFAULT_CAPS)
     out["tool_groups"] = _merged_names("tool_groups", given["tool_groups"], DEFAULT_TOOL_GROUPS, problems)
-    out["tools"] = problems.attempt(ToolClasses.parse, given["tools"], fallback=ToolClasses())
+    out["tools"] = problems.attempt(ToolClasses.parse, given["tools"], fallback=_DEFAULT_TOOLS)
     out["spawn_tools"] = _spawn_tools(given["spawn_tools"], problems)
     out["ignore_args"] = _ignore_args(given["ignore_args"], problems)
     out["volatile_result_keys"] = _volatile_result_keys(given["volatile_result_keys"], problems)
@@ -254,28 +251,28 @@ def merged_fields(given: Mapping[str, Any]) -> dict[str, Any]:
     if signature_key is not None and (not isinstance(signature_key, str) or not signature_key):
         problems.found.append(ConfigError("signature_key", "<hidden>", "expected a non-empty string or null"))
     out["telemetry"] = problems.attempt(
-        TelemetrySettings.parse, given["telemetry"], fallback=TelemetrySettings()
+        TelemetrySettings.parse, given["telemetry"], fallback=_DEFAULT_TELEMETRY
     )
-    state = out["state"] = problems.attempt(StateSettings.parse, given["state"], fallback=StateSettings())
+    state = out["state"] = problems.attempt(StateSettings.parse, given["state"], fallback=_DEFAULT_STATE)
     if state.url is not None:
         problems.attempt(check_state_ready, "state.url", state.url, signature_key, fallback=None)
     problems.raise_any()
     return out
 
 
-def near_miss_lines(fields: Mapping[str, Any]) -> tuple[str, ...]:
-    """Tool names of a config's ``fields`` that are probably typos (see ``otelguard.config.names``)."""
-    tool_groups: Mapping[str, tuple[str, ...]] = fields["tool_groups"]
-    caps: CapsConfig = fields["caps"]
-    tools: ToolClasses = fields["tools"]
+def _near_miss_lines(values: Mapping[str, Any]) -> tuple[str, ...]:
+    """Tool names of a config's field ``values`` that are probably typos (see ``otelguard.config.names``)."""
+    tool_groups: Mapping[str, tuple[str, ...]] = values["tool_groups"]
+    caps: CapsConfig = values["caps"]
+    tools: ToolClasses = values["tools"]
     members = [name for names in tool_groups.values() for name in names]
     known = (*KNOWN_NAMES, *tool_groups, *(n for n in members if not is_glob(n)))
     globs = (*KNOWN_GLOBS, *(n for n in members if is_glob(n)))
     named = [(f"caps.{scope}.{key}", key) for scope in ("turn", "session") for key in getattr(caps, scope)]
     for name in TOOL_LISTS:
-        default_names = set(getattr(_DEFAULT_TOOL_CLASSES, name))
+        default_names = set(getattr(_DEFAULT_TOOLS, name))
         named += [(f"tools.{name}", tool) for tool in getattr(tools, name) if tool not in default_names]
-    named += [(f"ignore_args.{key}", key) for key in fields["ignore_args"] if key not in DEFAULT_IGNORE_ARGS]
+    named += [(f"ignore_args.{key}", key) for key in values["ignore_args"] if key not in DEFAULT_IGNORE_ARGS]
     return near_misses(named, known, globs)
 
 
