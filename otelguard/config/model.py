@@ -117,20 +117,14 @@ class GuardConfig:
         """Sections and partial mappings are merged over the defaults and checked: a ``ConfigError``
         names every problem at once; a ``ConfigWarning`` points at this call for each probable typo."""
         given = {name: value for name, value in locals().items() if name != "self"}
-        self._set_fields(given)
+        _fill(self, given)
         _warn(self.config_warnings, stacklevel=3)
-
-    def _set_fields(self, given: Mapping[str, Any]) -> None:
-        values = _merged_fields(given)
-        values["config_warnings"] = _near_miss_lines(values)
-        for name, value in values.items():
-            object.__setattr__(self, name, value)  # frozen: this is where a config gets its fields
 
     @classmethod
     def _made(cls, given: Mapping[str, Any]) -> GuardConfig:
         """A config of ``given`` (the fields it names) over the defaults, without warning."""
         config = cls.__new__(cls)
-        config._set_fields({**_INIT_DEFAULTS, **given})
+        _fill(config, {**_INIT_DEFAULTS, **given})
         return config
 
     @property
@@ -203,6 +197,14 @@ class GuardConfig:
 
 _INIT_DEFAULTS: Final[Mapping[str, Any]] = GuardConfig.__init__.__kwdefaults__ or {}
 """The keyword arguments of ``GuardConfig(...)`` and their defaults: the keys of a config mapping."""
+
+
+def _fill(config: GuardConfig, given: Mapping[str, Any]) -> None:
+    """Give a new ``config`` its fields: ``given`` (every keyword argument) merged and checked."""
+    values = _merged_fields(given)
+    values["config_warnings"] = _near_miss_lines(values)
+    for name, value in values.items():
+        object.__setattr__(config, name, value)  # frozen: this is where a config gets its fields
 
 
 def _plain(value: Any) -> Any:
