@@ -155,6 +155,8 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
         "otelguard.core._resolvers",
         "otelguard._version",
         "otelguard.cli",
+        "otelguard.core",
+        "otelguard.claude_code",
         "otelguard.claude_code.hook",
         "otelguard.environment_variables",
         "otelguard.claude_code.events",
