@@ -19,57 +19,35 @@ import otelguard
 
 PACKAGE_DIR = Path(otelguard.__file__).parent
 
-CORE = {
-    "otelguard._resolvers",
-    "otelguard.bounded_map",
-    "otelguard.caps",
-    "otelguard.classify",
-    "otelguard.config",
-    "otelguard.config.checks",
-    "otelguard.config.defaults",
-    "otelguard.config.environment",
-    "otelguard.config.file",
-    "otelguard.config.hermes",
-    "otelguard.config.model",
-    "otelguard.config.names",
-    "otelguard.config.sections",
-    "otelguard.config.state",
-    "otelguard.config.telemetry",
-    "otelguard.decisions",
-    "otelguard.detectors",
-    "otelguard.errors",
-    "otelguard.guard",
-    "otelguard.observers",
-    "otelguard.pending_calls",
-    "otelguard.results",
-    "otelguard.scripted",
-    "otelguard.session_keys",
-    "otelguard.sessions",
-    "otelguard.signatures",
-    "otelguard.tool_calls",
-}
-"""The guard itself: what every host loads."""
+CORE_PACKAGES = ("otelguard.core", "otelguard.config")
+"""The guard itself (its detectors, decisions, sessions and cap ledger) and its configuration."""
+
+
+def _in_core(module: str) -> bool:
+    return module == "otelguard.errors" or any(
+        module == package or module.startswith(f"{package}.") for package in CORE_PACKAGES
+    )
+
 
 OUTER = (
     "telemetry",
-    "cli",
+    "state",
+    "hosting",
+    "serving",
+    "claude_code",
+    "readers",
     "replay",
     "backtest",
     "bench",
     "integrations",
     "demo",
-    "metrics_server",
-    "exporter",
-    "state",
-    "hosting",
-    "sidecar",
-    "http_server",
-    "claude_code_hooks",
+    "cli",
     "testing",
 )
 """Packages and modules built on the core; the core imports none of them."""
 
 MAX_DEPTH = 5
+MAX_ROOT_MODULES = 15
 HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client", "redis")
 EDGE_LIBRARIES = ("opentelemetry", "prometheus_client", "redis", "rich", "h11")
 """Third-party packages the core imports nowhere, not even inside a function or for the type checker."""
@@ -85,6 +63,11 @@ def _module_name(path: Path) -> str:
 @cache
 def _modules() -> dict[str, Path]:
     return {_module_name(path): path for path in sorted(PACKAGE_DIR.rglob("*.py"))}
+
+
+@cache
+def _core() -> frozenset[str]:
+    return frozenset(module for module in _modules() if _in_core(module))
 
 
 def _is_type_checking(test: ast.expr) -> bool:
@@ -162,10 +145,16 @@ def _is_outer(module: str) -> bool:
 def test_the_graph_sees_the_core() -> None:
     """The reader finds every core module and the imports between them (a broken reader finds none)."""
     graph = _graph()
-    assert set(graph) >= CORE
-    assert "otelguard.pending_calls" in graph["otelguard.guard"]
-    assert "otelguard.decisions" in graph["otelguard.observers"]
-    assert "otelguard.tool_calls" in graph["otelguard.guard"]
+    assert {
+        "otelguard.core.guard",
+        "otelguard.core.detectors",
+        "otelguard.config",
+        "otelguard.errors",
+    } <= _core()
+    assert _core() <= set(graph)
+    assert "otelguard.core.pending_calls" in graph["otelguard.core.guard"]
+    assert "otelguard.core.decisions" in graph["otelguard.core.observers"]
+    assert "otelguard.core.tool_calls" in graph["otelguard.core.guard"]
 
 
 def test_the_core_imports_nothing_built_on_it() -> None:
@@ -173,7 +162,7 @@ def test_the_core_imports_nothing_built_on_it() -> None:
     pending_calls, errors and sessions import nothing from telemetry, the state backends, the hosting
     resolvers, cli, replay, backtest, bench, integrations, demo or the servers: not at module level,
     not inside a function, not for the type checker."""
-    offences = {module: sorted(t for t in _all_imports(module) if _is_outer(t)) for module in CORE}
+    offences = {module: sorted(t for t in _all_imports(module) if _is_outer(t)) for module in _core()}
     assert {m: t for m, t in offences.items() if t} == {}
 
 
@@ -181,7 +170,7 @@ def test_the_core_imports_no_edge_library() -> None:
     """No core module imports OpenTelemetry, prometheus_client, redis, rich or h11 anywhere in it
     (a function-local import included): the core is handed its observers and its cap backend."""
     users = {module for library in EDGE_LIBRARIES for module in _importers_of(library, everywhere=True)}
-    assert sorted(users & CORE) == []
+    assert sorted(users & _core()) == []
 
 
 def test_a_function_local_import_is_an_edge() -> None:
@@ -207,8 +196,8 @@ def test_the_sidecar_imports_no_adapter() -> None:
     """``otelguard serve`` and the Claude Code hook mapping sit on the session host, as the adapters do:
     neither loads anything from ``otelguard.integrations``, directly or through another module."""
     graph = _graph()
-    assert "otelguard.sessions" in _reach("otelguard.sidecar", graph)
-    for module in ("otelguard.sidecar", "otelguard.claude_code_hooks"):
+    assert "otelguard.core.sessions" in _reach("otelguard.serving.sidecar", graph)
+    for module in ("otelguard.serving.sidecar", "otelguard.claude_code.hooks"):
         assert sorted(m for m in _reach(module, graph) if m.startswith("otelguard.integrations")) == []
 
 
@@ -220,8 +209,8 @@ def test_every_adapter_holds_its_sessions_through_the_session_host() -> None:
         m for m in graph if m.startswith("otelguard.integrations.") and not m.split(".")[-1].startswith("_")
     ]
     assert len(adapters) >= 5
-    for module in [*adapters, "otelguard.claude_code_hooks", "otelguard.sidecar"]:
-        assert "otelguard.sessions" in _reach(module, graph), module
+    for module in [*adapters, "otelguard.claude_code.hooks", "otelguard.serving.sidecar"]:
+        assert "otelguard.core.sessions" in _reach(module, graph), module
         source = _modules()[module].read_text(encoding="utf-8")
         assert "SessionPool" not in source and "OrderedDict" not in source, module
 
@@ -327,7 +316,7 @@ def test_only_the_state_backend_imports_redis() -> None:
     that backend: the hosting resolvers pick it, and only when a URL is configured."""
     assert {m for m in _importers_of("redis") if not m.startswith("otelguard.state.")} == set()
     assert "otelguard.state.redis_caps" in _importers_of("redis")
-    assert _importers_of("otelguard.state", everywhere=True) & CORE == set()
+    assert _importers_of("otelguard.state", everywhere=True) & _core() == set()
     assert "otelguard.hosting" in _importers_of("otelguard.state.redis_caps")
 
 
@@ -345,18 +334,18 @@ def _all_imports(module: str) -> set[str]:
 def test_the_guard_and_its_wrappers_do_not_import_each_other() -> None:
     """``guard.call``/``guard.wrap`` live in ``tool_calls``, which knows the guard only as the
     ``CallGuard`` protocol: no import of ``guard`` at all, not even for the type checker."""
-    assert "otelguard.tool_calls" in _all_imports("otelguard.guard")
-    assert "otelguard.guard" not in _all_imports("otelguard.tool_calls")
-    assert "otelguard.guard" not in _all_imports("otelguard.scripted")
+    assert "otelguard.core.tool_calls" in _all_imports("otelguard.core.guard")
+    assert "otelguard.core.guard" not in _all_imports("otelguard.core.tool_calls")
+    assert "otelguard.core.guard" not in _all_imports("otelguard.core.scripted")
 
 
 def test_product_code_does_not_import_the_testing_helpers() -> None:
     """Replay, the demo, the bench and the command line drive the guard through
-    ``otelguard.scripted``; ``otelguard.testing`` is for tests of a user's own loop, and nothing
+    ``otelguard.core.scripted``; ``otelguard.testing`` is for tests of a user's own loop, and nothing
     in the package imports it."""
     assert _importers_of("otelguard.testing") == set()
     drivers = {"otelguard.replay.runner", "otelguard.demo.simulation", "otelguard.bench.workloads"}
-    assert drivers <= _importers_of("otelguard.scripted")
+    assert drivers <= _importers_of("otelguard.core.scripted")
 
 
 MAX_GUARD_LINES = 300
@@ -365,7 +354,26 @@ MAX_GUARD_LINES = 300
 def test_the_guard_class_is_its_turn_lifecycle_and_two_entry_points() -> None:
     """``class Guard`` stays within 300 lines, its first line to its last: the event building, the
     telemetry binding, the pending-call lookup and the refusal check live beside it."""
-    tree = ast.parse(_modules()["otelguard.guard"].read_text(encoding="utf-8"))
+    tree = ast.parse(_modules()["otelguard.core.guard"].read_text(encoding="utf-8"))
     (guard,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Guard"]
     assert guard.end_lineno is not None
     assert guard.end_lineno - guard.lineno + 1 <= MAX_GUARD_LINES
+
+
+def test_the_package_root_holds_few_modules() -> None:
+    """The root of the package holds its entry points and the modules every layer shares; the rest
+    lives in folders named for what they are (core, config, serving, readers, ...)."""
+    root = sorted(path.name for path in PACKAGE_DIR.glob("*.py"))
+    assert "__init__.py" in root
+    assert len(root) <= MAX_ROOT_MODULES, root
+
+
+def test_everything_the_guard_loads_is_core() -> None:
+    """The module defining ``Guard``, and every module it reaches at any depth (function-local imports
+    included), is core: none of telemetry, state backends, servers, readers, adapters or the CLI."""
+    graph = _graph()
+    reached = _reach("otelguard.core.guard", graph)
+    assert "otelguard.core.detectors" in reached
+    assert sorted(m for m in reached if not _in_core(m)) == []
+    edge_users = {module for library in EDGE_LIBRARIES for module in _importers_of(library, everywhere=True)}
+    assert sorted(edge_users & (reached | {"otelguard.core.guard"})) == []
