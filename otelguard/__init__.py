@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from otelguard.decisions import Decision, Signature, TurnSummary
     from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
     from otelguard.guard import Guard
+    from otelguard.hosting import TelemetryOption
     from otelguard.metrics_server import serve_metrics
     from otelguard.observers import CallEvent, GuardObserver, TurnInfo
     from otelguard.telemetry import Telemetry
@@ -26,14 +27,14 @@ del TYPE_CHECKING  # not part of the package's namespace
 
 
 def _session_caps_for(
-    config: "GuardConfig", session_id: "str | None", telemetry: object
+    config: "GuardConfig", session_id: "str | None", telemetry: "TelemetryOption"
 ) -> "SessionCapStore":
     from otelguard.hosting import session_cap_store
 
     return session_cap_store(config, session_id, telemetry)
 
 
-def _observer_for(telemetry: object, config: "GuardConfig") -> "GuardObserver":
+def _observer_for(telemetry: "TelemetryOption", config: "GuardConfig") -> "GuardObserver":
     from otelguard.hosting import observer_for
 
     return observer_for(telemetry, config)

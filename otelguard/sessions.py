@@ -14,7 +14,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from otelguard.bounded_map import BoundedMap
 from otelguard.caps import SessionCapStore
@@ -22,6 +22,7 @@ from otelguard.config import GuardConfig
 from otelguard.decisions import TurnSummary
 from otelguard.errors import ConfigError
 from otelguard.guard import DEFAULT_AGENT, Guard
+from otelguard.observers import GuardObserver, TelemetryBinder
 
 __all__ = [
     "DEFAULT_IDLE_SECONDS",
@@ -252,7 +253,8 @@ class Session:
 class SessionHost:
     """The sessions of one host, made on first use from one config, telemetry and agent label.
 
-    ``telemetry`` is as for ``Guard`` (``None``, ``True`` or a ``Telemetry``). A session the pool
+    ``telemetry`` is as for ``Guard`` (``None``, ``True``, a ``Telemetry`` or an observer: the hosts'
+    ``otelguard.hosting.TelemetryOption``). A session the pool
     drops (least recently used past ``max_sessions``, or idle for ``idle_seconds``) is closed: its
     open turns end and are counted (``errored`` for an unsettled run: ``Session.unsettle``).
 
@@ -270,7 +272,7 @@ class SessionHost:
         self,
         config: GuardConfig | None = None,
         *,
-        telemetry: Any = None,
+        telemetry: TelemetryBinder | GuardObserver | bool | None = None,
         agent: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,

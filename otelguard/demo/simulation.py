@@ -21,6 +21,7 @@ import orjson
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
+from otelguard.hosting import TelemetryOption
 from otelguard.scripted import ScriptedCall, play_call
 
 __all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent"]
@@ -218,7 +219,7 @@ class SimulatedAgent:
         name: str,
         index: int,
         config: GuardConfig,
-        telemetry: Any,
+        telemetry: TelemetryOption,
         stats: DemoStats,
         stop: threading.Event,
         *,

@@ -11,10 +11,10 @@ is not prevented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
 from otelguard import decisions as codes
+from otelguard.hosting import TelemetryOption
 from otelguard.replay.events import SessionKey, ToolCall
 from otelguard.replay.report import (
     MAX_DETAILED_SESSIONS,
@@ -61,7 +61,7 @@ class ReplayRunner:
     def __init__(
         self,
         config: GuardConfig,
-        telemetry: Any = None,
+        telemetry: TelemetryOption = None,
         agent: str = "replay",
         max_detailed_sessions: int = MAX_DETAILED_SESSIONS,
         timelines: Timelines | None = None,
