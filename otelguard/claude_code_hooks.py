@@ -30,12 +30,10 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from otelguard.claude_code_events import HOOK_EVENTS
-from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.errors import HookPayloadError
 from otelguard.guard import Guard
-from otelguard.hosting import TelemetryOption, session_host
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
+from otelguard.hosting import SessionHosted
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -54,33 +52,17 @@ EVENTS: Final = HOOK_EVENTS
 MAX_ID_CHARS: Final = 256
 
 
-class ClaudeCodeHooks:
+class ClaudeCodeHooks(SessionHosted):
     """Answers Claude Code hook payloads from the sessions of a ``SessionHost`` (one per ``session_id``).
 
-    ``handle(payload)`` returns the hook output as a dict, or ``None`` when Claude Code should get
-    no output. It raises ``HookPayloadError`` for a payload missing a field it needs; the guard
-    itself never raises. ``host``: a session host to share (the sidecar's); by default one of its own.
+    ``ClaudeCodeHooks(config=None, *, telemetry=None, agent=None, max_sessions=10_000, host=None)``
+    (``otelguard.hosting.SessionHosted``; ``host``: a session host to share, the sidecar's; the agent
+    label defaults to ``claude-code``). ``handle(payload)`` returns the hook output as a dict, or
+    ``None`` when Claude Code should get no output. It raises ``HookPayloadError`` for a payload
+    missing a field it needs; the guard itself never raises.
     """
 
-    def __init__(
-        self,
-        config: GuardConfig | None = None,
-        *,
-        telemetry: TelemetryOption = None,
-        agent: str | None = None,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
-        idle_seconds: float = DEFAULT_IDLE_SECONDS,
-        host: SessionHost | None = None,
-    ) -> None:
-        self.host = session_host(
-            config,
-            telemetry=telemetry,
-            agent=agent,
-            max_sessions=max_sessions,
-            idle_seconds=idle_seconds,
-            host=host,
-            default_agent=DEFAULT_AGENT,
-        )
+    default_agent = DEFAULT_AGENT
 
     def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(payload, Mapping):
@@ -88,12 +70,12 @@ class ClaudeCodeHooks:
         event = required_text(payload, "hook_event_name")
         session_id = required_text(payload, "session_id")
         if event == "SessionEnd":
-            self.host.end_session(session_id)
+            self.sessions.end_session(session_id)
             return None
         if event not in EVENTS:
             return None  # an event this mapping does not use (SessionStart, Notification, ...)
         agent_id = optional_text(payload, "agent_id") or None
-        session = self.host.session(session_id)
+        session = self.sessions.session(session_id)
         if event == "UserPromptSubmit":
             session.start_turn()
             return None

@@ -32,7 +32,7 @@ from otelguard.claude_code_hooks import (
 from otelguard.config import GuardConfig
 from otelguard.decisions import Decision
 from otelguard.guard import Guard
-from otelguard.hosting import TelemetryOption, session_host
+from otelguard.hosting import TelemetryOption
 from otelguard.http_server import Request, Response
 from otelguard.metrics_server import metrics_response
 from otelguard.sessions import (
@@ -40,6 +40,7 @@ from otelguard.sessions import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SIGNATURES,
     Session,
+    SessionHost,
 )
 
 __all__ = ["Sidecar"]
@@ -65,7 +66,7 @@ class Sidecar:
     ) -> None:
         # One host for both APIs: a session is the same whether its events come as hook payloads
         # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
-        self.host = session_host(
+        self.host = SessionHost(
             config,
             telemetry=telemetry,
             agent=DEFAULT_AGENT,

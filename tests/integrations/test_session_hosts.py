@@ -89,9 +89,7 @@ def _sessions_of(name: str, host: Any) -> SessionHost:
         callback = host["PreToolUse"][0].hooks[0]
         cells = [cell.cell_contents for cell in callback.__closure__ or ()]
         hooks = next(cell for cell in cells if isinstance(cell, ClaudeCodeHooks))
-        return hooks.host
-    if name == "claude_code":
-        return host.host  # type: ignore[no-any-return]
+        return hooks.sessions
     return host.sessions  # type: ignore[no-any-return]
 
 
