@@ -12,7 +12,7 @@ The core knows a session-cap backend only as the ``SessionCapStore`` protocol an
 as a ``GuardObserver``; this edge turns a ``GuardConfig`` and a guard's ``telemetry`` argument into
 them. ``session_cap_store`` picks the Redis backend for a config with a state URL and wires its
 health reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the process-wide
-``Telemetry.default()``. The package registers both as the core's defaults (``otelguard._resolvers``),
+``Telemetry.default()``. The package registers both as the core's defaults (``otelguard.core._resolvers``),
 so ``Guard(config, telemetry=True, session_id=...)`` works as the README shows; a host may call them
 itself and hand the guard what they return.
 """
@@ -22,11 +22,11 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, TypeAlias, cast
 
-from otelguard.caps import LocalSessionCaps, SessionCapStore
 from otelguard.config import GuardConfig
-from otelguard.observers import GuardObserver, TelemetryBinder
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
-from otelguard.signatures import resolve_signature_key, uses_random_key
+from otelguard.core.caps import LocalSessionCaps, SessionCapStore
+from otelguard.core.observers import GuardObserver, TelemetryBinder
+from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
+from otelguard.core.signatures import resolve_signature_key, uses_random_key
 
 if TYPE_CHECKING:
     from otelguard.state.reports import StateReport
@@ -70,7 +70,7 @@ def session_host(
         )
     if not isinstance(host, SessionHost):
         raise TypeError(
-            f"host: expected a SessionHost (otelguard.sessions) or None, not {type(host).__name__}"
+            f"host: expected a SessionHost (otelguard.core.sessions) or None, not {type(host).__name__}"
         )
     given = {
         "config": config is not None,

@@ -16,8 +16,8 @@ from hypothesis import strategies as st
 from prometheus_client import CollectorRegistry
 
 from otelguard import Decision, GuardConfig
-from otelguard.http_server import Request, Response
-from otelguard.sidecar import Sidecar
+from otelguard.serving.http_server import Request, Response
+from otelguard.serving.sidecar import Sidecar
 
 CONFIG = GuardConfig(mode="unattended", signature_key="payloads", caps={"turn": {"web_search": 1}})
 ROUTES = (

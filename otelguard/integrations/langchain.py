@@ -33,8 +33,9 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, Final
 
-from otelguard.decisions import Decision
-from otelguard.guard import Guard
+from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
+from otelguard.core.sessions import DEFAULT_SESSION, Session
 from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
     CallMemory,
@@ -45,7 +46,6 @@ from otelguard.integrations._protocol import (
     raised,
     refusal,
 )
-from otelguard.sessions import DEFAULT_SESSION, Session
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config

@@ -23,7 +23,8 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from otelguard.guard import Guard
+from otelguard.core.guard import Guard
+from otelguard.core.sessions import Session
 from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
     CallMemory,
@@ -34,7 +35,6 @@ from otelguard.integrations._protocol import (
     refusal,
     stop_if_halted,
 )
-from otelguard.sessions import Session
 
 try:
     from pydantic_ai import RunContext

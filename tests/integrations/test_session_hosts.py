@@ -17,13 +17,13 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from otelguard import GuardConfig, Telemetry
-from otelguard.claude_code_hooks import ClaudeCodeHooks
+from otelguard.claude_code.hooks import ClaudeCodeHooks
+from otelguard.core.sessions import SessionHost
 from otelguard.hosting import session_host
-from otelguard.http_server import Request
 from otelguard.integrations.claude_agent_sdk import guard_hooks
 from otelguard.integrations.hermes import HermesGuardPlugin
-from otelguard.sessions import SessionHost
-from otelguard.sidecar import Sidecar
+from otelguard.serving.http_server import Request
+from otelguard.serving.sidecar import Sidecar
 
 langchain = pytest.importorskip("otelguard.integrations.langchain")
 pydantic_ai = pytest.importorskip("otelguard.integrations.pydantic_ai")
