@@ -20,20 +20,21 @@ if TYPE_CHECKING:
     from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
     from otelguard.core.tool_calls import GuardedCall
     from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
+    from otelguard.hosting import TelemetryOption
     from otelguard.serving.metrics_server import serve_metrics
     from otelguard.telemetry import Telemetry
 del TYPE_CHECKING  # not part of the package's namespace
 
 
 def _session_caps_for(
-    config: "GuardConfig", session_id: "str | None", telemetry: object
+    config: "GuardConfig", session_id: "str | None", telemetry: "TelemetryOption"
 ) -> "SessionCapStore":
     from otelguard.hosting import session_cap_store
 
     return session_cap_store(config, session_id, telemetry)
 
 
-def _observer_for(telemetry: object, config: "GuardConfig") -> "GuardObserver":
+def _observer_for(telemetry: "TelemetryOption", config: "GuardConfig") -> "GuardObserver":
     from otelguard.hosting import observer_for
 
     return observer_for(telemetry, config)

@@ -60,7 +60,7 @@ def failure(tool: str, args: Any, call_id: str, **extra: Any) -> dict[str, Any]:
 def test_user_prompt_submit_starts_a_turn_and_prints_nothing() -> None:
     h = hooks()
     assert h.handle(payload("UserPromptSubmit", prompt="fix the build")) is None
-    session = h.host.peek("s1")
+    session = h.sessions.peek("s1")
     assert session is not None and session.main.turn_id == "1"
     h.handle(payload("UserPromptSubmit", prompt="again"))
     assert session.main.turn_id == "2"
@@ -144,12 +144,12 @@ def test_an_interrupted_call_is_not_a_failure() -> None:
 def test_stop_ends_the_turn_and_session_end_forgets_the_session() -> None:
     h = hooks()
     h.handle(payload("UserPromptSubmit", prompt="p"))
-    session = h.host.peek("s1")
+    session = h.sessions.peek("s1")
     assert session is not None
     assert h.handle(payload("Stop", stop_hook_active=False)) is None
     assert session.main.turn_id is None
     assert h.handle(payload("SessionEnd", reason="exit")) is None
-    assert h.host.peek("s1") is None
+    assert h.sessions.peek("s1") is None
     assert h.handle(payload("SessionEnd", reason="exit")) is None  # twice is harmless
 
 
@@ -177,7 +177,7 @@ def test_a_subagent_is_its_own_turn_stream_inside_the_session() -> None:
     sub = {"agent_id": "a1", "agent_type": "general-purpose"}
     h.handle(pre("Bash", {"command": "make"}, "s1", **sub))
     assert h.handle(failure("Bash", {"command": "make"}, "s1", **sub)) is None  # first for the subagent
-    session = h.host.peek("s1")
+    session = h.sessions.peek("s1")
     assert session is not None and session.guard("a1") is not session.main
     assert h.handle(payload("SubagentStop", stop_hook_active=False, **sub)) is None
     assert session.guard("a1").turn_id is None  # a fresh guard after the subagent stopped
@@ -214,14 +214,14 @@ def test_session_end_and_eviction_end_the_open_turns_of_the_main_agent_and_its_s
     # s2 evicted s1: s1's subagent turn, then its main turn, ended
     assert [(s.agent, s.turn_id) for s in recorder.summaries] == [("Explore", None), ("claude-code", "1")]
     h.handle(payload("SessionEnd", session="s2", reason="exit"))
-    assert len(recorder.summaries) == 4 and h.host.peek("s2") is None
+    assert len(recorder.summaries) == 4 and h.sessions.peek("s2") is None
 
 
 def test_sessions_are_bounded() -> None:
     h = hooks(max_sessions=5)
     for index in range(100):
         h.handle(payload("UserPromptSubmit", session=f"s{index}", prompt="p"))
-    assert len(h.host) == 5
+    assert len(h.sessions) == 5
 
 
 def test_events_the_mapping_does_not_use_get_no_output() -> None:

@@ -18,6 +18,10 @@ Output rules Claude Code enforces silently: every ``hookSpecificOutput`` names i
 Claude Code's own permission prompt); a refusal is ``"deny"`` with the guard's message as
 ``permissionDecisionReason``; a ``block``/``halt`` also sets ``continue: false`` and ``stopReason``;
 a cap ``reject`` denies without stopping. Warnings reach the model as ``additionalContext``.
+
+Also the checks of a payload's fields, for the hook payloads here and ``otelguard serve``'s ``/v1/``
+bodies alike (``required_text``, ``optional_text``, ``optional_bool``): each raises
+``HookPayloadError`` naming the field and what it should be, never its value.
 """
 
 from __future__ import annotations
@@ -26,61 +30,52 @@ from collections.abc import Mapping
 from typing import Any, Final
 
 from otelguard.claude_code.events import HOOK_EVENTS
-from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
-from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
 from otelguard.errors import HookPayloadError
+from otelguard.hosting import SessionHosted
 
-__all__ = ["DEFAULT_AGENT", "EVENTS", "MAX_ID_CHARS", "ClaudeCodeHooks", "HookPayloadError", "hook_output"]
+__all__ = [
+    "DEFAULT_AGENT",
+    "EVENTS",
+    "MAX_ID_CHARS",
+    "ClaudeCodeHooks",
+    "HookPayloadError",
+    "hook_output",
+    "optional_bool",
+    "optional_text",
+    "required_text",
+]
 
 DEFAULT_AGENT: Final = "claude-code"
 EVENTS: Final = HOOK_EVENTS
 MAX_ID_CHARS: Final = 256
 
 
-class ClaudeCodeHooks:
+class ClaudeCodeHooks(SessionHosted):
     """Answers Claude Code hook payloads from the sessions of a ``SessionHost`` (one per ``session_id``).
 
-    ``handle(payload)`` returns the hook output as a dict, or ``None`` when Claude Code should get
-    no output. It raises ``HookPayloadError`` for a payload missing a field it needs; the guard
-    itself never raises. ``host``: a session host to share (the sidecar's); by default one of its own.
+    ``ClaudeCodeHooks(config=None, *, telemetry=None, agent=None, max_sessions=10_000, host=None)``
+    (``otelguard.hosting.SessionHosted``; ``host``: a session host to share, the sidecar's; the agent
+    label defaults to ``claude-code``). ``handle(payload)`` returns the hook output as a dict, or
+    ``None`` when Claude Code should get no output. It raises ``HookPayloadError`` for a payload
+    missing a field it needs; the guard itself never raises.
     """
 
-    def __init__(
-        self,
-        config: GuardConfig | None = None,
-        *,
-        telemetry: Any = None,
-        agent: str | None = None,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
-        idle_seconds: float = DEFAULT_IDLE_SECONDS,
-        host: SessionHost | None = None,
-    ) -> None:
-        self.host = (
-            host
-            if host is not None
-            else SessionHost(
-                config,
-                telemetry=telemetry,
-                agent=agent or DEFAULT_AGENT,
-                max_sessions=max_sessions,
-                idle_seconds=idle_seconds,
-            )
-        )
+    default_agent = DEFAULT_AGENT
 
     def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(payload, Mapping):
             raise HookPayloadError("body", "a JSON object")
-        event = _text(payload, "hook_event_name")
-        session_id = _text(payload, "session_id")
+        event = required_text(payload, "hook_event_name")
+        session_id = required_text(payload, "session_id")
         if event == "SessionEnd":
-            self.host.end_session(session_id)
+            self.sessions.end_session(session_id)
             return None
         if event not in EVENTS:
             return None  # an event this mapping does not use (SessionStart, Notification, ...)
-        agent_id = _optional_text(payload, "agent_id")
-        session = self.host.session(session_id)
+        agent_id = optional_text(payload, "agent_id") or None
+        session = self.sessions.session(session_id)
         if event == "UserPromptSubmit":
             session.start_turn()
             return None
@@ -91,13 +86,13 @@ class ClaudeCodeHooks:
             if agent_id is not None:
                 session.end_subagent(agent_id)
             return None
-        guard = session.guard(agent_id, _optional_text(payload, "agent_type"))
+        guard = session.guard(agent_id, optional_text(payload, "agent_type") or None)
         return self._tool_event(event, guard, payload)
 
     def _tool_event(self, event: str, guard: Guard, payload: Mapping[str, Any]) -> dict[str, Any] | None:
-        tool_name = _text(payload, "tool_name")
+        tool_name = required_text(payload, "tool_name", limit=None)
         args = payload.get("tool_input")
-        call_id = _optional_text(payload, "tool_use_id")
+        call_id = optional_text(payload, "tool_use_id") or None
         if event == "PreToolUse":
             return hook_output(event, guard.before_call(tool_name, args, call_id=call_id))
         if event == "PermissionDenied":  # refused before it ran: a refusal, never a failure
@@ -144,17 +139,30 @@ def stop_reason(decision: Decision) -> str:
     return f"otelguard stopped this turn ({decision.code}): {decision.message}"
 
 
-def _text(payload: Mapping[str, Any], field: str) -> str:
-    value = payload.get(field)
-    if not isinstance(value, str) or not value or (len(value) > MAX_ID_CHARS and field != "tool_name"):
-        raise HookPayloadError(field, f"a string of 1 to {MAX_ID_CHARS} characters")
+def required_text(body: Mapping[str, Any], field: str, limit: int | None = MAX_ID_CHARS) -> str:
+    """The field's string: present, not empty, and at most ``limit`` characters (``None``: any length)."""
+    value = body.get(field)
+    if field not in body:
+        raise HookPayloadError(field, "a string (missing)")
+    if not isinstance(value, str) or not value or (limit is not None and len(value) > limit):
+        expected = f"a string of 1 to {limit} characters" if limit is not None else "a non-empty string"
+        raise HookPayloadError(field, expected)
     return value
 
 
-def _optional_text(payload: Mapping[str, Any], field: str) -> str | None:
-    value = payload.get(field)
+def optional_text(body: Mapping[str, Any], field: str) -> str | None:
+    """The field's string of at most ``MAX_ID_CHARS`` characters, or ``None`` when it is absent or null."""
+    value = body.get(field)
     if value is None:
         return None
     if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
-        raise HookPayloadError(field, f"a string of at most {MAX_ID_CHARS} characters, or absent")
-    return value or None
+        raise HookPayloadError(field, f"a string of at most {MAX_ID_CHARS} characters, or null")
+    return value
+
+
+def optional_bool(body: Mapping[str, Any], field: str) -> bool | None:
+    """The field's ``true``/``false``, or ``None`` when it is absent or null."""
+    value = body.get(field)
+    if value is None or isinstance(value, bool):
+        return value
+    raise HookPayloadError(field, "true, false or null")

@@ -16,10 +16,12 @@ if TYPE_CHECKING:
 
     from otelguard.config import GuardConfig
     from otelguard.core.caps import SessionCapStore
-    from otelguard.core.observers import GuardObserver
+    from otelguard.core.observers import GuardObserver, TelemetryBinder
 
-    SessionCapsResolver = Callable[[GuardConfig, str | None, object], SessionCapStore]
-    ObserverResolver = Callable[[object, GuardConfig], GuardObserver]
+    # a guard's ``telemetry`` argument (the hosts' ``otelguard.hosting.TelemetryOption``)
+    TelemetryArgument = TelemetryBinder | GuardObserver | bool | None
+    SessionCapsResolver = Callable[[GuardConfig, str | None, TelemetryArgument], SessionCapStore]
+    ObserverResolver = Callable[[TelemetryArgument, GuardConfig], GuardObserver]
 
 del TYPE_CHECKING
 

@@ -14,13 +14,14 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable
-from typing import Any, Final, Generic, TypeVar
+from typing import Final, Generic, TypeVar
 
 from otelguard.config import GuardConfig
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.caps import SessionCapStore
 from otelguard.core.decisions import TurnSummary
 from otelguard.core.guard import DEFAULT_AGENT, Guard
+from otelguard.core.observers import GuardObserver, TelemetryBinder
 from otelguard.errors import ConfigError
 
 __all__ = [
@@ -252,7 +253,8 @@ class Session:
 class SessionHost:
     """The sessions of one host, made on first use from one config, telemetry and agent label.
 
-    ``telemetry`` is as for ``Guard`` (``None``, ``True`` or a ``Telemetry``). A session the pool
+    ``telemetry`` is as for ``Guard`` (``None``, ``True``, a ``Telemetry`` or an observer: the hosts'
+    ``otelguard.hosting.TelemetryOption``). A session the pool
     drops (least recently used past ``max_sessions``, or idle for ``idle_seconds``) is closed: its
     open turns end and are counted (``errored`` for an unsettled run: ``Session.unsettle``).
 
@@ -270,7 +272,7 @@ class SessionHost:
         self,
         config: GuardConfig | None = None,
         *,
-        telemetry: Any = None,
+        telemetry: TelemetryBinder | GuardObserver | bool | None = None,
         agent: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,

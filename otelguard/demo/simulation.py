@@ -22,6 +22,7 @@ from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
 from otelguard.core.scripted import ScriptedCall, play_call
+from otelguard.hosting import TelemetryOption
 
 __all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent"]
 
@@ -218,7 +219,7 @@ class SimulatedAgent:
         name: str,
         index: int,
         config: GuardConfig,
-        telemetry: Any,
+        telemetry: TelemetryOption,
         stats: DemoStats,
         stop: threading.Event,
         *,

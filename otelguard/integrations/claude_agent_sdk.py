@@ -23,7 +23,8 @@ from typing import Any, Final
 from otelguard.claude_code.events import HOOK_EVENTS
 from otelguard.claude_code.hooks import ClaudeCodeHooks, HookPayloadError
 from otelguard.config import GuardConfig
-from otelguard.core.sessions import DEFAULT_MAX_SESSIONS
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, SessionHost
+from otelguard.hosting import TelemetryOption, session_host
 
 __all__ = ["SDK_EVENTS", "HookMatcherDict", "guard_hooks"]
 
@@ -33,6 +34,8 @@ SDK_EVENTS: Final = tuple(
 """The Claude Code events the guard listens to that the Python SDK offers as hooks. It has no
 ``SessionEnd`` hook (sessions leave the pool when idle or least recently used) and no
 ``StopFailure`` hook (a turn an API error ended stays open until the session's next prompt)."""
+
+DEFAULT_AGENT: Final = "claude-agent-sdk"
 
 HookCallback = Callable[[Any, "str | None", Any], Awaitable[dict[str, Any]]]
 
@@ -60,13 +63,22 @@ class HookMatcherDict(dict[str, Any]):
 def guard_hooks(
     config: GuardConfig | None = None,
     *,
-    telemetry: Any = None,
+    telemetry: TelemetryOption = None,
     agent: str | None = None,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
+    host: SessionHost | None = None,
 ) -> dict[str, list[HookMatcherDict]]:
-    """The ``hooks=`` mapping for ``ClaudeAgentOptions``: one guard per SDK session, bounded."""
+    """The ``hooks=`` mapping for ``ClaudeAgentOptions``: one guard per SDK session, bounded.
+    ``host``: a ready session host to use instead of one made from the other arguments."""
     hooks = ClaudeCodeHooks(
-        config, telemetry=telemetry, agent=agent or "claude-agent-sdk", max_sessions=max_sessions
+        host=session_host(
+            config,
+            telemetry=telemetry,
+            agent=agent,
+            max_sessions=max_sessions,
+            host=host,
+            default_agent=DEFAULT_AGENT,
+        )
     )
 
     async def on_hook(input_data: Any, tool_use_id: str | None, context: Any) -> dict[str, Any]:

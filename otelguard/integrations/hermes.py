@@ -31,8 +31,9 @@ from typing import Any, Final, Protocol
 from otelguard.config import GuardConfig
 from otelguard.config.environment import OTELGUARD_AGENT, OTELGUARD_CONFIG, OTELGUARD_METRICS_PORT
 from otelguard.core.decisions import Decision
-from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.core.sessions import Session
 from otelguard.errors import ConfigError
+from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import CallMemory, guidance, refusal
 
 __all__ = ["HermesGuardPlugin", "register"]
@@ -52,20 +53,15 @@ class HookRegistry(Protocol):
     def register_hook(self, hook_name: str, callback: Callable[..., Any]) -> None: ...
 
 
-class HermesGuardPlugin:
-    """The hook callbacks, one ``Guard`` per hermes ``session_id`` in a bounded pool."""
+class HermesGuardPlugin(SessionHosted):
+    """The hook callbacks, one ``Guard`` per hermes ``session_id`` in a bounded pool.
 
-    def __init__(
-        self,
-        config: GuardConfig | None = None,
-        *,
-        telemetry: Any = None,
-        agent: str | None = None,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
-    ) -> None:
-        self.sessions = SessionHost(
-            config, telemetry=telemetry, agent=agent or DEFAULT_AGENT, max_sessions=max_sessions
-        )
+    ``HermesGuardPlugin(config=None, *, telemetry=None, agent=None, max_sessions=10_000, host=None)``
+    (``otelguard.hosting.SessionHosted``; the agent label defaults to ``hermes``)."""
+
+    default_agent = DEFAULT_AGENT
+
+    def _set_up(self) -> None:
         self._refused: CallMemory[bool] = CallMemory(_CALL_MEMORY)
         self._to_annotate: CallMemory[Decision] = CallMemory(_CALL_MEMORY)
 

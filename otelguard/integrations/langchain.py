@@ -33,10 +33,10 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from contextlib import contextmanager
 from typing import Annotated, Any, Final
 
-from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
-from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION, Session, SessionHost
+from otelguard.core.sessions import DEFAULT_SESSION, Session
+from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
     CallMemory,
     errored,
@@ -82,21 +82,15 @@ class GuardState(AgentState[Any]):
     otelguard_session_caps: NotRequired[Annotated[dict[str, int], PrivateStateAttr]]
 
 
-class GuardMiddleware(AgentMiddleware[GuardState, Any, Any]):
-    """Guards every tool call of a ``create_agent`` agent; see the module docstring."""
+class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
+    """Guards every tool call of a ``create_agent`` agent; see the module docstring.
+
+    ``GuardMiddleware(config=None, *, telemetry=None, agent=None, max_sessions=10_000, host=None)``
+    (``otelguard.hosting.SessionHosted``)."""
 
     state_schema = GuardState
 
-    def __init__(
-        self,
-        config: GuardConfig | None = None,
-        *,
-        telemetry: Any = None,
-        agent: str | None = None,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
-    ) -> None:
-        super().__init__()
-        self.sessions = SessionHost(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+    def _set_up(self) -> None:
         self._cap_keys = frozenset(
             key for key, limit in self.sessions.config.caps.session.items() if limit > 0
         )

@@ -38,6 +38,7 @@ from otelguard.config import GuardConfig
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.hosting import TelemetryOption, session_host
 from otelguard.integrations._protocol import (
     CallMemory,
     end_run,
@@ -79,16 +80,23 @@ def guard_agent(
     agent: Agent[Any],
     config: GuardConfig | None = None,
     *,
-    telemetry: Any = None,
+    telemetry: TelemetryOption = None,
     agent_name: str | None = None,
     session_key: SessionKey | None = None,
     max_sessions: int = DEFAULT_MAX_SESSIONS,
+    host: SessionHost | None = None,
 ) -> GuardRunHooks:
-    """Guard every function tool of ``agent`` and of its handoff agents; return the run hooks."""
-    hooks = GuardRunHooks(
-        SessionHost(config, telemetry=telemetry, agent=agent_name or agent.name, max_sessions=max_sessions),
-        session_key=session_key,
+    """Guard every function tool of ``agent`` and of its handoff agents; return the run hooks.
+    ``host``: a ready session host to use instead of one made from the other arguments."""
+    sessions = session_host(
+        config,
+        telemetry=telemetry,
+        agent=agent_name,
+        max_sessions=max_sessions,
+        host=host,
+        default_agent=agent.name,
     )
+    hooks = GuardRunHooks(sessions, session_key=session_key)
     for tool in _function_tools(agent):
         _ToolGuard.install(tool).add_owner(hooks)
     return hooks

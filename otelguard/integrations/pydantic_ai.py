@@ -23,9 +23,9 @@ from __future__ import annotations
 
 from typing import Any, Final
 
-from otelguard.config import GuardConfig
 from otelguard.core.guard import Guard
-from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.core.sessions import Session
+from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
     CallMemory,
     end_run,
@@ -64,18 +64,13 @@ __all__ = ["GuardCapability"]
 _NOT_RUN: Final = (SkipToolExecution, CallDeferred, ApprovalRequired)
 
 
-class GuardCapability(AbstractCapability[Any]):
-    """Guards every tool call of a Pydantic AI agent; see the module docstring."""
+class GuardCapability(SessionHosted, AbstractCapability[Any]):
+    """Guards every tool call of a Pydantic AI agent; see the module docstring.
 
-    def __init__(
-        self,
-        config: GuardConfig | None = None,
-        *,
-        telemetry: Any = None,
-        agent: str | None = None,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
-    ) -> None:
-        self.sessions = SessionHost(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions)
+    ``GuardCapability(config=None, *, telemetry=None, agent=None, max_sessions=10_000, host=None)``
+    (``otelguard.hosting.SessionHosted``)."""
+
+    def _set_up(self) -> None:
         # Calls whose exception another capability turned into a result: still failures.
         self._recovered: CallMemory[bool] = CallMemory()
 

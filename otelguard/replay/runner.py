@@ -11,11 +11,11 @@ is not prevented.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
 from otelguard.core import decisions as codes
 from otelguard.core.scripted import play_call
+from otelguard.hosting import TelemetryOption
 from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.replay.report import (
     MAX_DETAILED_SESSIONS,
@@ -61,7 +61,7 @@ class ReplayRunner:
     def __init__(
         self,
         config: GuardConfig,
-        telemetry: Any = None,
+        telemetry: TelemetryOption = None,
         agent: str = "replay",
         max_detailed_sessions: int = MAX_DETAILED_SESSIONS,
         timelines: Timelines | None = None,

@@ -20,7 +20,14 @@ from typing import Any, Final
 import orjson
 from prometheus_client import CollectorRegistry
 
-from otelguard.claude_code.hooks import DEFAULT_AGENT, MAX_ID_CHARS, ClaudeCodeHooks, HookPayloadError
+from otelguard.claude_code.hooks import (
+    DEFAULT_AGENT,
+    ClaudeCodeHooks,
+    HookPayloadError,
+    optional_bool,
+    optional_text,
+    required_text,
+)
 from otelguard.config import GuardConfig
 from otelguard.core.classify import catalog_for
 from otelguard.core.decisions import Decision
@@ -32,6 +39,7 @@ from otelguard.core.sessions import (
     Session,
     SessionHost,
 )
+from otelguard.hosting import TelemetryOption
 from otelguard.serving.http_server import Request, Response
 from otelguard.serving.metrics_server import metrics_response
 
@@ -48,7 +56,7 @@ class Sidecar:
         self,
         config: GuardConfig | None = None,
         *,
-        telemetry: Any = None,
+        telemetry: TelemetryOption = None,
         registry: CollectorRegistry,
         token: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
@@ -198,28 +206,28 @@ class Sidecar:
     # routes -----------------------------------------------------------------------------------
 
     def _session(self, body: Mapping[str, Any]) -> Session:
-        return self.host.session(_required_text(body, "session_id"))
+        return self.host.session(required_text(body, "session_id"))
 
     def _guard(self, body: Mapping[str, Any]) -> Guard:
         return self._session(body).main
 
     def _start_turn(self, body: Mapping[str, Any]) -> Response:
-        turn_id, agent = _optional_text(body, "turn_id"), _optional_text(body, "agent")
+        turn_id, agent = optional_text(body, "turn_id"), optional_text(body, "agent")
         self._session(body).start_turn(turn_id=turn_id, agent=agent)
         return Response(200, b'{"ok":true}', _JSON)
 
     def _before_call(self, body: Mapping[str, Any]) -> Response:
-        tool_name = _required_text(body, "tool_name", limit=None)
-        call_id = _optional_text(body, "call_id")
+        tool_name = required_text(body, "tool_name", limit=None)
+        call_id = optional_text(body, "call_id")
         guard = self._guard(body)
         return _decision(guard.before_call(tool_name, body.get("args"), call_id=call_id))
 
     def _after_call(self, body: Mapping[str, Any]) -> Response:
-        tool_name = _required_text(body, "tool_name", limit=None)
-        call_id = _optional_text(body, "call_id")
-        failed = _optional_bool(body, "failed")
-        refusal = _optional_text(body, "refusal")
-        cancelled = _optional_bool(body, "cancelled") is True
+        tool_name = required_text(body, "tool_name", limit=None)
+        call_id = optional_text(body, "call_id")
+        failed = optional_bool(body, "failed")
+        refusal = optional_text(body, "refusal")
+        cancelled = optional_bool(body, "cancelled") is True
         guard = self._guard(body)
         args, result = body.get("args"), body.get("result")
         if cancelled:
@@ -227,7 +235,7 @@ class Sidecar:
         return _decision(guard.after_call(tool_name, args, result, failed, refusal, call_id))
 
     def _end_turn(self, body: Mapping[str, Any]) -> Response:
-        errored = _optional_bool(body, "errored") is True  # the run ended in an exception
+        errored = optional_bool(body, "errored") is True  # the run ended in an exception
         summary = self._session(body).end_turn(errored=errored)
         halt = summary.halt_decision
         answer = {
@@ -240,7 +248,7 @@ class Sidecar:
         return Response(200, orjson.dumps(answer), _JSON)
 
     def _end_session(self, body: Mapping[str, Any]) -> Response:
-        session = self.host.end_session(_required_text(body, "session_id"))
+        session = self.host.end_session(required_text(body, "session_id"))
         return Response(200, orjson.dumps({"ended": session is not None}), _JSON)
 
     def _claude_code(self, body: Mapping[str, Any]) -> Response:
@@ -256,48 +264,25 @@ def _authorized(request: Request, expected: bytes) -> bool:
 
 
 def _decision(decision: Decision) -> Response:
+    """The decision's metadata (codes, counts, the hash; not the tool name, which the caller sent),
+    with what the agent needs: the message, and the synthetic result of a refused call."""
+    meta = decision.to_metadata()
+    del meta["tool_name"]
+    cap = meta.pop("cap", None)
     answer: dict[str, Any] = {
-        "action": decision.action,
-        "code": decision.code,
+        "action": meta.pop("action"),
+        "code": meta.pop("code"),
         "message": decision.message,
-        "count": decision.count,
-        "limit": decision.limit,
-        "args_hash": decision.signature.args_hash if decision.signature is not None else None,
+        **meta,
         "synthetic_result": None if decision.allows_execution else decision.synthetic_result(),
     }
-    if decision.cap is not None:
-        answer["cap"] = decision.cap
+    if cap is not None:
+        answer["cap"] = cap
     return Response(200, orjson.dumps(answer, option=orjson.OPT_NON_STR_KEYS), _JSON)
 
 
 def _text(status: int, line: str, headers: tuple[tuple[str, str], ...] = ()) -> Response:
     return Response(status, f"{line}\n".encode(), "text/plain; charset=utf-8", headers)
-
-
-def _required_text(body: Mapping[str, Any], field: str, limit: int | None = MAX_ID_CHARS) -> str:
-    value = body.get(field)
-    if field not in body:
-        raise HookPayloadError(field, "a string (missing)")
-    if not isinstance(value, str) or not value or (limit is not None and len(value) > limit):
-        expected = f"a string of 1 to {limit} characters" if limit is not None else "a non-empty string"
-        raise HookPayloadError(field, expected)
-    return value
-
-
-def _optional_text(body: Mapping[str, Any], field: str) -> str | None:
-    value = body.get(field)
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
-        raise HookPayloadError(field, f"a string of at most {MAX_ID_CHARS} characters, or null")
-    return value
-
-
-def _optional_bool(body: Mapping[str, Any], field: str) -> bool | None:
-    value = body.get(field)
-    if value is None or isinstance(value, bool):
-        return value
-    raise HookPayloadError(field, "true, false or null")
 
 
 def _json_object(raw: bytes) -> dict[str, Any] | None:
