@@ -5,9 +5,7 @@
 
 * The agent and its handoff agents get guarded copies of their function tools: ``agent.tools`` is
   given a new list, the tools you made stay as they were (and stay unguarded in any agent you did
-  not guard). ``unguard_agent(agent)`` gives each agent back the list it had. A handoff agent behind
-  a ``handoff(...)`` object (the SDK shows its agent only when the handoff happens) is guarded at
-  its first ``on_handoff``.
+  not guard). ``unguard_agent(agent)`` gives each agent back the list it had.
 * Each guarded copy has a tool input guardrail: a refused call never runs, and ``reject_content``
   puts the synthetic result in the model's history.
 * Results come from a tool output guardrail, which appends warnings to a text result the model
@@ -27,8 +25,9 @@
   object, at the hooks' next event.
 * Hosted tools (``WebSearchTool``, ``FileSearchTool``, ``CodeInterpreterTool``, …) run at the
   provider, so they cannot be guarded.
-* Only the SDK's public API, and two functions of ``agents.tool`` that the package root does not
-  re-export (``SUPPORTED_SDK_VERSIONS`` names the versions they are pinned for).
+* Only the SDK's public API, but for two functions of ``agents.tool`` that the package root does
+  not re-export and the agent behind a ``handoff(...)`` object (``SUPPORTED_SDK_VERSIONS`` names
+  the versions they are pinned for).
 """
 
 from __future__ import annotations
@@ -59,6 +58,7 @@ try:
     from agents import (
         Agent,
         FunctionTool,
+        Handoff,
         RunContextWrapper,
         RunHooks,
         Tool,
@@ -81,8 +81,9 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 __all__ = ["SUPPORTED_SDK_VERSIONS", "GuardRunHooks", "guard_agent", "unguard_agent"]
 
 SUPPORTED_SDK_VERSIONS: Final = ("0.24.0",)
-"""The ``openai-agents`` versions the adapter is tested against (the two ``agents.tool`` functions
-it imports are not re-exported by the SDK's package root)."""
+"""The ``openai-agents`` versions the adapter is tested against: the two ``agents.tool`` functions
+it imports are not re-exported by the SDK's package root, and a ``Handoff`` names its agent only in
+a private weak reference."""
 
 SessionKey = Callable[[RunContextWrapper[Any]], object]
 _GUARDRAIL_NAME: Final = "otelguard"
@@ -119,7 +120,7 @@ def unguard_agent(agent: Agent[Any]) -> Agent[Any]:
 
 
 def _handoff_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
-    """``root`` and the agents its handoffs name directly (``handoffs=[agent]``), transitively."""
+    """``root`` and the agents of its handoffs, transitively."""
     seen: set[int] = set()
     pending: list[Agent[Any]] = [root]
     while pending:
@@ -128,7 +129,19 @@ def _handoff_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
             continue
         seen.add(id(agent))
         yield agent
-        pending.extend(target for target in agent.handoffs if isinstance(target, Agent))
+        for entry in agent.handoffs:
+            target = _handoff_agent(entry) if isinstance(entry, Handoff) else entry
+            if isinstance(target, Agent):
+                pending.append(target)
+
+
+def _handoff_agent(handoff: Handoff[Any, Any]) -> object:
+    """The agent behind a ``handoff(agent, ...)`` object. The SDK names it in no public attribute
+    before the handoff happens, only in a weak reference of its own (pinned for the versions in
+    ``SUPPORTED_SDK_VERSIONS``). Guarding the agent at its handoff instead would change its tools
+    while other runs may use it, which the SDK refuses with a ``UserError``."""
+    ref = handoff._agent_ref  # noqa: SLF001
+    return ref() if ref is not None else None
 
 
 @dataclass(eq=False)
@@ -308,14 +321,6 @@ class GuardRunHooks(RunHooks[Any]):
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         session, token = self._run(context)
         session.leave_run(token)
-
-    async def on_handoff(self, context: Any, from_agent: Agent[Any], to_agent: Agent[Any]) -> None:
-        """A handoff agent the SDK showed no earlier (behind a ``handoff(...)`` object) gets guarded
-        tools before its first model call."""
-        installation = self.installation
-        if installation.knows(from_agent) and not installation.knows(to_agent):
-            for each in _handoff_agents(to_agent):
-                installation.guard(each, self)
 
     async def on_tool_end(
         self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object

@@ -534,9 +534,7 @@ def test_unguard_agent_keeps_a_change_made_to_the_list_after_guard_agent() -> No
     assert all(a is b for a, b in zip(agent.tools, [web_search, read_file], strict=True))
 
 
-def test_an_agent_behind_a_handoff_object_is_guarded_from_its_first_handoff(rig: Rig) -> None:
-    """A ``handoff(agent)`` object shows its agent only when the handoff happens: that agent gets its
-    guarded tools then, before its first model call, and ``unguard_agent`` gives them back too."""
+def test_an_agent_behind_a_handoff_object_is_guarded_and_unguarded_with_its_root(rig: Rig) -> None:
     ran = Ran()
     web_search = counted_search(ran)
     specialist_tools: list[Any] = [web_search]
@@ -547,7 +545,7 @@ def test_an_agent_behind_a_handoff_object_is_guarded_from_its_first_handoff(rig:
         model=scripted(lambda items: [function_call("transfer_to_specialist", {}, call_id="h0")]),
     )
     hooks = guard_agent(triage, CAP_ONE_SEARCH, telemetry=rig.telemetry())
-    assert specialist.tools is specialist_tools
+    assert specialist.tools is not specialist_tools  # before any run: no tool list changes mid-run
     assert run(triage, hooks).final_output == "done"
     assert ran.n == 1  # the handoff was the first of three rounds: two searches, one refused
     assert (
@@ -559,9 +557,13 @@ def test_an_agent_behind_a_handoff_object_is_guarded_from_its_first_handoff(rig:
 
 def test_the_installed_sdk_is_a_version_the_adapter_is_pinned_for() -> None:
     """Two functions of ``agents.tool`` that the SDK's package root does not re-export give a guarded
-    copy its failure function and run the original tool's failure handling: pinned here, with
-    the shape the adapter calls them with, for each version in ``SUPPORTED_SDK_VERSIONS``."""
+    copy its failure function and run the original tool's failure handling, and a ``Handoff`` names
+    its agent only in a private weak reference: pinned here, with the shape the adapter uses, for
+    each version in ``SUPPORTED_SDK_VERSIONS``."""
     import agents.tool
+
+    specialist = Agent(name="specialist")
+    assert handoff(specialist)._agent_ref() is specialist  # type: ignore[misc]
 
     assert importlib.metadata.version("openai-agents") in SUPPORTED_SDK_VERSIONS
     set_failure = inspect.signature(agents.tool.set_function_tool_failure_error_function)
