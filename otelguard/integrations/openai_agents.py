@@ -104,7 +104,6 @@ def guard_agent(
         session_key=session_key,
     )
     installation = _Installation.of(agent)
-    hooks.installation = installation
     for each in _handoff_agents(agent):
         installation.guard(each, hooks)
     return hooks
@@ -261,7 +260,6 @@ class GuardRunHooks(RunHooks[Any]):
         # Runs whose usage was freed, for the next event to settle: a finalizer runs inside the
         # garbage collector, maybe in a thread holding a lock it would need, so it only appends.
         self._freed: deque[tuple[int, Session, object]] = deque()
-        self.installation = _Installation()  # guard_agent hands it the one of its agent
 
     def knows_run(self, context: RunContextWrapper[Any]) -> bool:
         if self._freed:
