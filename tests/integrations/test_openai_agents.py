@@ -67,6 +67,26 @@ def forever(name: str, args: dict[str, Any]) -> Respond:
     return lambda items: [function_call(name, args, call_id=f"call_{tool_rounds(items)}")]
 
 
+def calls_then(
+    name: str,
+    args: Callable[[int], dict[str, Any]],
+    *,
+    rounds: int,
+    answer: str,
+    seen: list[list[str]] | None = None,
+) -> Respond:
+    """A model that calls ``name`` with ``args(round)`` for ``rounds`` rounds, then answers ``answer``;
+    ``seen`` gets the call results the model was shown at each call."""
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        if seen is not None:
+            seen.append(outputs(items))
+        n = tool_rounds(items)
+        return [function_call(name, args(n), call_id=f"c{n}")] if n < rounds else [assistant_message(answer)]
+
+    return respond
+
+
 @dataclass
 class Ran:
     n: int = 0
@@ -130,15 +150,7 @@ def test_the_refusal_reaches_the_model_as_the_call_result() -> None:
         """Search the web."""
         return f"results for {query}"
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        n = tool_rounds(items)
-        return (
-            [function_call("web_search", {"query": f"q{n}"}, call_id=f"c{n}")]
-            if n < 3
-            else [assistant_message("done")]
-        )
-
+    respond = calls_then("web_search", lambda n: {"query": f"q{n}"}, rounds=3, answer="done", seen=seen)
     agent = Agent(name="r", tools=[web_search], model=scripted(respond))
     config = GuardConfig(caps={"on_hit": "reject", "turn": {"web_search": 2}})
     result = run(agent, guard_agent(agent, config))
@@ -200,15 +212,7 @@ def test_a_healthy_run_gets_only_allow_and_unchanged_results(rig: Rig) -> None:
         """Read a file."""
         return f"contents of {path}"
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        n = tool_rounds(items)
-        return (
-            [function_call("read_file", {"path": f"f{n}.py"}, call_id=f"c{n}")]
-            if n < 3
-            else [assistant_message("ok")]
-        )
-
+    respond = calls_then("read_file", lambda n: {"path": f"f{n}.py"}, rounds=3, answer="ok", seen=seen)
     agent = Agent(name="reader", tools=[read_file], model=scripted(respond))
     result = run(agent, guard_agent(agent, UNATTENDED, telemetry=rig.telemetry()))
     assert result.final_output == "ok"
@@ -232,15 +236,8 @@ def test_sessions_do_not_share_counters_and_a_new_run_is_a_new_turn() -> None:
         ran.n += 1
         raise RuntimeError("1 failed")
 
-    def three_then_stop(items: list[dict[str, Any]]) -> Sequence[Any]:
-        n = tool_rounds(items)
-        return (
-            [function_call("run_tests", {"path": "t"}, call_id=f"c{n}")]
-            if n < 4
-            else [assistant_message("gave up")]
-        )
-
-    agent = Agent(name="fixer", tools=[run_tests], model=scripted(three_then_stop, steps=20))
+    four_then_stop = calls_then("run_tests", lambda n: {"path": "t"}, rounds=4, answer="gave up")
+    agent = Agent(name="fixer", tools=[run_tests], model=scripted(four_then_stop, steps=20))
     hooks = guard_agent(agent, UNATTENDED, session_key=lambda ctx: ctx.context.conversation_id)
     for conversation in ("a", "b", "a"):  # four failures a run stay under the block threshold of five
         assert run(agent, hooks, context=Conversation(conversation)).final_output == "gave up"
@@ -261,13 +258,7 @@ def test_a_custom_failure_function_is_kept() -> None:
         """Always fails."""
         raise KeyError("x")
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        return (
-            [function_call("flaky", {"x": 1}, call_id="c0")]
-            if not tool_rounds(items)
-            else [assistant_message("ok")]
-        )
+    respond = calls_then("flaky", lambda n: {"x": 1}, rounds=1, answer="ok", seen=seen)
 
     agent = Agent(name="a", tools=[flaky], model=scripted(respond))
     hooks = guard_agent(agent)
@@ -366,13 +357,7 @@ def test_the_run_configs_tool_error_formatter_still_writes_the_failure_message()
         """Always fails."""
         raise KeyError("x")
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        return (
-            [function_call("flaky", {"x": 1}, call_id="c0")]
-            if not tool_rounds(items)
-            else [assistant_message("ok")]
-        )
+    respond = calls_then("flaky", lambda n: {"x": 1}, rounds=1, answer="ok", seen=seen)
 
     agent = Agent(name="a", tools=[flaky], model=scripted(respond))
     config = RunConfig(tracing_disabled=True, tool_error_formatter=lambda args: f"formatted {args.kind}")
@@ -447,13 +432,7 @@ def test_the_guards_own_halt_is_a_halted_turn_even_after_the_sdk_lets_go(rig: Ri
 CAP_ONE_SEARCH = GuardConfig(mode="unattended", caps={"on_hit": "reject", "turn": {"web_search": 1}})
 
 
-def three_searches(items: list[dict[str, Any]]) -> Sequence[Any]:
-    n = tool_rounds(items)
-    return (
-        [function_call("web_search", {"query": f"q{n}"}, call_id=f"c{n}")]
-        if n < 3
-        else [assistant_message("done")]
-    )
+three_searches = calls_then("web_search", lambda n: {"query": f"q{n}"}, rounds=3, answer="done")
 
 
 def counted_search(ran: Ran) -> FunctionTool:
