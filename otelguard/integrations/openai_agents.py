@@ -40,9 +40,10 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from otelguard.bounded_map import BoundedMap
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision
+from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.decisions import Decision
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 from otelguard.integrations._protocol import (
     CallMemory,
     end_run,
@@ -52,7 +53,6 @@ from otelguard.integrations._protocol import (
     refusal,
     stop_if_halted,
 )
-from otelguard.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 
 try:
     from agents import (
