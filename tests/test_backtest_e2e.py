@@ -332,11 +332,9 @@ def children(pid: int) -> list[tuple[int, str]]:
     return found
 
 
-@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
-def test_ctrl_c_stops_prometheus_and_removes_the_temporary_directory(
-    tmp_path: Path, sig: signal.Signals
-) -> None:
-    """A real subprocess, signalled while its prometheus runs: exit 130, server gone, directory gone."""
+def backtest_stopped_by(tmp_path: Path, sig: signal.Signals) -> str:
+    """Signal a real backtest subprocess while its prometheus runs, and check what every ending signal
+    leaves: exit 130, prometheus gone, the temporary directory under TMPDIR removed. Its stderr."""
     fleet = tmp_path / "fleet"
     write_fleet(fleet, runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"))
     scratch = tmp_path / "tmp"
@@ -352,7 +350,7 @@ def test_ctrl_c_stops_prometheus_and_removes_the_temporary_directory(
         process.send_signal(sig)
         assert process.wait(60) == 130
         assert process.stderr is not None
-        assert "interrupted; stopped prometheus and removed" in process.stderr.read()
+        stderr = process.stderr.read()
     assert list(scratch.iterdir()) == []
     deadline = time.monotonic() + 10
     while Path(f"/proc/{server[0]}").exists() and time.monotonic() < deadline:
@@ -361,6 +359,15 @@ def test_ctrl_c_stops_prometheus_and_removes_the_temporary_directory(
         not Path(f"/proc/{server[0]}").exists()
         or "Z" in Path(f"/proc/{server[0]}/stat").read_text().split()[2]
     )
+    return stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM], ids=["SIGINT", "SIGTERM"])
+def test_ctrl_c_stops_prometheus_and_removes_the_temporary_directory(
+    tmp_path: Path, sig: signal.Signals
+) -> None:
+    """A real subprocess, signalled while its prometheus runs: exit 130, server gone, directory gone."""
+    assert "interrupted; stopped prometheus and removed" in backtest_stopped_by(tmp_path, sig)
 
 
 def test_no_argument_values_or_results_in_the_json_or_the_page(tmp_path: Path) -> None:

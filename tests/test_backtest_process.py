@@ -7,14 +7,13 @@ import signal
 import socket
 import sys
 import threading
-import time
 from pathlib import Path
 
 import pytest
 
 from benchmarks.backtest_fleet import runaway_minutes, write_fleet
-from tests.e2e import require_binary, wait_until
-from tests.test_backtest_e2e import LOOP_MINUTES, SEARCH_START, children, running_backtest
+from tests.e2e import require_binary
+from tests.test_backtest_e2e import LOOP_MINUTES, SEARCH_START, backtest_stopped_by, running_backtest
 
 
 @pytest.fixture(autouse=True)
@@ -67,24 +66,4 @@ def test_a_proxy_in_the_environment_is_not_used_for_the_loopback_prometheus(tmp_
 
 @pytest.mark.skipif(sys.platform != "linux", reason="reads /proc")
 def test_sighup_stops_prometheus_and_removes_the_temporary_directory(tmp_path: Path) -> None:
-    fleet = tmp_path / "fleet"
-    write_fleet(fleet, runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"))
-    scratch = tmp_path / "tmp"
-    scratch.mkdir()
-    with running_backtest([str(fleet)], {"TMPDIR": str(scratch)}) as process:
-        server = wait_until(
-            lambda: [pid for pid, name in children(process.pid) if name == "prometheus"],
-            60,
-            interval=0.05,
-            what="the backtest's prometheus",
-        )
-        process.send_signal(signal.SIGHUP)
-        assert process.wait(60) == 130
-    assert list(scratch.iterdir()) == []
-    deadline = time.monotonic() + 10
-    while Path(f"/proc/{server[0]}").exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    assert (
-        not Path(f"/proc/{server[0]}").exists()
-        or "Z" in Path(f"/proc/{server[0]}/stat").read_text().split()[2]
-    )
+    backtest_stopped_by(tmp_path, signal.SIGHUP)

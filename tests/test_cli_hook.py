@@ -9,6 +9,7 @@ import sys
 import threading
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 import pytest
@@ -155,10 +156,7 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
         "otelguard.core._resolvers",
         "otelguard._version",
         "otelguard.cli",
-        "otelguard.core",
-        "otelguard.claude_code",
         "otelguard.claude_code.hook",
-        "otelguard.config",  # only its lazy namespace: the config itself is not loaded
         "otelguard.config.environment",
         "otelguard.claude_code.events",
     }
@@ -482,10 +480,25 @@ def test_garbage_on_stdin_fails_open_with_the_sidecars_reason(serve: Serve) -> N
 )
 def test_a_sidecar_answering_garbage_fails_open(answer: bytes, named: list[str]) -> None:
     """Whatever answers on the port, only a 200 holding a JSON object reaches Claude Code."""
+    with answering_once(answer) as port:
+        assert_failed_open(run_hook(["claude-code", "--url", f"http://127.0.0.1:{port}"]), *named)
+
+
+def test_a_chunked_answer_is_read_whole() -> None:
+    deny = b'{"hookSpecificOutput": {"hookEventName": "PreToolUse"}}'
+    chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (deny[:10], deny[10:]))
+    answer = b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
+    with answering_once(answer) as port:
+        result = run_hook(["claude-code", "--url", f"http://127.0.0.1:{port}"])
+    assert (result.returncode, result.stdout, result.stderr) == (0, deny, b"")
+
+
+@contextmanager
+def answering_once(answer: bytes) -> Iterator[int]:
+    """A port on 127.0.0.1 where one connection gets ``answer`` (raw bytes) once its request head is in."""
     import socket
 
     listener = socket.create_server(("127.0.0.1", 0))
-    port = listener.getsockname()[1]
 
     def answer_once() -> None:
         connection, _ = listener.accept()
@@ -499,38 +512,10 @@ def test_a_sidecar_answering_garbage_fails_open(answer: bytes, named: list[str])
     server = threading.Thread(target=answer_once, daemon=True)
     server.start()
     try:
-        assert_failed_open(run_hook(["claude-code", "--url", f"http://127.0.0.1:{port}"]), *named)
+        yield listener.getsockname()[1]
     finally:
         server.join(10)
         listener.close()
-
-
-def test_a_chunked_answer_is_read_whole() -> None:
-    import socket
-
-    listener = socket.create_server(("127.0.0.1", 0))
-    deny = b'{"hookSpecificOutput": {"hookEventName": "PreToolUse"}}'
-
-    def answer_once() -> None:
-        connection, _ = listener.accept()
-        with connection:
-            connection.settimeout(10)
-            received = b""
-            while b"\r\n\r\n" not in received:
-                received += connection.recv(65536)
-            chunks = b"".join(b"%x\r\n%s\r\n" % (len(part), part) for part in (deny[:10], deny[10:]))
-            connection.sendall(
-                b"HTTP/1.1 200 OK\r\nTransfer-Encoding: chunked\r\n\r\n" + chunks + b"0\r\n\r\n"
-            )
-
-    server = threading.Thread(target=answer_once, daemon=True)
-    server.start()
-    try:
-        result = run_hook(["claude-code", "--url", f"http://127.0.0.1:{listener.getsockname()[1]}"])
-    finally:
-        server.join(10)
-        listener.close()
-    assert (result.returncode, result.stdout, result.stderr) == (0, deny, b"")
 
 
 def test_help_and_print_settings_still_work() -> None:

@@ -4,8 +4,6 @@ and one signature budget bounds what all its sessions track."""
 from __future__ import annotations
 
 import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
@@ -14,7 +12,7 @@ from typing import Any
 from tests.e2e import stop_process
 from tests.redis_e2e import RedisServer
 from tests.test_cli_serve import Serve
-from tests.test_sidecar_state import start_replica, stderr_of
+from tests.test_sidecar_state import serve_once, start_replica, stderr_of
 
 SLOW_CONFIG = (
     "signature_key: replica-key\n"
@@ -150,26 +148,7 @@ def test_max_signatures_bounds_what_each_session_tracks(tmp_path: Path) -> None:
 
 
 def test_max_signatures_too_small_for_the_sessions_is_a_usage_error(tmp_path: Path) -> None:
-    config = tmp_path / "c.yaml"
-    config.write_text(SIGNATURE_CONFIG)
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otelguard",
-            "serve",
-            "--port",
-            "0",
-            "--config",
-            str(config),
-            "--max-signatures",
-            "10",
-        ],
-        capture_output=True,
-        text=True,
-        timeout=60,
-        check=False,
-    )
+    done = serve_once(tmp_path, SIGNATURE_CONFIG, "--max-signatures", "10")
     assert done.returncode == 2
     assert "max_signatures: 10 is not allowed; at least 16 per session" in done.stderr
 

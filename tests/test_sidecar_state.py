@@ -170,29 +170,19 @@ def test_without_state_a_replica_exports_no_state_metrics(tmp_path: Path) -> Non
 def test_a_bad_state_exits_2_with_one_line_naming_it(
     tmp_path: Path, args: tuple[str, ...], config: str, expected: str
 ) -> None:
-    path = tmp_path / "otelguard.yaml"
-    path.write_text(config)
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTELGUARD_")}
-    done = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "otelguard",
-            "serve",
-            "--port",
-            str(free_port()),
-            "--config",
-            str(path),
-            *args,
-        ],
-        capture_output=True,
-        text=True,
-        timeout=30,
-        env=env,
-    )
+    done = serve_once(tmp_path, config, *args)
     assert done.returncode == 2
     assert len(done.stderr.strip().splitlines()) == 1
     assert expected in done.stderr and "s3cr3t-canary" not in done.stderr
+
+
+def serve_once(tmp_path: Path, config: str, *args: str) -> subprocess.CompletedProcess[str]:
+    """``otelguard serve`` with ``config`` (and no OTELGUARD_ variable) that is expected to exit at once."""
+    path = tmp_path / "otelguard.yaml"
+    path.write_text(config)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTELGUARD_")}
+    command = [sys.executable, "-m", "otelguard", "serve", "--port", str(free_port()), "--config", str(path)]
+    return subprocess.run([*command, *args], capture_output=True, text=True, timeout=60, env=env, check=False)
 
 
 def health(serve: Serve) -> dict[str, Any]:

@@ -80,7 +80,7 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
         )
         module = importlib.import_module(f"otelguard.cli.{module_name}")
         module.add_arguments(command_parser, name)
-        command_parser.set_defaults(_module=module)
+        command_parser.set_defaults(command_module=module)
     return parser
 
 
@@ -110,5 +110,5 @@ def main(argv: Sequence[str] | None = None) -> int:
     disable_created_metrics()  # type: ignore[no-untyped-call]
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", ConfigWarning)  # each command prints a config's warnings itself
-        code: int = args._module.run(args)
+        code: int = args.command_module.run(args)
     return code

@@ -3,13 +3,16 @@
     hooks = guard_agent(agent, GuardConfig(mode="unattended"), telemetry=True)
     result = await Runner.run(agent, "question", hooks=hooks)
 
-* Every function tool of the agent and of its handoff agents gets a tool input guardrail: a
-  refused call never runs, and ``reject_content`` puts the synthetic result in the model's history.
+* The agent and its handoff agents get guarded copies of their function tools: ``agent.tools`` is
+  given a new list, the tools you made stay as they were (and stay unguarded in any agent you did
+  not guard). ``unguard_agent(agent)`` gives each agent back the list it had.
+* Each guarded copy has a tool input guardrail: a refused call never runs, and ``reject_content``
+  puts the synthetic result in the model's history.
 * Results come from a tool output guardrail, which appends warnings to a text result the model
   reads (``on_tool_end`` when another output guardrail rejected the result first); the failure flag
-  from wrapping each tool's failure function (the SDK otherwise turns the exception into a generic
-  string before any hook sees it). A failure function the tool already had still produces the
-  message the model gets.
+  from the copy's failure function (the SDK otherwise turns the exception into a generic string
+  before any hook sees it), which hands the error to the original tool's own failure handling, so
+  the model gets the message it would get without otelguard.
 * After a ``block``/``halt`` the SDK would call the model again: the next ``on_llm_start`` raises
   ``otelguard.GuardHalted`` instead, and ``Runner.run`` raises it to the caller.
 * A turn is one ``Runner.run``. Sessions: ``session_key(run_context)`` when given (the hooks cannot
@@ -22,23 +25,25 @@
   object, at the hooks' next event.
 * Hosted tools (``WebSearchTool``, ``FileSearchTool``, ``CodeInterpreterTool``, …) run at the
   provider, so they cannot be guarded.
+* Only the SDK's public API, but for two functions of ``agents.tool`` that the package root does
+  not re-export and the agent behind a ``handoff(...)`` object (``SUPPORTED_SDK_VERSIONS`` names
+  the versions they are pinned for).
 """
 
 from __future__ import annotations
 
 import copy
-import inspect
 import threading
 import weakref
 from collections import deque
-from collections.abc import Awaitable, Callable, Iterator
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
-from otelguard.hosting import TelemetryOption, session_host
 from otelguard.integrations._protocol import (
     CallMemory,
     end_run,
@@ -53,27 +58,35 @@ try:
     from agents import (
         Agent,
         FunctionTool,
+        Handoff,
         RunContextWrapper,
         RunHooks,
+        Tool,
         ToolGuardrailFunctionOutput,
         ToolInputGuardrail,
+        ToolInputGuardrailData,
         ToolOutputGuardrail,
+        ToolOutputGuardrailData,
     )
-    from agents.handoffs import Handoff
+
+    # Not re-exported by the package root: the one way to give a tool a failure function after it
+    # was made, and the SDK's own failure handling of a tool (pinned by SUPPORTED_SDK_VERSIONS).
     from agents.tool import (
-        Tool,
         maybe_invoke_function_tool_failure_error_function,
         set_function_tool_failure_error_function,
     )
-    from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("openai-agents", "openai-agents") from exc
 
-__all__ = ["GuardRunHooks", "guard_agent"]
+__all__ = ["SUPPORTED_SDK_VERSIONS", "GuardRunHooks", "guard_agent", "unguard_agent"]
+
+SUPPORTED_SDK_VERSIONS: Final = ("0.24.0",)
+"""The ``openai-agents`` versions the adapter is tested against: the two ``agents.tool`` functions
+it imports are not re-exported by the SDK's package root, and a ``Handoff`` names its agent only in
+a private weak reference."""
 
 SessionKey = Callable[[RunContextWrapper[Any]], object]
 _GUARDRAIL_NAME: Final = "otelguard"
-_TOOL_GUARD_ATTR: Final = "_otelguard_tool_guard"
 
 
 def guard_agent(
@@ -96,29 +109,148 @@ def guard_agent(
         host=host,
         default_agent=agent.name,
     )
-    hooks = GuardRunHooks(sessions, session_key=session_key)
-    for tool in _function_tools(agent):
-        _ToolGuard.install(tool).add_owner(hooks)
+    installation = _Installation.of(agent)
+    for each in _handoff_agents(agent):
+        installation.guard(each, hooks)
     return hooks
 
 
-def _function_tools(root: Agent[Any]) -> Iterator[FunctionTool]:
-    seen_agents: set[int] = set()
-    seen_tools: set[int] = set()
+def unguard_agent(agent: Agent[Any]) -> Agent[Any]:
+    """Give ``agent`` (as given to ``guard_agent``) and its handoff agents back the tools they had
+    before; the hooks of earlier ``guard_agent`` calls see no more tool calls of it. Returns ``agent``."""
+    installation = _Installation.take(agent)
+    if installation is not None:
+        installation.restore()
+    return agent
+
+
+def _handoff_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
+    """``root`` and the agents of its handoffs, transitively."""
+    seen: set[int] = set()
     pending: list[Agent[Any]] = [root]
     while pending:
         agent = pending.pop()
-        if id(agent) in seen_agents:
+        if id(agent) in seen:
             continue
-        seen_agents.add(id(agent))
-        for tool in agent.tools:
-            if isinstance(tool, FunctionTool) and id(tool) not in seen_tools:
-                seen_tools.add(id(tool))
-                yield tool
-        for handoff in agent.handoffs:
-            target = handoff._agent_ref() if isinstance(handoff, Handoff) and handoff._agent_ref else handoff
+        seen.add(id(agent))
+        yield agent
+        for entry in agent.handoffs:
+            target = _handoff_agent(entry) if isinstance(entry, Handoff) else entry
             if isinstance(target, Agent):
                 pending.append(target)
+
+
+def _handoff_agent(handoff: Handoff[Any, Any]) -> object:
+    """The agent behind a ``handoff(agent, ...)`` object. The SDK names it in no public attribute
+    before the handoff happens, only in a weak reference of its own (pinned for the versions in
+    ``SUPPORTED_SDK_VERSIONS``). Guarding the agent at its handoff instead would change its tools
+    while other runs may use it, which the SDK refuses with a ``UserError``."""
+    ref = handoff._agent_ref  # noqa: SLF001
+    return ref() if ref is not None else None
+
+
+@dataclass(eq=False)
+class _Guarded:
+    """One agent ``guard_agent`` gave guarded tools: the list it had, and the list it was given."""
+
+    agent: weakref.ref[Agent[Any]]
+    original: list[Tool]
+    guarded: list[Tool]
+    given: tuple[Tool, ...]  # what ``guarded`` held then
+
+    def unchanged(self, agent: Agent[Any]) -> bool:
+        return (
+            agent.tools is self.guarded
+            and len(self.guarded) == len(self.given)
+            and all(now is then for now, then in zip(self.guarded, self.given, strict=True))
+        )
+
+
+@dataclass(eq=False)
+class _Installation:
+    """What ``guard_agent`` did to one agent and its handoff agents, for ``unguard_agent`` to undo."""
+
+    agents: dict[int, _Guarded] = field(default_factory=dict)
+    copies: dict[int, FunctionTool] = field(default_factory=dict)  # id of the original -> its copy
+    closed: bool = False
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @staticmethod
+    def of(root: Agent[Any]) -> _Installation:
+        """The installation of ``root``: the one an earlier ``guard_agent(root)`` made, or a new one."""
+        with _INSTALLATIONS_LOCK:
+            known = _INSTALLATIONS.get(id(root))
+            if known is not None and known[0]() is root:
+                return known[1]
+            installation = _Installation()
+            _INSTALLATIONS[id(root)] = (weakref.ref(root), installation)
+        weakref.finalize(root, _forget, id(root), installation).atexit = False
+        return installation
+
+    @staticmethod
+    def take(root: Agent[Any]) -> _Installation | None:
+        with _INSTALLATIONS_LOCK:
+            known = _INSTALLATIONS.get(id(root))
+            if known is None or known[0]() is not root:
+                return None
+            del _INSTALLATIONS[id(root)]
+            return known[1]
+
+    def guard(self, agent: Agent[Any], hooks: GuardRunHooks) -> None:
+        """Give ``agent`` guarded copies of its function tools (once); ``hooks`` owns their calls."""
+        with self.lock:
+            if self.closed:
+                return
+            done = self.agents.get(id(agent))
+            if done is not None and done.agent() is agent:
+                tools = done.guarded
+            else:
+                tools = [self._copy(tool) if isinstance(tool, FunctionTool) else tool for tool in agent.tools]
+                self.agents[id(agent)] = _Guarded(weakref.ref(agent), agent.tools, tools, tuple(tools))
+                agent.tools = tools
+        for tool in tools:
+            tool_guard = _guard_of(tool)
+            if tool_guard is not None:
+                tool_guard.add_owner(hooks)
+
+    def _copy(self, tool: FunctionTool) -> FunctionTool:
+        if _guard_of(tool) is not None:  # already a guarded copy
+            return tool
+        copied = self.copies.get(id(tool))
+        if copied is None:
+            copied = self.copies[id(tool)] = _ToolGuard(tool).tool
+        return copied
+
+    def knows(self, agent: Agent[Any]) -> bool:
+        with self.lock:
+            done = self.agents.get(id(agent))
+            return done is not None and done.agent() is agent
+
+    def restore(self) -> None:
+        with self.lock:
+            self.closed = True
+            guarded, self.agents = list(self.agents.values()), {}
+            self.copies.clear()
+        for each in guarded:
+            agent = each.agent()
+            if agent is None:
+                continue
+            if each.unchanged(agent):
+                agent.tools = each.original
+            else:  # the list was changed or replaced since: keep the change, drop the copies
+                agent.tools = [_original_of(tool) for tool in agent.tools]
+
+
+_INSTALLATIONS: dict[int, tuple[weakref.ref[Agent[Any]], _Installation]] = {}
+"""Root agent id -> its installation, while the root agent lives (``unguard_agent`` finds it here)."""
+_INSTALLATIONS_LOCK: Final = threading.Lock()
+
+
+def _forget(key: int, installation: _Installation) -> None:
+    with _INSTALLATIONS_LOCK:
+        known = _INSTALLATIONS.get(key)
+        if known is not None and known[1] is installation:
+            del _INSTALLATIONS[key]
 
 
 class GuardRunHooks(RunHooks[Any]):
@@ -198,8 +330,8 @@ class GuardRunHooks(RunHooks[Any]):
         self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
     ) -> None:
         """The result of a call whose output guardrails stopped before otelguard's (one rejected it)."""
-        tool_guard = getattr(tool, _TOOL_GUARD_ATTR, None)
-        if not isinstance(tool_guard, _ToolGuard) or tool_guard.owner_for(context) is not self:
+        tool_guard = _guard_of(tool)
+        if tool_guard is None or tool_guard.owner_for(context) is not self:
             return
         if tool_guard.finished.take(_call_id(context)) is None:
             self.after_call(context, tool_guard, result)
@@ -221,39 +353,30 @@ class GuardRunHooks(RunHooks[Any]):
 
 
 class _ToolGuard:
-    """Installed once on a ``FunctionTool``: its input and output guardrails and its failure-function
-    wrapper. Several ``guard_agent`` results may share a tool; each call goes to the hooks of its run.
+    """The guarded copy of one ``FunctionTool`` (``tool``): its input and output guardrails and its
+    failure function. Several ``guard_agent`` results of one agent share it; each call goes to the
+    hooks of its run.
     """
 
-    def __init__(self, tool: FunctionTool) -> None:
-        self.tool_name = tool.name
+    def __init__(self, original: FunctionTool) -> None:
+        self.original = original
+        self.tool_name = original.name
         self._owners: list[weakref.ref[GuardRunHooks]] = []
         self._lock = threading.Lock()
         self.failed: CallMemory[str] = CallMemory()  # call id -> the error, from the failure function
         self.finished: CallMemory[bool] = CallMemory()  # after_call made by the output guardrail
-        self._original_failure: Callable[..., Any] | None = (
-            _sdk_default_failure(tool)
-            if tool._use_default_failure_error_function
-            else tool._failure_error_function
-        )
-
-    @classmethod
-    def install(cls, tool: FunctionTool) -> _ToolGuard:
-        existing = getattr(tool, _TOOL_GUARD_ATTR, None)
-        if isinstance(existing, _ToolGuard):
-            return existing
-        tool_guard = cls(tool)
+        # The SDK's own copy (its ``__copy__`` binds the copy's invoker to the copy), given
+        # otelguard's guardrails after the tool's own and otelguard's failure function.
+        tool = copy.copy(original)
         tool.tool_input_guardrails = [
-            *(tool.tool_input_guardrails or ()),
-            ToolInputGuardrail(guardrail_function=tool_guard.check, name=_GUARDRAIL_NAME),
+            *(original.tool_input_guardrails or ()),
+            ToolInputGuardrail(guardrail_function=self.check, name=_GUARDRAIL_NAME),
         ]
         tool.tool_output_guardrails = [
-            *(tool.tool_output_guardrails or ()),
-            ToolOutputGuardrail(guardrail_function=tool_guard.check_output, name=_GUARDRAIL_NAME),
+            *(original.tool_output_guardrails or ()),
+            ToolOutputGuardrail(guardrail_function=self.check_output, name=_GUARDRAIL_NAME),
         ]
-        set_function_tool_failure_error_function(tool, tool_guard.failure)
-        setattr(tool, _TOOL_GUARD_ATTR, tool_guard)
-        return tool_guard
+        self.tool = set_function_tool_failure_error_function(tool, self.failure)
 
     def add_owner(self, hooks: GuardRunHooks) -> None:
         with self._lock:
@@ -299,10 +422,12 @@ class _ToolGuard:
 
     async def failure(self, context: RunContextWrapper[Any], error: Exception) -> str | None:
         self.failed.add(_call_id(context), error_result(error))
-        original = self._original_failure
-        result = original(context, error) if original is not None else None
-        if inspect.isawaitable(result):
-            result = await result
+        # The original tool is untouched: the SDK's handling of it is what the model would get
+        # without otelguard (the default message and the run config's ``tool_error_formatter``,
+        # a failure function the tool had, or ``None`` to re-raise).
+        result = await maybe_invoke_function_tool_failure_error_function(
+            function_tool=self.original, context=context, error=error
+        )
         if result is None:
             # No message for the model: the SDK re-raises as before and no later hook of this call
             # or of its run follows, so the failure, and the run's end, are recorded here.
@@ -310,26 +435,25 @@ class _ToolGuard:
             if hooks is not None:
                 hooks.after_call(context, self, None)
                 hooks.end_failed_run(context, error)
-            return None
-        return str(result)
+        return result
+
+
+def _guard_of(tool: Tool) -> _ToolGuard | None:
+    """The ``_ToolGuard`` of a guarded copy, found by its input guardrail; ``None`` for other tools."""
+    if not isinstance(tool, FunctionTool):
+        return None
+    for guardrail in tool.tool_input_guardrails or ():
+        tool_guard = getattr(guardrail.guardrail_function, "__self__", None)
+        if isinstance(tool_guard, _ToolGuard) and tool_guard.tool is tool:
+            return tool_guard
+    return None
+
+
+def _original_of(tool: Tool) -> Tool:
+    tool_guard = _guard_of(tool)
+    return tool if tool_guard is None else tool_guard.original
 
 
 def _call_id(context: object) -> str | None:
     call_id = getattr(context, "tool_call_id", None)
     return call_id if isinstance(call_id, str) else None
-
-
-def _sdk_default_failure(
-    tool: FunctionTool,
-) -> Callable[[RunContextWrapper[Any], Exception], Awaitable[str | None]]:
-    """The SDK's own handling of a tool that uses the default failure function, kept whole (its
-    message, the run config's ``tool_error_formatter``, re-raising for programmatic callers), run on
-    a copy of the tool taken before otelguard replaced its failure function."""
-    original = copy.copy(tool)
-
-    async def failure(context: RunContextWrapper[Any], error: Exception) -> str | None:
-        return await maybe_invoke_function_tool_failure_error_function(
-            function_tool=original, context=context, error=error
-        )
-
-    return failure

@@ -559,26 +559,6 @@ def test_a_refused_call_of_a_failing_batch_settles_nothing(rig: Rig) -> None:
     assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 1}
 
 
-def test_a_model_error_a_retry_middleware_listed_after_the_guard_recovers_is_no_error(rig: Rig) -> None:
-    failures = Counter()
-
-    def script(messages: list[BaseMessage]) -> AIMessage:
-        if failures.tick() == 1:
-            raise ConnectionError("a blip")
-        return AIMessage(content="done")
-
-    agent = create_agent(
-        model(script),
-        [],
-        middleware=[
-            GuardMiddleware(telemetry=rig.telemetry()),
-            ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False),
-        ],
-    )
-    assert agent.invoke({"messages": [HumanMessage("hi")]})["messages"][-1].content == "done"
-    assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
-
-
 class ToolErrorsAsMessages(AgentMiddleware):  # type: ignore[type-arg]
     """An error handler: a tool's exception becomes an error ``ToolMessage``, and the run goes on."""
 
@@ -679,9 +659,10 @@ def test_a_tool_retry_middleware_retrying_a_failing_call_is_refused_after_5_fail
 
 
 @pytest.mark.parametrize("run", ["invoke", "ainvoke"])
-def test_a_model_error_a_retry_middleware_listed_before_the_guard_recovers_is_no_error(
-    rig: Rig, run: str
-) -> None:
+@pytest.mark.parametrize("retry_first", [True, False], ids=["retry_before_guard", "retry_after_guard"])
+def test_a_model_error_a_retry_middleware_recovers_is_no_error(rig: Rig, run: str, retry_first: bool) -> None:
+    """Listed before or after the guard, a retry middleware that recovers from a model error leaves a
+    completed turn."""
     failures = Counter()
 
     def script(messages: list[BaseMessage]) -> AIMessage:
@@ -689,14 +670,9 @@ def test_a_model_error_a_retry_middleware_listed_before_the_guard_recovers_is_no
             raise ConnectionError("a blip")
         return AIMessage(content="done")
 
-    agent = create_agent(
-        model(script),
-        [],
-        middleware=[
-            ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False),
-            GuardMiddleware(telemetry=rig.telemetry()),
-        ],
-    )
+    retry = ModelRetryMiddleware(max_retries=1, initial_delay=0, jitter=False)
+    guard = GuardMiddleware(telemetry=rig.telemetry())
+    agent = create_agent(model(script), [], middleware=[retry, guard] if retry_first else [guard, retry])
     assert ask(agent, run, "hi")["messages"][-1].content == "done"
     assert turn_outcomes(rig) == {"completed": 1, "halted": 0, "errored": 0}
 

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import gc
+import importlib.metadata
+import inspect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
@@ -15,14 +17,23 @@ from hypothesis import strategies as st
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, WebSearchTool, function_tool, set_tracing_disabled
+from agents import (
+    Agent,
+    FunctionTool,
+    RunConfig,
+    Runner,
+    WebSearchTool,
+    function_tool,
+    handoff,
+    set_tracing_disabled,
+)
 from agents.exceptions import UserError
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 from agents.tool_context import ToolContext
 from agents.tool_guardrails import ToolInputGuardrailData, ToolOutputGuardrailData
 
 from otelguard import GuardConfig, GuardHalted
-from otelguard.integrations.openai_agents import guard_agent
+from otelguard.integrations.openai_agents import SUPPORTED_SDK_VERSIONS, guard_agent, unguard_agent
 from tests.integrations.conftest import Rig
 
 set_tracing_disabled(True)  # the SDK's own trace exporter would try the network
@@ -54,6 +65,26 @@ def tool_rounds(items: list[dict[str, Any]]) -> int:
 
 def forever(name: str, args: dict[str, Any]) -> Respond:
     return lambda items: [function_call(name, args, call_id=f"call_{tool_rounds(items)}")]
+
+
+def calls_then(
+    name: str,
+    args: Callable[[int], dict[str, Any]],
+    *,
+    rounds: int,
+    answer: str,
+    seen: list[list[str]] | None = None,
+) -> Respond:
+    """A model that calls ``name`` with ``args(round)`` for ``rounds`` rounds, then answers ``answer``;
+    ``seen`` gets the call results the model was shown at each call."""
+
+    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
+        if seen is not None:
+            seen.append(outputs(items))
+        n = tool_rounds(items)
+        return [function_call(name, args(n), call_id=f"c{n}")] if n < rounds else [assistant_message(answer)]
+
+    return respond
 
 
 @dataclass
@@ -119,15 +150,7 @@ def test_the_refusal_reaches_the_model_as_the_call_result() -> None:
         """Search the web."""
         return f"results for {query}"
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        n = tool_rounds(items)
-        return (
-            [function_call("web_search", {"query": f"q{n}"}, call_id=f"c{n}")]
-            if n < 3
-            else [assistant_message("done")]
-        )
-
+    respond = calls_then("web_search", lambda n: {"query": f"q{n}"}, rounds=3, answer="done", seen=seen)
     agent = Agent(name="r", tools=[web_search], model=scripted(respond))
     config = GuardConfig(caps={"on_hit": "reject", "turn": {"web_search": 2}})
     result = run(agent, guard_agent(agent, config))
@@ -189,15 +212,7 @@ def test_a_healthy_run_gets_only_allow_and_unchanged_results(rig: Rig) -> None:
         """Read a file."""
         return f"contents of {path}"
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        n = tool_rounds(items)
-        return (
-            [function_call("read_file", {"path": f"f{n}.py"}, call_id=f"c{n}")]
-            if n < 3
-            else [assistant_message("ok")]
-        )
-
+    respond = calls_then("read_file", lambda n: {"path": f"f{n}.py"}, rounds=3, answer="ok", seen=seen)
     agent = Agent(name="reader", tools=[read_file], model=scripted(respond))
     result = run(agent, guard_agent(agent, UNATTENDED, telemetry=rig.telemetry()))
     assert result.final_output == "ok"
@@ -221,15 +236,8 @@ def test_sessions_do_not_share_counters_and_a_new_run_is_a_new_turn() -> None:
         ran.n += 1
         raise RuntimeError("1 failed")
 
-    def three_then_stop(items: list[dict[str, Any]]) -> Sequence[Any]:
-        n = tool_rounds(items)
-        return (
-            [function_call("run_tests", {"path": "t"}, call_id=f"c{n}")]
-            if n < 4
-            else [assistant_message("gave up")]
-        )
-
-    agent = Agent(name="fixer", tools=[run_tests], model=scripted(three_then_stop, steps=20))
+    four_then_stop = calls_then("run_tests", lambda n: {"path": "t"}, rounds=4, answer="gave up")
+    agent = Agent(name="fixer", tools=[run_tests], model=scripted(four_then_stop, steps=20))
     hooks = guard_agent(agent, UNATTENDED, session_key=lambda ctx: ctx.context.conversation_id)
     for conversation in ("a", "b", "a"):  # four failures a run stay under the block threshold of five
         assert run(agent, hooks, context=Conversation(conversation)).final_output == "gave up"
@@ -250,13 +258,7 @@ def test_a_custom_failure_function_is_kept() -> None:
         """Always fails."""
         raise KeyError("x")
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        return (
-            [function_call("flaky", {"x": 1}, call_id="c0")]
-            if not tool_rounds(items)
-            else [assistant_message("ok")]
-        )
+    respond = calls_then("flaky", lambda n: {"x": 1}, rounds=1, answer="ok", seen=seen)
 
     agent = Agent(name="a", tools=[flaky], model=scripted(respond))
     hooks = guard_agent(agent)
@@ -276,7 +278,10 @@ def test_a_tool_shared_by_handoff_agents_is_guarded_once(rig: Rig) -> None:
     triage = Agent(name="triage", tools=[web_search], handoffs=[specialist])
     guard_agent(triage, telemetry=rig.telemetry())
     guard_agent(triage, telemetry=rig.telemetry())
-    assert [g.name for g in web_search.tool_input_guardrails or ()] == ["otelguard"]
+    guarded = triage.tools[0]
+    assert specialist.tools[0] is guarded  # one guarded copy for both agents
+    assert isinstance(guarded, FunctionTool)
+    assert [g.name for g in guarded.tool_input_guardrails or ()] == ["otelguard"]
 
 
 @pytest.mark.parametrize("span_mode", ["auto", "own"])
@@ -330,13 +335,16 @@ def test_the_guardrails_never_raise_for_any_call(
 
     agent = Agent(name="a", tools=[web_search])
     hooks = guard_agent(agent, UNATTENDED)
-    tool_guard = web_search._otelguard_tool_guard  # type: ignore[attr-defined]
+    guarded = agent.tools[0]
+    assert isinstance(guarded, FunctionTool)
+    (check,) = guarded.tool_input_guardrails or ()
+    (check_output,) = guarded.tool_output_guardrails or ()
     for _ in range(7):
         context = ToolContext(context=None, tool_name=name, tool_call_id=call_id, tool_arguments=arguments)
-        allowed = asyncio.run(tool_guard.check(ToolInputGuardrailData(context=context, agent=agent)))
+        allowed = asyncio.run(check.run(ToolInputGuardrailData(context=context, agent=agent)))
         if allowed.behavior["type"] == "allow":
             asyncio.run(
-                tool_guard.check_output(ToolOutputGuardrailData(context=context, agent=agent, output=output))
+                check_output.run(ToolOutputGuardrailData(context=context, agent=agent, output=output))
             )
     assert len(hooks.sessions) == 1
 
@@ -349,13 +357,7 @@ def test_the_run_configs_tool_error_formatter_still_writes_the_failure_message()
         """Always fails."""
         raise KeyError("x")
 
-    def respond(items: list[dict[str, Any]]) -> Sequence[Any]:
-        seen.append(outputs(items))
-        return (
-            [function_call("flaky", {"x": 1}, call_id="c0")]
-            if not tool_rounds(items)
-            else [assistant_message("ok")]
-        )
+    respond = calls_then("flaky", lambda n: {"x": 1}, rounds=1, answer="ok", seen=seen)
 
     agent = Agent(name="a", tools=[flaky], model=scripted(respond))
     config = RunConfig(tracing_disabled=True, tool_error_formatter=lambda args: f"formatted {args.kind}")
@@ -425,3 +427,126 @@ def test_the_guards_own_halt_is_a_halted_turn_even_after_the_sdk_lets_go(rig: Ri
     with pytest.raises(GuardHalted):
         run(agent, hooks)
     assert turn_outcomes(rig, "searcher") == {"completed": 0, "halted": 2, "errored": 0}
+
+
+CAP_ONE_SEARCH = GuardConfig(mode="unattended", caps={"on_hit": "reject", "turn": {"web_search": 1}})
+
+
+three_searches = calls_then("web_search", lambda n: {"query": f"q{n}"}, rounds=3, answer="done")
+
+
+def counted_search(ran: Ran) -> FunctionTool:
+    @function_tool
+    def web_search(query: str) -> str:
+        """Search the web."""
+        ran.n += 1
+        return f"results for {query}"
+
+    return web_search
+
+
+def test_guard_agent_leaves_the_tools_and_lists_it_was_given_untouched() -> None:
+    """The agent is given a new list of guarded copies: the caller's tool objects and lists keep every
+    field they had, through a guarded run that refuses a call."""
+    ran = Ran()
+    web_search = counted_search(ran)
+    fields = dict(vars(web_search))
+    tools: list[Any] = [web_search]
+    specialist_tools: list[Any] = [web_search]
+    specialist = Agent(name="specialist", tools=specialist_tools)
+    agent = Agent(name="r", tools=tools, handoffs=[specialist], model=scripted(three_searches))
+    hooks = guard_agent(agent, CAP_ONE_SEARCH)
+    assert run(agent, hooks).final_output == "done"
+    assert ran.n == 1  # the guarded copy refused the second and third search
+    assert tools == [web_search] and specialist_tools == [web_search]
+    assert vars(web_search).keys() == fields.keys()
+    assert all(vars(web_search)[name] is value for name, value in fields.items())
+    assert web_search.tool_input_guardrails is None and web_search.tool_output_guardrails is None
+
+
+def test_a_tool_shared_with_an_agent_that_is_not_guarded_stays_unguarded_there() -> None:
+    ran = Ran()
+    web_search = counted_search(ran)
+    guarded = Agent(name="guarded", tools=[web_search])
+    hooks = guard_agent(guarded, CAP_ONE_SEARCH)
+    plain = Agent(name="plain", tools=[web_search], model=scripted(three_searches))
+    assert run(plain, None).final_output == "done"
+    assert ran.n == 3
+    assert len(hooks.sessions) == 0  # the guarded agent's hooks saw nothing of it
+
+
+def test_unguard_agent_gives_each_agent_back_its_list_and_the_hooks_see_no_more_calls(rig: Rig) -> None:
+    ran = Ran()
+    web_search = counted_search(ran)
+    tools: list[Any] = [web_search]
+    specialist_tools: list[Any] = [web_search]
+    specialist = Agent(name="specialist", tools=specialist_tools)
+    agent = Agent(name="r", tools=tools, handoffs=[specialist], model=scripted(three_searches))
+    hooks = guard_agent(agent, CAP_ONE_SEARCH, telemetry=rig.telemetry())
+    assert agent.tools is not tools and specialist.tools is not specialist_tools
+    assert unguard_agent(agent) is agent
+    assert agent.tools is tools and specialist.tools is specialist_tools
+    assert unguard_agent(agent) is agent  # a second time changes nothing
+    run(agent, hooks)
+    assert ran.n == 3
+    assert rig.sample("otelguard_tool_calls_total", agent="r", tool="web_search", outcome="ok") == 0
+    assert rig.sample("otelguard_turns_total", agent="r", outcome="completed") == 1  # still its hooks
+
+    run(agent, guard_agent(agent, CAP_ONE_SEARCH))  # and it can be guarded again
+    assert ran.n == 4
+
+
+def test_unguard_agent_keeps_a_change_made_to_the_list_after_guard_agent() -> None:
+    ran = Ran()
+    web_search = counted_search(ran)
+
+    @function_tool
+    def read_file(path: str) -> str:
+        """Read a file."""
+        return "contents"
+
+    agent = Agent(name="r", tools=[web_search])
+    guard_agent(agent)
+    agent.tools.append(read_file)
+    unguard_agent(agent)
+    assert agent.tools == [web_search, read_file]
+    assert all(a is b for a, b in zip(agent.tools, [web_search, read_file], strict=True))
+
+
+def test_an_agent_behind_a_handoff_object_is_guarded_and_unguarded_with_its_root(rig: Rig) -> None:
+    ran = Ran()
+    web_search = counted_search(ran)
+    specialist_tools: list[Any] = [web_search]
+    specialist = Agent(name="specialist", tools=specialist_tools, model=scripted(three_searches))
+    triage = Agent(
+        name="triage",
+        handoffs=[handoff(specialist)],
+        model=scripted(lambda items: [function_call("transfer_to_specialist", {}, call_id="h0")]),
+    )
+    hooks = guard_agent(triage, CAP_ONE_SEARCH, telemetry=rig.telemetry())
+    assert specialist.tools is not specialist_tools  # before any run: no tool list changes mid-run
+    assert run(triage, hooks).final_output == "done"
+    assert ran.n == 1  # the handoff was the first of three rounds: two searches, one refused
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="triage", tool="web_search", outcome="rejected") == 1
+    )
+    unguard_agent(triage)
+    assert specialist.tools is specialist_tools
+
+
+def test_the_installed_sdk_is_a_version_the_adapter_is_pinned_for() -> None:
+    """Two functions of ``agents.tool`` that the SDK's package root does not re-export give a guarded
+    copy its failure function and run the original tool's failure handling, and a ``Handoff`` names
+    its agent only in a private weak reference: pinned here, with the shape the adapter uses, for
+    each version in ``SUPPORTED_SDK_VERSIONS``."""
+    import agents.tool
+
+    specialist = Agent(name="specialist")
+    assert handoff(specialist)._agent_ref() is specialist  # type: ignore[misc]
+
+    assert importlib.metadata.version("openai-agents") in SUPPORTED_SDK_VERSIONS
+    set_failure = inspect.signature(agents.tool.set_function_tool_failure_error_function)
+    assert list(set_failure.parameters) == ["function_tool", "failure_error_function"]
+    invoke_failure = inspect.signature(agents.tool.maybe_invoke_function_tool_failure_error_function)
+    assert list(invoke_failure.parameters) == ["function_tool", "context", "error"]
+    assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in invoke_failure.parameters.values())
