@@ -385,6 +385,27 @@ def test_identical_call_halts_at_five() -> None:
     assert guard.halt_decision == last(steps)
 
 
+def test_identical_call_warns_once_before_its_refusal() -> None:
+    """With hard_stop, the streak is warned at 3 and its next repeat is the one refused: the 4th is
+    not warned again (the refusal says why); without a refusal first, or without hard_stop, every
+    repeat from the 3rd warns."""
+    same = ok("edit", {"command": "edit 10:81"}, "File updated.")
+    assert codes(run_script(make_guard(), [same] * 6)) == [
+        "allow", "allow", "identical_call_warn", "allow", "identical_call_reject", "identical_call_halt",
+    ]  # fmt: skip
+    assert codes(run_script(make_guard(rejects_before_stop=0), [same] * 5)) == [
+        "allow", "allow", "identical_call_warn", "identical_call_warn", "identical_call_halt",
+    ]  # fmt: skip
+    assert (
+        codes(run_script(make_guard(hard_stop=False), [same] * 6))
+        == ["allow"] * 2 + ["identical_call_warn"] * 4
+    )
+    later = {"warn_after": {"identical_call": 4}, "hard_stop_after": {"identical_call": 5}}
+    assert codes(run_script(make_guard(**later), [same] * 5))[3:] == [
+        "identical_call_warn", "identical_call_reject",
+    ]  # fmt: skip
+
+
 def test_identical_call_counts_only_ok_calls() -> None:
     """Identical failures belong to exact_failure, not identical_call."""
     steps = run_script(make_guard(hard_stop=False), [fail("custom_tool", {"x": 1}, "Error: same")] * 8)

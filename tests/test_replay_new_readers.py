@@ -11,10 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otelguard.readers import sources
 from otelguard.readers.sources import InputFile
 from otelguard.readers.swe_agent import SweAgentReader
-from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs
+from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs, sources
 
 
 class Sink:
@@ -331,6 +330,53 @@ def test_swe_agent_function_calls_skip_demonstrations(tmp_path: Path) -> None:
         ("c2", "bash", "ok"),
         (None, "submit", "diff --git"),  # the last step, recorded only in the trajectory
     ]
+
+
+def _role_steps(*steps: tuple[str, str, str]) -> dict[str, Any]:
+    """A trajectory of a multi-agent system on SWE-agent 0.x (CodeR): (role, action, observation) per
+    step; the history names the role of each model message, one per step, after each role's prompt."""
+    history: list[dict[str, Any]] = []
+    for role, action, _ in steps:
+        if not history or history[-1]["agent"] != role:
+            history.append({"role": "system", "content": f"You are the {role}.", "agent": role})
+        history.append({"role": "assistant", "content": f"```\n{action}\n```", "agent": role})
+        history.append({"role": "user", "content": "(Open file: n/a) $", "agent": role})
+    trajectory = [{"action": action, "observation": observation} for _, action, observation in steps]
+    return {"environment": "swe_main", "trajectory": trajectory, "history": history, "info": {}}
+
+
+def test_swe_agent_roles_are_turns_and_their_hand_offs_are_not_shell_commands(tmp_path: Path) -> None:
+    """Each role of a multi-agent run starts a turn of its own; a role's last step before another
+    role's, one word that is not a command, is the role handing on, read under its own name."""
+    document = _role_steps(
+        ("Manager", 'plan\n{"entry": "Reproducer"}\nend_of_plan', "the manager has planned"),
+        ("Reproducer", "python reproduce.py", "Traceback (most recent call last):"),
+        ("Reproducer", "fail", ""),
+        ("Programmer", "open src/a.py", "[File: src/a.py (9 lines total)]"),
+        ("Programmer", "ls", "a.py"),  # one word, but not the role's last step: the shell
+        ("Programmer", "succeed", ""),
+        ("Manager", "submit", "diff --git"),
+    )
+    sink = read_document(tmp_path, "coder.traj", document)
+    assert sink.errors == []
+    assert [c.tool_name for c in sink.calls] == ["plan", "bash", "fail", "open", "bash", "succeed", "submit"]
+    assert [e[0] for e in sink.events] == [
+        "session", "turn", "call", "turn", "call", "call", "turn", "call", "call", "call", "turn", "call",
+        "end",
+    ]  # fmt: skip
+
+
+def test_swe_agent_one_role_or_roles_that_do_not_match_the_steps_stay_one_turn(tmp_path: Path) -> None:
+    """SWE-agent's own runs name one agent ("primary"): one turn, as before; a history whose model
+    messages do not give one role per step says nothing about the steps."""
+    single = _role_steps(("primary", "ls", "a"), ("primary", "fail", ""), ("primary", "submit", "d"))
+    mismatched = _role_steps(("A", "ls", "a"), ("B", "fail", ""))
+    history = mismatched["history"]  # one model message fewer than steps
+    mismatched["history"] = [m for m in history if m["role"] != "assistant" or m["agent"] != "B"]
+    for name, document in (("single.traj", single), ("mismatched.traj", mismatched)):
+        sink = read_document(tmp_path, name, document)
+        assert [e[0] for e in sink.events].count("turn") == 1, name
+        assert [c.tool_name for c in sink.calls][:2] == ["bash", "bash"], name
 
 
 def test_a_pretty_printed_trajectory_is_one_document_whatever_its_name(tmp_path: Path) -> None:

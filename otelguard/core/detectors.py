@@ -285,6 +285,13 @@ class TurnDetectors:
     def _exact_failures(self, state: SignatureState) -> int:
         return state.exact_failures if state.exact_epoch == self.write_epoch else 0
 
+    def _refusal_pending(self, identical: int) -> bool:
+        """identical_call, with ``hard_stop``: the streak was warned at ``warn_after`` and its next
+        repeat is the one refused (``identical_call_reject`` says why), so the counts in between are
+        not warned again. Once the call has been refused and sent again, its repeats warn as before."""
+        warn_at, stop = self.warn_after["identical_call"], self.stop_after["identical_call"]
+        return self.hard_stop and self.rejects_before_stop > 0 and warn_at < identical < stop
+
     # after_call ------------------------------------------------------------------------------
 
     def record_after(
@@ -460,7 +467,7 @@ class TurnDetectors:
             return _decision("warn", codes.SAME_ERROR_WARN, sig, same_errors, warn["same_error"])
         if tool_class == "read" and state.no_progress >= warn["no_progress"]:
             return _decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
-        if identical and identical >= warn["identical_call"]:
+        if identical and identical >= warn["identical_call"] and not self._refusal_pending(identical):
             return _decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
         if tool_class != "poll" and self.cycle.runs_any():
             count, period = self.cycle.best()

@@ -12,6 +12,13 @@ command's usage line, ``No file open``, ``File ... not found``, a timed-out comm
 see ``recorded_failures``), else the fallback classifier decides. Demonstration entries (``is_demo``) are examples shown to the
 model, not calls of this run, and neither is the ``exit_cost``-like step SWE-agent writes when the run
 ends at a limit. A run is one task: one session (named after the file) of one turn.
+
+A multi-agent system built on SWE-agent 0.x (CodeR: a manager, a reproducer, a fault localizer, a
+programmer, a tester) records which role wrote each model message (the history entries' ``agent``).
+When every step has its role so, each role's steps are a turn of their own (a role starts with a
+conversation of its own), and a role's last step before the next role's, when its first line is one
+word that is not a command (``succeed``, ``fail``, ``plan``), is read under that word: the role
+handing the task on, not a shell command.
 """
 
 from __future__ import annotations
@@ -90,7 +97,7 @@ class SweAgentReader:
             if isinstance(trajectory, list):  # the history ends before the last step (the submit)
                 self._steps(line, trajectory, feed, commands, first=made)
         elif isinstance(trajectory, list):
-            self._steps(line, trajectory, feed, commands)
+            self._steps(line, trajectory, feed, commands, roles=step_roles(record))
         else:
             feed.error(line, "history has no tool calls and there is no trajectory array; nothing replayed")
         feed.close()
@@ -145,8 +152,15 @@ class SweAgentReader:
         return made
 
     def _steps(
-        self, line: int, trajectory: list[Any], feed: SessionFeed, commands: frozenset[str], first: int = 0
+        self,
+        line: int,
+        trajectory: list[Any],
+        feed: SessionFeed,
+        commands: frozenset[str],
+        first: int = 0,
+        roles: list[str] | None = None,
     ) -> None:
+        current_role: str | None = None
         for index, step in enumerate(trajectory[first:], start=first):
             where = f"trajectory[{index}]"
             action = step.get("action") if isinstance(step, dict) else None
@@ -156,10 +170,16 @@ class SweAgentReader:
             assert isinstance(step, dict)
             if action.strip() in HARNESS_EXITS:  # how the run ended, written by SWE-agent: not a call
                 continue
+            if roles is not None:
+                if current_role is not None and roles[index] != current_role:
+                    feed.start_turn()  # another role takes over, with a conversation of its own
+                current_role = roles[index]
             feed.tick()
             slot = f"step {index + 1}"
             word = action.split()[0]
             tool = word if word in AGENT_COMMANDS or word in commands else SHELL
+            if tool == SHELL and roles is not None and _hands_off(roles, index, action):
+                tool = word  # the role's answer to the system running the roles, not a shell command
             feed.add_call(ToolCall(None, tool, {"command": action}, line), slot)
             if "observation" in step:
                 observation = result_text(step["observation"])
@@ -195,3 +215,27 @@ def declared_commands(record: dict[str, Any]) -> frozenset[str]:
 
 def _shape(value: Any) -> str:
     return "an empty string" if isinstance(value, str) else type_name(value)
+
+
+def step_roles(record: dict[str, Any]) -> list[str] | None:
+    """The role (``agent``) of each trajectory step, when the history of a multi-agent system built on
+    SWE-agent names the role of every model message and gives one per step; else ``None``."""
+    history = record.get("history")
+    trajectory = record.get("trajectory")
+    if not isinstance(history, list) or not isinstance(trajectory, list):
+        return None
+    roles: list[str] = []
+    for entry in history:
+        if isinstance(entry, dict) and entry.get("role") == "assistant" and not entry.get("is_demo"):
+            role = entry.get("agent")
+            if not isinstance(role, str) or not role:
+                return None
+            roles.append(role)
+    return roles if len(roles) == len(trajectory) and len(set(roles)) > 1 else None
+
+
+def _hands_off(roles: list[str], index: int, action: str) -> bool:
+    """A role's last step before another role's whose first line is a single word (CodeR's
+    ``succeed``/``fail`` answering "TASK STATUS", the manager's ``plan``): the role handing on."""
+    last = index + 1 < len(roles) and roles[index + 1] != roles[index]
+    return last and len(action.strip().splitlines()[0].split()) == 1
