@@ -44,6 +44,7 @@ from otelguard.config import GuardConfig
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.hosting import TelemetryOption, session_host
 from otelguard.integrations._protocol import (
     CallMemory,
     end_run,
@@ -109,6 +110,7 @@ def guard_agent(
         host=host,
         default_agent=agent.name,
     )
+    hooks = GuardRunHooks(sessions, session_key=session_key)
     installation = _Installation.of(agent)
     for each in _handoff_agents(agent):
         installation.guard(each, hooks)
