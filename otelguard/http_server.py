@@ -16,10 +16,11 @@ import contextlib
 import socket
 import ssl
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
+from queue import SimpleQueue
 from types import MappingProxyType
 from typing import Final
 
@@ -111,8 +112,8 @@ class HttpServer:
         self.addr: str = str(host)
         self.port: int = int(bound_port)
         self.scheme = "https" if tls is not None else "http"
-        self.executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
         self.loop = asyncio.new_event_loop()
+        self.workers = _Workers(handler, self.loop, self.limits.workers, f"{name}-worker")
         self.connections: dict[_Connection, None] = {}
         self.stopping = False
         self._server: asyncio.base_events.Server | None = None
@@ -122,7 +123,7 @@ class HttpServer:
         self._thread.start()
         self._ready.wait()
         if self._startup_error is not None:
-            self.executor.shutdown(wait=False)
+            self.workers.shutdown()
             raise self._startup_error
 
     @property
@@ -160,7 +161,7 @@ class HttpServer:
             future.result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.workers.shutdown()
 
     close = shutdown
 
@@ -388,14 +389,14 @@ class _Connection(asyncio.Protocol):
             self._send(_answer(server.handler, request), head_only)
             return
         self.busy = True
-        future = self.loop.run_in_executor(server.executor, _answer, server.handler, request)
-        future.add_done_callback(lambda done: self._answered(done, head_only))
+        server.workers.submit(self, request, head_only)
 
-    def _answered(self, done: asyncio.Future[Response], head_only: bool) -> None:
+    def answered(self, response: Response, head_only: bool) -> None:
+        """A worker's answer to this connection's request (called on the loop)."""
         self.busy = False
-        if self.closing or done.cancelled():
+        if self.closing:
             return
-        self._send(done.result(), head_only)
+        self._send(response, head_only)
         if not self.closing:
             self._process()
 
@@ -455,6 +456,71 @@ class _Connection(asyncio.Protocol):
     def _cancel_timers(self) -> None:
         self._cancel_timer()
         self._end_deadline()
+
+
+class _Workers:
+    """The worker threads: started as requests need them (at most ``count``), fed through one queue.
+    Answers go back to the loop together: a worker wakes the loop only when no wake-up is pending,
+    and the loop then sends every answer that is ready (under load, one wake-up carries several).
+    """
+
+    def __init__(self, handler: Handler, loop: asyncio.AbstractEventLoop, count: int, name: str) -> None:
+        self.handler = handler
+        self.loop = loop
+        self.count = count
+        self.name = name
+        self.jobs: SimpleQueue[tuple[_Connection, Request, bool] | None] = SimpleQueue()
+        self.done: deque[tuple[_Connection, Response, bool]] = deque()
+        self.threads: list[threading.Thread] = []
+        self._lock = threading.Lock()  # for idle and wake_pending
+        self.idle = 0
+        self.wake_pending = False
+        self.stopped = False
+
+    def submit(self, connection: _Connection, request: Request, head_only: bool) -> None:
+        """On the loop: one request for the workers."""
+        self.jobs.put((connection, request, head_only))
+        if not self.idle and len(self.threads) < self.count:
+            thread = threading.Thread(target=self._work, name=f"{self.name}_{len(self.threads)}", daemon=True)
+            self.threads.append(thread)
+            thread.start()
+
+    def _work(self) -> None:
+        jobs, done, lock, handler = self.jobs, self.done, self._lock, self.handler
+        while True:
+            with lock:
+                self.idle += 1
+            job = jobs.get()
+            with lock:
+                self.idle -= 1
+            if job is None or self.stopped:
+                return
+            connection, request, head_only = job
+            done.append((connection, _answer(handler, request), head_only))
+            with lock:
+                if self.wake_pending:
+                    continue
+                self.wake_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed: the server has shut down
+                return
+
+    def _deliver(self) -> None:
+        """On the loop: every answer ready, each to its connection, in the order they came."""
+        with self._lock:
+            self.wake_pending = False
+        done = self.done
+        while done:
+            connection, response, head_only = done.popleft()
+            connection.answered(response, head_only)
+
+    def shutdown(self) -> None:
+        """Requests not yet started are dropped (their connections are closed); a handler running
+        finishes on its thread, and nothing is sent."""
+        self.stopped = True
+        for _ in self.threads:
+            self.jobs.put(None)
 
 
 def _head(response: Response, keep_alive: bool) -> bytes:
