@@ -31,6 +31,8 @@ __all__ = ["HttpServer", "Request", "Response", "ServerLimits"]
 _MAX_DISCARD_BYTES: Final = 64 << 20
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _FEED_BYTES: Final = 16 * 1024
+_MIN_TICK_SECONDS: Final = 0.05
+_MAX_TICK_SECONDS: Final = 1.0
 
 
 def _parser(limits: ServerLimits) -> h11.Connection:
@@ -112,6 +114,10 @@ class HttpServer:
         self.addr: str = str(host)
         self.port: int = int(bound_port)
         self.scheme = "https" if tls is not None else "http"
+        limits = self.limits
+        shortest = min(limits.idle_timeout_seconds, limits.read_timeout_seconds, limits.write_timeout_seconds)
+        self.tick = min(_MAX_TICK_SECONDS, max(_MIN_TICK_SECONDS, shortest / 4))
+        """How often the time limits are checked: a quarter of the shortest, within 0.05 to 1 s."""
         self.loop = asyncio.new_event_loop()
         self.workers = _Workers(handler, self.loop, self.limits.workers, f"{name}-worker")
         self.connections: dict[_Connection, None] = {}
@@ -148,6 +154,7 @@ class HttpServer:
             self.loop.close()
             return
         self._ready.set()
+        self.loop.call_later(self.tick, self._sweep)
         try:
             self.loop.run_forever()
         finally:
@@ -185,6 +192,15 @@ class HttpServer:
             connection.abort()
         await asyncio.sleep(0)
 
+    def _sweep(self) -> None:
+        """Close every connection past one of its time limits; runs every ``tick`` seconds (a
+        limit is kept to within one tick, and a request costs no timer of its own)."""
+        now = self.loop.time()
+        for connection in [c for c in self.connections if c.overdue(now)]:
+            connection.abort()
+        if not self.stopping:
+            self.loop.call_later(self.tick, self._sweep)
+
     def make_room(self) -> bool:
         """At the connection limit, close the connection idle the longest; False when none is idle."""
         if len(self.connections) < self.limits.max_connections:
@@ -200,7 +216,8 @@ class _Connection(asyncio.Protocol):
     """One client connection: ``h11`` parses the requests, this answers them in order and enforces
     the limits.
 
-    Timers: idle (no request started), the request deadline (a started request, head and body, must
+    Time limits (checked by the server's sweep, so to within one tick, and no timer per request):
+    idle (no request started), the request deadline (a started request, head and body, must
     have arrived within the read timeout of its first byte: a client that dribbles a byte at a time
     is cut off all the same), write (a client that stops reading its answer). While a request is on
     the worker pool, later requests wait in the parser's buffer (answers keep their order); past the
@@ -225,8 +242,9 @@ class _Connection(asyncio.Protocol):
         self.closing = False
         self.idle_since: float | None = None
         self.discarded = -1  # >= 0: answered and closing; the rest of an over-long body is read and dropped
-        self._timer: asyncio.TimerHandle | None = None  # idle or write
-        self._deadline: asyncio.TimerHandle | None = None  # the request being read
+        # when the server's sweep closes this connection (loop time; None: no limit running)
+        self._timer: float | None = None  # idle, write, or the rest of a refused body
+        self._deadline: float | None = None  # the request being read
 
     # asyncio.Protocol --------------------------------------------------------------------------
 
@@ -349,14 +367,15 @@ class _Connection(asyncio.Protocol):
         """The head of a request: checked against the limits; an ``Expect: 100-continue`` answered."""
         self.idle_since = None
         # h11 bounds a head still arriving; one that arrived whole in a single read is measured here
-        size = len(event.method) + len(event.target) + sum(len(n) + len(v) + 4 for n, v in event.headers)
-        if size > self.limits.max_header_bytes:
-            raise _BadRequest(431, "request headers too large")
+        size = len(event.method) + len(event.target)
         headers: dict[str, str] = {}
-        for name, value in event.headers:
+        for name, value in event.headers.raw_items():  # a list: cheaper than h11's Sequence view
+            size += len(name) + len(value) + 4
             key = name.decode("ascii").lower()
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        if size > self.limits.max_header_bytes:
+            raise _BadRequest(431, "request headers too large")
         if "transfer-encoding" in headers:
             raise _BadRequest(
                 501, "Transfer-Encoding: chunked request bodies are not supported; send Content-Length"
@@ -446,23 +465,22 @@ class _Connection(asyncio.Protocol):
     def _start_deadline(self) -> None:
         """A request has begun: it must be complete within the read timeout. Never moved later."""
         if self._deadline is None:
-            self._cancel_timer()  # no longer idle
+            self._timer = None  # no longer idle
             self.idle_since = None
-            self._deadline = self.loop.call_later(self.limits.read_timeout_seconds, self.abort)
+            self._deadline = self.loop.time() + self.limits.read_timeout_seconds
 
     def _end_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._deadline = None
 
     def _set_timer(self, seconds: float) -> None:
-        self._cancel_timer()
-        self._timer = self.loop.call_later(seconds, self.abort)
+        self._timer = self.loop.time() + seconds
 
     def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer = None
+
+    def overdue(self, now: float) -> bool:
+        timer, deadline = self._timer, self._deadline
+        return (timer is not None and timer <= now) or (deadline is not None and deadline <= now)
 
     def _cancel_timers(self) -> None:
         self._cancel_timer()
