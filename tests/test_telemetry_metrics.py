@@ -13,7 +13,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from otelguard import Decision, Guard, GuardConfig, Signature, TurnSummary
 from otelguard._version import __version__
-from otelguard.observers import CallEvent
+from otelguard.core.observers import CallEvent
 from otelguard.telemetry import STAGES, Telemetry
 
 KEY = "test-signature-key"

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from otelguard._version import __version__
-from otelguard.bounded_map import BoundedMap
+from otelguard.core.bounded_map import BoundedMap
 from otelguard.telemetry import attributes as attr
 
 if TYPE_CHECKING:
