@@ -128,6 +128,32 @@ def test_pipelined_requests_are_answered_in_order(echo_server: HttpServer) -> No
     assert answer.index(b"GET /a 0") < answer.index(b"GET /b 0")
 
 
+def test_answers_finished_by_the_workers_at_once_all_reach_their_connections() -> None:
+    """Workers hand answers back to the loop together: 32 keep-alive clients, each sending its
+    requests one after another, all on the workers; every answer reaches its own connection, in
+    order, none is lost, and the workers stay bounded."""
+
+    def slow_echo(request: Request) -> Response:
+        time.sleep(0.001)  # answers finish close together on the four workers
+        return echo(request)
+
+    def client(number: int) -> list[bytes]:
+        connection = http.client.HTTPConnection("127.0.0.1", server.port, timeout=GENEROUS_TIMEOUT)
+        answers = []
+        for index in range(25):
+            connection.request("POST", f"/c{number}/{index}", body=b"x" * number)
+            answers.append(connection.getresponse().read())
+        connection.close()
+        return answers
+
+    with HttpServer(slow_echo, limits=ServerLimits(workers=4), name="otelguard-w") as server:
+        with ThreadPoolExecutor(32) as clients:
+            answers = list(clients.map(client, range(32)))
+        workers = [t for t in server_threads() if t.name.startswith("otelguard-w-worker")]
+    assert answers == [[f"POST /c{n}/{i} {n}".encode() for i in range(25)] for n in range(32)]
+    assert 1 <= len(workers) <= 4
+
+
 def test_http_1_0_closes_unless_asked_to_keep_alive(echo_server: HttpServer) -> None:
     answer = raw(echo_server.port, b"GET /x HTTP/1.0\r\n\r\n")
     assert answer.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in answer

@@ -16,10 +16,11 @@ import contextlib
 import socket
 import ssl
 import threading
+from collections import deque
 from collections.abc import Callable, Mapping
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from http import HTTPStatus
+from queue import SimpleQueue
 from types import MappingProxyType
 from typing import Final
 
@@ -30,6 +31,8 @@ __all__ = ["HttpServer", "Request", "Response", "ServerLimits"]
 _MAX_DISCARD_BYTES: Final = 64 << 20
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _FEED_BYTES: Final = 16 * 1024
+_MIN_TICK_SECONDS: Final = 0.05
+_MAX_TICK_SECONDS: Final = 1.0
 
 
 def _parser(limits: ServerLimits) -> h11.Connection:
@@ -111,8 +114,12 @@ class HttpServer:
         self.addr: str = str(host)
         self.port: int = int(bound_port)
         self.scheme = "https" if tls is not None else "http"
-        self.executor = ThreadPoolExecutor(self.limits.workers, thread_name_prefix=f"{name}-worker")
+        limits = self.limits
+        shortest = min(limits.idle_timeout_seconds, limits.read_timeout_seconds, limits.write_timeout_seconds)
+        self.tick = min(_MAX_TICK_SECONDS, max(_MIN_TICK_SECONDS, shortest / 4))
+        """How often the time limits are checked: a quarter of the shortest, within 0.05 to 1 s."""
         self.loop = asyncio.new_event_loop()
+        self.workers = _Workers(handler, self.loop, self.limits.workers, f"{name}-worker")
         self.connections: dict[_Connection, None] = {}
         self.stopping = False
         self._server: asyncio.base_events.Server | None = None
@@ -122,7 +129,7 @@ class HttpServer:
         self._thread.start()
         self._ready.wait()
         if self._startup_error is not None:
-            self.executor.shutdown(wait=False)
+            self.workers.shutdown()
             raise self._startup_error
 
     @property
@@ -147,6 +154,7 @@ class HttpServer:
             self.loop.close()
             return
         self._ready.set()
+        self.loop.call_later(self.tick, self._sweep)
         try:
             self.loop.run_forever()
         finally:
@@ -160,7 +168,7 @@ class HttpServer:
             future.result(5)
         self.loop.call_soon_threadsafe(self.loop.stop)
         self._thread.join(5)
-        self.executor.shutdown(wait=False, cancel_futures=True)
+        self.workers.shutdown()
 
     close = shutdown
 
@@ -184,6 +192,15 @@ class HttpServer:
             connection.abort()
         await asyncio.sleep(0)
 
+    def _sweep(self) -> None:
+        """Close every connection past one of its time limits; runs every ``tick`` seconds (a
+        limit is kept to within one tick, and a request costs no timer of its own)."""
+        now = self.loop.time()
+        for connection in [c for c in self.connections if c.overdue(now)]:
+            connection.abort()
+        if not self.stopping:
+            self.loop.call_later(self.tick, self._sweep)
+
     def make_room(self) -> bool:
         """At the connection limit, close the connection idle the longest; False when none is idle."""
         if len(self.connections) < self.limits.max_connections:
@@ -199,7 +216,8 @@ class _Connection(asyncio.Protocol):
     """One client connection: ``h11`` parses the requests, this answers them in order and enforces
     the limits.
 
-    Timers: idle (no request started), the request deadline (a started request, head and body, must
+    Time limits (checked by the server's sweep, so to within one tick, and no timer per request):
+    idle (no request started), the request deadline (a started request, head and body, must
     have arrived within the read timeout of its first byte: a client that dribbles a byte at a time
     is cut off all the same), write (a client that stops reading its answer). While a request is on
     the worker pool, later requests wait in the parser's buffer (answers keep their order); past the
@@ -218,13 +236,15 @@ class _Connection(asyncio.Protocol):
         self.unread = bytearray()  # received, not yet given to the parser
         self.eof = False
         self.eof_fed = False
+        self.empty = True  # the parser holds no byte: fed before it is asked, or known to need data
         self.busy = False
         self.paused_writing = False
         self.closing = False
         self.idle_since: float | None = None
         self.discarded = -1  # >= 0: answered and closing; the rest of an over-long body is read and dropped
-        self._timer: asyncio.TimerHandle | None = None  # idle or write
-        self._deadline: asyncio.TimerHandle | None = None  # the request being read
+        # when the server's sweep closes this connection (loop time; None: no limit running)
+        self._timer: float | None = None  # idle, write, or the rest of a refused body
+        self._deadline: float | None = None  # the request being read
 
     # asyncio.Protocol --------------------------------------------------------------------------
 
@@ -291,6 +311,15 @@ class _Connection(asyncio.Protocol):
     def _process(self) -> None:
         """Answer every complete request the parser holds, in order, until one goes to the workers."""
         while not self.busy and not self.closing and not self.paused_writing:
+            if self.empty:  # what h11 would answer is known: NEED_DATA (an h11 call saved per request)
+                if self.unread:
+                    self.empty = False
+                    self.parser.receive_data(bytes(self.unread[:_FEED_BYTES]))
+                    del self.unread[:_FEED_BYTES]
+                elif not self.eof:
+                    if self._deadline is None:
+                        self._wait_for_request()
+                    break
             try:
                 event = self.parser.next_event()
             except h11.RemoteProtocolError as exc:
@@ -338,14 +367,15 @@ class _Connection(asyncio.Protocol):
         """The head of a request: checked against the limits; an ``Expect: 100-continue`` answered."""
         self.idle_since = None
         # h11 bounds a head still arriving; one that arrived whole in a single read is measured here
-        size = len(event.method) + len(event.target) + sum(len(n) + len(v) + 4 for n, v in event.headers)
-        if size > self.limits.max_header_bytes:
-            raise _BadRequest(431, "request headers too large")
+        size = len(event.method) + len(event.target)
         headers: dict[str, str] = {}
-        for name, value in event.headers:
+        for name, value in event.headers.raw_items():  # a list: cheaper than h11's Sequence view
+            size += len(name) + len(value) + 4
             key = name.decode("ascii").lower()
             text = value.decode("latin-1")
             headers[key] = f"{headers[key]}, {text}" if key in headers else text
+        if size > self.limits.max_header_bytes:
+            raise _BadRequest(431, "request headers too large")
         if "transfer-encoding" in headers:
             raise _BadRequest(
                 501, "Transfer-Encoding: chunked request bodies are not supported; send Content-Length"
@@ -388,14 +418,14 @@ class _Connection(asyncio.Protocol):
             self._send(_answer(server.handler, request), head_only)
             return
         self.busy = True
-        future = self.loop.run_in_executor(server.executor, _answer, server.handler, request)
-        future.add_done_callback(lambda done: self._answered(done, head_only))
+        server.workers.submit(self, request, head_only)
 
-    def _answered(self, done: asyncio.Future[Response], head_only: bool) -> None:
+    def answered(self, response: Response, head_only: bool) -> None:
+        """A worker's answer to this connection's request (called on the loop)."""
         self.busy = False
-        if self.closing or done.cancelled():
+        if self.closing:
             return
-        self._send(done.result(), head_only)
+        self._send(response, head_only)
         if not self.closing:
             self._process()
 
@@ -412,6 +442,7 @@ class _Connection(asyncio.Protocol):
         ahead = self.parser.trailing_data[0]  # at most a slice of what the client sent next
         self.parser = _parser(self.limits)
         self.eof_fed = False
+        self.empty = not ahead
         if ahead:
             self.parser.receive_data(ahead)
 
@@ -434,38 +465,107 @@ class _Connection(asyncio.Protocol):
     def _start_deadline(self) -> None:
         """A request has begun: it must be complete within the read timeout. Never moved later."""
         if self._deadline is None:
-            self._cancel_timer()  # no longer idle
+            self._timer = None  # no longer idle
             self.idle_since = None
-            self._deadline = self.loop.call_later(self.limits.read_timeout_seconds, self.abort)
+            self._deadline = self.loop.time() + self.limits.read_timeout_seconds
 
     def _end_deadline(self) -> None:
-        if self._deadline is not None:
-            self._deadline.cancel()
-            self._deadline = None
+        self._deadline = None
 
     def _set_timer(self, seconds: float) -> None:
-        self._cancel_timer()
-        self._timer = self.loop.call_later(seconds, self.abort)
+        self._timer = self.loop.time() + seconds
 
     def _cancel_timer(self) -> None:
-        if self._timer is not None:
-            self._timer.cancel()
-            self._timer = None
+        self._timer = None
+
+    def overdue(self, now: float) -> bool:
+        timer, deadline = self._timer, self._deadline
+        return (timer is not None and timer <= now) or (deadline is not None and deadline <= now)
 
     def _cancel_timers(self) -> None:
         self._cancel_timer()
         self._end_deadline()
 
 
+class _Workers:
+    """The worker threads (started at the first request for them), fed through one queue. Answers
+    go back to the loop together: a worker wakes the loop only when no wake-up is pending, and the
+    loop then sends every answer that is ready (under load, one wake-up carries several).
+    """
+
+    def __init__(self, handler: Handler, loop: asyncio.AbstractEventLoop, count: int, name: str) -> None:
+        self.handler = handler
+        self.loop = loop
+        self.count = count
+        self.name = name
+        self.jobs: SimpleQueue[tuple[_Connection, Request, bool] | None] = SimpleQueue()
+        self.done: deque[tuple[_Connection, Response, bool]] = deque()
+        self.threads: list[threading.Thread] = []
+        self._lock = threading.Lock()  # for wake_pending
+        self.wake_pending = False
+        self.stopped = False
+
+    def submit(self, connection: _Connection, request: Request, head_only: bool) -> None:
+        """On the loop: one request for the workers."""
+        if not self.threads:
+            for n in range(self.count):
+                thread = threading.Thread(target=self._work, name=f"{self.name}_{n}", daemon=True)
+                self.threads.append(thread)
+                thread.start()
+        self.jobs.put((connection, request, head_only))
+
+    def _work(self) -> None:
+        jobs, done, lock, handler = self.jobs, self.done, self._lock, self.handler
+        while True:
+            job = jobs.get()
+            if job is None or self.stopped:
+                return
+            connection, request, head_only = job
+            done.append((connection, _answer(handler, request), head_only))
+            with lock:
+                if self.wake_pending:
+                    continue
+                self.wake_pending = True
+            try:
+                self.loop.call_soon_threadsafe(self._deliver)
+            except RuntimeError:  # the loop is closed: the server has shut down
+                return
+
+    def _deliver(self) -> None:
+        """On the loop: every answer ready, each to its connection, in the order they came."""
+        with self._lock:
+            self.wake_pending = False
+        done = self.done
+        while done:
+            connection, response, head_only = done.popleft()
+            connection.answered(response, head_only)
+
+    def shutdown(self) -> None:
+        """Requests not yet started are dropped (their connections are closed); a handler running
+        finishes on its thread, and nothing is sent."""
+        self.stopped = True
+        for _ in self.threads:
+            self.jobs.put(None)
+
+
+_HEADS: dict[tuple[int, str, bool, tuple[tuple[str, str], ...]], tuple[bytes, bytes]] = {}
+_MAX_HEADS: Final = 256
+
+
 def _head(response: Response, keep_alive: bool) -> bytes:
-    lines = [
-        f"HTTP/1.1 {response.status} {_reason(response.status)}",
-        f"Content-Type: {response.content_type}",
-        f"Content-Length: {len(response.body)}",
-        "Connection: keep-alive" if keep_alive else "Connection: close",
-    ]
-    lines.extend(f"{name}: {value}" for name, value in response.headers)
-    return ("\r\n".join(lines) + "\r\n\r\n").encode("latin-1")
+    """The answer's head: built once per kind of answer (status, type, extra headers: code
+    constants), with only the length filled in per answer."""
+    key = (response.status, response.content_type, keep_alive, response.headers)
+    parts = _HEADS.get(key)
+    if parts is None:
+        before = f"HTTP/1.1 {response.status} {_reason(response.status)}\r\n"
+        before += f"Content-Type: {response.content_type}\r\nContent-Length: "
+        after = "\r\nConnection: keep-alive" if keep_alive else "\r\nConnection: close"
+        after += "".join(f"\r\n{name}: {value}" for name, value in response.headers) + "\r\n\r\n"
+        parts = (before.encode("latin-1"), after.encode("latin-1"))
+        if len(_HEADS) < _MAX_HEADS:
+            _HEADS[key] = parts
+    return b"%s%d%s" % (parts[0], len(response.body), parts[1])
 
 
 def _answer(handler: Handler, request: Request) -> Response:

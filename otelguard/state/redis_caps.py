@@ -23,6 +23,7 @@ back while the hash lives on: a session can overshoot by what was charged while 
 
 from __future__ import annotations
 
+import hashlib
 import logging
 import threading
 import time
@@ -30,13 +31,12 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Final
 
 import redis
-from redis.commands.core import Script
 
 from otelguard.config import StateSettings, mask_url
 from otelguard.config.state import CLUSTER_SCHEMES
 from otelguard.core.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
 from otelguard.core.session_keys import session_digest
-from otelguard.state.redis_client import make_client, pack, send_packed
+from otelguard.state.redis_client import Packed, Packer, make_client, send_packed
 from otelguard.state.reports import StateOp, StateReport
 
 __all__ = ["MAX_BACKOFF_SECONDS", "RedisLink", "RedisSessionCaps", "link_for", "open_session_caps"]
@@ -128,7 +128,7 @@ error reply is taken for a Redis that cannot serve."""
 _REDIRECTS: Final = ("MovedError", "AskError")
 
 
-Prepared = bytes | tuple[str, tuple[bytes | int, ...]]
+Prepared = Packed | tuple[str, tuple[bytes | int, ...]]
 """A command ready to send: packed for a plain client, key and arguments for a cluster's."""
 
 _SENT_OK: Final = StateReport(sent=True, error=None, fell_back=False)
@@ -172,8 +172,9 @@ class RedisLink:
         self._client: Any = None  # made by the first command: a cluster's is made by asking a node
         self._client_lock = threading.Lock()
         self._slots = threading.BoundedSemaphore(_MAX_CONNECTIONS)
-        self._charge = Script(None, _CHARGE.encode())  # type: ignore[arg-type]
-        self._refund = Script(None, _REFUND.encode())  # type: ignore[arg-type]
+        self._scripts: dict[StateOp, Any] = {}  # registered with the client when it is made
+        self._charge_sha = hashlib.sha1(_CHARGE.encode()).hexdigest()  # what EVALSHA names it by
+        self._packer = Packer()
         self._clock = clock
         self._lock = threading.Lock()
         self._healthy = True  # until a command fails: the first call tries
@@ -202,7 +203,12 @@ class RedisLink:
             with self._client_lock:
                 client = self._client
                 if client is None:
-                    client = self._client = make_client(self.state, self._timeout, _MAX_CONNECTIONS)
+                    client = make_client(self.state, self._timeout, _MAX_CONNECTIONS)
+                    self._scripts = {
+                        "charge": client.register_script(_CHARGE),
+                        "refund": client.register_script(_REFUND),
+                    }
+                    self._client = client
         return client
 
     def prepare(self, key: str, args: Sequence[bytes | int]) -> Prepared:
@@ -210,15 +216,15 @@ class RedisLink:
         once (a session's usual charge is the same bytes every time, so its store keeps them)."""
         if self.cluster:
             return (key, tuple(args))
-        return pack("EVALSHA", self._charge.sha, 1, key, *args)
+        return self._packer.pack("EVALSHA", self._charge_sha, 1, key, *args)
 
     def charge(self, command: Prepared) -> Any:
-        return self._run("charge", self._charge, command)
+        return self._run("charge", command)
 
     def refund(self, key: str, args: Sequence[bytes | int]) -> Any:
-        return self._run("refund", self._refund, (key, tuple(args)))
+        return self._run("refund", (key, tuple(args)))
 
-    def _run(self, op: StateOp, script: Script, command: Prepared) -> Any:
+    def _run(self, op: StateOp, command: Prepared) -> Any:
         """Redis's answer to one script, or ``_Failed`` naming the step that failed, ``_KeyError``
         for an error reply about the key, ``_Busy`` when no connection came free in ``timeout_ms``."""
         if not self._slots.acquire(timeout=self._timeout):
@@ -229,8 +235,9 @@ class RedisLink:
                 client = self.client()
             except Exception as exc:
                 raise _Failed("connect", exc) from None
+            script = self._scripts[op]
             try:
-                if isinstance(command, bytes):
+                if isinstance(command, list):
                     return send_packed(client.connection_pool, script, command)
                 key, args = command
                 # the cluster client finds the node of the key's slot

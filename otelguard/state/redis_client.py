@@ -1,62 +1,75 @@
 """The redis-py client of a shared-state URL (docs/shared-state.md): a plain client or a Redis
 Cluster's, each command one attempt bounded by ``timeout_ms``, and the charge script sent packed.
+
+Only redis-py's public API: ``Redis``/``RedisCluster``, ``register_script``, and a pool's
+``get_connection``/``release`` with a connection's ``pack_command``, ``send_packed_command``,
+``send_command``, ``read_response`` and ``disconnect``. Two of them changed between the supported
+versions (redis-py 5.0 to 8.x), chosen here by ``redis.__version__`` (``tests/test_redis_py_versions.py``
+runs the backend on each):
+
+* turning off ``CLIENT SETINFO``: ``driver_info=None`` from 7.2 (``lib_name``/``lib_version`` are
+  deprecated there), ``lib_name=None, lib_version=None`` before;
+* ``ConnectionPool.get_connection()``: the command's name is required before 5.3, deprecated after.
 """
 
 from __future__ import annotations
 
-import inspect
 from typing import Any, Final
 
 import redis
 from redis.backoff import NoBackoff
 from redis.cluster import RedisCluster
-from redis.commands.core import Script
-from redis.connection import PythonRespSerializer
 from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from otelguard.config import StateSettings
 from otelguard.config.state import CLUSTER_SCHEMES, state_password
 
-__all__ = ["make_client", "pack", "send_packed"]
+__all__ = ["REDIS_PY", "Packer", "make_client", "send_packed"]
 
-# redis-py 7 names it driver_info; earlier versions lib_name and lib_version
+
+def _version(text: str) -> tuple[int, int]:
+    major, _, rest = text.partition(".")
+    minor = "".join(c for c in rest.partition(".")[0] if c.isdigit())
+    return int(major), int(minor or 0)
+
+
+REDIS_PY: Final = _version(redis.__version__)
+"""The installed redis-py's (major, minor)."""
+
 _NO_CLIENT_INFO: Final[dict[str, None]] = (
-    {"driver_info": None}
-    if "driver_info" in inspect.signature(redis.connection.AbstractConnection.__init__).parameters
-    else {"lib_name": None, "lib_version": None}
+    {"driver_info": None} if REDIS_PY >= (7, 2) else {"lib_name": None, "lib_version": None}
 )
+_CONNECTION_ARGS: Final[tuple[str, ...]] = () if REDIS_PY >= (5, 3) else ("EVALSHA",)
+
+Packed = list[bytes]
+"""One command in the Redis protocol, as a connection's ``pack_command`` gives it."""
 
 
-def _encode(value: bytes | str | int) -> bytes:
-    if isinstance(value, bytes):
-        return value
-    return value.encode() if isinstance(value, str) else b"%d" % value
+class Packer:
+    """Packs commands as a connection of the pool would (a connection that is never connected:
+    ``pack_command`` needs no socket), so that a command sent many times is packed once."""
+
+    def __init__(self) -> None:
+        self._connection = redis.Connection()  # type: ignore[no-untyped-call]
+
+    def pack(self, *args: bytes | str | int) -> Packed:
+        return list(self._connection.pack_command(*args))  # type: ignore[no-untyped-call]
 
 
-_PACKER: Final = PythonRespSerializer(6000, _encode)
-"""redis-py's own RESP packer (what a connection packs a command with); the arguments are already
-bytes, text of the script's digest, or integers."""
-
-
-def pack(*args: bytes | str | int) -> bytes:
-    """One command in the Redis protocol, by redis-py's packer."""
-    return b"".join(_PACKER.pack(*args))  # type: ignore[no-untyped-call]
-
-
-def send_packed(pool: redis.ConnectionPool, script: Script, packed: bytes) -> Any:
+def send_packed(pool: redis.ConnectionPool, script: Any, packed: Packed) -> Any:
     """One packed ``EVALSHA`` on one connection of the pool (the client's own path around each
-    command would double the CPU of a charge); a Redis that does not know the script (restarted) is
-    given it first."""
-    connection = pool.get_connection()
+    command would cost a third more CPU per charge); a Redis that does not know the script
+    (restarted) is given it first. ``script`` is the ``register_script`` object of the command."""
+    connection = pool.get_connection(*_CONNECTION_ARGS)
     try:
-        connection.send_packed_command((packed,), check_health=False)  # type: ignore[no-untyped-call]
+        connection.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
         try:
             return connection.read_response()
         except NoScriptError:
             connection.send_command("SCRIPT", "LOAD", script.script)  # type: ignore[no-untyped-call]
             connection.read_response()
-            connection.send_packed_command((packed,), check_health=False)  # type: ignore[no-untyped-call]
+            connection.send_packed_command(packed, check_health=False)  # type: ignore[no-untyped-call]
             return connection.read_response()
     except redis.ResponseError:
         raise  # an error reply leaves the connection usable
