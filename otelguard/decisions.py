@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, Literal, NamedTuple
 
@@ -25,6 +26,7 @@ __all__ = [
     "ToolClass",
     "TurnOutcome",
     "TurnSummary",
+    "new_signature",
 ]
 
 Action = Literal["allow", "warn", "reject", "block", "halt"]
@@ -112,6 +114,11 @@ class Signature(NamedTuple):
 
     tool_name: str
     args_hash: str
+
+
+new_signature: Final[Callable[[tuple[str, str]], Signature]] = partial(tuple.__new__, Signature)
+"""``new_signature((tool_name, args_hash))``: a ``Signature`` built without the named tuple's
+Python-level ``__new__`` (one per call)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -307,7 +307,15 @@ class TurnDetectors:
         ok = outcome == "ok"
         same_errors = 0
         state.rejects = 0  # it ran: the rejects it was given are spent
-        across = self.memory.record(sig, outcome, error) if tool_class != "poll" else 0
+        if tool_class == "poll":
+            across = 0
+        elif ok:  # what SessionMemory.record does for a success, without the call
+            across = 0
+            remembered = self.memory.failures
+            if remembered:
+                remembered.pop(sig, None)
+        else:
+            across = self.memory.record(sig, outcome, error)
         if ok:
             self._clear_after_success(sig.tool_name, state, tool_class)
             tool_failures = refusals = 0

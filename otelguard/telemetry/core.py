@@ -23,7 +23,7 @@ from otelguard._version import __version__
 from otelguard.config_telemetry import TelemetrySettings
 from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
 from otelguard.observers import CallEvent, GuardObserver, TurnInfo
-from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note
+from otelguard.signatures import MAX_NAME_CHARS, RANDOM_KEY_NOTE, bounded_name, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
 
@@ -387,14 +387,12 @@ def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | 
     return None
 
 
-_MAX_ATTRIBUTE_LENGTH: Final = 256
-
-
 def _clip(text: object) -> str:
-    """Host-chosen names (tools, agents, call ids) are bounded and valid UTF-8 on spans, like labels
-    are in metrics."""
+    """Host-chosen names (tools, agents, call ids) on spans: bounded as the guard bounds them where a
+    call enters it (``bounded_name``, a no-op on what the guard hands over), so a span and a metric
+    label show one same name; and valid UTF-8."""
     text = _name(text)
-    return valid_utf8(text if len(text) <= _MAX_ATTRIBUTE_LENGTH else text[:_MAX_ATTRIBUTE_LENGTH])
+    return valid_utf8(text if len(text) <= MAX_NAME_CHARS else bounded_name(text))
 
 
 def _name(value: object) -> str:
