@@ -195,12 +195,11 @@ class Decision:
         return result
 
 
-_make_decision = positional_factory(Decision)
-
-
-def allow_decision(tool_name: str, signature: Signature) -> Decision:
-    """An ``allow`` for one call (built without the dataclass ``__init__``: it runs on every call)."""
-    return _make_decision("allow", ALLOW, "", tool_name, 0, 0, signature, None)
+allow_decision: Final[Callable[[str, Signature], Decision]] = positional_factory(
+    Decision, {"action": "allow", "code": ALLOW, "message": "", "count": 0, "limit": 0, "cap": None}
+)
+"""``allow_decision(tool_name, signature)``: an ``allow`` for one call (built without the dataclass
+``__init__``: it runs on every call)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -184,7 +184,12 @@ class TurnDetectors:
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used."""
-        return self.signatures.touch(sig, SignatureState)
+        signatures = self.signatures
+        state = signatures.get(sig)
+        if state is None:
+            return signatures.touch(sig, SignatureState)
+        signatures.move_to_end(sig)
+        return state
 
     # before_call -----------------------------------------------------------------------------
 
