@@ -322,7 +322,9 @@ class TurnDetectors:
         else:
             across = self.memory.record(sig, outcome, error)
         if ok:
-            self._clear_after_success(sig.tool_name, state, tool_class)
+            state.exact_failures = 0
+            if tool_class == "write" or tool_class == "shell" or self.tool_failures or self.refusals:
+                self._clear_after_success(sig.tool_name, tool_class)
             tool_failures = refusals = 0
         else:
             tool_failures, refusals = self._count_failure(sig.tool_name, state, outcome, refusal, tool_class)
@@ -330,13 +332,14 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        runs = self.cycle.runs
         if (
             ok
             and identical < self._quiet_identical
             and state.no_progress < self._quiet_no_progress
             and self.read_streak < self._quiet_read_streak
             and self.write_streak < self._quiet_write_streak
-            and not self.cycle.runs_any()
+            and not (runs[2] or runs[3] or runs[4])  # cycle.runs_any(), on every call
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         failures = _FailureCounts(tool_failures, refusals, same_errors, across)
@@ -384,11 +387,10 @@ class TurnDetectors:
                 self.write_streak = 0
         return identical
 
-    def _clear_after_success(self, tool: str, state: SignatureState, tool_class: ToolClass) -> None:
-        """exact_failure: the signature's streak ends, and any successful write or shell call is
-        progress (an edit made with ``sed -i``); same_tool_failure and refusal: only a success of the
-        same tool clears them."""
-        state.exact_failures = 0
+    def _clear_after_success(self, tool: str, tool_class: ToolClass) -> None:
+        """After a success (whose signature's exact_failure streak ``record_after`` ended): any
+        successful write or shell call is progress (an edit made with ``sed -i``); same_tool_failure
+        and refusal: only a success of the same tool clears them."""
         if tool_class == "write" or tool_class == "shell":
             self.write_epoch += 1
             if self.errors:
