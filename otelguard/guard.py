@@ -33,6 +33,7 @@ __all__ = ["Guard"]
 DEFAULT_AGENT: Final = "default"
 
 
+_MAX: Final = MAX_NAME_CHARS  # the names the guard takes as they come
 _NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
 
 
@@ -201,24 +202,18 @@ class Guard:
     def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision:
         """Decide whether a call may run. Refused calls end here; allowed ones await ``after_call``."""
         try:
-            name = (
-                tool_name
-                if type(tool_name) is str and len(tool_name) <= MAX_NAME_CHARS
-                else name_of(tool_name)
-            )
+            name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
             facts = self._known_facts(name) or self._catalog.facts(name)
             turn = self._turn or self._current_turn()
-            if type(call_id) is str and len(call_id) > MAX_NAME_CHARS:
+            if type(call_id) is str and len(call_id) > _MAX:
                 call_id = bounded_name(call_id)
             if type(args) is dict or not isinstance(args, (str, bytes)):
-                args_hash = self._hasher.args_hash(args, facts.ignored_args)
-                parsed = args
+                args_hash, parsed = self._hasher.args_hash(args, facts.ignored_args), args
             else:  # JSON-string arguments: read once, for the hash and the spawn count
                 args_hash, parsed = self._hasher.text_hash(args, facts.ignored_args)
             sig = new_signature((name, args_hash))
             requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
-            observed = self._observed
             with self._lock:
                 turn.tool_calls += 1
                 if turn.halt is not None:
@@ -235,24 +230,14 @@ class Guard:
                         charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     # found again by call id, or by (tool, id(args)): the args are never kept alive
-                    pending = new_pending(
-                        (
-                            sig,
-                            turn,
-                            charges,
-                            requested,
-                            decision,
-                            time.time_ns() if observed else 0,
-                            tokens,
-                            fell_back,
-                        )
-                    )
+                    at = time.time_ns() if self._observed else 0
+                    pending = new_pending((sig, turn, charges, requested, decision, at, tokens, fell_back))
                     self._pending.add(
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
                     )
                 else:
                     turn.record(decision)
-            if observed and (pending is None or self._observe_starts):
+            if self._observed and (pending is None or self._observe_starts):
                 outcome: Outcome | None = None
                 record = pending
                 if record is None:  # refused: it ends here
@@ -285,22 +270,15 @@ class Guard:
         cap charge is refunded, the decision is ``allow``; ``failed`` and ``refusal`` are ignored.
         """
         try:
-            name = (
-                tool_name
-                if type(tool_name) is str and len(tool_name) <= MAX_NAME_CHARS
-                else name_of(tool_name)
-            )
+            name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
             facts = self._known_facts(name) or self._catalog.facts(name)
             turn = self._turn or self._current_turn()
-            if type(call_id) is str and len(call_id) > MAX_NAME_CHARS:
+            if type(call_id) is str and len(call_id) > _MAX:
                 call_id = bounded_name(call_id)
             tool_class = facts.tool_class
-            outcome: Outcome
             if cancelled:
-                outcome = "cancelled"
+                outcome: Outcome = "cancelled"
                 refusal = None
-            elif refusal is None and failed is not None:
-                outcome = "failed" if failed else "ok"
             else:
                 outcome = _outcome(result, failed, refusal, tool_class == "shell")
                 if refusal is not None and not isinstance(refusal, str):
@@ -318,14 +296,13 @@ class Guard:
                 if (outcome == "refused" or cancelled) and pending is not None:
                     self._caps.refund(pending.charges, same_turn=pending.turn is turn)
                 if not cancelled:
-                    detectors = turn.detectors
-                    state = detectors.state(sig)
+                    state = turn.detectors.state(sig)
                     same = (
                         outcome == "ok"
                         and tool_class != "poll"
                         and self._results.same_as_previous(state, result)
                     )
-                    verdict = detectors.record_after(
+                    verdict = turn.detectors.record_after(
                         sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error
                     )
                 if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
