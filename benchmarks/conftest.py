@@ -14,7 +14,7 @@ import pytest
 
 from otelguard.bench.runners import SpanPipeline
 from otelguard.bench.workloads import workload_turns
-from otelguard.scripted import ScriptedCall
+from otelguard.core.scripted import ScriptedCall
 
 BENCH_CALLS = 5_000
 

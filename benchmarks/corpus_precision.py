@@ -42,8 +42,8 @@ import yaml
 from benchmarks.run_records import RunRecord, run_records
 from otelguard import GuardConfig
 from otelguard.environment_variables import OTELGUARD_CORPUS
+from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.replay import ReplayReport, ReplayRunner, expand_paths, replay_bytes, replay_inputs
-from otelguard.replay.events import SessionKey, ToolCall
 
 ARCHIVE: Final = "runs.tar.xz"
 GROUND_TRUTH: Final = "ground_truth.yaml"

@@ -1,6 +1,6 @@
 """Load on ``/metrics``: parallel scrapers, many connections, idle connections (before/after figures).
 
-Run: ``python benchmarks/metrics_server_load.py [--seconds 20] [--module otelguard.metrics_server]``.
+Run: ``python benchmarks/metrics_server_load.py [--seconds 20] [--module otelguard.serving.metrics_server]``.
 The server runs in a child process so its thread count can be read from ``/proc``. Prints JSON.
 """
 
@@ -96,7 +96,7 @@ def listen_drops() -> int:
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--module", default="otelguard.metrics_server")
+    parser.add_argument("--module", default="otelguard.serving.metrics_server")
     parser.add_argument("--seconds", type=float, default=20.0)
     parser.add_argument("--timeout", type=float, default=10.0)
     args = parser.parse_args()

@@ -15,7 +15,7 @@ import pytest
 from pytest_benchmark.fixture import BenchmarkFixture
 
 from otelguard.bench.runners import CONFIGURATIONS, Runner, SpanPipeline, runners_for
-from otelguard.scripted import ScriptedCall
+from otelguard.core.scripted import ScriptedCall
 
 from .conftest import cycle_turns
 

@@ -6,22 +6,22 @@ tool call and must not pay for the core, OpenTelemetry or prometheus_client; a s
 always runs this file first, so the defaults below are registered before any guard is made.
 """
 
-from otelguard import _resolvers
 from otelguard._version import __version__
+from otelguard.core import _resolvers
 
 # Not ``typing.TYPE_CHECKING``: importing typing (and the re and enum it pulls in) would be a third of
 # the hook command's own startup time. Type checkers treat any constant of this name as true.
 TYPE_CHECKING = False
 if TYPE_CHECKING:
-    from otelguard.caps import SessionCapStore
     from otelguard.config import GuardConfig, TelemetrySettings
-    from otelguard.decisions import Decision, Signature, TurnSummary
+    from otelguard.core.caps import SessionCapStore
+    from otelguard.core.decisions import Decision, Signature, TurnSummary
+    from otelguard.core.guard import Guard
+    from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
+    from otelguard.core.tool_calls import GuardedCall
     from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
-    from otelguard.guard import Guard
-    from otelguard.metrics_server import serve_metrics
-    from otelguard.observers import CallEvent, GuardObserver, TurnInfo
+    from otelguard.serving.metrics_server import serve_metrics
     from otelguard.telemetry import Telemetry
-    from otelguard.tool_calls import GuardedCall
 del TYPE_CHECKING  # not part of the package's namespace
 
 
@@ -64,21 +64,21 @@ __all__ = [
 ]
 
 _HOMES: dict[str, str] = {
-    "CallEvent": "otelguard.observers",
+    "CallEvent": "otelguard.core.observers",
     "ConfigError": "otelguard.errors",
-    "Decision": "otelguard.decisions",
-    "Guard": "otelguard.guard",
+    "Decision": "otelguard.core.decisions",
+    "Guard": "otelguard.core.guard",
     "GuardConfig": "otelguard.config",
     "GuardHalted": "otelguard.errors",
-    "GuardObserver": "otelguard.observers",
-    "GuardedCall": "otelguard.tool_calls",
+    "GuardObserver": "otelguard.core.observers",
+    "GuardedCall": "otelguard.core.tool_calls",
     "OtelGuardError": "otelguard.errors",
-    "Signature": "otelguard.decisions",
+    "Signature": "otelguard.core.decisions",
     "Telemetry": "otelguard.telemetry",
     "TelemetrySettings": "otelguard.config",
-    "TurnInfo": "otelguard.observers",
-    "TurnSummary": "otelguard.decisions",
-    "serve_metrics": "otelguard.metrics_server",
+    "TurnInfo": "otelguard.core.observers",
+    "TurnSummary": "otelguard.core.decisions",
+    "serve_metrics": "otelguard.serving.metrics_server",
 }
 
 

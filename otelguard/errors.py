@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Final
 if TYPE_CHECKING:
     from collections.abc import Sequence
 
-    from otelguard.decisions import Decision
+    from otelguard.core.decisions import Decision
 
 __all__ = [
     "BacktestError",

@@ -4,7 +4,7 @@ The core knows a session-cap backend only as the ``SessionCapStore`` protocol an
 as a ``GuardObserver``; this edge turns a ``GuardConfig`` and a guard's ``telemetry`` argument into
 them. ``session_cap_store`` picks the Redis backend for a config with a state URL and wires its
 health reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the process-wide
-``Telemetry.default()``. The package registers both as the core's defaults (``otelguard._resolvers``),
+``Telemetry.default()``. The package registers both as the core's defaults (``otelguard.core._resolvers``),
 so ``Guard(config, telemetry=True, session_id=...)`` works as the README shows; a host may call them
 itself and hand the guard what they return.
 """
@@ -14,10 +14,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import TYPE_CHECKING, cast
 
-from otelguard.caps import LocalSessionCaps, SessionCapStore
 from otelguard.config import GuardConfig
-from otelguard.observers import GuardObserver
-from otelguard.signatures import resolve_signature_key, uses_random_key
+from otelguard.core.caps import LocalSessionCaps, SessionCapStore
+from otelguard.core.observers import GuardObserver
+from otelguard.core.signatures import resolve_signature_key, uses_random_key
 
 if TYPE_CHECKING:
     from otelguard.state.reports import StateReport

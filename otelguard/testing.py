@@ -10,7 +10,7 @@ turn summaries, internal errors) so a test can assert on outcomes and decisions:
 
 ``run_script(guard, calls)`` feeds scripted tool calls through ``before_call``/``after_call`` the way
 a host does (a refused call is not run, so it gets no ``after_call``) and returns one ``ScriptStep``
-per call (the driver is ``otelguard.scripted.play_call``; ``ScriptedCall``, ``ScriptStep`` and
+per call (the driver is ``otelguard.core.scripted.play_call``; ``ScriptedCall``, ``ScriptStep`` and
 ``play_call`` are importable from here too)::
 
     steps = run_script(guard, [("terminal", {"command": "pytest"}, "1 failed", True)] * 3)
@@ -23,11 +23,11 @@ import threading
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from otelguard.decisions import Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, Outcome, TurnInfo
-from otelguard.scripted import ScriptedCall, ScriptStep, play_call
+from otelguard.core.decisions import Decision, TurnSummary
+from otelguard.core.observers import CallEvent, GuardObserver, Outcome, TurnInfo
+from otelguard.core.scripted import ScriptedCall, ScriptStep, play_call
+from otelguard.core.tool_calls import CallGuard
 from otelguard.state.reports import StateReport
-from otelguard.tool_calls import CallGuard
 
 __all__ = ["RecordingObserver", "ScriptStep", "ScriptedCall", "codes", "play_call", "run_script"]
 

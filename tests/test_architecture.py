@@ -19,28 +19,28 @@ import otelguard
 PACKAGE_DIR = Path(otelguard.__file__).parent
 
 CORE = {
-    "otelguard._resolvers",
-    "otelguard.bounded_map",
-    "otelguard.caps",
-    "otelguard.classify",
+    "otelguard.core._resolvers",
+    "otelguard.core.bounded_map",
+    "otelguard.core.caps",
+    "otelguard.core.classify",
     "otelguard.config",
     "otelguard.config_checks",
     "otelguard.config_file",
     "otelguard.config_names",
     "otelguard.config_state",
     "otelguard.config_telemetry",
-    "otelguard.decisions",
-    "otelguard.detectors",
+    "otelguard.core.decisions",
+    "otelguard.core.detectors",
     "otelguard.errors",
-    "otelguard.guard",
-    "otelguard.observers",
-    "otelguard.pending_calls",
-    "otelguard.results",
-    "otelguard.scripted",
-    "otelguard.session_keys",
-    "otelguard.sessions",
-    "otelguard.signatures",
-    "otelguard.tool_calls",
+    "otelguard.core.guard",
+    "otelguard.core.observers",
+    "otelguard.core.pending_calls",
+    "otelguard.core.results",
+    "otelguard.core.scripted",
+    "otelguard.core.session_keys",
+    "otelguard.core.sessions",
+    "otelguard.core.signatures",
+    "otelguard.core.tool_calls",
 }
 """The guard itself: what every host loads."""
 
@@ -154,9 +154,9 @@ def test_the_graph_sees_the_core() -> None:
     """The reader finds every core module and the imports between them (a broken reader finds none)."""
     graph = _graph()
     assert set(graph) >= CORE
-    assert "otelguard.pending_calls" in graph["otelguard.guard"]
-    assert "otelguard.decisions" in graph["otelguard.observers"]
-    assert "otelguard.tool_calls" in graph["otelguard.guard"]
+    assert "otelguard.core.pending_calls" in graph["otelguard.core.guard"]
+    assert "otelguard.core.decisions" in graph["otelguard.core.observers"]
+    assert "otelguard.core.tool_calls" in graph["otelguard.core.guard"]
 
 
 def test_the_core_imports_nothing_built_on_it() -> None:
@@ -198,8 +198,8 @@ def test_the_sidecar_imports_no_adapter() -> None:
     """``otelguard serve`` and the Claude Code hook mapping sit on the session host, as the adapters do:
     neither loads anything from ``otelguard.integrations``, directly or through another module."""
     graph = _graph()
-    assert "otelguard.sessions" in _reach("otelguard.sidecar", graph)
-    for module in ("otelguard.sidecar", "otelguard.claude_code_hooks"):
+    assert "otelguard.core.sessions" in _reach("otelguard.serving.sidecar", graph)
+    for module in ("otelguard.serving.sidecar", "otelguard.claude_code.hooks"):
         assert sorted(m for m in _reach(module, graph) if m.startswith("otelguard.integrations")) == []
 
 
@@ -211,8 +211,8 @@ def test_every_adapter_holds_its_sessions_through_the_session_host() -> None:
         m for m in graph if m.startswith("otelguard.integrations.") and not m.split(".")[-1].startswith("_")
     ]
     assert len(adapters) >= 5
-    for module in [*adapters, "otelguard.claude_code_hooks", "otelguard.sidecar"]:
-        assert "otelguard.sessions" in _reach(module, graph), module
+    for module in [*adapters, "otelguard.claude_code.hooks", "otelguard.serving.sidecar"]:
+        assert "otelguard.core.sessions" in _reach(module, graph), module
         source = _modules()[module].read_text(encoding="utf-8")
         assert "SessionPool" not in source and "OrderedDict" not in source, module
 
@@ -335,18 +335,18 @@ def _all_imports(module: str) -> set[str]:
 def test_the_guard_and_its_wrappers_do_not_import_each_other() -> None:
     """``guard.call``/``guard.wrap`` live in ``tool_calls``, which knows the guard only as the
     ``CallGuard`` protocol: no import of ``guard`` at all, not even for the type checker."""
-    assert "otelguard.tool_calls" in _all_imports("otelguard.guard")
-    assert "otelguard.guard" not in _all_imports("otelguard.tool_calls")
-    assert "otelguard.guard" not in _all_imports("otelguard.scripted")
+    assert "otelguard.core.tool_calls" in _all_imports("otelguard.core.guard")
+    assert "otelguard.core.guard" not in _all_imports("otelguard.core.tool_calls")
+    assert "otelguard.core.guard" not in _all_imports("otelguard.core.scripted")
 
 
 def test_product_code_does_not_import_the_testing_helpers() -> None:
     """Replay, the demo, the bench and the command line drive the guard through
-    ``otelguard.scripted``; ``otelguard.testing`` is for tests of a user's own loop, and nothing
+    ``otelguard.core.scripted``; ``otelguard.testing`` is for tests of a user's own loop, and nothing
     in the package imports it."""
     assert _importers_of("otelguard.testing") == set()
     drivers = {"otelguard.replay.runner", "otelguard.demo.simulation", "otelguard.bench.workloads"}
-    assert drivers <= _importers_of("otelguard.scripted")
+    assert drivers <= _importers_of("otelguard.core.scripted")
 
 
 MAX_GUARD_LINES = 300
@@ -355,7 +355,7 @@ MAX_GUARD_LINES = 300
 def test_the_guard_class_is_its_turn_lifecycle_and_two_entry_points() -> None:
     """``class Guard`` stays within 300 lines, its first line to its last: the event building, the
     telemetry binding, the pending-call lookup and the refusal check live beside it."""
-    tree = ast.parse(_modules()["otelguard.guard"].read_text(encoding="utf-8"))
+    tree = ast.parse(_modules()["otelguard.core.guard"].read_text(encoding="utf-8"))
     (guard,) = [node for node in tree.body if isinstance(node, ast.ClassDef) and node.name == "Guard"]
     assert guard.end_lineno is not None
     assert guard.end_lineno - guard.lineno + 1 <= MAX_GUARD_LINES

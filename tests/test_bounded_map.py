@@ -6,7 +6,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otelguard.bounded_map import BoundedMap
+from otelguard.core.bounded_map import BoundedMap
 from otelguard.errors import ConfigError
 
 

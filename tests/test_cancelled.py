@@ -18,7 +18,7 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, GuardConfig
-from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.replay.runner import ReplayRunner
 from otelguard.telemetry import Telemetry
 from otelguard.testing import RecordingObserver, ScriptedCall, codes, run_script

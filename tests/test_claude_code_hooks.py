@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelguard import GuardConfig
-from otelguard.claude_code_hooks import (
+from otelguard.claude_code.hooks import (
     EVENTS,
     ClaudeCodeHooks,
     HookPayloadError,
@@ -250,7 +250,7 @@ def test_a_payload_missing_a_field_names_the_field_never_the_value(body: dict[st
 
 
 def test_hook_output_for_each_action() -> None:
-    from otelguard.decisions import Decision
+    from otelguard.core.decisions import Decision
 
     allow = Decision("allow", "allow", "")
     assert hook_output("PreToolUse", allow) is None

@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otelguard.cli import main
+from otelguard.readers.claude_code_results import HostResult, host_result
 from otelguard.replay import SessionKey, ToolCall, replay_inputs
-from otelguard.replay.claude_code_results import HostResult, host_result
 
 STOP = "STOP what you are doing and wait for the user to tell you how to proceed."
 NOT_WRITTEN = (

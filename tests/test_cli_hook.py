@@ -15,10 +15,10 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otelguard.claude_code_events import TOOL_EVENTS
-from otelguard.cli.hook import HOOK_EVENTS
-from otelguard.cli.hook_settings import settings_block
-from otelguard.http_server import HttpServer, Request, Response
+from otelguard.claude_code.events import TOOL_EVENTS
+from otelguard.claude_code.hook import HOOK_EVENTS
+from otelguard.claude_code.settings import settings_block
+from otelguard.serving.http_server import HttpServer, Request, Response
 from tests.test_cli_serve import Serve, start_serve
 
 TIMEOUT = 60.0
@@ -152,12 +152,12 @@ def test_the_hook_path_imports_only_the_standard_library() -> None:
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
     assert ours == {
         "otelguard",
-        "otelguard._resolvers",
+        "otelguard.core._resolvers",
         "otelguard._version",
         "otelguard.cli",
-        "otelguard.cli.hook",
+        "otelguard.claude_code.hook",
         "otelguard.environment_variables",
-        "otelguard.claude_code_events",
+        "otelguard.claude_code.events",
     }
     assert {name.split(".")[0] for name in imported} - {"otelguard"} <= set(sys.stdlib_module_names)
     # what startup time went to: typing (and the re and enum it loads) for annotations, socket (with
@@ -190,13 +190,13 @@ def test_with_a_key_the_hook_adds_only_the_session_digest_to_its_imports() -> No
     without = imports_without_site("hook", "claude-code", "--url", url, payload=payload)
     keyed = imports_without_site("hook", "claude-code", "--url", url, payload=payload, signature_key="k")
     added = keyed - without
-    assert "otelguard.session_keys" in added and "hashlib" in added
+    assert "otelguard.core.session_keys" in added and "hashlib" in added
     assert not added & {"json", "re", "typing", "enum", "socket"}, added
 
 
 def test_printing_the_settings_or_the_config_loads_json_only_then() -> None:
     settings = imports_without_site("hook", "claude-code", "--print-settings", "--http")
-    assert "json" in settings and "otelguard.cli.hook_settings" in settings
+    assert "json" in settings and "otelguard.claude_code.settings" in settings
 
 
 def test_print_settings_http_is_claude_codes_http_hooks_block() -> None:
@@ -312,7 +312,7 @@ def _headers_sent(payload: object, env: dict[str, str]) -> dict[str, str]:
 def test_with_a_key_the_hook_sends_the_keyed_session_digest_for_affinity() -> None:
     """X-Otelguard-Session is the session id's digest under OTELGUARD_SIGNATURE_KEY: the same for every
     event of a session, different under another key, never the raw id."""
-    from otelguard.session_keys import key_bytes, session_digest
+    from otelguard.core.session_keys import key_bytes, session_digest
 
     headers = _headers_sent(PRE, {"OTELGUARD_SIGNATURE_KEY": "fleet-key"})
     assert headers["x-otelguard-session"] == session_digest("hook-1", key_bytes("fleet-key"))
@@ -599,7 +599,7 @@ def test_a_result_over_1_mib_is_sent_reduced_and_repeats_are_seen(serve: Serve) 
 
 
 def test_a_large_string_result_and_a_large_error_are_reduced_too() -> None:
-    from otelguard.cli.hook_large import DIGEST_PREFIX, reduced
+    from otelguard.claude_code.large_payloads import DIGEST_PREFIX, reduced
 
     seen: list[dict[str, object]] = []
 
@@ -628,7 +628,7 @@ def test_a_large_string_result_and_a_large_error_are_reduced_too() -> None:
 
 @given(st.binary(max_size=600))
 def test_any_answer_is_read_or_named_never_raised(raw: bytes) -> None:
-    from otelguard.cli.hook import _body_of_200, _Failed
+    from otelguard.claude_code.hook import _body_of_200, _Failed
 
     try:
         body = _body_of_200(b"HTTP/1.1 200 OK\r\n" + raw)
@@ -646,7 +646,7 @@ JSON = st.recursive(
 
 @given(JSON, st.integers(min_value=0, max_value=400))
 def test_a_reduced_payload_fits_or_is_not_sent(value: object, limit: int) -> None:
-    from otelguard.cli.hook_large import reduced
+    from otelguard.claude_code.large_payloads import reduced
 
     payload = json.dumps({**PRE, "tool_response": value}).encode()
     smaller = reduced(payload, limit)

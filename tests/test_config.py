@@ -9,8 +9,8 @@ from typing import Any
 import pytest
 
 from otelguard import Guard
-from otelguard.classify import catalog_for
 from otelguard.config import GuardConfig
+from otelguard.core.classify import catalog_for
 from otelguard.errors import ConfigError
 from otelguard.testing import RecordingObserver
 

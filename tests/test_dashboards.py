@@ -402,7 +402,7 @@ def test_the_loop_code_matcher_selects_exactly_the_loop_detector_codes() -> None
     detector's code (same_error included) passes, caps, turn_halted, allow and internal errors do not."""
     from otelguard_mixin.queries import LOOP_CODE_MATCHER
 
-    from otelguard.decisions import CODES, LOOP_CODES
+    from otelguard.core.decisions import CODES, LOOP_CODES
 
     pattern = re.fullmatch(r'code!~"([^"]*)"', LOOP_CODE_MATCHER)
     assert pattern is not None

@@ -116,7 +116,7 @@ def _section(path: Path, heading: str) -> str:
 
 
 def test_decision_codes_table_lists_every_code() -> None:
-    from otelguard.decisions import CODES
+    from otelguard.core.decisions import CODES
 
     table = _section(DOCS_DIR / "detectors.md", "Decision codes")
     shown = set(re.findall(r"^\| ((?:`\w+`(?:, )?)+) \|", table, flags=re.M))
@@ -143,7 +143,7 @@ def test_shells_and_editors_tables_are_the_default_lists() -> None:
 def test_tool_class_values_in_the_docs_are_the_code_s() -> None:
     from typing import get_args
 
-    from otelguard.decisions import ToolClass
+    from otelguard.core.decisions import ToolClass
 
     classes = ", ".join(f"`{name}`" for name in get_args(ToolClass))
     assert classes in prose(DOCS_DIR / "detectors.md")
@@ -174,7 +174,7 @@ def test_outcome_values_in_the_metrics_table_are_the_code_s() -> None:
     """The ``outcome`` values the table lists for tool calls and for turns are the vocabulary's, in order."""
     from typing import get_args
 
-    from otelguard.decisions import TURN_OUTCOMES, Outcome
+    from otelguard.core.decisions import TURN_OUTCOMES, Outcome
 
     table = _section(DOCS_DIR / "telemetry.md", "Metrics")
     for family, values in (

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 
 from otelguard import Decision, Guard, GuardConfig, Signature, TelemetrySettings, TurnSummary
-from otelguard.observers import GuardObserver
+from otelguard.core.observers import GuardObserver
 from otelguard.testing import RecordingObserver, run_script
 
 KEY = "test-signature-key"

@@ -8,7 +8,7 @@ import tracemalloc
 from collections.abc import Callable
 
 from otelguard import Guard, GuardConfig
-from otelguard.signatures import MAX_NAME_CHARS
+from otelguard.core.signatures import MAX_NAME_CHARS
 
 MiB = 1024 * 1024
 

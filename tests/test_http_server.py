@@ -19,8 +19,8 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from otelguard.http_server import HttpServer, Request, Response, ServerLimits
-from otelguard.metrics_server import serve_metrics
+from otelguard.serving.http_server import HttpServer, Request, Response, ServerLimits
+from otelguard.serving.metrics_server import serve_metrics
 
 GENEROUS_TIMEOUT = 30.0
 

@@ -18,7 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from otelguard import ConfigError, Guard, GuardConfig
-from otelguard.metrics_server import render, serve_metrics
+from otelguard.serving.metrics_server import render, serve_metrics
 from otelguard.telemetry import Telemetry
 from tests.e2e import free_port, http_get, self_signed_certificate
 

@@ -8,7 +8,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, GuardConfig
-from otelguard.observers import GuardObserver
+from otelguard.core.observers import GuardObserver
 from otelguard.telemetry import Telemetry
 
 KEY = "test-signature-key"

@@ -52,7 +52,7 @@ def test_telemetry_names_are_exported() -> None:
 def test_exported_objects_are_the_core_ones() -> None:
     """The re-exports are the very objects of the core modules (one class, not copies)."""
     from otelguard.config import GuardConfig
-    from otelguard.decisions import Decision
+    from otelguard.core.decisions import Decision
     from otelguard.errors import ConfigError
 
     assert otelguard.GuardConfig is GuardConfig
@@ -127,7 +127,7 @@ def test_every_error_otelguard_raises_is_an_otelguard_error() -> None:
     """The backtest's and the hook payload's errors belong to the one family, and stay importable
     from where their users find them."""
     from otelguard.backtest.engine import BacktestError as EngineError
-    from otelguard.claude_code_hooks import HookPayloadError as PayloadError
+    from otelguard.claude_code.hooks import HookPayloadError as PayloadError
     from otelguard.errors import BacktestError, HookPayloadError, OtelGuardError
 
     assert EngineError is BacktestError and PayloadError is HookPayloadError

@@ -21,9 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otelguard import GuardConfig
+from otelguard.readers.follow import max_open_files
+from otelguard.readers.lines import LineSplitter
 from otelguard.replay import ReplayRunner, follow_inputs, replay_inputs
-from otelguard.replay.follow import max_open_files
-from otelguard.replay.lines import LineSplitter
 from tests.e2e import stop_process
 
 MiB = 1024 * 1024

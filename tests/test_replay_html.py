@@ -15,7 +15,7 @@ from hypothesis import strategies as st
 from otelguard import GuardConfig
 from otelguard.cli import main
 from otelguard.replay import ReplayRunner, replay_inputs
-from otelguard.replay.html_report import MAX_HALT_ROWS, MAX_SESSION_ROWS, render_html, write_html
+from otelguard.replay.html.report import MAX_HALT_ROWS, MAX_SESSION_ROWS, render_html, write_html
 from otelguard.replay.report import HaltRecord, InputReport, ReplayReport, SessionReport
 from otelguard.replay.timeline import (
     ALLOWED,

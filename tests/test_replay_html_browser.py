@@ -169,7 +169,7 @@ def test_light_and_dark_schemes_both_have_their_own_colours(
 
 
 def test_a_page_of_thousands_of_sessions_loads_clean_with_every_row(tmp_path: Path) -> None:
-    from otelguard.replay.html_report import write_html
+    from otelguard.replay.html.report import write_html
     from otelguard.replay.timeline import DEFAULT_KEEP
     from tests.test_replay_html import big_replay
 

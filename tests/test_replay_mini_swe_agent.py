@@ -12,8 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelguard.cli import main
+from otelguard.readers.sources import InputFile
 from otelguard.replay import SessionKey, ToolCall, replay_inputs
-from otelguard.replay.sources import InputFile
 
 V2 = Path(__file__).parent / "fixtures" / "mini-swe-agent-2"
 

@@ -11,9 +11,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otelguard.readers.sources import InputFile
+from otelguard.readers.swe_agent import SweAgentReader
 from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs, sources
-from otelguard.replay.sources import InputFile
-from otelguard.replay.swe_agent import SweAgentReader
 
 
 class Sink:

@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from benchmarks.backtest_fleet import DAY, SessionWriter, healthy_session, runaway_session
 from otelguard.cli import main
+from otelguard.readers.times import parse_duration, parse_moment, parse_time
 from otelguard.replay.openmetrics import (
     AFTER_LAST_EVENT,
     MetricsHistory,
@@ -27,7 +28,6 @@ from otelguard.replay.openmetrics import (
     touched_families,
 )
 from otelguard.replay.timed import TimeSortedSpill
-from otelguard.replay.times import parse_duration, parse_moment, parse_time
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.metrics import families_for
 from tests.test_replay_cli import ARG_CANARY, ERROR_CANARY, RESULT_CANARY

@@ -15,7 +15,7 @@ import pytest
 
 from otelguard import GuardConfig
 from otelguard.cli import main
-from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.replay.report import ReplayReport
 from otelguard.replay.runner import ReplayRunner
 from tests.test_detectors import KEY

@@ -11,8 +11,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from otelguard.readers.recorded_failures import editor_failed, openhands_result_failed, swe_agent_step_failed
 from otelguard.replay import SessionKey, ToolCall, replay_inputs
-from otelguard.replay.recorded_failures import editor_failed, openhands_result_failed, swe_agent_step_failed
 
 REAL = Path(__file__).parent / "data" / "real"
 

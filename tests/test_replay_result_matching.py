@@ -7,8 +7,8 @@ import tracemalloc
 from pathlib import Path
 from typing import Any
 
+from otelguard.readers.feed import MAX_PENDING_CALLS, MAX_WAIT_MESSAGES, SessionFeed
 from otelguard.replay import SessionKey, ToolCall, replay_inputs
-from otelguard.replay.feed import MAX_PENDING_CALLS, MAX_WAIT_MESSAGES, SessionFeed
 
 
 class Sink:

@@ -14,9 +14,9 @@ import pytest
 from benchmarks.backtest_fleet import DAY, SessionWriter
 from otelguard import GuardConfig
 from otelguard.cli import main
+from otelguard.readers.times import parse_time
 from otelguard.replay import SessionKey, ToolCall, expand_paths, replay_inputs
 from otelguard.replay.timed import CALL, TURN, Clock, TimedEvents, TimedRun, TimeSortedSpill
-from otelguard.replay.times import parse_time
 from otelguard.testing import RecordingObserver
 
 REAL = Path(__file__).parent / "data" / "real"

@@ -1,11 +1,11 @@
-"""ResultMemory: "same answer again" by content, parsing JSON only when it must (otelguard.results)."""
+"""ResultMemory: "same answer again" by content, parsing JSON only when it must (otelguard.core.results)."""
 
 from __future__ import annotations
 
 import json
 
-from otelguard.detectors import SignatureState
-from otelguard.results import ResultMemory, ResultSlot
+from otelguard.core.detectors import SignatureState
+from otelguard.core.results import ResultMemory, ResultSlot
 
 VOLATILE = ("timestamp", "duration_ms")
 

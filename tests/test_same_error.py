@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 from otelguard import Guard, GuardConfig
+from otelguard.core.detectors import TurnDetectors
 from otelguard.demo.simulation import DemoStats, SimulatedAgent
-from otelguard.detectors import TurnDetectors
 from otelguard.testing import ScriptedCall, codes, run_script
 from tests.test_detectors import fail, fresh, make_guard, ok, refuse
 

@@ -1,12 +1,12 @@
-"""The driver of a scripted call (``otelguard.scripted``): product code beside the guard, which replay,
+"""The driver of a scripted call (``otelguard.core.scripted``): product code beside the guard, which replay,
 the demo and the bench use directly and ``otelguard.testing`` re-exports for users' tests."""
 
 from __future__ import annotations
 
 import otelguard.testing
 from otelguard import Guard, GuardConfig
-from otelguard.replay.events import ToolCall
-from otelguard.scripted import ScriptedCall, ScriptStep, play_call
+from otelguard.core.scripted import ScriptedCall, ScriptStep, play_call
+from otelguard.readers.events import ToolCall
 
 KEY = "test-signature-key"
 

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from otelguard import Guard, GuardConfig
-from otelguard import decisions as codes
-from otelguard.caps import CapRefusal, LocalSessionCaps
+from otelguard.core import decisions as codes
+from otelguard.core.caps import CapRefusal, LocalSessionCaps
 from otelguard.hosting import session_cap_store
 from otelguard.testing import RecordingObserver
 

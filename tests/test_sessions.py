@@ -9,9 +9,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from otelguard import GuardConfig, Telemetry
-from otelguard import decisions as codes
+from otelguard.core import decisions as codes
+from otelguard.core.sessions import DEFAULT_SESSION, Session, SessionHost, SessionPool
 from otelguard.errors import ConfigError
-from otelguard.sessions import DEFAULT_SESSION, Session, SessionHost, SessionPool
 from otelguard.testing import RecordingObserver
 from tests.test_session_caps import race
 
@@ -342,7 +342,7 @@ def test_session_lookups_from_many_threads_make_one_session_each() -> None:
 def test_a_session_host_is_handed_its_cap_backend() -> None:
     """A host made with a backend factory keeps each session's caps in the store the factory made
     for that session id (the default session gets ``None``: it is never shared)."""
-    from otelguard.caps import LocalSessionCaps
+    from otelguard.core.caps import LocalSessionCaps
 
     made: dict[str | None, LocalSessionCaps] = {}
 

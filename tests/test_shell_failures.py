@@ -10,7 +10,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otelguard import Guard, GuardConfig
-from otelguard.classify import looks_failed
+from otelguard.core.classify import looks_failed
 
 OPENHANDS_FAILED = (
     'Traceback (most recent call last):\n  File "t.py", line 1\nZeroDivisionError: division by zero\n'

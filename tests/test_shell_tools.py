@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from otelguard.classify import catalog_for
 from otelguard.config import DEFAULT_SHELL_TOOLS
+from otelguard.core.classify import catalog_for
 from otelguard.testing import codes, run_script
 from tests.test_detectors import fail, fresh, last, make_guard, no_stops, ok, reads, writes
 

@@ -24,8 +24,8 @@ from typing import Any
 
 import pytest
 
-from otelguard.replay.claude_code import ClaudeCodeReader
-from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.readers.claude_code import ClaudeCodeReader
+from otelguard.readers.events import SessionKey, ToolCall
 from tests.e2e import free_port, stop_process, wait_until
 
 ROOT = Path(__file__).parent

@@ -16,7 +16,7 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from otelguard import Guard, GuardConfig
-from otelguard.signatures import canonical_args
+from otelguard.core.signatures import canonical_args
 from otelguard.testing import RecordingObserver
 
 KEY = "test-signature-key"
@@ -128,7 +128,7 @@ def test_non_json_values_are_stringified_deterministically() -> None:
 
 def test_set_canonicalisation_is_stable_across_processes() -> None:
     """The same input always gives the same bytes, even across processes with different hash seeds."""
-    code = "from otelguard.signatures import canonical_args; print(canonical_args({'s': {'a','b','c','d','e'}}).hex())"
+    code = "from otelguard.core.signatures import canonical_args; print(canonical_args({'s': {'a','b','c','d','e'}}).hex())"
     outputs = set()
     for seed in ("1", "2", "3"):
         env = {**os.environ, "PYTHONHASHSEED": seed}

@@ -24,11 +24,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, GuardConfig, Telemetry
-from otelguard import decisions as codes
-from otelguard.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
 from otelguard.config import StateSettings
+from otelguard.core import decisions as codes
+from otelguard.core.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
+from otelguard.core.session_keys import key_bytes, session_digest
 from otelguard.hosting import session_cap_store
-from otelguard.session_keys import key_bytes, session_digest
 from otelguard.state.redis_caps import (
     FIRST_BACKOFF_SECONDS,
     MARKER,

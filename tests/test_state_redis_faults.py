@@ -17,11 +17,11 @@ import redis
 from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, Telemetry
-from otelguard import decisions as codes
-from otelguard.caps import CapRefusal
 from otelguard.config import StateSettings
+from otelguard.core import decisions as codes
+from otelguard.core.caps import CapRefusal
+from otelguard.core.session_keys import key_bytes
 from otelguard.hosting import session_cap_store
-from otelguard.session_keys import key_bytes
 from otelguard.state.redis_caps import MARKER, RedisLink, RedisSessionCaps, session_key
 from otelguard.state.reports import StateReport
 from otelguard.testing import RecordingObserver

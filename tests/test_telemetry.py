@@ -14,7 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CollectorRegistry
 
 from otelguard import ConfigError, Decision, Guard, GuardConfig
-from otelguard.signatures import bounded_name
+from otelguard.core.signatures import bounded_name
 from otelguard.telemetry import Telemetry
 
 KEY = "test-signature-key"

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from prometheus_client import CollectorRegistry
 
 from otelguard import Decision, Guard, GuardConfig
-from otelguard.metrics_server import serve_metrics
+from otelguard.serving.metrics_server import serve_metrics
 from otelguard.telemetry import Telemetry
 from tests.e2e import http_get
 

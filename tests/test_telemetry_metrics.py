@@ -13,8 +13,8 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 
 from otelguard import Decision, Guard, GuardConfig, Signature, TurnSummary
 from otelguard._version import __version__
-from otelguard.observers import CallEvent
-from otelguard.signatures import bounded_name
+from otelguard.core.observers import CallEvent
+from otelguard.core.signatures import bounded_name
 from otelguard.telemetry import STAGES, Telemetry
 
 KEY = "test-signature-key"

@@ -12,7 +12,7 @@ from pathlib import Path
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otelguard.replay.printable import printable
+from otelguard.readers.printable import printable
 
 FORGED = "otelguard replay: forged"
 SESSION = f"s\x1b[31mred\n{FORGED}\u202e"

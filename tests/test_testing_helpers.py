@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from otelguard import Guard, GuardConfig
-from otelguard.observers import GuardObserver
+from otelguard.core.observers import GuardObserver
 from otelguard.testing import RecordingObserver, ScriptedCall, ScriptStep, codes, run_script
 
 KEY = "test-signature-key"

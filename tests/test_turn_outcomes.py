@@ -14,9 +14,9 @@ from opentelemetry.trace import StatusCode
 from prometheus_client import CollectorRegistry
 
 from otelguard import Decision, Guard, GuardConfig, GuardHalted, Telemetry
-from otelguard.decisions import TURN_OUTCOMES
+from otelguard.core.decisions import TURN_OUTCOMES
+from otelguard.core.sessions import SessionHost
 from otelguard.integrations._protocol import end_run, errored
-from otelguard.sessions import SessionHost
 
 KEY = "test-signature-key"
 CAPPED = GuardConfig(signature_key=KEY, mode="unattended", caps={"turn": {"web_search": 1}})

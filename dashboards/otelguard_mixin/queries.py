@@ -1,13 +1,13 @@
 """Metric names, label sets and selectors shared by the dashboard and the rules (docs/telemetry.md).
 
 Metric names, label names and decision codes come from otelguard itself
-(``otelguard.telemetry.attributes``, ``otelguard.decisions``), so a rename in the telemetry contract
+(``otelguard.telemetry.attributes``, ``otelguard.core.decisions``), so a rename in the telemetry contract
 reaches the dashboard, the rules and their tests at once.
 """
 
 from __future__ import annotations
 
-from otelguard.decisions import NON_LOOP_CODES
+from otelguard.core.decisions import NON_LOOP_CODES
 from otelguard.telemetry import attributes as attr
 
 TOOL_CALLS = f"{attr.TOOL_CALLS}_total"

@@ -28,7 +28,7 @@ import yaml
 
 from otelguard.backtest.rules import RULE_FILE_NAME
 from otelguard.errors import BacktestError
-from otelguard.replay.times import format_duration
+from otelguard.readers.times import format_duration
 
 __all__ = ["DEBIAN_PACKAGE", "BacktestError", "Binaries", "Engine", "MissingBinary", "Series"]
 

@@ -10,8 +10,8 @@ from typing import Final
 
 from otelguard.backtest.alerts import FiredInterval
 from otelguard.backtest.report import BacktestReport
-from otelguard.replay.html_parts import esc
-from otelguard.replay.times import iso_utc
+from otelguard.readers.times import iso_utc
+from otelguard.replay.html.parts import esc
 
 __all__ = ["alerts_section"]
 

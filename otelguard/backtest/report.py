@@ -12,9 +12,9 @@ from typing import Any
 
 from otelguard.backtest.alerts import FiredInterval, Mark
 from otelguard.backtest.rules import AlertRule
-from otelguard.replay.events import SessionKey
+from otelguard.readers.events import SessionKey
+from otelguard.readers.times import format_duration, iso_utc
 from otelguard.replay.report import ReplayReport
-from otelguard.replay.times import format_duration, iso_utc
 
 __all__ = ["AlertOutcome", "BacktestReport"]
 

@@ -21,7 +21,7 @@ import xxhash
 import yaml
 
 from otelguard.errors import UsageError
-from otelguard.replay.times import parse_duration
+from otelguard.readers.times import parse_duration
 
 __all__ = [
     "RULE_FILE_NAME",

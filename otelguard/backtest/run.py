@@ -32,9 +32,9 @@ from otelguard.backtest.engine import BacktestError, Binaries, Engine
 from otelguard.backtest.report import AlertOutcome, BacktestReport
 from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, RuleSet, eval_offset
 from otelguard.config import GuardConfig
-from otelguard.decisions import CAP_SESSION, CAP_TURN
+from otelguard.core.decisions import CAP_SESSION, CAP_TURN
+from otelguard.readers.sources import replay_inputs
 from otelguard.replay.openmetrics import AFTER_LAST_EVENT, Playback, ScrapeGrid
-from otelguard.replay.sources import replay_inputs
 from otelguard.replay.timed import MarkedCall, TimedRun, counted_decisions
 from otelguard.replay.timeline import Timelines
 

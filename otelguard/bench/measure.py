@@ -19,7 +19,7 @@ from prometheus_client import CollectorRegistry, generate_latest
 from otelguard import Guard
 from otelguard.bench.runners import Runner, guard_alone, metrics_guard
 from otelguard.bench.workloads import DistinctCalls, looping_signatures
-from otelguard.scripted import ScriptedCall
+from otelguard.core.scripted import ScriptedCall
 
 __all__ = [
     "Timing",

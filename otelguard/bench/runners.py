@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import BatchSpanProcessor, SpanExporter, Spa
 from prometheus_client import CollectorRegistry
 
 from otelguard import Guard, GuardConfig
-from otelguard.scripted import ScriptedCall
+from otelguard.core.scripted import ScriptedCall
 from otelguard.telemetry import Telemetry
 
 __all__ = [
@@ -112,7 +112,7 @@ class NaiveFloorRunner:
 def run_turn(guard: Guard, turn: Sequence[ScriptedCall]) -> None:
     """One turn the way a host drives the guard: start, before/after each call, end.
 
-    The same steps as ``otelguard.scripted.play_call``, written out as its own timed loop so the bench
+    The same steps as ``otelguard.core.scripted.play_call``, written out as its own timed loop so the bench
     times the guard and not the driver's ``ScriptStep`` records.
     """
     guard.start_turn()

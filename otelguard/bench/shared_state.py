@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Any, Final
 
 from otelguard.bench.serving import CLIENTS, free_port, pairs_per_second, serve
-from otelguard.caps import LocalSessionCaps, SessionCapStore
 from otelguard.config import GuardConfig
-from otelguard.guard import Guard
-from otelguard.session_keys import key_bytes
+from otelguard.core.caps import LocalSessionCaps, SessionCapStore
+from otelguard.core.guard import Guard
+from otelguard.core.session_keys import key_bytes
 from otelguard.state.redis_caps import RedisLink, RedisSessionCaps, session_key
 
 __all__ = ["SHARED_STATE_TARGETS", "run_shared_state_bench"]

@@ -1,7 +1,7 @@
 """Synthetic tool-call workloads for ``otelguard bench``.
 
 Every workload is generated before anything is timed, from a seeded RNG, so the guard configurations
-and the floors of one run see exactly the same calls, each an ``otelguard.scripted.ScriptedCall``.
+and the floors of one run see exactly the same calls, each an ``otelguard.core.scripted.ScriptedCall``.
 Argument dicts are distinct objects per call; the big strings inside them and the results come from
 pools, because the guard must hash their bytes whatever object holds them and the pools keep a large
 run's memory small.
@@ -22,7 +22,7 @@ from typing import Any, Final
 
 import orjson
 
-from otelguard.scripted import ScriptedCall
+from otelguard.core.scripted import ScriptedCall
 
 __all__ = [
     "TURN_CALLS",

@@ -42,10 +42,10 @@ from otelguard.cli.replay import (
     output_file_problem,
 )
 from otelguard.errors import UsageError
+from otelguard.readers.printable import printable
+from otelguard.readers.times import format_duration, iso_utc, parse_duration
 from otelguard.replay import STDIN, expand_paths
-from otelguard.replay.printable import printable
 from otelguard.replay.timeline import Timelines
-from otelguard.replay.times import format_duration, iso_utc, parse_duration
 
 _INTERRUPTED = 130
 _LISTED = 20
@@ -176,7 +176,7 @@ def _interrupt_on_signals() -> Iterator[None]:
 
 def _write_html(path: str, report: BacktestReport, timelines: Timelines) -> None:
     from otelguard.backtest.html import alerts_section
-    from otelguard.replay.html_report import write_html
+    from otelguard.replay.html.report import write_html
 
     try:
         size = write_html(path, report.replay, timelines, [alerts_section(report)], "otelguard backtest")

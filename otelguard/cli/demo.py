@@ -20,10 +20,10 @@ from typing import Any
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli.config_messages import load_config, option_problem
+from otelguard.core.scripted import ScriptedCall
 from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
 from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY
-from otelguard.metrics_server import MetricsServer, serve_metrics
-from otelguard.scripted import ScriptedCall
+from otelguard.serving.metrics_server import MetricsServer, serve_metrics
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
 

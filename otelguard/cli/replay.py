@@ -27,6 +27,10 @@ from otelguard import ConfigError, GuardConfig
 from otelguard.cli.config_messages import load_config
 from otelguard.cli.output import cli_console
 from otelguard.cli.replay_tables import render_report
+from otelguard.readers.lines import MAX_LINE_BYTES
+from otelguard.readers.printable import printable
+from otelguard.readers.sources import SUFFIXES
+from otelguard.readers.times import parse_duration, parse_moment
 from otelguard.replay import (
     AUTO,
     FORMATS,
@@ -39,13 +43,9 @@ from otelguard.replay import (
     follow_inputs,
     replay_inputs,
 )
-from otelguard.replay.lines import MAX_LINE_BYTES
-from otelguard.replay.printable import printable
 from otelguard.replay.report import MAX_DETAILED_SESSIONS
-from otelguard.replay.sources import SUFFIXES
 from otelguard.replay.timed import TimedRun
 from otelguard.replay.timeline import Timelines
-from otelguard.replay.times import parse_duration, parse_moment
 
 DEFAULT_JOB = "otelguard_replay"
 DEFAULT_INSTANCE = "replay"
@@ -294,7 +294,7 @@ def _telemetry(args: argparse.Namespace, config: GuardConfig) -> tuple[Any, Any]
 def _serve(args: argparse.Namespace, registry: Any) -> Any:
     if args.serve is None:
         return None
-    from otelguard.metrics_server import serve_metrics
+    from otelguard.serving.metrics_server import serve_metrics
 
     return serve_metrics(args.serve, args.addr, registry=registry)
 
@@ -396,7 +396,7 @@ def _write_openmetrics(args: argparse.Namespace, timed: TimedRun, config: GuardC
 
 
 def _write_html(path: str, report: ReplayReport, timelines: Timelines) -> bool:
-    from otelguard.replay.html_report import write_html
+    from otelguard.replay.html.report import write_html
 
     try:
         size = write_html(path, report, timelines)

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-from otelguard.replay.printable import printable
+from otelguard.readers.printable import printable
 from otelguard.replay.report import ReplayReport
 
 __all__ = ["render_report"]

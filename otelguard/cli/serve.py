@@ -18,11 +18,11 @@ from prometheus_client import REGISTRY
 from otelguard import ConfigError
 from otelguard.cli.config_messages import load_config, option_problem
 from otelguard.config import StateSettings, mask_url
+from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SIGNATURES
+from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note, uses_random_key
 from otelguard.environment_variables import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
-from otelguard.metrics_server import bind, tls_context
-from otelguard.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SIGNATURES
-from otelguard.sidecar import Sidecar
-from otelguard.signatures import RANDOM_KEY_NOTE, claim_random_key_note, uses_random_key
+from otelguard.serving.metrics_server import bind, tls_context
+from otelguard.serving.sidecar import Sidecar
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
 

@@ -19,9 +19,9 @@ from typing import Any, Final
 import orjson
 
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision
-from otelguard.guard import Guard
-from otelguard.scripted import ScriptedCall, play_call
+from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
+from otelguard.core.scripted import ScriptedCall, play_call
 
 __all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent"]
 

@@ -1,6 +1,6 @@
 """What every framework adapter does the same way; an adapter only translates its framework's hooks.
 
-* **Sessions**: a ``SessionHost`` (``otelguard.sessions``) per adapter instance, keyed by the
+* **Sessions**: a ``SessionHost`` (``otelguard.core.sessions``) per adapter instance, keyed by the
   framework's conversation id (``None``: one default session).
 * **Before a tool runs**: ``refusal(guard, ...)`` is ``None`` when the call may run; otherwise the
   model gets the refusal's ``synthetic_result()`` through the framework's own "tool refused" path,
@@ -26,11 +26,11 @@ import threading
 from collections.abc import Hashable
 from typing import Any, Final, Generic, TypeVar
 
-from otelguard.bounded_map import BoundedMap
-from otelguard.decisions import Decision
+from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
+from otelguard.core.sessions import Session
 from otelguard.errors import GuardHalted
-from otelguard.guard import Guard
-from otelguard.sessions import Session
 
 __all__ = [
     "MAX_TRACKED_CALLS",

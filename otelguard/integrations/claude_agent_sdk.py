@@ -7,7 +7,7 @@ from otelguard.integrations.claude_agent_sdk import guard_hooks
 options = ClaudeAgentOptions(hooks=guard_hooks(telemetry=True))
 ```
 
-The mapping is the Claude Code hook mapping (``otelguard.claude_code_hooks``) in
+The mapping is the Claude Code hook mapping (``otelguard.claude_code.hooks``) in
 process: a refused call is denied with the guard's message, a ``block``/``halt`` also stops the run
 (``continue_: False`` and ``stopReason``), warnings reach the model as ``additionalContext``. The
 session is the SDK's ``session_id``. This module never imports the SDK (it bundles the whole Claude
@@ -20,10 +20,10 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from otelguard.claude_code_events import HOOK_EVENTS
-from otelguard.claude_code_hooks import ClaudeCodeHooks, HookPayloadError
+from otelguard.claude_code.events import HOOK_EVENTS
+from otelguard.claude_code.hooks import ClaudeCodeHooks, HookPayloadError
 from otelguard.config import GuardConfig
-from otelguard.sessions import DEFAULT_MAX_SESSIONS
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS
 
 __all__ = ["SDK_EVENTS", "HookMatcherDict", "guard_hooks"]
 

@@ -29,11 +29,11 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision
+from otelguard.core.decisions import Decision
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 from otelguard.environment_variables import OTELGUARD_AGENT, OTELGUARD_CONFIG, OTELGUARD_METRICS_PORT
 from otelguard.errors import ConfigError
 from otelguard.integrations._protocol import CallMemory, guidance, refusal
-from otelguard.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 
 __all__ = ["HermesGuardPlugin", "register"]
 

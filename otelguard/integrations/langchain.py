@@ -34,8 +34,9 @@ from contextlib import contextmanager
 from typing import Annotated, Any, Final
 
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision
-from otelguard.guard import Guard
+from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION, Session, SessionHost
 from otelguard.integrations._protocol import (
     CallMemory,
     errored,
@@ -45,7 +46,6 @@ from otelguard.integrations._protocol import (
     raised,
     refusal,
 )
-from otelguard.sessions import DEFAULT_MAX_SESSIONS, DEFAULT_SESSION, Session, SessionHost
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config

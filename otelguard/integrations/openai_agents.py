@@ -34,9 +34,10 @@ from collections import deque
 from collections.abc import Awaitable, Callable, Iterator
 from typing import Any, Final
 
-from otelguard.bounded_map import BoundedMap
 from otelguard.config import GuardConfig
-from otelguard.decisions import Decision
+from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.decisions import Decision
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 from otelguard.integrations._protocol import (
     CallMemory,
     end_run,
@@ -46,7 +47,6 @@ from otelguard.integrations._protocol import (
     refusal,
     stop_if_halted,
 )
-from otelguard.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 
 try:
     from agents import (

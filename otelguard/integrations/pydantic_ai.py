@@ -24,7 +24,8 @@ from __future__ import annotations
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
-from otelguard.guard import Guard
+from otelguard.core.guard import Guard
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 from otelguard.integrations._protocol import (
     CallMemory,
     end_run,
@@ -34,7 +35,6 @@ from otelguard.integrations._protocol import (
     refusal,
     stop_if_halted,
 )
-from otelguard.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 
 try:
     from pydantic_ai import RunContext

@@ -4,11 +4,9 @@ Readers per format stream lines into a normalised event stream (``events``); the
 one ``Guard`` per session; the report is the document of docs/replay.md and its tables.
 """
 
-from otelguard.replay.events import EventSink, SessionKey, ToolCall
-from otelguard.replay.follow import follow_inputs
-from otelguard.replay.report import ReplayReport, SessionReport
-from otelguard.replay.runner import ReplayRunner
-from otelguard.replay.sources import (
+from otelguard.readers.events import EventSink, SessionKey, ToolCall
+from otelguard.readers.follow import follow_inputs
+from otelguard.readers.sources import (
     AUTO,
     FORMATS,
     STDIN,
@@ -18,6 +16,8 @@ from otelguard.replay.sources import (
     replay_bytes,
     replay_inputs,
 )
+from otelguard.replay.report import ReplayReport, SessionReport
+from otelguard.replay.runner import ReplayRunner
 
 __all__ = [
     "AUTO",

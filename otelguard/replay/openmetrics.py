@@ -27,8 +27,8 @@ from prometheus_client import CollectorRegistry
 from prometheus_client.registry import Collector
 
 from otelguard.config import TelemetrySettings
+from otelguard.readers.times import unix_text
 from otelguard.replay.timed import CALL, INTERNAL_ERROR, TURN, MarkedCall, counted_decisions
-from otelguard.replay.times import unix_text
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.metrics import MetricFamilies, families_for
 

@@ -14,8 +14,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from otelguard import Decision, Guard, GuardConfig
-from otelguard import decisions as codes
-from otelguard.replay.events import SessionKey, ToolCall
+from otelguard.core import decisions as codes
+from otelguard.core.scripted import play_call
+from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.replay.report import (
     MAX_DETAILED_SESSIONS,
     CallRecord,
@@ -36,7 +37,6 @@ from otelguard.replay.timeline import (
     mark_for,
     session_rank,
 )
-from otelguard.scripted import play_call
 
 __all__ = ["ReplayRunner"]
 

@@ -23,13 +23,13 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from otelguard.config import GuardConfig, TelemetrySettings
-from otelguard.decisions import CAP_SESSION, CAP_TURN, Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver
-from otelguard.replay.events import SessionKey, ToolCall
-from otelguard.replay.printable import printable
+from otelguard.core.decisions import CAP_SESSION, CAP_TURN, Decision, TurnSummary
+from otelguard.core.observers import CallEvent, GuardObserver
+from otelguard.readers.events import SessionKey, ToolCall
+from otelguard.readers.printable import printable
+from otelguard.readers.times import iso_utc
 from otelguard.replay.report import MAX_LISTED, ReplayReport
 from otelguard.replay.runner import ReplayRunner
-from otelguard.replay.times import iso_utc
 
 __all__ = [
     "CALL",

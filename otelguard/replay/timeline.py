@@ -23,7 +23,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Final
 
-from otelguard.decisions import Decision
+from otelguard.core.decisions import Decision
 
 __all__ = [
     "ALLOWED",

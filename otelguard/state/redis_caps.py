@@ -32,10 +32,10 @@ from typing import Any, Final
 import redis
 from redis.commands.core import Script
 
-from otelguard.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
 from otelguard.config import StateSettings, mask_url
 from otelguard.config_state import CLUSTER_SCHEMES
-from otelguard.session_keys import session_digest
+from otelguard.core.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
+from otelguard.core.session_keys import session_digest
 from otelguard.state.redis_client import make_client, pack, send_packed
 from otelguard.state.reports import StateOp, StateReport
 

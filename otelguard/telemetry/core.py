@@ -21,9 +21,9 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
 from otelguard.config_telemetry import TelemetrySettings
-from otelguard.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
-from otelguard.observers import CallEvent, GuardObserver, TurnInfo
-from otelguard.signatures import MAX_NAME_CHARS, RANDOM_KEY_NOTE, bounded_name, claim_random_key_note
+from otelguard.core.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
+from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
+from otelguard.core.signatures import MAX_NAME_CHARS, RANDOM_KEY_NOTE, bounded_name, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
 

@@ -16,8 +16,8 @@ from typing import TYPE_CHECKING, Any, Final
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from otelguard._version import __version__
-from otelguard.bounded_map import BoundedMap
-from otelguard.signatures import MAX_NAME_CHARS, bounded_name
+from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.signatures import MAX_NAME_CHARS, bounded_name
 from otelguard.telemetry import attributes as attr
 
 if TYPE_CHECKING:

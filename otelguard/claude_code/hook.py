@@ -1,0 +1,423 @@
+"""`otelguard hook claude-code`: the command Claude Code runs for each hook event.
+
+It reads one payload on stdin, posts it to the sidecar (``otelguard serve``) and prints the answer.
+It always exits 0, whatever goes wrong (a mistyped argument, a bad environment variable, no or
+garbled stdin, a sidecar that is down, slow or answers garbage): Claude Code reads exit 2 from a
+``PreToolUse`` hook as "block this call", so one typo in ``settings.json`` must not stop every tool.
+Fail open: nothing on stdout, one line on stderr naming the problem. A payload over 1 MiB (a large
+result) is sent with its largest values reduced to digests (``otelguard.claude_code.large_payloads``), never
+dropped. This module runs on every tool
+call, so it imports only the standard library, and only what it needs: the C ``_socket`` module
+rather than ``socket`` (which brings ``selectors``, ``enum`` and ``array``), no ``typing``, and a host
+name given to the resolver as bytes (a ``str`` loads the ``idna`` codec). ``--print-settings`` and
+``--print-config`` import more, as they run once.
+
+With ``OTELGUARD_SIGNATURE_KEY`` set, the request carries ``X-Otelguard-Session``: the session id's
+keyed digest, for a load balancer in front of several sidecars to keep a session on one of them
+(docs/shared-state.md). Without a key there is no header: a raw session id never leaves.
+"""
+
+from __future__ import annotations
+
+import _socket
+import os
+import sys
+import time
+
+from otelguard.claude_code.events import DEFAULT_TIMEOUT_SECONDS, HOOK_EVENTS
+from otelguard.environment_variables import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
+
+TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
+if TYPE_CHECKING:
+    from typing import Final
+
+__all__ = ["DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "HOOK_EVENTS", "endpoint", "main", "mistyped", "post"]
+
+DEFAULT_URL: Final = "http://127.0.0.1:9464"
+HOOK_PATH: Final = "/v1/hooks/claude-code"
+MAX_PAYLOAD_BYTES: Final = 1 << 20
+"""What the sidecar takes in one request: a larger payload is reduced before it is sent."""
+MAX_STDIN_BYTES: Final = 64 << 20
+"""What the hook reads at most; a payload beyond it is not sent (the call goes ahead)."""
+MAX_ANSWER_BYTES: Final = 1 << 20
+USAGE: Final = (
+    "usage: otelguard hook claude-code [--url URL] [--timeout SECONDS] [--print-settings [--http]] [--print-config]\n"
+    "  reads one Claude Code hook payload on stdin, asks the sidecar, prints its answer\n"
+    "  exit status: always 0, even on errors (Claude Code reads exit 2 as 'block this call'); a problem\n"
+    "  (arguments, environment, stdin, the sidecar) is one line on stderr and the call goes ahead\n"
+    f"  --url URL          the sidecar (default: ${OTELGUARD_URL} or {DEFAULT_URL})\n"
+    f"  --timeout SECONDS  give up and let the call go ahead after this long (default: {DEFAULT_TIMEOUT_SECONDS:g})\n"
+    "  --print-settings   print the hooks block for .claude/settings.json (a command per event)\n"
+    "  --http             with --print-settings: Claude Code posts each event to the sidecar itself\n"
+    "  --print-config     print a starter config for unattended use: otelguard serve --config it\n"
+)
+
+
+class _Failed(Exception):
+    """Why the sidecar gave no usable answer (one line, no payload content)."""
+
+
+class _Options:
+    """What the command line asked for (a plain class: dataclasses would cost startup time)."""
+
+    __slots__ = ("print_config", "print_settings", "timeout", "url", "url_given", "use_http")
+
+    def __init__(self) -> None:
+        self.url = os.environ.get(OTELGUARD_URL) or DEFAULT_URL
+        self.url_given = False
+        self.timeout = DEFAULT_TIMEOUT_SECONDS
+        self.print_settings = False
+        self.use_http = False
+        self.print_config = False
+
+
+def main(argv: list[str]) -> int:
+    """Always 0: every problem is one line on stderr, and the call goes ahead."""
+    try:
+        return _run(argv)
+    except _Failed as exc:
+        _problem(str(exc))
+    except KeyboardInterrupt:
+        _problem("interrupted")
+    except Exception as exc:  # fail open whatever happened
+        _problem(type(exc).__name__)
+    return 0
+
+
+def mistyped(command: str) -> int:
+    """``otelguard hooks ...`` and the like: a command in ``settings.json`` that meant this one fails
+    open too (argparse would exit 2, which blocks every tool call)."""
+    _problem(f"unknown command {_shown(command)}; expected: otelguard hook claude-code")
+    return 0
+
+
+def _problem(reason: str) -> None:
+    try:
+        sys.stderr.write(f"otelguard hook: {reason}; the call goes ahead\n")
+        sys.stderr.flush()
+    except Exception:  # no stderr either: nothing more can be said
+        pass
+
+
+def _run(argv: list[str]) -> int:
+    options = _parse(argv)
+    if options is None:
+        sys.stdout.write(USAGE)
+        return 0
+    if options.print_settings or options.print_config:
+        from otelguard.cli import hook_settings  # what runs once is kept out of what runs every call
+
+        if options.print_config:
+            sys.stdout.write(hook_settings.starter_config())
+        elif options.use_http:
+            scheme, hostport, path = endpoint(options.url)
+            block = hook_settings.http_settings_block(f"{scheme}://{hostport}{path}", options.timeout)
+            sys.stdout.write(block + "\n")
+        else:
+            url = options.url if options.url_given else None
+            timeout = options.timeout if options.timeout != DEFAULT_TIMEOUT_SECONDS else None
+            sys.stdout.write(hook_settings.settings_block(url, timeout) + "\n")
+        return 0
+    deadline = time.monotonic() + options.timeout
+    payload = _read_payload()
+    answer = post(options.url, payload, deadline, _session_affinity(payload))
+    if answer:
+        try:
+            sys.stdout.buffer.write(answer)
+            sys.stdout.flush()
+        except OSError as exc:
+            raise _Failed(f"could not write the answer to stdout ({type(exc).__name__})") from None
+    return 0
+
+
+def _read_payload() -> bytes:
+    """The payload from stdin, reduced to what the sidecar takes when it is larger."""
+    stdin = sys.stdin
+    if stdin is None:
+        raise _Failed("no stdin to read the payload from")
+    try:
+        payload = stdin.buffer.read(MAX_STDIN_BYTES + 1)
+    except (OSError, ValueError, AttributeError) as exc:
+        raise _Failed(f"could not read the payload from stdin ({type(exc).__name__})") from None
+    if not payload.strip():
+        raise _Failed("no payload on stdin (Claude Code sends one JSON object)")
+    if len(payload) > MAX_STDIN_BYTES:
+        raise _Failed(f"payload over {MAX_STDIN_BYTES >> 20} MiB; not sent")
+    if len(payload) > MAX_PAYLOAD_BYTES:
+        from otelguard.claude_code.large_payloads import reduced  # only a large payload pays for json
+
+        smaller = reduced(payload, MAX_PAYLOAD_BYTES)
+        if smaller is None:
+            raise _Failed(f"payload over {MAX_PAYLOAD_BYTES >> 20} MiB that cannot be reduced; not sent")
+        payload = smaller
+    return payload
+
+
+_FLAGS: Final = {"--print-settings": "print_settings", "--http": "use_http", "--print-config": "print_config"}
+
+
+def _parse(argv: list[str]) -> _Options | None:
+    """The options; ``None`` for ``--help``. By hand: argparse costs more startup time than this
+    whole command, and exits 2 on a mistake, which Claude Code reads as "block this call"."""
+    if argv and argv[0] in ("-h", "--help"):
+        return None
+    if not argv:
+        raise _Failed("no agent named; expected: otelguard hook claude-code (see --help)")
+    if argv[0] != "claude-code":
+        raise _Failed(f"unknown agent {_shown(argv[0])}; expected claude-code (see --help)")
+    options = _Options()
+    rest = list(argv[1:])
+    while rest:
+        arg = rest.pop(0)
+        name, eq, inline = arg.partition("=")
+        if name in ("-h", "--help"):
+            return None
+        if name in _FLAGS and not eq:
+            setattr(options, _FLAGS[name], True)
+            continue
+        if name not in ("--url", "--timeout"):
+            raise _Failed(f"unknown option {_shown(name)} (see --help)")
+        if not eq:
+            if not rest:
+                raise _Failed(f"{name} needs a value")
+            inline = rest.pop(0)
+        if name == "--url":
+            options.url, options.url_given = inline, True
+            continue
+        try:
+            options.timeout = float(inline)
+        except ValueError:
+            raise _Failed(f"--timeout {_shown(inline)}: expected a number of seconds, e.g. 2") from None
+        if not 0 < options.timeout <= 600:
+            raise _Failed(f"--timeout {_shown(inline)}: expected above 0 and at most 600 seconds")
+    if options.use_http and not options.print_settings:
+        raise _Failed("--http goes with --print-settings")
+    if options.print_config and options.print_settings:
+        raise _Failed("--print-config and --print-settings print different files: one at a time")
+    return options
+
+
+def _shown(text: str) -> str:
+    """A command-line word as the message shows it: quoted, printable, bounded."""
+    shown = repr(text[:60])
+    return shown if len(text) <= 60 else shown[:-1] + "..." + shown[-1]
+
+
+_SESSION_ID_FIELD: Final = b'"session_id"'
+MAX_SESSION_ID_BYTES: Final = 1024
+
+
+def _leading_session_id(payload: bytes) -> bytes | None:
+    """The session id when it is the payload's first field, as Claude Code writes it: read by hand,
+    since ``re`` and ``json`` would cost milliseconds of startup on every tool call."""
+    rest = payload.lstrip()
+    if not rest.startswith(b"{"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith(_SESSION_ID_FIELD):
+        return None
+    rest = rest[len(_SESSION_ID_FIELD) :].lstrip()
+    if not rest.startswith(b":"):
+        return None
+    rest = rest[1:].lstrip()
+    if not rest.startswith(b'"'):
+        return None
+    end = rest.find(b'"', 1)
+    value = rest[1:end]
+    if end < 2 or len(value) > MAX_SESSION_ID_BYTES or b"\\" in value:
+        return None  # empty, too long or escaped: the full parse below decides
+    return value
+
+
+def _session_affinity(payload: bytes) -> str | None:
+    """The ``X-Otelguard-Session`` value for this payload, or ``None`` (no key, or no session id)."""
+    secret = os.environ.get(OTELGUARD_SIGNATURE_KEY)
+    if not secret:
+        return None
+    leading = _leading_session_id(payload)
+    if leading is not None:
+        session_id: object = leading.decode("utf-8", "surrogateescape")
+    else:
+        import json
+
+        try:
+            session_id = json.loads(payload).get("session_id")
+        except (ValueError, AttributeError):  # not a JSON object: the sidecar answers 400 for it
+            return None
+    if not isinstance(session_id, str) or not session_id:
+        return None
+    from otelguard.core.session_keys import key_bytes, session_digest  # only with a key: hashlib
+
+    return session_digest(session_id, key_bytes(secret))
+
+
+def post(url: str, payload: bytes, deadline: float, session: str | None = None) -> bytes:
+    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``.
+    ``session``: the ``X-Otelguard-Session`` header's value (a keyed digest), if any."""
+    scheme, hostport, path = endpoint(url)
+    host, port = _host_port(hostport, 443 if scheme == "https" else 80)
+    headers = [
+        f"POST {path} HTTP/1.1",
+        f"Host: {hostport}",
+        "Content-Type: application/json",
+        f"Content-Length: {len(payload)}",
+        "Connection: close",
+    ]
+    token = os.environ.get(OTELGUARD_TOKEN)
+    if token:
+        if not token.isprintable() or not token.isascii():
+            raise _Failed(f"${OTELGUARD_TOKEN} holds characters a header cannot carry")
+        headers.append(f"Authorization: Bearer {token}")
+    if session is not None:
+        from otelguard.core.session_keys import SESSION_HEADER
+
+        headers.append(f"{SESSION_HEADER}: {session}")
+    request = ("\r\n".join(headers) + "\r\n\r\n").encode("latin-1") + payload
+    try:
+        sock = _connect(host, port, deadline)
+    except TimeoutError:
+        raise _Failed(f"sidecar at {scheme}://{hostport} did not answer in time") from None
+    except OSError as exc:
+        raise _Failed(f"sidecar at {scheme}://{hostport} unreachable ({type(exc).__name__})") from None
+    try:
+        if scheme == "https":
+            sock = _tls(sock, host)
+        sock.settimeout(_remaining(deadline))
+        sock.sendall(request)
+        raw = _read_all(sock, deadline)
+    except TimeoutError:
+        raise _Failed(f"sidecar at {scheme}://{hostport} did not answer in time") from None
+    except OSError as exc:
+        raise _Failed(f"sidecar at {scheme}://{hostport} failed ({type(exc).__name__})") from None
+    finally:
+        sock.close()
+    return _body_of_200(raw)
+
+
+def endpoint(url: str) -> tuple[str, str, str]:
+    """(scheme, host[:port], path of the hook endpoint under the URL's own path)."""
+    scheme, _, rest = url.partition("://")
+    if scheme not in ("http", "https") or not rest:
+        raise _Failed(f"--url or ${OTELGUARD_URL}: {_shown(url)} is not an http:// or https:// URL")
+    if not rest.isprintable():
+        raise _Failed(f"--url or ${OTELGUARD_URL}: {_shown(url)} holds control characters")
+    hostport, _, base = rest.partition("/")
+    path = "/" + base.rstrip("/") + HOOK_PATH if base.strip("/") else HOOK_PATH
+    return scheme, hostport, path
+
+
+def _connect(host: str, port: int, deadline: float) -> _socket.socket:
+    """A connected TCP socket, trying each address of ``host`` in turn (what ``socket.create_connection``
+    does, on the C module)."""
+    # the resolver encodes a str host with the idna codec, a module import; ASCII needs no codec
+    name = host.encode("ascii") if host.isascii() else host.encode("idna")
+    failure: OSError = OSError("no address")
+    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+        sock = _socket.socket(family, kind, proto)
+        try:
+            sock.settimeout(_remaining(deadline))
+            sock.connect(address)
+            return sock
+        except OSError as exc:
+            sock.close()
+            failure = exc
+    raise failure
+
+
+def _tls(raw: _socket.socket, host: str) -> _socket.socket:
+    """The connection wrapped in TLS (only HTTPS pays for ``ssl`` and ``socket``)."""
+    import socket
+    import ssl
+
+    plain = socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+    return ssl.create_default_context().wrap_socket(plain, server_hostname=host)
+
+
+def _host_port(hostport: str, default: int) -> tuple[str, int]:
+    if hostport.startswith("["):
+        host, _, port_text = hostport[1:].partition("]")
+        port_text = port_text.lstrip(":")
+    else:
+        host, _, port_text = hostport.partition(":")
+    if not port_text:
+        return host, default
+    if not port_text.isascii() or not port_text.isdigit() or not 0 < int(port_text) < 65536:
+        raise _Failed(f"--url or ${OTELGUARD_URL}: bad port {_shown(port_text)}")
+    return host, int(port_text)
+
+
+def _remaining(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError
+    return left
+
+
+def _read_all(sock: _socket.socket, deadline: float) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        sock.settimeout(_remaining(deadline))
+        chunk = sock.recv(65536)
+        if not chunk:
+            return b"".join(chunks)
+        chunks.append(chunk)
+        size += len(chunk)
+        if size > MAX_ANSWER_BYTES:
+            raise _Failed(f"answer over {MAX_ANSWER_BYTES} bytes")
+
+
+def _body_of_200(raw: bytes) -> bytes:
+    """The body of a 200 answer holding a JSON object (or nothing); else ``_Failed``: whatever else
+    came back must not reach Claude Code, which might read it as a decision."""
+    head, sep, body = raw.partition(b"\r\n\r\n")
+    if not sep:
+        raise _Failed("sidecar sent an incomplete answer")
+    lines = head.split(b"\r\n")
+    status = lines[0].split(b" ", 2)
+    if len(status) < 2 or not status[0].startswith(b"HTTP/"):
+        raise _Failed("sidecar sent something that is not an HTTP answer")
+    if status[1] != b"200":
+        code = _printable(status[1], 3)
+        reason = _printable(body.split(b"\n", 1)[0], 120) if status[1][:1] == b"4" else ""
+        raise _Failed(f"sidecar answered HTTP {code}" + (f" ({reason})" if reason else ""))
+    chunked = False
+    for line in lines[1:]:
+        name, _, value = line.partition(b":")
+        name = name.strip().lower()
+        if name == b"transfer-encoding" and value.strip().lower() == b"chunked":
+            chunked = True
+        elif name == b"content-length":
+            text = value.strip()
+            if not text.isdigit():
+                raise _Failed("sidecar sent a bad Content-Length")
+            if len(body) < int(text):
+                raise _Failed("sidecar sent an incomplete answer")
+            body = body[: int(text)]
+    if chunked:
+        body = _unchunked(body)
+    if body.strip() and not (body.lstrip().startswith(b"{") and body.rstrip().endswith(b"}")):
+        raise _Failed("sidecar answered something that is not a JSON object")
+    return body
+
+
+def _unchunked(body: bytes) -> bytes:
+    parts: list[bytes] = []
+    while True:
+        size_line, sep, body = body.partition(b"\r\n")
+        size_text = size_line.split(b";", 1)[0].strip()
+        try:
+            size = int(size_text, 16)
+        except ValueError:
+            raise _Failed("sidecar sent a bad chunked answer") from None
+        if not sep or size < 0 or len(body) < size:
+            raise _Failed("sidecar sent an incomplete answer")
+        if size == 0:
+            return b"".join(parts)
+        parts.append(body[:size])
+        body = body[size + 2 :]
+
+
+def _printable(raw: bytes, limit: int) -> str:
+    text = raw[:limit].decode("ascii", "replace")
+    return "".join(c if c.isprintable() and c != "\ufffd" else "?" for c in text).strip()

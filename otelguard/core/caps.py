@@ -1,0 +1,216 @@
+"""Per-turn and per-session caps on runaway-prone tools (docs/configuration.md, "Caps").
+
+Turn counters belong to one guard. Session counters belong to the session: a ``SessionCapStore``
+shared by the session's main guard and every subagent guard, which checks and charges atomically
+(one lock for all of them), so guards running in parallel threads never overshoot a session cap.
+``SessionCapStore`` is the one protocol of a session-cap backend; the core ships the in-process one
+(``LocalSessionCaps``) and is handed any other by its host (``otelguard.hosting`` picks the shared
+one for a config with a state URL).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from types import MappingProxyType
+from typing import Final, Literal, NamedTuple, Protocol
+
+from otelguard.core import decisions as codes
+from otelguard.core.decisions import Decision, Signature
+
+__all__ = [
+    "CapLedger",
+    "CapRefusal",
+    "Charge",
+    "ChargeAnswer",
+    "LocalSessionCaps",
+    "SessionCapStore",
+]
+
+Scope = Literal["turn", "session"]
+Charge = tuple[Scope, str, int]
+
+_NOUNS: Final = {
+    "web_search": ("made", "web search", "web searches"),
+    "subagents": ("started", "subagent", "subagents"),
+}
+
+
+class CapRefusal(NamedTuple):
+    """The session cap a charge would overshoot: the first such key in the order given."""
+
+    key: str
+    used: int  # usage before the call
+    limit: int
+
+
+class ChargeAnswer(NamedTuple):
+    """What a session-cap store answered to a charge."""
+
+    refusal: CapRefusal | None
+    """The cap the charge would overshoot (nothing charged), or ``None`` (every cap charged)."""
+    fell_back: bool = False
+    """A store outside the process did not take part: decided from the process's own counts."""
+
+
+_CHARGED: Final = ChargeAnswer(None)
+
+
+class SessionCapStore(Protocol):
+    """The session-scope cap counters of one session, shared by its main guard and every subagent
+    guard: the one protocol of a session-cap backend, one verb per operation. Thread-safe; ``charge``
+    checks and charges in one atomic step. A backend that reports its own health (a shared store's
+    link) does so to a listener its host hands it, never through the guard."""
+
+    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> ChargeAnswer:
+        """All or nothing: when ``used + amount > limit`` for any ``(key, limit)``, charge nothing and
+        answer the first such key; else add ``amount`` to every key."""
+        ...
+
+    def refund(self, keys: Sequence[str], amount: int) -> None:
+        """Give ``amount`` back to each key, floored at 0 (a charged call that was refused or cancelled)."""
+        ...
+
+    def restore(self, counts: Mapping[str, int]) -> None:
+        """Set these keys' counts as given: counts the session reached elsewhere (a framework's
+        checkpoint). A store that already holds every process's counts may keep its own."""
+        ...
+
+    def usage(self) -> Mapping[str, int]:
+        """The current counts, one per key charged so far."""
+        ...
+
+
+class LocalSessionCaps:
+    """The in-process ``SessionCapStore``: a dict under its own lock."""
+
+    __slots__ = ("_counts", "_lock")
+
+    def __init__(self) -> None:
+        self._counts: dict[str, int] = {}
+        self._lock = threading.Lock()
+
+    def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> ChargeAnswer:
+        counts = self._counts
+        with self._lock:
+            for key, limit in caps:
+                used = counts.get(key, 0)
+                if used + amount > limit:
+                    return ChargeAnswer(CapRefusal(key, used, limit))
+            for key, _limit in caps:
+                counts[key] = counts.get(key, 0) + amount
+        return _CHARGED
+
+    def refund(self, keys: Sequence[str], amount: int) -> None:
+        counts = self._counts
+        with self._lock:
+            for key in keys:
+                counts[key] = max(0, counts.get(key, 0) - amount)
+
+    def restore(self, counts: Mapping[str, int]) -> None:
+        with self._lock:
+            self._counts.update(counts)
+
+    def usage(self) -> Mapping[str, int]:
+        with self._lock:
+            return dict(self._counts)
+
+
+class CapLedger:
+    """Usage counters: turn counters reset by ``start_turn``; session counters in the session's store."""
+
+    def __init__(self, on_hit: str, session: SessionCapStore) -> None:
+        self.action: codes.Action = "block" if on_hit == "block" else "reject"
+        self.turn: dict[str, int] = {}
+        self.session = session
+        self.fell_back = False
+        """The last ``check`` was decided without the shared store; the guard takes it (under its
+        lock) with ``take_fell_back``. Never set with an in-process store."""
+        self.turn_peak_ratio: dict[str, float] = {}
+
+    def start_turn(self) -> None:
+        self.turn = {}
+        self.turn_peak_ratio = {}
+
+    def check(
+        self,
+        sig: Signature,
+        turn_caps: Sequence[tuple[str, int]],
+        session_caps: Sequence[tuple[str, int]],
+        requested: int,
+    ) -> Decision | None:
+        """The first cap this call would exceed (turn caps before session caps, config order).
+
+        When it exceeds none, the session caps are charged already (atomically with their check:
+        another guard of the session may charge them at the same moment); the turn caps are charged
+        by ``charge`` once the call is allowed, and a call refused in between gets ``refund_session``.
+        """
+        turn = self.turn
+        for key, limit in turn_caps:
+            used = turn.get(key, 0)
+            if used + requested > limit:
+                return self._hit(sig, "turn", key, used, limit, requested)
+        if session_caps:
+            refusal, fell_back = self.session.charge(session_caps, requested)
+            if fell_back:
+                self.fell_back = True
+            if refusal is not None:
+                return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
+        return None
+
+    def charge(
+        self, turn_caps: Sequence[tuple[str, int]], session_caps: Sequence[tuple[str, int]], amount: int
+    ) -> tuple[Charge, ...]:
+        """Charge the turn caps of an allowed call; the charges of both scopes, for a later refund."""
+        charges: list[Charge] = []
+        for key, limit in turn_caps:
+            used = self.turn.get(key, 0) + amount
+            self.turn[key] = used
+            if used / limit > self.turn_peak_ratio.get(key, 0.0):
+                self.turn_peak_ratio[key] = used / limit
+            charges.append(("turn", key, amount))
+        for key, _limit in session_caps:
+            charges.append(("session", key, amount))
+        return tuple(charges)
+
+    def refund_session(self, session_caps: Sequence[tuple[str, int]], amount: int) -> None:
+        """Give back what ``check`` charged to a call that was then refused all the same."""
+        self.session.refund([key for key, _limit in session_caps], amount)
+
+    def take_fell_back(self) -> bool:
+        fell_back, self.fell_back = self.fell_back, False
+        return fell_back
+
+    def refund(self, charges: Sequence[Charge], same_turn: bool) -> None:
+        session_keys: list[str] = []
+        session_amount = 0
+        for scope, key, amount in charges:
+            if scope == "session":
+                session_keys.append(key)
+                session_amount = amount  # one call charges every key the same amount
+            elif same_turn:
+                self.turn[key] = max(0, self.turn.get(key, 0) - amount)
+        if session_keys:
+            self.session.refund(session_keys, session_amount)
+
+    def usage_ratios(self, turn_limits: Sequence[tuple[str, int]]) -> MappingProxyType[str, float]:
+        return MappingProxyType({key: self.turn_peak_ratio.get(key, 0.0) for key, _ in turn_limits})
+
+    def _hit(self, sig: Signature, scope: Scope, key: str, used: int, limit: int, requested: int) -> Decision:
+        verb, one, many = _NOUNS.get(key, ("made", f"call to {key}", f"calls to {key}"))
+        message = (
+            f"Not run: this {scope} already {verb} {used} {one if used == 1 else many}, the limit is {limit}."
+        )
+        if requested > 1:
+            message += f" This call would add {requested} more."
+        message += " Work with what you have, or tell the user the limit was reached."
+        return Decision(
+            action=self.action,
+            code=codes.CAP_TURN if scope == "turn" else codes.CAP_SESSION,
+            message=message,
+            tool_name=sig.tool_name,
+            count=used,
+            limit=limit,
+            signature=sig,
+            cap=key,
+        )

@@ -1,0 +1,230 @@
+"""What the guard answers: decisions, signatures, turn summaries, and decision codes."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from functools import partial
+from types import MappingProxyType
+from typing import Any, Final, Literal, NamedTuple
+
+import orjson
+
+from otelguard.core._slots import positional_factory
+
+__all__ = [
+    "ACTIONS",
+    "CODES",
+    "LOOP_CODES",
+    "NON_LOOP_CODES",
+    "TURN_OUTCOMES",
+    "Action",
+    "Decision",
+    "Outcome",
+    "Signature",
+    "ToolClass",
+    "TurnOutcome",
+    "TurnSummary",
+    "new_signature",
+]
+
+Action = Literal["allow", "warn", "reject", "block", "halt"]
+ACTIONS: Final = ("allow", "warn", "reject", "block", "halt")
+ToolClass = Literal["read", "write", "shell", "poll", "unknown"]
+Outcome = Literal["ok", "failed", "refused", "blocked", "rejected", "cancelled"]
+TurnOutcome = Literal["completed", "halted", "errored"]
+TURN_OUTCOMES: Final[tuple[TurnOutcome, ...]] = ("completed", "halted", "errored")
+"""How a turn ended: ``halted`` by a ``block``/``halt``; else ``errored`` when the host said its run
+ended in an exception; else ``completed``."""
+
+ALLOW: Final = "allow"
+INTERNAL_ERROR: Final = "internal_error"
+TURN_HALTED: Final = "turn_halted"
+CAP_TURN: Final = "cap_turn"
+CAP_SESSION: Final = "cap_session"
+EXACT_FAILURE_WARN: Final = "exact_failure_warn"
+EXACT_FAILURE_BLOCK: Final = "exact_failure_block"
+SAME_TOOL_FAILURE_WARN: Final = "same_tool_failure_warn"
+SAME_TOOL_FAILURE_HALT: Final = "same_tool_failure_halt"
+REFUSAL_WARN: Final = "refusal_warn"
+REFUSAL_HALT: Final = "refusal_halt"
+NO_PROGRESS_WARN: Final = "no_progress_warn"
+NO_PROGRESS_BLOCK: Final = "no_progress_block"
+IDENTICAL_CALL_WARN: Final = "identical_call_warn"
+IDENTICAL_CALL_HALT: Final = "identical_call_halt"
+CYCLE_WARN: Final = "cycle_warn"
+CYCLE_BLOCK: Final = "cycle_block"
+READ_ONLY_STREAK_WARN: Final = "read_only_streak_warn"
+WRITE_STREAK_WARN: Final = "write_streak_warn"
+SAME_ERROR_WARN: Final = "same_error_warn"
+SAME_ERROR_HALT: Final = "same_error_halt"
+EXACT_FAILURE_REJECT: Final = "exact_failure_reject"
+NO_PROGRESS_REJECT: Final = "no_progress_reject"
+IDENTICAL_CALL_REJECT: Final = "identical_call_reject"
+CYCLE_REJECT: Final = "cycle_reject"
+CROSS_TURN_FAILURE_WARN: Final = "cross_turn_failure_warn"
+CROSS_TURN_FAILURE_REJECT: Final = "cross_turn_failure_reject"
+CROSS_TURN_FAILURE_BLOCK: Final = "cross_turn_failure_block"
+
+CODES: Final = (
+    ALLOW,
+    INTERNAL_ERROR,
+    TURN_HALTED,
+    CAP_TURN,
+    CAP_SESSION,
+    EXACT_FAILURE_WARN,
+    EXACT_FAILURE_BLOCK,
+    SAME_TOOL_FAILURE_WARN,
+    SAME_TOOL_FAILURE_HALT,
+    REFUSAL_WARN,
+    REFUSAL_HALT,
+    NO_PROGRESS_WARN,
+    NO_PROGRESS_BLOCK,
+    IDENTICAL_CALL_WARN,
+    IDENTICAL_CALL_HALT,
+    CYCLE_WARN,
+    CYCLE_BLOCK,
+    READ_ONLY_STREAK_WARN,
+    WRITE_STREAK_WARN,
+    SAME_ERROR_WARN,
+    SAME_ERROR_HALT,
+    EXACT_FAILURE_REJECT,
+    NO_PROGRESS_REJECT,
+    IDENTICAL_CALL_REJECT,
+    CYCLE_REJECT,
+    CROSS_TURN_FAILURE_WARN,
+    CROSS_TURN_FAILURE_REJECT,
+    CROSS_TURN_FAILURE_BLOCK,
+)
+"""Every decision code, stable: they are metric label values."""
+
+NON_LOOP_CODES: Final = (CAP_TURN, CAP_SESSION, TURN_HALTED, INTERNAL_ERROR)
+"""Refusal and failure codes that no loop detector makes: caps are budgets, ``turn_halted`` repeats an
+earlier halt, ``internal_error`` is the guard failing open. Telemetry, the dashboards' loop rate and
+replay all take the loop codes as "every code but ``allow`` and these", so a detector added later
+counts as a loop without touching them."""
+
+LOOP_CODES: Final = frozenset(CODES) - {ALLOW, *NON_LOOP_CODES}
+"""Codes produced by the loop detectors."""
+
+
+class Signature(NamedTuple):
+    """Identity of a call: the tool and a keyed hash of its canonical arguments."""
+
+    tool_name: str
+    args_hash: str
+
+
+new_signature: Final[Callable[[tuple[str, str]], Signature]] = partial(tuple.__new__, Signature)
+"""``new_signature((tool_name, args_hash))``: a ``Signature`` built without the named tuple's
+Python-level ``__new__`` (one per call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Decision:
+    """The guard's answer about one tool call. Frozen; safe to share between threads.
+
+    ``message`` is written for the model: it names the tool and the counts, never argument values or
+    result text. ``count``/``limit`` are the detector's count and threshold (for caps: the usage before
+    the call and the cap's limit). ``cap`` is the cap key for ``cap_turn``/``cap_session``.
+    """
+
+    action: Action
+    code: str
+    message: str = ""
+    tool_name: str = ""
+    count: int = 0
+    limit: int = 0
+    signature: Signature | None = None
+    cap: str | None = None
+
+    @property
+    def allows_execution(self) -> bool:
+        return self.action in ("allow", "warn")
+
+    @property
+    def should_halt(self) -> bool:
+        return self.action in ("block", "halt")
+
+    def to_metadata(self) -> dict[str, Any]:
+        """The decision as a flat dict for logs and traces: codes and counts, no raw values."""
+        meta: dict[str, Any] = {
+            "action": self.action,
+            "code": self.code,
+            "tool_name": self.tool_name,
+            "count": self.count,
+            "limit": self.limit,
+            "args_hash": self.signature.args_hash if self.signature else None,
+        }
+        if self.cap is not None:
+            meta["cap"] = self.cap
+        return meta
+
+    def synthetic_result(self) -> str:
+        """A JSON tool result to hand back to the model in place of a call that did not run."""
+        body = {
+            "error": self.message or f"The call to {self.tool_name} was not run.",
+            "otelguard": {"action": self.action, "code": self.code, "count": self.count, "limit": self.limit},
+        }
+        try:
+            return orjson.dumps(body).decode()
+        except orjson.JSONEncodeError:  # a tool name with a lone surrogate: escape it
+            return json.dumps(body)
+
+    def annotate(self, result: Any) -> Any:
+        """Append this decision's guidance to a tool result for ``warn``/``halt``; else return it unchanged.
+
+        Strings get a trailing note; dicts get an ``otelguard`` entry (a new dict); anything else is
+        returned as is.
+        """
+        if self.action not in ("warn", "halt") or not self.message:
+            return result
+        try:
+            return self._annotated(result)
+        except Exception:
+            return result  # a result that cannot be read or copied goes back as it came: never raise
+
+    def _annotated(self, result: Any) -> Any:
+        if isinstance(result, str):
+            return f"{result}\n\n[otelguard {self.action}: {self.code}] {self.message}"
+        if isinstance(result, Mapping):
+            annotated = dict(result)
+            annotated["otelguard"] = {"action": self.action, "code": self.code, "message": self.message}
+            return annotated
+        return result
+
+
+allow_decision: Final[Callable[[str, Signature], Decision]] = positional_factory(
+    Decision, {"action": "allow", "code": ALLOW, "message": "", "count": 0, "limit": 0, "cap": None}
+)
+"""``allow_decision(tool_name, signature)``: an ``allow`` for one call (built without the dataclass
+``__init__``: it runs on every call)."""
+
+
+@dataclass(frozen=True, slots=True)
+class TurnSummary:
+    """What one turn did, returned by ``Guard.end_turn()``.
+
+    ``cap_usage`` maps each turn cap key to the units used in the turn; ``cap_usage_ratio`` maps each
+    cap key with a turn limit to the highest used/limit reached (0 when unused). ``errored``: the host
+    said the turn's run ended in an exception (``end_turn(errored=True)``); ``outcome`` is
+    ``halted`` when the guard halted the turn, whatever came after, else ``errored`` or ``completed``.
+    """
+
+    turn_id: str | None
+    agent: str
+    tool_calls: int
+    halted: bool
+    halt_decision: Decision | None
+    cap_usage: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    cap_usage_ratio: Mapping[str, float] = field(default_factory=lambda: MappingProxyType({}))
+    session_cap_usage: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    decisions: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
+    errored: bool = False
+
+    @property
+    def outcome(self) -> TurnOutcome:
+        if self.halted:
+            return "halted"
+        return "errored" if self.errored else "completed"

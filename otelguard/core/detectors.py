@@ -1,0 +1,578 @@
+"""The loop detectors (docs/detectors.md): per-turn state, ``before_call`` refusals and ``after_call`` verdicts.
+
+Pure and single-threaded: the guard serialises access under its lock. Memory is bounded: state per
+signature, per tool, per (tool, refusal category) and per error fingerprint lives in LRU maps of
+``max_tracked_signatures`` entries.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final, NamedTuple
+
+from otelguard.core import decisions as codes
+from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
+from otelguard.core.results import ResultSlot
+
+if TYPE_CHECKING:
+    from otelguard.config import GuardConfig
+
+__all__ = ["SessionMemory", "SignatureState", "TurnDetectors"]
+
+_CYCLE_PERIODS: Final = (2, 3, 4)
+
+
+class _FailureCounts(NamedTuple):
+    """How many failures the call just recorded has counted, per failure detector."""
+
+    tool_failures: int  # same_tool_failure: failures and refusals of the tool
+    refusals: int  # refusal: refusals of the (tool, category)
+    same_errors: int  # same_error: failures with this call's error fingerprint
+    turns_failed: int  # cross_turn_failure: turns in which this call failed with this same error
+
+
+class SignatureState(ResultSlot):
+    """What a turn remembers about one signature (its previous result: see ``ResultSlot``)."""
+
+    __slots__ = ("exact_epoch", "exact_failures", "no_progress", "reject_epoch", "rejects")
+
+    def __init__(self) -> None:
+        # ResultSlot's fields, set here directly: one state is created per new signature.
+        self.raw = None
+        self.fingerprint = None
+        self.held = None
+        self.exact_failures = 0
+        self.exact_epoch = 0
+        self.no_progress = 0
+        # rejects given to this call since it last ran; they lapse when a write or shell succeeds
+        self.rejects = 0
+        self.reject_epoch = 0
+
+
+_TURN_BITS: Final = 32
+_TURN_MASK: Final = (1 << _TURN_BITS) - 1
+
+
+class SessionMemory:
+    """What a session (one ``Guard``) remembers across its turns: the calls that keep failing the same
+    way, turn after turn (``cross_turn_failure``). Bounded by ``max_tracked_signatures`` entries, least
+    recently used dropped first; ``start_turn`` only advances the turn number.
+
+    Each entry is one int: the call's error fingerprint, the turns it failed in with that error and
+    the last of them (``error << 64 | turns << 32 | last turn``), a third of the bytes of an object
+    holding the three (a session keeps thousands)."""
+
+    __slots__ = ("failures", "turn")
+
+    def __init__(self, capacity: int) -> None:
+        self.failures: BoundedMap[Signature, int] = BoundedMap(capacity)
+        self.turn = 0
+
+    def next_turn(self) -> None:
+        self.turn += 1
+
+    def turns_failed(self, sig: Signature) -> int:
+        """The turns in which ``sig`` has failed with one same error (0 when it is not failing)."""
+        entry = self.failures.get(sig) if self.failures else None
+        return (entry >> _TURN_BITS) & _TURN_MASK if entry is not None else 0
+
+    def record(self, sig: Signature, outcome: Outcome, error: int | None) -> int:
+        """Count a call's outcome; returns the turns it has now failed in with this same error (0 for
+        anything but a failure). A success of the call, or a failure with another error or with no
+        error to compare (an exception, a bare exit status), ends its record; a refusal leaves it."""
+        if outcome == "ok" or (outcome == "failed" and error is None):
+            if self.failures:
+                self.failures.pop(sig, None)
+            return 0
+        if outcome != "failed" or error is None:
+            return 0
+        turn = self.turn & _TURN_MASK
+        entry = self.failures.get(sig)
+        if entry is None or entry >> (2 * _TURN_BITS) != error:
+            turns = 1
+        elif entry & _TURN_MASK != turn:  # several failures in one turn count as one turn
+            turns = ((entry >> _TURN_BITS) & _TURN_MASK) + 1
+        else:
+            turns = (entry >> _TURN_BITS) & _TURN_MASK
+        self.failures.put(sig, (error << (2 * _TURN_BITS)) | (min(turns, _TURN_MASK) << _TURN_BITS) | turn)
+        return turns
+
+
+class _Cycle:
+    """Back-to-back repeats of a period of 2–4 signatures, tracked incrementally in O(1) per call."""
+
+    __slots__ = ("history", "runs")
+
+    def __init__(self) -> None:
+        self.history: list[Signature] = []  # the last four signatures, newest last
+        self.runs = dict.fromkeys(_CYCLE_PERIODS, 0)  # consecutive positions i with seq[i] == seq[i - p]
+
+    def push(self, sig: Signature) -> None:
+        history, runs = self.history, self.runs
+        n = len(history)
+        # Unrolled over the periods 2, 3, 4: this runs on every call.
+        runs[2] = runs[2] + 1 if n >= 2 and history[-2] == sig else 0
+        runs[3] = runs[3] + 1 if n >= 3 and history[-3] == sig else 0
+        runs[4] = runs[4] + 1 if n >= 4 and history[0] == sig else 0
+        history.append(sig)
+        if n >= 4:
+            del history[0]
+
+    def runs_any(self) -> bool:
+        runs = self.runs
+        return bool(runs[2] or runs[3] or runs[4])
+
+    def best(self) -> tuple[int, int]:
+        """``(count, period)`` of the strongest current cycle; count 0 when there is none."""
+        best_count, best_period = 0, 0
+        for period in _CYCLE_PERIODS:
+            run = self.runs[period]
+            if run == 0:
+                continue
+            count = (run + period) // period
+            if count > best_count and len(set(self.history[-period:])) >= 2:
+                best_count, best_period = count, period
+        return best_count, best_period
+
+    def would_continue(self, sig: Signature, threshold: int) -> tuple[int, int]:
+        """``(count, period)`` of a cycle of at least ``threshold`` repeats that ``sig`` would continue."""
+        for period in _CYCLE_PERIODS:
+            run = self.runs[period]
+            count = (run + period) // period
+            if (
+                run
+                and count >= threshold
+                and self.history[-period] == sig
+                and len(set(self.history[-period:])) >= 2
+            ):
+                return count, period
+        return 0, 0
+
+
+class TurnDetectors:
+    """All detector state of one turn. ``start_turn`` replaces the object."""
+
+    def __init__(self, config: GuardConfig, memory: SessionMemory | None = None) -> None:
+        self.config = config
+        self.memory = memory if memory is not None else SessionMemory(config.max_tracked_signatures)
+        self.rejects_before_stop = config.rejects_before_stop
+        self.hard_stop = config.hard_stop_enabled
+        self.warn_after = config.warn_after
+        self.stop_after = config.hard_stop_after
+        capacity = config.max_tracked_signatures
+        self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
+        self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
+        # same_tool_failure of shell tools: (failures, the write epoch they were counted in)
+        self.shell_failures: BoundedMap[str, tuple[int, int]] = BoundedMap(capacity)
+        self.refusals: BoundedMap[tuple[str, str], int] = BoundedMap(capacity)
+        # same_error: per error fingerprint since the turn's last successful write or shell call,
+        # (failures counted, the one tool they came from; None once a second tool has given it)
+        self.errors: BoundedMap[int, tuple[int, str | None]] = BoundedMap(capacity)
+        self.write_epoch = 0
+        # Below these counts an ok call cannot make any detector fire.
+        self._quiet_identical = min(self.warn_after["identical_call"], self.stop_after["identical_call"])
+        self._quiet_no_progress = self.warn_after["no_progress"]
+        self._quiet_read_streak = self.warn_after["read_only_streak"]
+        self._quiet_write_streak = self.warn_after["write_streak"]
+        self.identical_sig: Signature | None = None  # of the last ok write/unknown call
+        self.identical_count = 0
+        self.cycle = _Cycle()
+        self.cycle_rejects = 0  # rejects given to the current cycle
+        self.cycle_rejected: tuple[Signature, int, int] | None = None  # its last: (call, count, period)
+        self.read_streak = 0
+        self.write_streak = 0
+
+    def state(self, sig: Signature) -> SignatureState:
+        """The signature's state, created if new and marked most recently used."""
+        signatures = self.signatures
+        state = signatures.get(sig)
+        if state is None:
+            return signatures.touch(sig, SignatureState)
+        signatures.move_to_end(sig)
+        return state
+
+    # before_call -----------------------------------------------------------------------------
+
+    def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
+        """The hard-stop refusals, in precedence order: exact_failure, cross_turn_failure, no_progress,
+        identical_call, cycle. A repeated call is first rejected (it does not run, the turn goes on)
+        ``rejects_before_stop`` times; the model sending it again after that stops the turn."""
+        if not self.hard_stop:
+            return None
+        stop = self.stop_after
+        state = self.signatures.get(sig)
+        if state is not None:
+            failures = self._exact_failures(state)
+            limit = stop["exact_failure"]
+            if failures >= limit:
+                return self._refuse(
+                    state, codes.EXACT_FAILURE_REJECT, codes.EXACT_FAILURE_BLOCK, sig, failures, limit
+                )
+        if tool_class != "poll":
+            turns = self.memory.turns_failed(sig)
+            limit = stop["cross_turn_failure"]
+            if turns >= limit:
+                state = state if state is not None else self.state(sig)
+                return self._refuse(
+                    state, codes.CROSS_TURN_FAILURE_REJECT, codes.CROSS_TURN_FAILURE_BLOCK, sig, turns, limit
+                )
+        if state is not None:
+            limit = stop["no_progress"]
+            if tool_class == "read" and state.no_progress >= limit:
+                return self._refuse(
+                    state, codes.NO_PROGRESS_REJECT, codes.NO_PROGRESS_BLOCK, sig, state.no_progress, limit
+                )
+            refused = self._refuse_identical(sig, state, tool_class)
+            if refused is not None:
+                return refused
+        if tool_class != "poll":
+            return self._refuse_cycle(sig)
+        return None
+
+    def _refuse_cycle(self, sig: Signature) -> Decision | None:
+        """cycle: the call continuing the cycle is rejected, and taken as part of the sequence (the model
+        asked for it); a call continuing that same cycle after ``rejects_before_stop`` rejects stops the
+        turn. The cycle breaking ends its rejects."""
+        limit = self.stop_after["cycle"]
+        count, period = self.cycle.would_continue(sig, limit)
+        rejected = self.cycle_rejected
+        if not count and self.cycle_rejects and rejected is not None and rejected[0] == sig:
+            _, count, period = rejected  # the very call the cycle's reject refused, sent again
+        if not count:
+            return None
+        if self.cycle_rejects >= self.rejects_before_stop:
+            return _decision("block", codes.CYCLE_BLOCK, sig, count, limit, period=period)
+        self.cycle_rejects += 1
+        self.cycle_rejected = (sig, count, period)
+        self.cycle.push(sig)
+        return _decision("reject", codes.CYCLE_REJECT, sig, count, limit, period=period)
+
+    def _refuse_identical(
+        self, sig: Signature, state: SignatureState, tool_class: ToolClass
+    ) -> Decision | None:
+        """identical_call: the call that would make the streak reach its stop is rejected first. A model
+        that sends it again gets it run (a call that is not a shell then halts if its result is the
+        same again); a shell is never halted for it: a check re-run is often how an agent moves on."""
+        limit = self.stop_after["identical_call"]
+        count = self.identical_count
+        if self.identical_sig != sig or not limit - 1 <= count < limit:
+            return None
+        if self._valid_rejects(state) >= self.rejects_before_stop:
+            return None
+        self._count_reject(state)
+        code = codes.IDENTICAL_CALL_REJECT
+        message = _SHELL_IDENTICAL_REJECT if tool_class == "shell" else None
+        return _decision("reject", code, sig, count, limit, message=message)
+
+    def _refuse(
+        self,
+        state: SignatureState,
+        reject_code: str,
+        stop_code: str,
+        sig: Signature,
+        count: int,
+        limit: int,
+        period: int = 0,
+    ) -> Decision:
+        """A reject while the call has rejects left, else the ``block`` that stops the turn."""
+        if self._valid_rejects(state) < self.rejects_before_stop:
+            self._count_reject(state)
+            return _decision("reject", reject_code, sig, count, limit, period=period)
+        return _decision("block", stop_code, sig, count, limit, period=period)
+
+    def _valid_rejects(self, state: SignatureState) -> int:
+        return state.rejects if state.reject_epoch == self.write_epoch else 0
+
+    def _count_reject(self, state: SignatureState) -> None:
+        state.rejects = self._valid_rejects(state) + 1
+        state.reject_epoch = self.write_epoch
+
+    def _exact_failures(self, state: SignatureState) -> int:
+        return state.exact_failures if state.exact_epoch == self.write_epoch else 0
+
+    # after_call ------------------------------------------------------------------------------
+
+    def record_after(
+        self,
+        sig: Signature,
+        state: SignatureState,
+        tool_class: ToolClass,
+        failure_tolerant: bool,
+        outcome: Outcome,
+        refusal: str | None,
+        same_result: bool,
+        error: int | None = None,
+    ) -> Decision | None:
+        """Update every detector with the call's outcome; return the first decision that fires, if any.
+
+        ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
+        signature's previous ok call returned; ``error`` is a failed call's error fingerprint
+        (``None`` for a failure without a result, which no error count can match).
+        """
+        ok = outcome == "ok"
+        same_errors = 0
+        state.rejects = 0  # it ran: the rejects it was given are spent
+        if tool_class == "poll":
+            across = 0
+        elif ok:  # what SessionMemory.record does for a success, without the call
+            across = 0
+            remembered = self.memory.failures
+            if remembered:
+                remembered.pop(sig, None)
+        else:
+            across = self.memory.record(sig, outcome, error)
+        if ok:
+            state.exact_failures = 0
+            if tool_class == "write" or tool_class == "shell" or self.tool_failures or self.refusals:
+                self._clear_after_success(sig.tool_name, tool_class)
+            tool_failures = refusals = 0
+        else:
+            tool_failures, refusals = self._count_failure(sig.tool_name, state, outcome, refusal, tool_class)
+            if outcome == "failed" and error is not None:
+                same_errors = self._count_error(error, sig.tool_name)
+
+        identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        runs = self.cycle.runs
+        if (
+            ok
+            and identical < self._quiet_identical
+            and state.no_progress < self._quiet_no_progress
+            and self.read_streak < self._quiet_read_streak
+            and self.write_streak < self._quiet_write_streak
+            and not (runs[2] or runs[3] or runs[4])  # cycle.runs_any(), on every call
+        ):
+            return None  # the common case: nothing can fire, skip the ordered checks
+        failures = _FailureCounts(tool_failures, refusals, same_errors, across)
+        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class)
+
+    def _track_progress(
+        self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
+    ) -> int:
+        """Advance no_progress, identical_call, the cycle window and the streaks; the identical count."""
+        # no_progress (read tools)
+        if tool_class == "read":
+            if not ok:
+                state.no_progress = 0
+            elif same_result and state.no_progress:
+                state.no_progress += 1
+            else:
+                state.no_progress = 1
+
+        # identical_call (write/unknown), cycle and streaks ignore poll tools
+        identical = 0
+        if tool_class != "poll":
+            if ok and tool_class != "read":
+                back_to_back = same_result and self.identical_sig == sig
+                self.identical_count = self.identical_count + 1 if back_to_back else 1
+                self.identical_sig = sig
+                identical = self.identical_count
+            else:
+                self.identical_sig, self.identical_count = None, 0
+            self.cycle.push(sig)
+            if self.cycle_rejects and not self.cycle.runs_any():
+                self.cycle_rejects = 0
+        if tool_class == "read":
+            self.read_streak += 1
+            if ok:
+                self.write_streak = 0
+        elif tool_class == "write":
+            self.write_streak += 1
+            self.read_streak = 0
+        elif tool_class == "shell":
+            # A shell may have changed something, but its calls are not a run of blind writes (a
+            # shell-only agent would be warned on every call after its 30th); a successful one may
+            # have read the changes back (the tests run, the file printed).
+            self.read_streak = 0
+            if ok:
+                self.write_streak = 0
+        return identical
+
+    def _clear_after_success(self, tool: str, tool_class: ToolClass) -> None:
+        """After a success (whose signature's exact_failure streak ``record_after`` ended): any
+        successful write or shell call is progress (an edit made with ``sed -i``); same_tool_failure
+        and refusal: only a success of the same tool clears them."""
+        if tool_class == "write" or tool_class == "shell":
+            self.write_epoch += 1
+            if self.errors:
+                self.errors.clear()
+        if self.tool_failures:
+            self.tool_failures.pop(tool, None)
+        if self.refusals:
+            for key in [k for k in self.refusals if k[0] == tool]:
+                del self.refusals[key]
+
+    def _count_failure(
+        self, tool: str, state: SignatureState, outcome: Outcome, refusal: str | None, tool_class: ToolClass
+    ) -> tuple[int, int]:
+        """Count a failed or refused call; returns the tool's (failures and refusals, refusals of the
+        category). A refusal counts for the content-blind bound but not for exact_failure. A shell's
+        count starts again after any successful write or shell call: the tests failing between two
+        edits are how a fix is made, not a tool breaking down."""
+        if outcome == "failed":
+            state.exact_failures = self._exact_failures(state) + 1
+            state.exact_epoch = self.write_epoch
+        if tool_class == "shell":
+            count, epoch = self.shell_failures.touch(tool, lambda: (0, self.write_epoch))
+            tool_failures = (count if epoch == self.write_epoch else 0) + 1
+            self.shell_failures[tool] = (tool_failures, self.write_epoch)
+        else:
+            tool_failures = self.tool_failures.touch(tool, int) + 1
+            self.tool_failures[tool] = tool_failures
+        refusals = 0
+        if outcome == "refused":
+            key = (tool, refusal or "refused")
+            refusals = self.refusals.touch(key, int) + 1
+            self.refusals[key] = refusals
+        return tool_failures, refusals
+
+    def _count_error(self, error: int, tool: str) -> int:
+        """Count a failure with this error fingerprint. Returns the count once the error has come from
+        two different tools (the failures before the second tool included), else 0: one tool repeating
+        one error is exact_failure's and same_tool_failure's to judge."""
+        count, only_tool = self.errors.touch(error, lambda: (0, tool))
+        if only_tool != tool:
+            only_tool = None
+        self.errors[error] = (count + 1, only_tool)
+        return count + 1 if only_tool is None else 0
+
+    def _verdict(
+        self,
+        sig: Signature,
+        state: SignatureState,
+        failure_tolerant: bool,
+        failures: _FailureCounts,
+        identical: int,
+        tool_class: ToolClass,
+    ) -> Decision | None:
+        warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
+        tool_failures, refusals, same_errors, turns_failed = failures
+        if hard and refusals >= stop["refusal"]:
+            return _decision("halt", codes.REFUSAL_HALT, sig, refusals, stop["refusal"])
+        if hard and not failure_tolerant and tool_failures >= stop["same_tool_failure"]:
+            return _decision(
+                "halt", codes.SAME_TOOL_FAILURE_HALT, sig, tool_failures, stop["same_tool_failure"]
+            )
+        # failure_tolerant does not exempt: the very same error from tool after tool is a loop
+        if hard and same_errors >= stop["same_error"]:
+            return _decision("halt", codes.SAME_ERROR_HALT, sig, same_errors, stop["same_error"])
+        if hard and identical >= stop["identical_call"] and tool_class != "shell":
+            return _decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
+        if not self.config.warnings:
+            return None
+        exact = self._exact_failures(state)
+        if exact and exact >= warn["exact_failure"]:
+            return _decision("warn", codes.EXACT_FAILURE_WARN, sig, exact, warn["exact_failure"])
+        if turns_failed and turns_failed >= warn["cross_turn_failure"]:
+            return _decision(
+                "warn", codes.CROSS_TURN_FAILURE_WARN, sig, turns_failed, warn["cross_turn_failure"]
+            )
+        if refusals and refusals >= warn["refusal"]:
+            return _decision("warn", codes.REFUSAL_WARN, sig, refusals, warn["refusal"])
+        tool_warn = warn["same_tool_failure"] + (_SHELL_LATER_FAILURE_WARN if tool_class == "shell" else 0)
+        if tool_failures and tool_failures >= tool_warn:
+            return _decision("warn", codes.SAME_TOOL_FAILURE_WARN, sig, tool_failures, tool_warn)
+        if same_errors and same_errors >= warn["same_error"]:
+            return _decision("warn", codes.SAME_ERROR_WARN, sig, same_errors, warn["same_error"])
+        if tool_class == "read" and state.no_progress >= warn["no_progress"]:
+            return _decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
+        if identical and identical >= warn["identical_call"]:
+            return _decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
+        if tool_class != "poll" and self.cycle.runs_any():
+            count, period = self.cycle.best()
+            if count >= warn["cycle"]:
+                return _decision("warn", codes.CYCLE_WARN, sig, count, warn["cycle"], period=period)
+        if tool_class == "read" and self.read_streak >= warn["read_only_streak"]:
+            return _decision(
+                "warn", codes.READ_ONLY_STREAK_WARN, sig, self.read_streak, warn["read_only_streak"]
+            )
+        if tool_class == "write" and self.write_streak >= warn["write_streak"]:
+            return _decision("warn", codes.WRITE_STREAK_WARN, sig, self.write_streak, warn["write_streak"])
+        return None
+
+
+# A shell's failure is an exit status: grep finding nothing, a failing test, a probe of the
+# environment. A few different commands failing in a row is how an agent explores, so a shell's
+# same_tool_failure warns one failure later than another tool's (measured on real runs of shell agents).
+_SHELL_LATER_FAILURE_WARN: Final = 1
+
+_MESSAGES: Final = {
+    codes.EXACT_FAILURE_WARN: "{tool} failed {count} times in a row with the same arguments. Do not retry it "
+    "unchanged: read the error, change the arguments or the approach, or report the problem.",
+    codes.EXACT_FAILURE_BLOCK: "Not run: {tool} already failed {count} times in a row with these same "
+    "arguments. Change the arguments or the approach, or stop and report the problem.",
+    codes.EXACT_FAILURE_REJECT: "Not run: {tool} already failed {count} times in a row with these same "
+    "arguments. Change the arguments or the approach; sending this same call again stops the turn.",
+    codes.CROSS_TURN_FAILURE_WARN: "{tool} has failed the same way with the same arguments in {count} "
+    "turns. Retrying it unchanged will not help: change the arguments or the approach, or tell the user "
+    "what the error is.",
+    codes.CROSS_TURN_FAILURE_REJECT: "Not run: {tool} failed the same way with these same arguments in "
+    "{count} turns. Change the arguments or the approach, or tell the user what the error is; sending this "
+    "same call again stops the turn.",
+    codes.CROSS_TURN_FAILURE_BLOCK: "Not run: {tool} failed the same way with these same arguments in "
+    "{count} turns and was sent again after being refused. Tell the user what the error is.",
+    codes.SAME_TOOL_FAILURE_WARN: "{tool} has failed {count} times this turn, with different arguments or "
+    "errors. Diagnose the cause before calling it again.",
+    codes.SAME_TOOL_FAILURE_HALT: "Stopping this turn: {tool} failed {count} times (limit {limit}). "
+    "Tell the user what went wrong instead of calling more tools.",
+    codes.REFUSAL_WARN: "{tool} was refused {count} times by a policy or permission gate. Retrying will not "
+    "help: ask the user for permission or take another approach.",
+    codes.REFUSAL_HALT: "Stopping this turn: {tool} was refused {count} times (limit {limit}). Ask the user "
+    "for permission instead of retrying.",
+    codes.NO_PROGRESS_WARN: "{tool} returned the same result {count} times for the same arguments. You "
+    "already have this result: use it instead of calling again.",
+    codes.NO_PROGRESS_BLOCK: "Not run: {tool} already returned the same result {count} times for these "
+    "arguments. Use the result you have.",
+    codes.NO_PROGRESS_REJECT: "Not run: {tool} already returned the same result {count} times for these "
+    "arguments. Use the result you have; sending this same call again stops the turn.",
+    codes.IDENTICAL_CALL_REJECT: "Not run: {tool} was called {count} times in a row with the same "
+    "arguments and got the same result each time. Use the result you have or try something different; "
+    "if it runs again with the same result, the turn stops.",
+    codes.IDENTICAL_CALL_WARN: "{tool} was called {count} times in a row with the same arguments and got the "
+    "same result. Stop repeating it.",
+    codes.IDENTICAL_CALL_HALT: "Stopping this turn: {tool} was repeated {count} times in a row with the same "
+    "result (limit {limit}).",
+    codes.CYCLE_WARN: "Your last calls repeat the same cycle of {period} calls ({count} times in a row, "
+    "ending with {tool}). Break the cycle: try something different or report back.",
+    codes.CYCLE_BLOCK: "Not run: this call to {tool} would continue a cycle of {period} calls already "
+    "repeated {count} times. Try something different or report back.",
+    codes.CYCLE_REJECT: "Not run: this call to {tool} would continue a cycle of {period} calls already "
+    "repeated {count} times. Try something different or report back; continuing the cycle stops the turn.",
+    codes.SAME_ERROR_WARN: "{count} calls failed with the very same error since the last successful "
+    "change (the last: {tool}). Changing the tool or the arguments does not fix it: read the error "
+    "and fix its cause first.",
+    codes.SAME_ERROR_HALT: "Stopping this turn: {count} calls failed with the very same error (limit "
+    "{limit}, the last: {tool}). Tell the user what the error is instead of calling more tools.",
+    codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row (the last: {tool}) without changing "
+    "anything. Act on what you found or report back.",
+    codes.WRITE_STREAK_WARN: "{count} changing calls in a row (the last: {tool}) without reading anything "
+    "back. Check the results of your changes.",
+}
+
+
+_SHELL_IDENTICAL_REJECT: Final = (
+    "Not run: {tool} ran this same command {count} times in a row with the same output. Use the output "
+    "you have, or change something before running it again."
+)
+
+
+def _decision(
+    action: codes.Action,
+    code: str,
+    sig: Signature,
+    count: int,
+    limit: int,
+    *,
+    period: int = 0,
+    message: str | None = None,
+) -> Decision:
+    template = _MESSAGES[code] if message is None else message
+    message = template.format(tool=sig.tool_name, count=count, limit=limit, period=period)
+    return Decision(
+        action=action,
+        code=code,
+        message=message,
+        tool_name=sig.tool_name,
+        count=count,
+        limit=limit,
+        signature=sig,
+    )

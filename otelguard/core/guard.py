@@ -1,0 +1,387 @@
+"""The Guard: one per session; the agent runtime asks it about every tool call (see docs/architecture.md).
+
+Thread-safe: parallel tool batches may call ``before_call``/``after_call`` from several threads.
+Argument hashing runs outside the lock; state changes and result comparison run under it (a result
+is parsed only when a different-bytes repeat of the same call must be compared, see
+``otelguard.core.results``); observers run after it is released. The guard never raises into the agent
+loop.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Iterable
+from types import MappingProxyType
+from typing import Any, Final
+
+from otelguard.config import GuardConfig
+from otelguard.core import _resolvers
+from otelguard.core import decisions as codes
+from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
+from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
+from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
+from otelguard.core.detectors import SessionMemory, TurnDetectors
+from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
+from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
+from otelguard.core.results import ResultMemory
+from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
+from otelguard.core.tool_calls import call_context, wrap_tool
+
+__all__ = ["Guard"]
+
+DEFAULT_AGENT: Final = "default"
+
+
+_MAX: Final = MAX_NAME_CHARS  # the names the guard takes as they come
+_NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
+
+
+class Guard:
+    """Watches one session's tool calls and answers each with a ``Decision``.
+
+    ``telemetry``: ``None`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer
+    provider, default registry), or an object; one with ``bind(settings)`` is bound to this
+    config's ``telemetry`` section, anything else is used as a ``GuardObserver``.
+    ``session_id``: the session this guard serves (hosts that know it pass it; it picks the store of
+    the session's caps). ``session_caps``: the store of the session's cap counters (any
+    ``SessionCapStore``), shared with the session's other guards; by default a new one, from the
+    resolver the package registers (``otelguard.hosting.session_cap_store``: Redis with a state URL).
+    """
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        telemetry: TelemetryBinder | GuardObserver | bool | None = None,
+        *,
+        agent: str = DEFAULT_AGENT,
+        observers: Iterable[GuardObserver] = (),
+        session_id: str | None = None,
+        session_caps: SessionCapStore | None = None,
+    ) -> None:
+        self.config = config if config is not None else GuardConfig()
+        self.agent = _agent_name(agent) or DEFAULT_AGENT
+        self.session_id = session_id
+        self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
+        self._results = ResultMemory(self.config.volatile_result_keys)
+        self._catalog = catalog_for(self.config)
+        self._known_facts = self._catalog.known_facts
+        if session_caps is None:
+            resolve = _resolvers.session_caps
+            session_caps = (
+                LocalSessionCaps() if resolve is None else resolve(self.config, session_id, telemetry)
+            )
+        self._caps = CapLedger(self.config.caps.on_hit, session_caps)
+        self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
+        self._lock = threading.Lock()
+        self._turn: TurnState | None = None
+        self._last_halt: Decision | None = None  # of the turn that ended last, until the next starts
+        self._pending = PendingCalls(self.config.max_tracked_signatures)
+        # what outlives a turn: the calls failing the same way turn after turn (per guard, so per
+        # session; a subagent's guard has its own)
+        self._memory = SessionMemory(self.config.max_tracked_signatures)
+        all_observers = list(observers)
+        self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
+        if telemetry is not None and telemetry is not False:
+            bind = _resolvers.observer
+            all_observers.append(bind(telemetry, self.config) if bind is not None else telemetry)  # type: ignore[arg-type]
+        self._observers = ObserverGroup(all_observers)
+        self._observed = self._observers.any
+        # Observers that say they have no use for the start of an allowed call are spared it
+        # (and the guard builds no event for it): metrics-only telemetry counts calls at their end.
+        self._observe_starts = self._observers.wants_call_start
+
+    @property
+    def session_caps(self) -> SessionCapStore:
+        """The store of this session's cap counters (shared with the session's other guards)."""
+        return self._caps.session
+
+    def subagent_guard(self, agent: str | None = None) -> Guard:
+        """A guard for a subagent of this guard's session: its own turns and detector state, the same
+        config, telemetry, observers and session, and the same session cap counters (a session cap
+        holds across the main agent and all its subagents, charged atomically between them)."""
+        telemetry, observers = self._made_with
+        return Guard(
+            self.config,
+            telemetry,
+            agent=agent or self.agent,
+            observers=observers,
+            session_id=self.session_id,
+            session_caps=self._caps.session,
+        )
+
+    # turns -----------------------------------------------------------------------------------
+
+    @property
+    def halt_decision(self) -> Decision | None:
+        """The first ``block``/``halt`` of the current turn; it stays (after ``end_turn`` too) until the
+        next turn starts."""
+        turn = self._turn
+        return turn.halt if turn is not None else self._last_halt
+
+    @property
+    def turn_id(self) -> str | None:
+        turn = self._turn
+        return turn.turn_id if turn is not None else None
+
+    def start_turn(self, turn_id: str | None = None, agent: str | None = None) -> None:
+        """Begin a turn (ending the current one, if any); clears all per-turn state."""
+        try:
+            # one lock hold ends the current turn and begins the next: from several threads, every
+            # turn begun is ended (and counted) exactly once
+            with self._lock:
+                previous = self._turn
+                ended = self._summarise_locked(previous, False) if previous is not None else None
+                turn = self._begin_turn(turn_id, agent)
+            if ended is not None and self._observed:
+                self._observers.turn_ended(ended)
+            self._notify_turn_start(turn)
+        except Exception as exc:
+            self._internal_error("start_turn", exc)
+
+    reset_for_turn = start_turn
+
+    def _begin_turn(self, turn_id: str | None, agent: str | None) -> TurnState:
+        self._memory.next_turn()
+        turn = TurnState(turn_id, _agent_name(agent) or self.agent, TurnDetectors(self.config, self._memory))
+        self._turn = turn
+        self._last_halt = None
+        # Calls of an earlier turn that never finished: forget them (they pin that turn's state).
+        self._pending.clear()
+        self._results.reset()
+        self._caps.start_turn()
+        return turn
+
+    def _current_turn(self) -> TurnState:
+        turn = self._turn
+        if turn is not None:
+            return turn
+        with self._lock:
+            if self._turn is not None:
+                return self._turn
+            turn = self._begin_turn(None, None)
+        self._notify_turn_start(turn)
+        return turn
+
+    def end_turn(self, errored: bool = False) -> TurnSummary:
+        """End the current turn and summarise it. Without a current turn, an empty summary.
+
+        ``errored=True``: the turn's run ended in an exception (not the guard's own halt); the turn
+        is counted as ``errored`` unless the guard halted it (then ``halted``)."""
+        try:
+            with self._lock:
+                turn, self._turn = self._turn, None
+                if turn is None:
+                    return _no_turn(self.agent)
+                summary = self._summarise_locked(turn, errored)
+            if self._observed:
+                self._observers.turn_ended(summary)
+            return summary
+        except Exception as exc:
+            self._internal_error("end_turn", exc)
+            return _no_turn(self.agent)
+
+    def _summarise_locked(self, turn: TurnState, errored: bool) -> TurnSummary:
+        """The summary of ``turn``, which is ending (called with the lock held)."""
+        self._last_halt = turn.halt
+        return TurnSummary(
+            turn_id=turn.turn_id,
+            agent=turn.agent,
+            tool_calls=turn.tool_calls,
+            halted=turn.halt is not None,
+            halt_decision=turn.halt,
+            cap_usage=MappingProxyType(dict(self._caps.turn)),
+            cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
+            session_cap_usage=MappingProxyType(dict(self._caps.session.usage())),
+            decisions=MappingProxyType(dict(turn.decisions)),
+            errored=bool(errored),
+        )
+
+    # calls -----------------------------------------------------------------------------------
+
+    def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision:
+        """Decide whether a call may run. Refused calls end here; allowed ones await ``after_call``."""
+        try:
+            name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
+            facts = self._known_facts(name) or self._catalog.facts(name)
+            turn = self._turn or self._current_turn()
+            if type(call_id) is str and len(call_id) > _MAX:
+                call_id = bounded_name(call_id)
+            if type(args) is dict or not isinstance(args, (str, bytes)):
+                args_hash, parsed = self._hasher.args_hash(args, facts.ignored_args), args
+            else:  # JSON-string arguments: read once, for the hash and the spawn count
+                args_hash, parsed = self._hasher.text_hash(args, facts.ignored_args)
+            sig = new_signature((name, args_hash))
+            requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
+            pending = None
+            with self._lock:
+                turn.tool_calls += 1
+                if turn.halt is not None:
+                    decision: Decision | None = _turn_halted(sig, turn.halt)
+                elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop:
+                    decision = _refusal(self._caps, turn, sig, facts, requested or 1)
+                else:
+                    decision = None
+                fell_back = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
+                if decision is None:
+                    decision = codes.allow_decision(name, sig)
+                    charges: tuple[Charge, ...] = ()
+                    if facts.caps_turn or facts.caps_session:
+                        charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
+                    tokens = [] if self._observe_starts else _NO_TOKENS
+                    # found again by call id, or by (tool, id(args)): the args are never kept alive
+                    at = time.time_ns() if self._observed else 0
+                    pending = new_pending((sig, turn, charges, requested, decision, at, tokens, fell_back))
+                    self._pending.add(
+                        call_id if type(call_id) is str else call_key(name, args, call_id), pending
+                    )
+                else:
+                    turn.record(decision)
+            if self._observed and (pending is None or self._observe_starts):
+                outcome: Outcome | None = None
+                record = pending
+                if record is None:  # refused: it ends here
+                    outcome = "rejected" if decision.action == "reject" else "blocked"
+                    record = new_pending((sig, turn, (), requested, decision, time.time_ns(), [], fell_back))
+                event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
+                started = self._observers.call_started(event)
+                if pending is None:
+                    self._observers.call_ended(event, started)
+                else:
+                    pending.tokens.extend(started)
+            return decision
+        except Exception as exc:
+            return self._internal_error("before_call", exc, tool_name)
+
+    def after_call(
+        self,
+        tool_name: str,
+        args: Any,
+        result: Any,
+        failed: bool | None = None,
+        refusal: str | None = None,
+        call_id: str | None = None,
+        cancelled: bool = False,
+    ) -> Decision:
+        """Record how an allowed call ended; return the detectors' verdict (allow, warn or halt).
+
+        ``cancelled=True``: the host dispatched the call but it never ran (a cancelled sibling of a
+        parallel batch, a user interrupt). Neither a failure nor a success: no detector counts it, its
+        cap charge is refunded, the decision is ``allow``; ``failed`` and ``refusal`` are ignored.
+        """
+        try:
+            name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
+            facts = self._known_facts(name) or self._catalog.facts(name)
+            turn = self._turn or self._current_turn()
+            if type(call_id) is str and len(call_id) > _MAX:
+                call_id = bounded_name(call_id)
+            tool_class = facts.tool_class
+            if cancelled:
+                outcome: Outcome = "cancelled"
+                refusal = None
+            else:
+                outcome = _outcome(result, failed, refusal, tool_class == "shell")
+                if refusal is not None and not isinstance(refusal, str):
+                    refusal = str(refusal)
+            error = self._results.error_fingerprint(result) if outcome == "failed" else None
+            verdict = None
+            with self._lock:
+                pending = self._pending.take(
+                    call_id if type(call_id) is str else call_key(name, args, call_id)
+                )
+                if pending is not None:
+                    sig = pending.sig
+                else:  # no call id, and args equal to (not the very object of) the before_call's
+                    sig, pending = self._pending.find(name, args, call_id, self._hasher, facts.ignored_args)
+                if (outcome == "refused" or cancelled) and pending is not None:
+                    self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+                if not cancelled:
+                    state = turn.detectors.state(sig)
+                    same = (
+                        outcome == "ok"
+                        and tool_class != "poll"
+                        and self._results.same_as_previous(state, result)
+                    )
+                    verdict = turn.detectors.record_after(
+                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error
+                    )
+                if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
+                    decision = pending.before if pending is not None else codes.allow_decision(name, sig)
+                else:
+                    decision = verdict
+                    turn.record(decision)
+            if self._observed:
+                # with no before_call on record, an allow decision stands for its decision
+                record = pending or unrecorded(sig, turn, codes.allow_decision(name, sig))
+                event = call_event(name, tool_class, call_id, turn, decision, outcome, refusal, record)
+                self._observers.call_ended(event, pending.tokens if pending is not None else ())
+            return decision
+        except Exception as exc:
+            return self._internal_error("after_call", exc, tool_name)
+
+    def call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> call_context:
+        """``with guard.call(name, args) as call:`` — ``call.allowed``, ``call.finish(result, ...)``."""
+        return call_context(self, tool_name, args, call_id)
+
+    def wrap(self, fn: Any, tool_name: str | None = None) -> Any:
+        """Guard a plain Python tool function (sync or async); see ``otelguard.core.tool_calls.wrap_tool``."""
+        return wrap_tool(self, fn, tool_name)
+
+    def _notify_turn_start(self, turn: TurnState) -> None:
+        if self._observed:
+            self._observers.turn_started(TurnInfo(turn_id=turn.turn_id, agent=turn.agent))
+
+    # internal errors -------------------------------------------------------------------------
+
+    def _internal_error(self, stage: str, exc: Exception, tool_name: Any = "") -> Decision:
+        self._observers.internal_error(stage, exc)
+        name = tool_name if isinstance(tool_name, str) else ""
+        return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
+
+
+def _agent_name(agent: Any) -> Any:
+    """An agent name bounded as tool names are (anything else is kept: telemetry exports it as ``_other``)."""
+    return bounded_name(agent) if isinstance(agent, str) else agent
+
+
+def _no_turn(agent: str) -> TurnSummary:
+    return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
+
+
+def _refusal(
+    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int
+) -> Decision | None:
+    """What refuses a call of a turn not yet halted: a cap (which, when none refuses, charges the
+    session caps), then a hard-stop detector (a call it refuses gets its session charge back)."""
+    decision = None
+    if facts.caps_turn or facts.caps_session:
+        decision = caps.check(sig, facts.caps_turn, facts.caps_session, units)
+    if decision is None and turn.detectors.hard_stop:
+        decision = turn.detectors.refuse_before(sig, facts.tool_class)
+        if decision is not None and facts.caps_session:
+            caps.refund_session(facts.caps_session, units)
+    return decision
+
+
+def _turn_halted(sig: Signature, halt: Decision) -> Decision:
+    return Decision(
+        action="block",
+        code=codes.TURN_HALTED,
+        message=(
+            f"Not run: this turn was stopped earlier ({halt.code} on {halt.tool_name}). "
+            "Do not call more tools; tell the user what happened."
+        ),
+        tool_name=sig.tool_name,
+        count=halt.count,
+        limit=halt.limit,
+        signature=sig,
+    )
+
+
+def _outcome(result: Any, failed: bool | None, refusal: object, shell: bool) -> Outcome:
+    """A host's refusal wins; then its ``failed`` flag; without one, the fallback classifier decides."""
+    if refusal is not None:
+        return "refused"
+    if failed is None:
+        return "failed" if looks_failed(result, shell) else "ok"
+    return "failed" if failed else "ok"

@@ -1,0 +1,1 @@
+"""Transcript readers: every recorded format turned into one normalised event stream."""

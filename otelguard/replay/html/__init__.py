@@ -1,0 +1,1 @@
+"""The replay as one self-contained HTML page."""

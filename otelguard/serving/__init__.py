@@ -1,0 +1,1 @@
+"""The HTTP servers: the sidecar (``otelguard serve``) and the metrics endpoint."""
