@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import json
+import sys
 from typing import Any
 
 import pytest
@@ -523,3 +524,51 @@ def test_observer_tokens_are_handed_back() -> None:
     )
     assert recorder.unmatched_tokens == 0
     assert len(recorder.calls) == 5
+
+
+class _Parses:
+    """Counts the JSON parses (``orjson.loads``, ``json.loads``) made while it is installed, through
+    the interpreter's profiler hook: nothing is replaced, the real parsers run."""
+
+    def __init__(self) -> None:
+        self.count = 0
+
+    def __enter__(self) -> _Parses:
+        import orjson
+
+        def hook(frame: Any, event: str, arg: Any) -> None:
+            orjson_parse = event == "c_call" and arg is orjson.loads
+            if orjson_parse or (event == "call" and frame.f_code is json.loads.__code__):
+                self.count += 1
+
+        sys.setprofile(hook)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        sys.setprofile(None)
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        '{"tasks": [{"goal": "a"}, {"goal": "b"}], "context": "x"}',
+        b'{"tasks": [{"goal": "\\u00e9"}], "z": [[[[{"deep": true}]]]]}',
+    ],
+)
+def test_json_string_args_are_parsed_once_per_call(args: str | bytes) -> None:
+    """JSON-string arguments are read once for a call: the signature and the spawn count of a spawn
+    tool come from one parse, and the after_call of the same call (by call id, or the same args
+    object) parses nothing (it used to be once for the hash and again for the spawn count)."""
+    guard, recorder = make_guard()
+    with _Parses() as parses:
+        before = guard.before_call("delegate_task", args, call_id="call-1")
+        guard.after_call("delegate_task", args, "done", failed=False, call_id="call-1")
+    assert parses.count == 1
+    with _Parses() as parses, guard.call("delegate_task", args) as call:
+        call.finish("done", failed=False)
+    assert parses.count == 1
+    assert (
+        before.signature
+        == Guard(GuardConfig(signature_key=KEY)).before_call("delegate_task", json.loads(args)).signature
+    )
+    assert [event.spawn_count for event in recorder.calls] == [len(json.loads(args)["tasks"])] * 2

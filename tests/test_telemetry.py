@@ -14,6 +14,7 @@ from opentelemetry.trace import SpanKind, StatusCode
 from prometheus_client import CollectorRegistry
 
 from otelguard import ConfigError, Decision, Guard, GuardConfig
+from otelguard.core.signatures import bounded_name
 from otelguard.telemetry import Telemetry
 
 KEY = "test-signature-key"
@@ -299,14 +300,36 @@ def test_guard_with_telemetry_true_uses_the_global_provider_and_default_registry
 
 
 def test_span_names_and_host_chosen_attributes_are_clipped(provider: Any) -> None:
-    """Tool names and call ids on spans are bounded (256 characters), like label values in metrics."""
+    """Tool names and call ids on spans are bounded as the guard keeps them: past 256 characters, a
+    prefix and a digest of the whole."""
     rig = make_rig(provider, "own")
     rig.guard.before_call("t" * 5_000, {"p": 1}, call_id="c" * 5_000)
-    rig.guard.after_call("t" * 5_000, {"p": 1}, "ok", failed=False, call_id="c" * 5_000)
+    decision = rig.guard.after_call("t" * 5_000, {"p": 1}, "ok", failed=False, call_id="c" * 5_000)
     (span,) = rig.spans()
-    assert len(span.name) <= len("execute_tool ") + 256
-    assert len(span.attributes["gen_ai.tool.name"]) <= 256  # long names are kept as a prefix and a digest
-    assert len(span.attributes["gen_ai.tool.call.id"]) == 256
+    assert span.name == f"execute_tool {decision.tool_name}"
+    assert span.attributes["gen_ai.tool.name"] == decision.tool_name == bounded_name("t" * 5_000)
+    assert span.attributes["gen_ai.tool.call.id"] == bounded_name("c" * 5_000)
+    assert len(decision.tool_name) <= 256
+
+
+@pytest.mark.parametrize("length", [200, 256, 257, 10_000])
+def test_a_long_tool_name_is_one_same_name_on_span_metric_and_decision(provider: Any, length: int) -> None:
+    """A tool name is bounded once, where the call enters the guard: the span, the metric label and
+    the decision all carry that one name (it used to be whole on the span and `_other` on the metric)."""
+    rig = make_rig(provider, "own")
+    name = "n" * (length - 1) + "x"
+    decision = call(rig.guard, name, {"p": 1}, "ok")
+    (span,) = rig.tool_spans()
+    labels = [
+        s.labels["tool"]
+        for metric in rig.registry.collect()
+        if metric.name == "otelguard_tool_calls"
+        for s in metric.samples
+        if s.name == "otelguard_tool_calls_total"
+    ]
+    assert labels == [decision.tool_name] == [span.attributes["gen_ai.tool.name"]]
+    assert span.name == f"execute_tool {decision.tool_name}"
+    assert decision.tool_name == (name if length <= 256 else bounded_name(name))
 
 
 def test_auto_mode_decides_at_before_call(provider: Any) -> None:

@@ -14,6 +14,7 @@ from prometheus_client.openmetrics.exposition import generate_latest as openmetr
 from otelguard import Decision, Guard, GuardConfig, Signature, TurnSummary
 from otelguard._version import __version__
 from otelguard.core.observers import CallEvent
+from otelguard.core.signatures import bounded_name
 from otelguard.telemetry import STAGES, Telemetry
 
 KEY = "test-signature-key"
@@ -381,15 +382,18 @@ def test_prime_creates_zero_series_for_an_agent() -> None:
     )
 
 
-def test_overlong_tool_and_agent_names_are_other() -> None:
-    """A label value longer than 128 characters is `_other`: label length is bounded, not only count."""
+def test_overlong_tool_and_agent_names_are_bounded_as_the_guard_keeps_them() -> None:
+    """A label value is bounded in length, not only in count: a name past 256 characters is its
+    prefix and a digest, the one name the guard keeps (and puts on its spans); a shorter one is whole."""
     registry = CollectorRegistry()
-    guard = Guard(GuardConfig(signature_key=KEY), Telemetry(None, registry), agent="a" * 129)
+    guard = Guard(GuardConfig(signature_key=KEY), Telemetry(None, registry), agent="a" * 300)
     call(guard, "t" * 10_000, {"p": 1}, "x", failed=False)
-    call(guard, "read_file", {"p": 1}, "x", failed=False)
+    call(guard, "r" * 129, {"p": 1}, "x", failed=False)
     labels = [s.labels for s in samples(registry, "otelguard_tool_calls_total")]
-    assert {"agent": "_other", "tool": "_other", "outcome": "ok"} in labels
-    assert all(len(value) <= 128 for entry in labels for value in entry.values())
+    agent = bounded_name("a" * 300)
+    assert {"agent": agent, "tool": bounded_name("t" * 10_000), "outcome": "ok"} in labels
+    assert {"agent": agent, "tool": "r" * 129, "outcome": "ok"} in labels
+    assert all(len(value) <= 256 for entry in labels for value in entry.values())
 
 
 def test_telemetry_true_shares_one_label_bound_per_process() -> None:

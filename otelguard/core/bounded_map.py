@@ -55,7 +55,10 @@ class BoundedMap(OrderedDict[K, V], Generic[K, V]):
             value = factory()
             self[key] = value
             if len(self) > self.max_size:
-                self.evict(1)
+                if self.on_evict is None:  # the per-call maps: no one to tell
+                    self.popitem(last=False)
+                else:
+                    self.evict(1)
         else:
             self.move_to_end(key)
         return value

@@ -3,8 +3,9 @@
 from __future__ import annotations
 
 import json
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, Literal, NamedTuple
 
@@ -25,6 +26,7 @@ __all__ = [
     "ToolClass",
     "TurnOutcome",
     "TurnSummary",
+    "new_signature",
 ]
 
 Action = Literal["allow", "warn", "reject", "block", "halt"]
@@ -114,6 +116,11 @@ class Signature(NamedTuple):
     args_hash: str
 
 
+new_signature: Final[Callable[[tuple[str, str]], Signature]] = partial(tuple.__new__, Signature)
+"""``new_signature((tool_name, args_hash))``: a ``Signature`` built without the named tuple's
+Python-level ``__new__`` (one per call)."""
+
+
 @dataclass(frozen=True, slots=True)
 class Decision:
     """The guard's answer about one tool call. Frozen; safe to share between threads.
@@ -188,12 +195,11 @@ class Decision:
         return result
 
 
-_make_decision = positional_factory(Decision)
-
-
-def allow_decision(tool_name: str, signature: Signature) -> Decision:
-    """An ``allow`` for one call (built without the dataclass ``__init__``: it runs on every call)."""
-    return _make_decision("allow", ALLOW, "", tool_name, 0, 0, signature, None)
+allow_decision: Final[Callable[[str, Signature], Decision]] = positional_factory(
+    Decision, {"action": "allow", "code": ALLOW, "message": "", "count": 0, "limit": 0, "cap": None}
+)
+"""``allow_decision(tool_name, signature)``: an ``allow`` for one call (built without the dataclass
+``__init__``: it runs on every call)."""
 
 
 @dataclass(frozen=True, slots=True)

@@ -49,26 +49,23 @@ class SignatureState(ResultSlot):
         self.reject_epoch = 0
 
 
-class _TurnsFailed:
-    """One call's failures across turns: its error fingerprint, the turns it failed in, the last one."""
-
-    __slots__ = ("error", "last_turn", "turns")
-
-    def __init__(self) -> None:
-        self.error: int | None = None
-        self.turns = 0
-        self.last_turn = -1
+_TURN_BITS: Final = 32
+_TURN_MASK: Final = (1 << _TURN_BITS) - 1
 
 
 class SessionMemory:
     """What a session (one ``Guard``) remembers across its turns: the calls that keep failing the same
     way, turn after turn (``cross_turn_failure``). Bounded by ``max_tracked_signatures`` entries, least
-    recently used dropped first; ``start_turn`` only advances the turn number."""
+    recently used dropped first; ``start_turn`` only advances the turn number.
+
+    Each entry is one int: the call's error fingerprint, the turns it failed in with that error and
+    the last of them (``error << 64 | turns << 32 | last turn``), a third of the bytes of an object
+    holding the three (a session keeps thousands)."""
 
     __slots__ = ("failures", "turn")
 
     def __init__(self, capacity: int) -> None:
-        self.failures: BoundedMap[Signature, _TurnsFailed] = BoundedMap(capacity)
+        self.failures: BoundedMap[Signature, int] = BoundedMap(capacity)
         self.turn = 0
 
     def next_turn(self) -> None:
@@ -77,7 +74,7 @@ class SessionMemory:
     def turns_failed(self, sig: Signature) -> int:
         """The turns in which ``sig`` has failed with one same error (0 when it is not failing)."""
         entry = self.failures.get(sig) if self.failures else None
-        return entry.turns if entry is not None else 0
+        return (entry >> _TURN_BITS) & _TURN_MASK if entry is not None else 0
 
     def record(self, sig: Signature, outcome: Outcome, error: int | None) -> int:
         """Count a call's outcome; returns the turns it has now failed in with this same error (0 for
@@ -87,15 +84,18 @@ class SessionMemory:
             if self.failures:
                 self.failures.pop(sig, None)
             return 0
-        if outcome != "failed":
+        if outcome != "failed" or error is None:
             return 0
-        entry = self.failures.touch(sig, _TurnsFailed)
-        if entry.error != error:
-            entry.error, entry.turns, entry.last_turn = error, 1, self.turn
-        elif entry.last_turn != self.turn:  # several failures in one turn count as one turn
-            entry.turns += 1
-            entry.last_turn = self.turn
-        return entry.turns
+        turn = self.turn & _TURN_MASK
+        entry = self.failures.get(sig)
+        if entry is None or entry >> (2 * _TURN_BITS) != error:
+            turns = 1
+        elif entry & _TURN_MASK != turn:  # several failures in one turn count as one turn
+            turns = ((entry >> _TURN_BITS) & _TURN_MASK) + 1
+        else:
+            turns = (entry >> _TURN_BITS) & _TURN_MASK
+        self.failures.put(sig, (error << (2 * _TURN_BITS)) | (min(turns, _TURN_MASK) << _TURN_BITS) | turn)
+        return turns
 
 
 class _Cycle:
@@ -184,7 +184,12 @@ class TurnDetectors:
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used."""
-        return self.signatures.touch(sig, SignatureState)
+        signatures = self.signatures
+        state = signatures.get(sig)
+        if state is None:
+            return signatures.touch(sig, SignatureState)
+        signatures.move_to_end(sig)
+        return state
 
     # before_call -----------------------------------------------------------------------------
 
@@ -314,9 +319,19 @@ class TurnDetectors:
         ok = outcome == "ok"
         same_errors = 0
         state.rejects = 0  # it ran: the rejects it was given are spent
-        across = self.memory.record(sig, outcome, error) if tool_class != "poll" else 0
+        if tool_class == "poll":
+            across = 0
+        elif ok:  # what SessionMemory.record does for a success, without the call
+            across = 0
+            remembered = self.memory.failures
+            if remembered:
+                remembered.pop(sig, None)
+        else:
+            across = self.memory.record(sig, outcome, error)
         if ok:
-            self._clear_after_success(sig.tool_name, state, tool_class)
+            state.exact_failures = 0
+            if tool_class == "write" or tool_class == "shell" or self.tool_failures or self.refusals:
+                self._clear_after_success(sig.tool_name, tool_class)
             tool_failures = refusals = 0
         else:
             tool_failures, refusals = self._count_failure(sig.tool_name, state, outcome, refusal, tool_class)
@@ -324,13 +339,14 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        runs = self.cycle.runs
         if (
             ok
             and identical < self._quiet_identical
             and state.no_progress < self._quiet_no_progress
             and self.read_streak < self._quiet_read_streak
             and self.write_streak < self._quiet_write_streak
-            and not self.cycle.runs_any()
+            and not (runs[2] or runs[3] or runs[4])  # cycle.runs_any(), on every call
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         failures = _FailureCounts(tool_failures, refusals, same_errors, across)
@@ -378,11 +394,10 @@ class TurnDetectors:
                 self.write_streak = 0
         return identical
 
-    def _clear_after_success(self, tool: str, state: SignatureState, tool_class: ToolClass) -> None:
-        """exact_failure: the signature's streak ends, and any successful write or shell call is
-        progress (an edit made with ``sed -i``); same_tool_failure and refusal: only a success of the
-        same tool clears them."""
-        state.exact_failures = 0
+    def _clear_after_success(self, tool: str, tool_class: ToolClass) -> None:
+        """After a success (whose signature's exact_failure streak ``record_after`` ended): any
+        successful write or shell call is progress (an edit made with ``sed -i``); same_tool_failure
+        and refusal: only a success of the same tool clears them."""
         if tool_class == "write" or tool_class == "shell":
             self.write_epoch += 1
             if self.errors:

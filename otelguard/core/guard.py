@@ -20,18 +20,12 @@ from otelguard.core import _resolvers
 from otelguard.core import decisions as codes
 from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
-from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary
+from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
 from otelguard.core.detectors import SessionMemory, TurnDetectors
 from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
-from otelguard.core.pending_calls import PendingCall, PendingCalls, TurnState, call_key, unrecorded
+from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
 from otelguard.core.results import ResultMemory
-from otelguard.core.signatures import (
-    MAX_NAME_CHARS,
-    ArgsHasher,
-    bounded_name,
-    parse_json_args,
-    resolve_signature_key,
-)
+from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
 
 __all__ = ["Guard"]
@@ -39,6 +33,7 @@ __all__ = ["Guard"]
 DEFAULT_AGENT: Final = "default"
 
 
+_MAX: Final = MAX_NAME_CHARS  # the names the guard takes as they come
 _NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
 
 
@@ -65,11 +60,12 @@ class Guard:
         session_caps: SessionCapStore | None = None,
     ) -> None:
         self.config = config if config is not None else GuardConfig()
-        self.agent = agent or DEFAULT_AGENT
+        self.agent = _agent_name(agent) or DEFAULT_AGENT
         self.session_id = session_id
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = catalog_for(self.config)
+        self._known_facts = self._catalog.known_facts
         if session_caps is None:
             resolve = _resolvers.session_caps
             session_caps = (
@@ -147,7 +143,7 @@ class Guard:
 
     def _begin_turn(self, turn_id: str | None, agent: str | None) -> TurnState:
         self._memory.next_turn()
-        turn = TurnState(turn_id, agent or self.agent, TurnDetectors(self.config, self._memory))
+        turn = TurnState(turn_id, _agent_name(agent) or self.agent, TurnDetectors(self.config, self._memory))
         self._turn = turn
         self._last_halt = None
         # Calls of an earlier turn that never finished: forget them (they pin that turn's state).
@@ -203,21 +199,20 @@ class Guard:
 
     # calls -----------------------------------------------------------------------------------
 
-    def _open(self, tool_name: str) -> tuple[str, ToolFacts, TurnState]:
-        """What both halves of a call start from: the tool's name, its facts and the current turn."""
-        name = tool_name if type(tool_name) is str else str(tool_name)
-        if len(name) > MAX_NAME_CHARS:
-            name = bounded_name(name)
-        catalog = self._catalog
-        facts = catalog.known_facts(name) or catalog.facts(name)
-        return name, facts, self._turn or self._current_turn()
-
     def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision:
         """Decide whether a call may run. Refused calls end here; allowed ones await ``after_call``."""
         try:
-            name, facts, turn = self._open(tool_name)
-            sig = Signature(name, self._hasher.args_hash(args, facts.ignored_args))
-            requested = self._catalog.spawn_count(facts, _parsed(args)) if facts.spawn_arg is not False else 0
+            name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
+            facts = self._known_facts(name) or self._catalog.facts(name)
+            turn = self._turn or self._current_turn()
+            if type(call_id) is str and len(call_id) > _MAX:
+                call_id = bounded_name(call_id)
+            if type(args) is dict or not isinstance(args, (str, bytes)):
+                args_hash, parsed = self._hasher.args_hash(args, facts.ignored_args), args
+            else:  # JSON-string arguments: read once, for the hash and the spawn count
+                args_hash, parsed = self._hasher.text_hash(args, facts.ignored_args)
+            sig = new_signature((name, args_hash))
+            requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
             with self._lock:
                 turn.tool_calls += 1
@@ -235,10 +230,11 @@ class Guard:
                         charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     # found again by call id, or by (tool, id(args)): the args are never kept alive
-                    pending = PendingCall(
-                        sig, turn, charges, requested, decision, time.time_ns(), tokens, fell_back
+                    at = time.time_ns() if self._observed else 0
+                    pending = new_pending((sig, turn, charges, requested, decision, at, tokens, fell_back))
+                    self._pending.add(
+                        call_id if type(call_id) is str else call_key(name, args, call_id), pending
                     )
-                    self._pending.add(call_key(name, args, call_id), pending)
                 else:
                     turn.record(decision)
             if self._observed and (pending is None or self._observe_starts):
@@ -246,7 +242,7 @@ class Guard:
                 record = pending
                 if record is None:  # refused: it ends here
                     outcome = "rejected" if decision.action == "reject" else "blocked"
-                    record = PendingCall(sig, turn, (), requested, decision, time.time_ns(), [], fell_back)
+                    record = new_pending((sig, turn, (), requested, decision, time.time_ns(), [], fell_back))
                 event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
                 started = self._observers.call_started(event)
                 if pending is None:
@@ -274,29 +270,40 @@ class Guard:
         cap charge is refunded, the decision is ``allow``; ``failed`` and ``refusal`` are ignored.
         """
         try:
-            name, facts, turn = self._open(tool_name)
+            name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
+            facts = self._known_facts(name) or self._catalog.facts(name)
+            turn = self._turn or self._current_turn()
+            if type(call_id) is str and len(call_id) > _MAX:
+                call_id = bounded_name(call_id)
+            tool_class = facts.tool_class
             if cancelled:
                 outcome: Outcome = "cancelled"
                 refusal = None
             else:
-                outcome = _outcome(result, failed, refusal, facts.tool_class == "shell")
+                outcome = _outcome(result, failed, refusal, tool_class == "shell")
                 if refusal is not None and not isinstance(refusal, str):
                     refusal = str(refusal)
             error = self._results.error_fingerprint(result) if outcome == "failed" else None
             verdict = None
             with self._lock:
-                sig, pending = self._pending.take_call(name, args, call_id, self._hasher, facts.ignored_args)
+                pending = self._pending.take(
+                    call_id if type(call_id) is str else call_key(name, args, call_id)
+                )
+                if pending is not None:
+                    sig = pending.sig
+                else:  # no call id, and args equal to (not the very object of) the before_call's
+                    sig, pending = self._pending.find(name, args, call_id, self._hasher, facts.ignored_args)
                 if (outcome == "refused" or cancelled) and pending is not None:
                     self._caps.refund(pending.charges, same_turn=pending.turn is turn)
                 if not cancelled:
                     state = turn.detectors.state(sig)
                     same = (
                         outcome == "ok"
-                        and facts.tool_class != "poll"
+                        and tool_class != "poll"
                         and self._results.same_as_previous(state, result)
                     )
                     verdict = turn.detectors.record_after(
-                        sig, state, facts.tool_class, facts.failure_tolerant, outcome, refusal, same, error
+                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error
                     )
                 if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
                     decision = pending.before if pending is not None else codes.allow_decision(name, sig)
@@ -306,7 +313,7 @@ class Guard:
             if self._observed:
                 # with no before_call on record, an allow decision stands for its decision
                 record = pending or unrecorded(sig, turn, codes.allow_decision(name, sig))
-                event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, refusal, record)
+                event = call_event(name, tool_class, call_id, turn, decision, outcome, refusal, record)
                 self._observers.call_ended(event, pending.tokens if pending is not None else ())
             return decision
         except Exception as exc:
@@ -332,8 +339,9 @@ class Guard:
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
 
 
-def _parsed(args: Any) -> Any:
-    return parse_json_args(args) if isinstance(args, (str, bytes)) else args
+def _agent_name(agent: Any) -> Any:
+    """An agent name bounded as tool names are (anything else is kept: telemetry exports it as ``_other``)."""
+    return bounded_name(agent) if isinstance(agent, str) else agent
 
 
 def _no_turn(agent: str) -> TurnSummary:

@@ -111,10 +111,12 @@ class ObserverGroup:
     telemetry observer whose call counting failed can still count that it failed). It never raises.
     """
 
-    __slots__ = ("_observers", "_reported", "_starters", "any", "wants_call_start")
+    __slots__ = ("_observers", "_only", "_reported", "_starters", "any", "wants_call_start")
 
     def __init__(self, observers: Iterable[GuardObserver]) -> None:
         self._observers = tuple(observers)
+        # the common guard has one observer (its telemetry): called without the loop
+        self._only = self._observers[0] if len(self._observers) == 1 else None
         self._starters = tuple(_wants_call_start(o) for o in self._observers)
         self._reported: set[tuple[str, str]] = set()
         self.any = bool(self._observers)
@@ -131,6 +133,13 @@ class ObserverGroup:
 
     def call_started(self, event: CallEvent) -> tuple[object, ...]:
         """Each observer's token for this call, in observer order (``None`` for those not asked)."""
+        only = self._only
+        if only is not None and self.wants_call_start:
+            try:
+                return (only.on_call_start(event),)
+            except Exception as exc:
+                self._observer_failed(only, "on_call_start", exc)
+                return (None,)
         tokens: list[object] = []
         for observer, wants in zip(self._observers, self._starters, strict=True):
             token = None
@@ -143,6 +152,13 @@ class ObserverGroup:
         return tuple(tokens)
 
     def call_ended(self, event: CallEvent, tokens: Sequence[object]) -> None:
+        only = self._only
+        if only is not None:
+            try:
+                only.on_call_end(event, tokens[0] if tokens else None)
+            except Exception as exc:
+                self._observer_failed(only, "on_call_end", exc)
+            return
         for i, observer in enumerate(self._observers):
             try:
                 observer.on_call_end(event, tokens[i] if i < len(tokens) else None)

@@ -10,7 +10,9 @@ methods run under the guard's lock.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from typing import TYPE_CHECKING, Any, NamedTuple
+from collections.abc import Callable
+from functools import partial
+from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 from otelguard.core.decisions import Decision, Signature
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name
@@ -19,7 +21,7 @@ if TYPE_CHECKING:
     from otelguard.core.caps import Charge
     from otelguard.core.detectors import TurnDetectors
 
-__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "unrecorded"]
+__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "new_pending", "unrecorded"]
 
 
 class TurnState:
@@ -59,6 +61,11 @@ class PendingCall(NamedTuple):
     tokens: list[object]
     state_fallback: bool = False
     """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
+
+
+new_pending: Final[Callable[[tuple[Any, ...]], PendingCall]] = partial(tuple.__new__, PendingCall)
+"""``new_pending((sig, turn, charges, spawn_count, before, start_time_ns, tokens, state_fallback))``: a
+``PendingCall`` built without the named tuple's Python-level ``__new__`` (every field given)."""
 
 
 def unrecorded(sig: Signature, turn: TurnState, before: Decision) -> PendingCall:
@@ -115,18 +122,13 @@ class PendingCalls:
             return None
         return self._unqueue(key, queue, len(queue) - 1 if isinstance(key, tuple) else 0)
 
-    def take_call(
+    def find(
         self, name: str, args: Any, call_id: str | None, hasher: ArgsHasher, ignored: frozenset[str]
     ) -> tuple[Signature, PendingCall | None]:
-        """The call's signature and its ``before_call`` record, if any: by its key, else (no call id:
-        the host passed an equal but not identical ``args`` object) by its signature."""
-        pending = self.take(call_key(name, args, call_id))
-        if pending is not None:
-            return pending.sig, pending
+        """The call's signature and, when ``take`` found nothing under its key and it has no call id
+        (the host passed an equal but not identical ``args`` object), its record by signature."""
         sig = Signature(name, hasher.args_hash(args, ignored))
-        if call_id is None:
-            pending = self.take_by_signature(sig)
-        return sig, pending
+        return sig, self.take_by_signature(sig) if call_id is None else None
 
     def take_by_signature(self, sig: Signature) -> PendingCall | None:
         """The host passed an equal but not identical ``args`` object: match on the signature."""

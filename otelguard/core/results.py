@@ -119,13 +119,13 @@ class ResultMemory:
             slot.raw = slot.fingerprint = raw_digest
             slot.held = None
             return same
+        if slot.raw is None and slot.fingerprint is None:  # first result of this signature
+            slot.raw, slot.fingerprint, slot.held = raw_digest, None, result
+            self._hold(slot, result, len(raw))
+            return False
         previous = self._previous_fingerprint(slot)
         if previous is None and slot.raw is not None and slot.held is None:
             # the previous result was released unfingerprinted (budget): compare by raw bytes
-            self._store(slot, raw_digest, None, result)
-            self._hold(slot, result, len(raw))
-            return False
-        if slot.raw is None and slot.fingerprint is None:  # first result of this signature
             self._store(slot, raw_digest, None, result)
             self._hold(slot, result, len(raw))
             return False

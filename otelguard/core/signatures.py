@@ -30,7 +30,7 @@ __all__ = [
     "bounded_name",
     "canonical_args",
     "claim_random_key_note",
-    "parse_json_args",
+    "name_of",
     "resolve_signature_key",
     "uses_random_key",
 ]
@@ -111,22 +111,28 @@ def _canonical_value(value: Any, ignored: frozenset[str]) -> bytes:
 
 
 def _canonical_text(text: str | bytes | bytearray | memoryview, ignored: frozenset[str]) -> bytes:
+    return _read_text(text, ignored)[0]
+
+
+def _read_text(text: str | bytes | bytearray | memoryview, ignored: frozenset[str]) -> tuple[bytes, Any]:
+    """JSON-string arguments read once: their canonical bytes and the value they encode (``None``
+    when they are not JSON)."""
     try:
         value = orjson.loads(text)
     except (orjson.JSONDecodeError, TypeError):
         # orjson refuses lone surrogates that json.dumps writes (escaped or raw): read them as it does
         value = _stdlib_loads(text)
         if value is _NOT_JSON:
-            return _utf8(text) if isinstance(text, str) else bytes(text)
-        return _EMPTY if value is None else _canonical_value(value, ignored)
+            return (_utf8(text) if isinstance(text, str) else bytes(text)), None
+        return (_EMPTY if value is None else _canonical_value(value, ignored)), value
     canonical = _EMPTY if value is None else _canonical_value(value, ignored)
     if _has_exponent(canonical):
         # orjson reads an integer past 64 bits as a float (printed with an exponent, like every
         # float of that size): read the text again exactly, as the mapping it encodes would hash.
         exact = _stdlib_loads(text)
         if exact is not _NOT_JSON and exact is not None:
-            return _canonical_value(exact, ignored)
-    return canonical
+            return _canonical_value(exact, ignored), exact
+    return canonical, value
 
 
 _NOT_JSON: Final = object()
@@ -143,16 +149,6 @@ def _has_exponent(canonical: bytes) -> bool:
             return True
         at = canonical.find(_EXPONENT, at + 2)
     return False
-
-
-def parse_json_args(text: str | bytes | bytearray | memoryview) -> Any:
-    """JSON-string arguments parsed as the hash reads them (lone surrogates included); ``None`` when
-    they are not JSON."""
-    try:
-        return orjson.loads(text)
-    except (orjson.JSONDecodeError, TypeError):
-        value = _stdlib_loads(text)
-        return None if value is _NOT_JSON else value
 
 
 def _stdlib_loads(text: str | bytes | bytearray | memoryview) -> Any:
@@ -352,6 +348,16 @@ class ArgsHasher:
         h.update(canonical)
         return h.hexdigest()
 
+    def text_hash(
+        self, text: str | bytes | bytearray | memoryview, ignored: frozenset[str]
+    ) -> tuple[str, Any]:
+        """``args_hash`` of JSON-string arguments, and the value they encode (``None`` when they are
+        not JSON), from one parse: the guard reads them once per call."""
+        canonical, value = _read_text(text, ignored)
+        h = self._keyed.copy()
+        h.update(canonical)
+        return h.hexdigest(), value
+
 
 class ResultFingerprinter:
     """Fingerprints of tool results. They never leave the process, so a fast unkeyed hash is fine.
@@ -450,6 +456,12 @@ def _without_keys(value: Any, drop: frozenset[str]) -> Any:
 
 MAX_NAME_CHARS: Final = 256
 _NAME_PREFIX_CHARS: Final = 200
+
+
+def name_of(value: object) -> str:
+    """A tool name as the guard keeps it, and as its spans and metric labels export it: the text of
+    the value, bounded by ``bounded_name``. The guard applies it once, where a call enters it."""
+    return bounded_name(value if type(value) is str else str(value))
 
 
 def bounded_name(name: str) -> str:

@@ -23,7 +23,7 @@ from otelguard._version import __version__
 from otelguard.config.telemetry import TelemetrySettings
 from otelguard.core.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
 from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
-from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note
+from otelguard.core.signatures import MAX_NAME_CHARS, RANDOM_KEY_NOTE, bounded_name, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
 
@@ -39,6 +39,9 @@ _CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
 # A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
 _CATEGORY: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _REFUSED_FALLBACK: Final = "refused"
+_ERROR: Final = Status(StatusCode.ERROR)
+_ROOT: Final = otel_context.Context()
+"""The parent context of a root span (a context is immutable: one serves every span)."""
 
 
 def refusal_category(refusal: str | None) -> str:
@@ -252,9 +255,10 @@ class GuardTelemetry(GuardObserver):
         # Each step on its own: a call is counted even when its span or its decision cannot be.
         outcome = call.outcome or "ok"
         space = self._space
-        agent = _name(call.agent)
+        agent, tool = call.agent, call.tool_name
+        agent = agent if isinstance(agent, str) else attr.OTHER  # what _name does, on every call
         try:
-            space.tool_calls(agent, _name(call.tool_name), outcome).inc()
+            space.tool_calls(agent, tool if isinstance(tool, str) else attr.OTHER, outcome).inc()
             if call.spawn_count and outcome in _RAN:
                 space.per_agent("subagent_spawns", agent).inc(call.spawn_count)
         except Exception as exc:
@@ -267,7 +271,9 @@ class GuardTelemetry(GuardObserver):
         exemplar: Exemplar = None
         if mode != "off" and not (quiet and mode == "decisions"):
             try:
-                exemplar = self._span_work(call, outcome, quiet, cast("tuple[Span, bool] | None", token))
+                exemplar = self._span_work(
+                    call, outcome, quiet, before_counts, cast("tuple[Span, bool] | None", token)
+                )
             except Exception as exc:
                 self._step_failed("on_call_end", exc)
         try:
@@ -279,18 +285,27 @@ class GuardTelemetry(GuardObserver):
             self._step_failed("on_call_end", exc)
 
     def _span_work(
-        self, call: CallEvent, outcome: str, quiet: bool, token: tuple[Span, bool] | None
+        self, call: CallEvent, outcome: str, quiet: bool, before_counts: bool, token: tuple[Span, bool] | None
     ) -> Exemplar:
         started_under, annotate = token if token is not None else (trace.get_current_span(), False)
+        error_type = _error_type(call.decision, outcome, call.refusal)
         if annotate and started_under.is_recording():
             if self.unkeyed:
                 self._exporting_unkeyed_hashes()
             started_under.set_attributes(_end_attributes(call, outcome))
-            return self._finish_span(call, outcome, started_under, False, not quiet)
+            self._add_decision_events(call, started_under, before_counts)
+            if error_type is not None:
+                started_under.set_attribute(attr.ERROR_TYPE, error_type)
+                started_under.set_status(_ERROR)
+            return None if quiet else _exemplar(started_under)
         if self._mode == "event":
             return None
-        # own and decisions spans, and auto when the host's span ended before after_call
-        attributes = {**self._start_attributes(call), **_end_attributes(call, outcome)}
+        # own and decisions spans, and auto when the host's span ended before after_call: every
+        # attribute given at once (error.type included), so the SDK takes its lock once for them
+        attributes = self._start_attributes(call)
+        attributes.update(_end_attributes(call, outcome))
+        if error_type is not None:
+            attributes[attr.ERROR_TYPE] = error_type
         span = self._tracer.start_span(
             self._span_name(call.tool_name),
             context=self._parent_context(started_under),
@@ -300,7 +315,12 @@ class GuardTelemetry(GuardObserver):
         )
         if self.unkeyed and span.is_recording():
             self._exporting_unkeyed_hashes()
-        return self._finish_span(call, outcome, span, True, not quiet)
+        self._add_decision_events(call, span, before_counts)
+        if error_type is not None:
+            span.set_status(_ERROR)
+        exemplar = None if quiet else _exemplar(span)  # only decisions carry exemplars
+        span.end()
+        return exemplar
 
     def _exporting_unkeyed_hashes(self) -> None:
         self.unkeyed = False  # checked once per guard; said once per process
@@ -336,24 +356,15 @@ class GuardTelemetry(GuardObserver):
             return trace.set_span_in_context(turn_span)
         if current.get_span_context().is_valid:
             return trace.set_span_in_context(current)
-        return otel_context.Context()  # no parent: a root span
+        return _ROOT  # no parent: a root span
 
-    def _finish_span(
-        self, call: CallEvent, outcome: str, span: Span, owned: bool, wants_exemplar: bool
-    ) -> Exemplar:
-        decision, before = call.decision, call.before
-        if before.action != "allow" and before is not decision and before != decision:
-            span.add_event(attr.DECISION_EVENT, _event_attributes(before))
+    @staticmethod
+    def _add_decision_events(call: CallEvent, span: Span, before_counts: bool) -> None:
+        decision = call.decision
+        if before_counts:
+            span.add_event(attr.DECISION_EVENT, _event_attributes(call.before))
         if decision.action != "allow":
             span.add_event(attr.DECISION_EVENT, _event_attributes(decision))
-        error_type = _error_type(decision, outcome, call.refusal)
-        if error_type is not None:
-            span.set_attribute(attr.ERROR_TYPE, error_type)
-            span.set_status(Status(StatusCode.ERROR))
-        exemplar = _exemplar(span) if wants_exemplar else None  # only decisions carry exemplars
-        if owned:
-            span.end()
-        return exemplar
 
     def _record_decision(self, call: CallEvent, decision: Decision, exemplar: Exemplar) -> None:
         space = self._space
@@ -387,14 +398,14 @@ def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | 
     return None
 
 
-_MAX_ATTRIBUTE_LENGTH: Final = 256
-
-
 def _clip(text: object) -> str:
-    """Host-chosen names (tools, agents, call ids) are bounded and valid UTF-8 on spans, like labels
-    are in metrics."""
+    """Host-chosen names (tools, agents, call ids) on spans: bounded as the guard bounds them where a
+    call enters it (``bounded_name``, a no-op on what the guard hands over), so a span and a metric
+    label show one same name; and valid UTF-8."""
+    if type(text) is str and len(text) <= MAX_NAME_CHARS and text.isascii():
+        return text  # the common name, as the guard hands it over
     text = _name(text)
-    return valid_utf8(text if len(text) <= _MAX_ATTRIBUTE_LENGTH else text[:_MAX_ATTRIBUTE_LENGTH])
+    return valid_utf8(text if len(text) <= MAX_NAME_CHARS else bounded_name(text))
 
 
 def _name(value: object) -> str:

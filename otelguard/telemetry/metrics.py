@@ -17,6 +17,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
 from otelguard._version import __version__
 from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.signatures import MAX_NAME_CHARS, bounded_name
 from otelguard.telemetry import attributes as attr
 
 if TYPE_CHECKING:
@@ -225,7 +226,6 @@ def families_for(registry: CollectorRegistry) -> MetricFamilies:
         return families
 
 
-MAX_LABEL_LENGTH: Final = 128
 _SURROGATE: Final = re.compile("[\ud800-\udfff]")
 
 
@@ -238,7 +238,9 @@ def valid_utf8(text: str) -> str:
 
 class LabelBound:
     """Maps raw label values to themselves (made valid UTF-8) for the first ``limit`` distinct values,
-    then to ``_other``. A value longer than ``MAX_LABEL_LENGTH`` characters is ``_other`` from the start."""
+    then to ``_other``. A value is bounded in length as the guard bounds names where a call enters it
+    (``bounded_name``: a no-op on the names the guard hands over), so a label and a span attribute
+    show one same name."""
 
     __slots__ = ("_known", "_limit", "_lock")
 
@@ -251,11 +253,13 @@ class LabelBound:
         label = self._known.get(value)
         if label is not None:
             return label
+        if len(value) > MAX_NAME_CHARS:
+            value = bounded_name(value)
         with self._lock:
             label = self._known.get(value)
             if label is not None:
                 return label
-            if len(self._known) < self._limit and len(value) <= MAX_LABEL_LENGTH:
+            if len(self._known) < self._limit:
                 label = valid_utf8(value)
                 self._known[value] = label
                 return label
