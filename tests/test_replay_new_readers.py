@@ -11,9 +11,10 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from otelguard.readers import sources
 from otelguard.readers.sources import InputFile
 from otelguard.readers.swe_agent import SweAgentReader
-from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs, sources
+from otelguard.replay import SessionKey, ToolCall, detect_format, replay_inputs
 
 
 class Sink:
