@@ -9,6 +9,8 @@ from typing import Any
 import pytest
 
 from otelguard import Decision, Guard, GuardConfig
+from otelguard.core.decisions import Signature
+from otelguard.core.detectors import TurnDetectors
 from otelguard.testing import ScriptStep, codes, run_script
 
 KEY = "test-signature-key"
@@ -197,9 +199,9 @@ def test_same_tool_failure_not_cleared_by_another_tools_success() -> None:
     guard = make_guard()
     steps = run_script(
         guard,
-        [fail("web_fetch") for _ in range(4)]
+        [fail("web_fetch", text="Error: 404") for _ in range(4)]
         + [ok("read_file"), ok("write_file")]
-        + [fail("web_fetch") for _ in range(4)],
+        + [fail("web_fetch", text="Error: 404") for _ in range(4)],
     )
     assert last(steps).code == "same_tool_failure_halt"
 
@@ -239,6 +241,107 @@ def test_same_tool_failure_without_hard_stop_only_warns() -> None:
     steps = run_script(make_guard(hard_stop=False), [fail("web_fetch") for _ in range(10)])
     assert no_stops(steps)
     assert codes(steps)[7] == "same_tool_failure_warn"
+    assert "same_tool_failure_reject" not in codes(steps)
+
+
+def edits_rejected(errors: list[str]) -> list[tuple[Any, ...]]:
+    """Different edits of one file, each refused with the given error (a linter's findings)."""
+    return [fail("edit", {"start": i, "text": fresh()}, text) for i, text in enumerate(errors)]
+
+
+def test_same_tool_failure_with_new_errors_is_rejected_before_it_halts() -> None:
+    """8 failures of one tool, each with a new error: the 8th only warns, the tool's next call is
+    rejected (it does not run, the turn goes on), and the tool failing once more halts the turn."""
+    guard = make_guard()
+    steps = run_script(guard, edits_rejected([f"Error: E999 at line {i}" for i in range(10)]))
+    assert codes(steps) == ["allow"] * 2 + ["same_tool_failure_warn"] * 6 + [
+        "same_tool_failure_reject",
+        "same_tool_failure_halt",
+    ]
+    reject, halt = steps[8].decision, steps[9].decision
+    assert (reject.action, reject.count, reject.limit) == ("reject", 8, 8)
+    assert not steps[8].ran and reject.synthetic_result()
+    assert (halt.action, halt.count, halt.limit) == ("halt", 9, 8)
+    assert guard.halt_decision == halt
+
+
+def test_same_tool_failure_reject_lands_on_the_tools_next_call() -> None:
+    """Calls of other tools in between run; the reject is the stopped tool's, whenever it comes."""
+    guard = make_guard()
+    steps = run_script(
+        guard,
+        [
+            *edits_rejected([f"Error: new {i}" for i in range(8)]),
+            ok("read_file"),
+            fail("web_fetch"),
+            *edits_rejected(["Error: new 8"]),
+        ],
+    )
+    assert [s.decision.code for s in steps[8:]] == ["allow", "allow", "same_tool_failure_reject"]
+
+
+@pytest.mark.parametrize(
+    ("new_errors", "code"), [(4, "same_tool_failure_halt"), (5, "same_tool_failure_warn")]
+)
+def test_same_tool_failure_halts_at_once_when_its_errors_repeat(new_errors: int, code: str) -> None:
+    """At the stop, a tool whose failures were new errors at most half the time (4 of 8: the same
+    answers whatever it is sent) halts at once; one more new error (5 of 8) and it is refused first."""
+    errors = [f"Error: E{i % new_errors}" for i in range(8)]
+    steps = run_script(make_guard(), edits_rejected(errors) + edits_rejected(["Error: E0"]))
+    assert steps[7].decision.code == code
+    assert steps[8].decision.code == ("turn_halted" if code.endswith("halt") else "same_tool_failure_reject")
+
+
+def test_same_tool_failure_failures_without_an_error_are_new_errors() -> None:
+    """A failure with nothing to compare (no result) is a new error each time, never the same one."""
+    script = [("web_fetch", {"k": fresh()}, None, True) for _ in range(8)]
+    steps = run_script(make_guard(), [*script, ("web_fetch", {"k": 1}, None, True)])
+    assert codes(steps)[7:] == ["same_tool_failure_warn", "same_tool_failure_reject"]
+
+
+def test_same_tool_failure_success_after_its_reject_resets_the_count() -> None:
+    """After the reject, the tool's next call succeeding ends the count: it starts again from 1, and
+    the reject is not given again until a new count reaches the stop."""
+    guard = make_guard()
+    script = (
+        edits_rejected([f"Error: new {i}" for i in range(8)])
+        + edits_rejected(["Error: new 8"])  # rejected
+        + [ok("edit")]
+        + edits_rejected([f"Error: again {i}" for i in range(9)])
+    )
+    steps = run_script(guard, script)
+    assert [s.decision.code for s in steps[8:10]] == ["same_tool_failure_reject", "allow"]
+    after = codes(steps[10:])
+    assert after == ["allow"] * 2 + ["same_tool_failure_warn"] * 6 + ["same_tool_failure_reject"]
+    assert guard.halt_decision is None
+
+
+def test_same_tool_failure_rejects_before_stop() -> None:
+    """rejects_before_stop: 0 halts at the 8th failure as before; 2 gives the tool two rejects."""
+    errors = [f"Error: new {i}" for i in range(11)]
+    at_once = run_script(make_guard(rejects_before_stop=0), edits_rejected(errors))
+    assert codes(at_once)[7] == "same_tool_failure_halt"
+    twice = codes(run_script(make_guard(rejects_before_stop=2), edits_rejected(errors)))
+    assert twice[7:11] == ["same_tool_failure_warn", "same_tool_failure_reject", "same_tool_failure_reject", "same_tool_failure_halt"]  # fmt: skip
+
+
+def test_same_tool_failure_errors_kept_per_tool_are_bounded() -> None:
+    """However many new errors a tool gives, its record keeps only enough of them to tell whether
+    they are over half of the stop (8 // 2 + 1 = 5)."""
+    detectors = TurnDetectors(GuardConfig.from_mapping({"signature_key": KEY, "hard_stop": False}))
+    for i in range(500):
+        sig = Signature("web_fetch", f"h{i}")
+        detectors.record_after(sig, detectors.state(sig), "unknown", False, "failed", None, False, i)
+    assert detectors.tool_failures["web_fetch"] == 500
+    assert detectors.tool_errors["web_fetch"] == (0, 1, 2, 3, 4)
+
+
+def test_same_tool_failure_reject_is_cleared_by_start_turn() -> None:
+    """The reject waiting for the tool's next call belongs to the turn."""
+    guard = make_guard()
+    run_script(guard, edits_rejected([f"Error: new {i}" for i in range(8)]))
+    guard.start_turn()
+    assert guard.before_call("edit", {"start": 1}).code == "allow"
 
 
 # -- refusal -------------------------------------------------------------------------------------
@@ -647,7 +750,9 @@ def test_refusal_halt_before_same_tool_failure_halt() -> None:
 def test_same_tool_failure_halt_before_exact_failure_warn() -> None:
     """same_tool_failure_halt comes before exact_failure_warn."""
     x = {"u": "same"}
-    steps = run_script(make_guard(), [fail("web_fetch") for _ in range(6)] + [fail("web_fetch", x)] * 2)
+    same = "Error: 503 service unavailable"
+    script = [fail("web_fetch", text=same) for _ in range(6)] + [fail("web_fetch", x, same)] * 2
+    steps = run_script(make_guard(), script)
     assert last(steps).code == "same_tool_failure_halt"
 
 
@@ -865,7 +970,8 @@ def canary_scripts() -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
     res = f"Error: {CANARY_RESULT}"
     return [
         ({}, [("flaky_api", args(0), res, True)] * 5 + [("flaky_api", args(0), res, True)] * 2),
-        ({}, [("web_fetch", args(i), f"{res}{i}", True) for i in range(8)]),
+        ({}, [("web_fetch", args(i), f"{res}{i}", True) for i in range(10)]),
+        ({}, [("fetch_page", args(i), res, True) for i in range(8)]),
         ({}, [("write_file", args(i), res, None, "permission_denied") for i in range(6)]),
         ({}, [(f"editor_{i}", args(i), res, True) for i in range(6)]),
         ({}, [("read_file", args(0), CANARY_RESULT, False)] * 7),
@@ -900,7 +1006,7 @@ def test_canary_scripts_cover_every_non_allow_code() -> None:
         "refusal_warn", "refusal_halt", "no_progress_warn", "no_progress_block", "identical_call_warn",
         "identical_call_halt", "cycle_warn", "cycle_block", "read_only_streak_warn", "write_streak_warn",
         "same_error_warn", "same_error_halt", "cap_turn", "turn_halted", "exact_failure_reject",
-        "no_progress_reject", "identical_call_reject", "cycle_reject",
+        "no_progress_reject", "identical_call_reject", "cycle_reject", "same_tool_failure_reject",
     }  # fmt: skip
 
 

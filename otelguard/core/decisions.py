@@ -66,6 +66,7 @@ CYCLE_REJECT: Final = "cycle_reject"
 CROSS_TURN_FAILURE_WARN: Final = "cross_turn_failure_warn"
 CROSS_TURN_FAILURE_REJECT: Final = "cross_turn_failure_reject"
 CROSS_TURN_FAILURE_BLOCK: Final = "cross_turn_failure_block"
+SAME_TOOL_FAILURE_REJECT: Final = "same_tool_failure_reject"
 
 CODES: Final = (
     ALLOW,
@@ -96,6 +97,7 @@ CODES: Final = (
     CROSS_TURN_FAILURE_WARN,
     CROSS_TURN_FAILURE_REJECT,
     CROSS_TURN_FAILURE_BLOCK,
+    SAME_TOOL_FAILURE_REJECT,
 )
 """Every decision code, stable: they are metric label values."""
 

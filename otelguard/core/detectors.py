@@ -162,6 +162,12 @@ class TurnDetectors:
         capacity = config.max_tracked_signatures
         self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
         self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
+        # same_tool_failure: the new errors of the tool's count (None: a failure without an error to
+        # compare), no more than tell whether they are over half of the stop; and, from the failure
+        # that reaches the stop until a success of the tool, the rejects its calls have been given
+        self.tool_errors: BoundedMap[str, tuple[int | None, ...]] = BoundedMap(capacity)
+        self.tool_rejects: BoundedMap[str, int] = BoundedMap(capacity)
+        self._new_errors_kept = self.stop_after["same_tool_failure"] // 2 + 1
         # same_tool_failure of shell tools: (failures, the write epoch they were counted in)
         self.shell_failures: BoundedMap[str, tuple[int, int]] = BoundedMap(capacity)
         self.refusals: BoundedMap[tuple[str, str], int] = BoundedMap(capacity)
@@ -195,8 +201,9 @@ class TurnDetectors:
 
     def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
         """The hard-stop refusals, in precedence order: exact_failure, cross_turn_failure, no_progress,
-        identical_call, cycle. A repeated call is first rejected (it does not run, the turn goes on)
-        ``rejects_before_stop`` times; the model sending it again after that stops the turn."""
+        identical_call, cycle, same_tool_failure. A repeated call is first rejected (it does not run,
+        the turn goes on) ``rejects_before_stop`` times; the model sending it again after that stops
+        the turn (same_tool_failure: the tool's next call runs, and its failure stops the turn)."""
         if not self.hard_stop:
             return None
         stop = self.stop_after
@@ -226,8 +233,25 @@ class TurnDetectors:
             if refused is not None:
                 return refused
         if tool_class != "poll":
-            return self._refuse_cycle(sig)
+            refused = self._refuse_cycle(sig)
+            if refused is not None:
+                return refused
+        if self.tool_rejects:
+            return self._refuse_tool(sig)
         return None
+
+    def _refuse_tool(self, sig: Signature) -> Decision | None:
+        """same_tool_failure: once the tool's failures have reached the stop with rejects to give (see
+        ``_tool_rejects_spent``), its next ``rejects_before_stop`` calls are rejected with a message;
+        the call after those runs: its failure stops the turn, its success ends the count."""
+        tool = sig.tool_name
+        rejects = self.tool_rejects.get(tool)
+        if rejects is None or rejects >= self.rejects_before_stop:
+            return None
+        self.tool_rejects[tool] = rejects + 1
+        limit = self.stop_after["same_tool_failure"]
+        count = self.tool_failures.get(tool, limit)
+        return _decision("reject", codes.SAME_TOOL_FAILURE_REJECT, sig, count, limit)
 
     def _refuse_cycle(self, sig: Signature) -> Decision | None:
         """cycle: the call continuing the cycle is rejected, and taken as part of the sequence (the model
@@ -287,6 +311,20 @@ class TurnDetectors:
         state.rejects = self._valid_rejects(state) + 1
         state.reject_epoch = self.write_epoch
 
+    def _tool_rejects_spent(self, tool: str, failures: int) -> bool:
+        """same_tool_failure at its stop: whether the tool's calls have had all their rejects, so that
+        this failure halts. The failure that reaches the stop starts the rejects when most of the
+        count's failures were new errors (the model is working through them: a linter finding a new
+        problem in each attempt); when at most half were, the tool keeps giving the same answers
+        whatever it is sent (a usage error, a service down), and it halts at once."""
+        rejects = self.tool_rejects.get(tool)
+        if rejects is not None:
+            return rejects >= self.rejects_before_stop
+        if self.rejects_before_stop == 0 or 2 * len(self.tool_errors.get(tool, ())) <= failures:
+            return True
+        self.tool_rejects[tool] = 0
+        return False
+
     def _exact_failures(self, state: SignatureState) -> int:
         return state.exact_failures if state.exact_epoch == self.write_epoch else 0
 
@@ -334,7 +372,9 @@ class TurnDetectors:
                 self._clear_after_success(sig.tool_name, tool_class)
             tool_failures = refusals = 0
         else:
-            tool_failures, refusals = self._count_failure(sig.tool_name, state, outcome, refusal, tool_class)
+            tool_failures, refusals = self._count_failure(
+                sig.tool_name, state, outcome, refusal, tool_class, error
+            )
             if outcome == "failed" and error is not None:
                 same_errors = self._count_error(error, sig.tool_name)
 
@@ -404,12 +444,21 @@ class TurnDetectors:
                 self.errors.clear()
         if self.tool_failures:
             self.tool_failures.pop(tool, None)
+            self.tool_errors.pop(tool, None)
+            if self.tool_rejects:
+                self.tool_rejects.pop(tool, None)
         if self.refusals:
             for key in [k for k in self.refusals if k[0] == tool]:
                 del self.refusals[key]
 
     def _count_failure(
-        self, tool: str, state: SignatureState, outcome: Outcome, refusal: str | None, tool_class: ToolClass
+        self,
+        tool: str,
+        state: SignatureState,
+        outcome: Outcome,
+        refusal: str | None,
+        tool_class: ToolClass,
+        error: int | None,
     ) -> tuple[int, int]:
         """Count a failed or refused call; returns the tool's (failures and refusals, refusals of the
         category). A refusal counts for the content-blind bound but not for exact_failure. A shell's
@@ -425,6 +474,11 @@ class TurnDetectors:
         else:
             tool_failures = self.tool_failures.touch(tool, int) + 1
             self.tool_failures[tool] = tool_failures
+            seen = self.tool_errors.get(tool, ()) if tool_failures > 1 else ()
+            if outcome != "failed":
+                error = None  # a refusal: nothing to compare
+            if len(seen) < self._new_errors_kept and (error is None or error not in seen):
+                self.tool_errors[tool] = (*seen, error)
         refusals = 0
         if outcome == "refused":
             key = (tool, refusal or "refused")
@@ -455,7 +509,12 @@ class TurnDetectors:
         tool_failures, refusals, same_errors, turns_failed = failures
         if hard and refusals >= stop["refusal"]:
             return _decision("halt", codes.REFUSAL_HALT, sig, refusals, stop["refusal"])
-        if hard and not failure_tolerant and tool_failures >= stop["same_tool_failure"]:
+        if (
+            hard
+            and not failure_tolerant
+            and tool_failures >= stop["same_tool_failure"]
+            and self._tool_rejects_spent(sig.tool_name, tool_failures)
+        ):
             return _decision(
                 "halt", codes.SAME_TOOL_FAILURE_HALT, sig, tool_failures, stop["same_tool_failure"]
             )
@@ -519,6 +578,9 @@ _MESSAGES: Final = {
     "{count} turns and was sent again after being refused. Tell the user what the error is.",
     codes.SAME_TOOL_FAILURE_WARN: "{tool} has failed {count} times this turn, with different arguments or "
     "errors. Diagnose the cause before calling it again.",
+    codes.SAME_TOOL_FAILURE_REJECT: "Not run: {tool} already failed {count} times this turn (limit "
+    "{limit}), with different arguments or errors. Find the cause before using it again: read the "
+    "errors, check the inputs, or change the approach; if its next call fails too, the turn stops.",
     codes.SAME_TOOL_FAILURE_HALT: "Stopping this turn: {tool} failed {count} times (limit {limit}). "
     "Tell the user what went wrong instead of calling more tools.",
     codes.REFUSAL_WARN: "{tool} was refused {count} times by a policy or permission gate. Retrying will not "
