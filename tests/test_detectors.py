@@ -299,6 +299,17 @@ def test_same_tool_failure_failures_without_an_error_are_new_errors() -> None:
     assert codes(steps)[7:] == ["same_tool_failure_warn", "same_tool_failure_reject"]
 
 
+def test_same_tool_failure_refusals_are_no_new_errors() -> None:
+    """A refusal counts for the tool, but a gate saying no is no new error: 3 new errors and 5
+    refusals halt at once at the 8th."""
+    categories = ["permission_denied", "sandbox_denied", "tool_not_enabled", "user_rejected", "hook_denied"]
+    script = edits_rejected([f"Error: new {i}" for i in range(3)]) + [
+        refuse("edit", category=c) for c in categories
+    ]
+    steps = run_script(make_guard(), script)
+    assert (steps[7].decision.code, steps[7].decision.count) == ("same_tool_failure_halt", 8)
+
+
 def test_same_tool_failure_success_after_its_reject_resets_the_count() -> None:
     """After the reject, the tool's next call succeeding ends the count: it starts again from 1, and
     the reject is not given again until a new count reaches the stop."""

@@ -55,8 +55,9 @@ def test_a_block_counts_itself_and_every_later_call_of_its_turn() -> None:
 
 
 def test_a_halt_from_after_call_does_not_count_its_own_call() -> None:
-    """A same_tool_failure halt at the 8th failure: that call ran; only the 2 after it are prevented."""
-    failing = [call(i, "web_fetch", {"url": f"u{i}"}, f"Error: {i}", failed=True) for i in range(10)]
+    """A same_tool_failure halt at the 8th failure (the same error each time): that call ran; only
+    the 2 after it are prevented."""
+    failing = [call(i, "web_fetch", {"url": f"u{i}"}, "Error: 503", failed=True) for i in range(10)]
     report = replay([failing])
     [session] = report.sessions
     assert [(h.call, h.action, h.code) for h in session.halts] == [(8, "halt", "same_tool_failure_halt")]

@@ -163,8 +163,9 @@ class TurnDetectors:
         self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
         self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
         # same_tool_failure: the new errors of the tool's count (None: a failure without an error to
-        # compare), no more than tell whether they are over half of the stop; and, from the failure
-        # that reaches the stop until a success of the tool, the rejects its calls have been given
+        # compare; a refusal is none), no more than tell whether they are over half of the stop;
+        # and, from the failure that reaches the stop until a success of the tool, the rejects its
+        # calls have been given
         self.tool_errors: BoundedMap[str, tuple[int | None, ...]] = BoundedMap(capacity)
         self.tool_rejects: BoundedMap[str, int] = BoundedMap(capacity)
         self._new_errors_kept = self.stop_after["same_tool_failure"] // 2 + 1
@@ -475,9 +476,9 @@ class TurnDetectors:
             tool_failures = self.tool_failures.touch(tool, int) + 1
             self.tool_failures[tool] = tool_failures
             seen = self.tool_errors.get(tool, ()) if tool_failures > 1 else ()
-            if outcome != "failed":
-                error = None  # a refusal: nothing to compare
-            if len(seen) < self._new_errors_kept and (error is None or error not in seen):
+            if outcome == "refused":  # a gate saying no: the same answer, whatever was sent
+                self.tool_errors[tool] = seen
+            elif len(seen) < self._new_errors_kept and (error is None or error not in seen):
                 self.tool_errors[tool] = (*seen, error)
         refusals = 0
         if outcome == "refused":
