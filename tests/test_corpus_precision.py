@@ -55,11 +55,13 @@ NO_CORPUS = (
 # a change fixes one, its test fails until the entry is removed.
 CODER = "coder-swe-bench-lite"
 KNOWN_MISSES = {
-    (CODER, "solved"): "2 solved runs halted by same_tool_failure on edit: 8 different edits refused by "
-    "SWE-agent's linter in a row (django__django-12915, its next edit succeeded), and 18 refused edits, "
-    "12 of them the same one (mwaskom__seaborn-3010, which broke out by itself after them)",
-    (CODER, "warnings"): "21.74 per 1,000 calls in solved runs: edits refused by the linter, again "
-    "(exact_failure_warn) or one after another (same_tool_failure_warn)",
+    (CODER, "solved"): "1 solved run halted: mwaskom__seaborn-3010 sent one edit refused by SWE-agent's "
+    "linter 10 times in a row (18 refused edits in all) before it broke out by itself; after the 8th "
+    "refused edit (most of them new errors) the tool's next call is rejected, and the one after it, "
+    "that same edit again, fails: same_tool_failure_halt (exact_failure alone refuses it soon after)",
+    (CODER, "warnings"): "23.29 per 1,000 calls in solved runs: edits refused by the linter, the same "
+    "one again (exact_failure_warn, from the 2nd) or one after another (same_tool_failure_warn, from "
+    "the 3rd); every count from warn_after on warns",
 }
 
 
