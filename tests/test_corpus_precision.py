@@ -56,9 +56,9 @@ NO_CORPUS = (
 CODER = "coder-swe-bench-lite"
 KNOWN_MISSES = {
     (CODER, "solved"): "1 solved run halted: mwaskom__seaborn-3010 sent one edit refused by SWE-agent's "
-    "linter 10 times in a row (18 refused edits in all) before it broke out by itself; after the 8th "
-    "refused edit (most of them new errors) the tool's next call is rejected, and the one after it, "
-    "that same edit again, fails: same_tool_failure_halt (exact_failure alone refuses it soon after)",
+    "linter 10 times in a row (18 refused edits in all) before it broke out by itself; its first 8 "
+    "refused edits brought 4 different errors, so the 8th halts (same_tool_failure_halt); refused "
+    "first, the same edit sent again fails again, and exact_failure alone refuses it soon after",
     (CODER, "warnings"): "23.29 per 1,000 calls in solved runs: edits refused by the linter, the same "
     "one again (exact_failure_warn, from the 2nd) or one after another (same_tool_failure_warn, from "
     "the 3rd); every count from warn_after on warns",
