@@ -6,7 +6,8 @@ one reader serves both and learns the dialect from the first tool traffic it see
 
 * OpenAI: ``tool_calls`` on assistant messages (``function.arguments`` is a JSON string), results in
   ``role: tool`` messages matched by ``tool_call_id``; no error flag (``failed=None``). Older logs use
-  ``function_call`` + ``role: function``, matched by order.
+  ``function_call`` + ``role: function``, matched by order; so are ``tool_calls`` written without ids
+  and ``role: tool`` results without ``tool_call_id`` (an agent of a tau-bench fork writes them so).
 * Anthropic: ``tool_use`` blocks in assistant content, ``tool_result`` blocks in user content
   (``is_error`` → failed); server tools (``server_tool_use`` + ``*_tool_result`` in the same message).
 
@@ -106,7 +107,7 @@ class _ChatSession:
     def _tool_result(self, line: int, msg: dict[str, Any], where: str) -> None:
         self.reader.saw(OPENAI)
         call_id = msg.get("tool_call_id", msg.get("id"))  # tau2-bench names the call by ``id``
-        if not isinstance(call_id, str):
+        if call_id is not None and not isinstance(call_id, str):  # none: the oldest call waiting
             self.feed.error(line, f"{where}tool_call_id is {type_name(call_id)}, expected a string")
             return
         flag = msg.get("error")  # tau2-bench records whether the tool raised
@@ -141,7 +142,7 @@ class _ChatSession:
                 self.feed.error(line, f"{here[:-1]} is {type_name(item)}, expected an object")
                 continue
             call_id = item.get("id")
-            if not isinstance(call_id, str):
+            if call_id is not None and not isinstance(call_id, str):  # none: matched by order
                 self.feed.error(line, f"{here}id is {type_name(call_id)}, expected a string")
                 continue
             if "function" not in item and "name" in item:  # flat {id, name, arguments} (tau2-bench)
