@@ -10,7 +10,8 @@ A run ended at its budget limit when the agent did not stop by itself:
   in the output's ``error``); a completion log (``fncall_messages``) made as many model calls as the
   source's ``budget.model_calls`` and its last call is not ``finish``;
 * tau-bench: the agent took the source's ``budget.steps`` actions and the user never said
-  ``###STOP###``;
+  ``###STOP###`` (its calls: the tool calls, or the text agents' ``Action:`` JSON naming a tool other
+  than ``respond``);
 * tau2-bench: its ``termination_reason`` is ``max_steps`` or ``too_many_errors``.
 
 A file holding several runs (tau-bench, tau2-bench) gives one record per run, keyed by the session id
@@ -33,6 +34,8 @@ MINI_FORMAT_ERROR: Final = "Please always provide EXACTLY ONE action"
 """mini-swe-agent's answer to a model message without exactly one command: nothing ran."""
 TAU2_LIMITS: Final = frozenset({"max_steps", "too_many_errors"})
 TAU_STOP: Final = "###STOP###"
+TAU_TEXT_ACTION: Final = "Action:"
+TAU_REPLY: Final = "respond"
 OPENHANDS_LIMIT: Final = "maximum iteration"
 
 
@@ -137,8 +140,21 @@ def _tau(run: dict[str, Any], steps: int) -> RunRecord:
     traj = [m for m in run["traj"] if isinstance(m, dict)]
     actions = sum(1 for m in traj if m.get("role") == "assistant")
     stopped = any(m.get("role") == "user" and TAU_STOP in str(m.get("content") or "") for m in traj)
-    calls = sum(len(_tool_calls(m)) for m in traj if m.get("role") == "assistant")
+    calls = sum(len(_tool_calls(m)) or _tau_text_call(m) for m in traj if m.get("role") == "assistant")
     return RunRecord(actions >= steps and not stopped, calls)
+
+
+def _tau_text_call(message: dict[str, Any]) -> int:
+    """1 when a text agent's message ends in an action naming a tool (not the reply to the user)."""
+    content = message.get("content")
+    if not isinstance(content, str) or TAU_TEXT_ACTION not in content:
+        return 0
+    try:
+        action = orjson.loads(content.rsplit(TAU_TEXT_ACTION, 1)[1].strip())
+    except orjson.JSONDecodeError:
+        return 0
+    name = action.get("name") if isinstance(action, dict) else None
+    return int(isinstance(name, str) and bool(name) and name != TAU_REPLY)
 
 
 def _tau2(simulation: dict[str, Any]) -> RunRecord:

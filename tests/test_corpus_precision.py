@@ -227,6 +227,23 @@ def test_tau_bench_step_limit_without_a_stop_and_tau2_termination() -> None:
     }
 
 
+def test_tau_bench_text_agents_record_their_calls_as_actions_in_the_text() -> None:
+    """An act/react agent's call is the JSON after its message's last ``Action:``; ``respond`` (the
+    reply to the user) and text that does not parse are no calls."""
+    search = json.dumps({"name": "search_direct_flight", "arguments": {"origin": "JFK"}})
+    reply = json.dumps({"name": "respond", "arguments": {"content": "which date?"}})
+    traj = [
+        {"role": "assistant", "content": f"Thought: search.\nAction:\n{search}"},
+        {"role": "user", "content": "API output: []"},
+        {"role": "assistant", "content": f"Action:\n{reply}"},
+        {"role": "user", "content": "May 20"},
+        {"role": "assistant", "content": "Action: {not json"},
+        {"role": "user", "content": "hm?"},
+    ]
+    run = {"task_id": 4, "trial": 1, "reward": 0.0, "traj": traj}
+    assert run_records(_json([run]), {"steps": 3}) == {"task-4-trial-1": RunRecord(True, 1)}
+
+
 def test_a_halt_is_placed_by_its_index_in_the_run_across_turns() -> None:
     """A halt is recorded as (turn, call in that turn); the benchmark places it in the run: the second
     call of the second turn after a turn of three calls is the run's fifth."""

@@ -515,6 +515,51 @@ def test_tau_bench_results_are_a_session_per_task_and_trial(tmp_path: Path) -> N
     assert len(sink.calls) == 2
 
 
+def test_tau_bench_text_agents_act_in_their_message_text(tmp_path: Path) -> None:
+    """tau-bench's act/react agents write each action as JSON after ``Action:``; the environment
+    answers in a user message starting ``API output:``. ``respond`` and text that does not parse are
+    replies to the user (the harness takes them so), and the user's next message is a new request."""
+    search = {"name": "search_direct_flight", "arguments": {"origin": "JFK", "destination": "SEA"}}
+    traj = [
+        {"role": "system", "content": "policy"},
+        user("book a flight"),
+        {"role": "assistant", "content": "Thought: search first.\nAction:\n" + json.dumps(search)},
+        user("API output: Error: no flight on that date"),
+        {
+            "role": "assistant",
+            "content": "Action: a typo\nAction:\n" + json.dumps({**search, "arguments": {}}),
+        },
+        user('API output: [{"flight_number": "HAT069"}]'),
+        {"role": "assistant", "content": 'Action:\n{"name": "respond", "arguments": {"content": "HAT069?"}}'},
+        user("API output: yes, that one"),  # the user's own words after a reply: a new request
+        {"role": "assistant", "content": "Action: {not json"},
+        user("ok"),
+    ]
+    sink = read_document(tmp_path, "react-airline.json", [{"task_id": 3, "trial": 0, "traj": traj}])
+    assert sink.errors == []
+    assert [(c.call_id, c.tool_name, c.args, c.result, c.failed) for c in sink.calls] == [
+        (None, "search_direct_flight", search["arguments"], "Error: no flight on that date", True),
+        (None, "search_direct_flight", {}, '[{"flight_number": "HAT069"}]', None),
+    ]
+    assert [e[0] for e in sink.events].count("turn") == 3
+
+
+def test_tau_bench_tool_calls_are_not_read_twice_from_an_action_in_the_text(tmp_path: Path) -> None:
+    call = {"id": "c1", "type": "function", "function": {"name": "get_user_details", "arguments": "{}"}}
+    text = 'Action:\n{"name": "cancel_reservation", "arguments": {}}'
+    traj = [
+        user("cancel it"),
+        {"role": "assistant", "content": text, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": "{}"},
+    ]
+    sink = read_document(tmp_path, "gpt-4o-airline.json", [{"task_id": 1, "traj": traj}])
+    assert (sink.errors, [c.tool_name for c in sink.calls]) == ([], ["get_user_details"])
+    plain = read_document(
+        tmp_path, "chat.json", {"messages": [user("go"), {"role": "assistant", "content": text}]}
+    )
+    assert (plain.errors, plain.calls) == ([], [])  # only tau-bench results are read for text actions
+
+
 def test_openhands_history_of_action_observation_pairs(tmp_path: Path) -> None:
     """Older evaluation outputs wrote the history as [action, observation] pairs."""
     history = [[USER, {"source": "user", "observation": "null", "content": ""}]]

@@ -124,6 +124,56 @@ def test_openai_legacy_function_calls_match_by_order(tmp_path: Path) -> None:
     assert sink.calls() == [(None, "ls", "a b", None, True), (None, "cat", "Error: nope", None, True)]
 
 
+def test_openai_tool_calls_without_ids_match_by_order(tmp_path: Path) -> None:
+    """An agent of a tau-bench fork writes its calls without ids and their results without
+    ``tool_call_id``: each result answers the oldest call still waiting."""
+    sink = read(
+        tmp_path,
+        "noid.jsonl",
+        [
+            {"role": "user", "content": "go"},
+            {
+                "role": "assistant",
+                "tool_calls": [{"function": {"name": "find_user", "arguments": "{'zip': '1'}"}}],
+            },
+            {"role": "tool", "name": "find_user", "content": "yusuf_rossi_9620"},
+            {
+                "role": "assistant",
+                "tool_calls": [
+                    {"type": "function", "function": {"name": "get_order", "arguments": "{}"}},
+                    {"id": None, "type": "function", "function": {"name": "get_user", "arguments": "{}"}},
+                ],
+            },
+            {"role": "tool", "name": "get_order", "content": "Error: order not found"},
+            {"role": "tool", "tool_call_id": None, "name": "get_user", "content": "{}"},
+            {"role": "tool", "name": "get_user", "content": "one result too many"},
+        ],
+    )
+    assert sink.calls() == [
+        (None, "find_user", "yusuf_rossi_9620", None, True),
+        (None, "get_order", "Error: order not found", None, True),
+        (None, "get_user", "{}", None, True),
+    ]
+    assert sink.errors == [("noid.jsonl", 7, "tool result without its call (legacy function result)")]
+
+
+def test_openai_ids_of_the_wrong_type_are_input_errors(tmp_path: Path) -> None:
+    sink = read(
+        tmp_path,
+        "badid.jsonl",
+        [
+            {"role": "user", "content": "go"},
+            {"role": "assistant", "tool_calls": [{"id": 7, "function": {"name": "ls", "arguments": "{}"}}]},
+            {"role": "tool", "tool_call_id": ["c1"], "content": "x"},
+        ],
+    )
+    assert sink.errors == [
+        ("badid.jsonl", 2, "tool_calls[0].id is number, expected a string"),
+        ("badid.jsonl", 3, "tool_call_id is array, expected a string"),
+    ]
+    assert sink.calls() == []
+
+
 def test_new_turn_at_every_user_message(tmp_path: Path) -> None:
     sink = read(
         tmp_path,

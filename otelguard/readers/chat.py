@@ -6,7 +6,8 @@ one reader serves both and learns the dialect from the first tool traffic it see
 
 * OpenAI: ``tool_calls`` on assistant messages (``function.arguments`` is a JSON string), results in
   ``role: tool`` messages matched by ``tool_call_id``; no error flag (``failed=None``). Older logs use
-  ``function_call`` + ``role: function``, matched by order.
+  ``function_call`` + ``role: function``, matched by order; so are ``tool_calls`` written without ids
+  and ``role: tool`` results without ``tool_call_id`` (an agent of a tau-bench fork writes them so).
 * Anthropic: ``tool_use`` blocks in assistant content, ``tool_result`` blocks in user content
   (``is_error`` → failed); server tools (``server_tool_use`` + ``*_tool_result`` in the same message).
 
@@ -17,6 +18,10 @@ Two layouts of OpenAI messages written by agent harnesses are read too:
   with an ``error`` flag (→ failed). The simulated user's own tool calls (a user message with
   ``tool_calls``, results with ``requestor: user``) are the user acting on their device, not the
   agent's calls and not a new request: skipped.
+* tau-bench results of its text agents (act, react, few-shot prompts without tool calling): the
+  action is JSON after the last ``Action:`` of an assistant message, ``{"name", "arguments"}``
+  (``respond`` is the reply to the user, not a call; text that does not parse is a reply too, as the
+  harness takes it), and the environment answers in a user message starting ``API output:``.
 * OpenHands LLM completion logs (``{"messages", "fncall_messages", "fncall_response"}``): the
   conversation with the calls as the model made them is ``fncall_messages`` (``messages`` holds it
   rewritten as text for a model without function calling), and the model's last reply is
@@ -29,6 +34,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any, Final
 
+import orjson
+
 from otelguard.readers.claude_code_results import add_tool_result
 from otelguard.readers.events import EventSink, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, input_ending, result_text, type_name
@@ -40,16 +47,27 @@ OPENAI: Final = "openai"
 ANTHROPIC: Final = "anthropic"
 _IGNORED_ROLES: Final = frozenset({"system", "developer"})
 _USER: Final = "user"
+_TEXT_ACTION: Final = "Action:"
+_TEXT_OBSERVATION: Final = "API output: "
+_TEXT_REPLY: Final = "respond"
 
 
 class _ChatSession:
     def __init__(
-        self, reader: ChatReader, key: SessionKey, result_failed: Callable[[Any], bool | None] | None = None
+        self,
+        reader: ChatReader,
+        key: SessionKey,
+        result_failed: Callable[[Any], bool | None] | None = None,
+        text_actions: bool = False,
     ) -> None:
         self.reader = reader
         self.feed = SessionFeed(reader.sink, key)
         self.result_failed = result_failed
         """How the harness that wrote the log marks a failed result in its text, when it does."""
+        self.text_actions = text_actions
+        """Actions may be written as text (tau-bench's text agents): ``Action:`` + JSON."""
+        self._text_calls = 0
+        """Text actions still waiting for their ``API output:``."""
 
     def message(self, line: int, msg: Any, where: str) -> None:
         if not isinstance(msg, dict):
@@ -62,7 +80,11 @@ class _ChatSession:
         elif role == "user":
             if msg.get("tool_calls"):  # a simulated user acting on its own device (tau2-bench)
                 return
-            self._user(line, msg.get("content"), where)
+            content = msg.get("content")
+            if self._text_calls and isinstance(content, str) and content.startswith(_TEXT_OBSERVATION):
+                self._text_result(line, content[len(_TEXT_OBSERVATION) :])
+                return
+            self._user(line, content, where)
         elif role == "tool":
             if msg.get("requestor") == _USER:  # the result of such a user action
                 return
@@ -106,7 +128,7 @@ class _ChatSession:
     def _tool_result(self, line: int, msg: dict[str, Any], where: str) -> None:
         self.reader.saw(OPENAI)
         call_id = msg.get("tool_call_id", msg.get("id"))  # tau2-bench names the call by ``id``
-        if not isinstance(call_id, str):
+        if call_id is not None and not isinstance(call_id, str):  # none: the oldest call waiting
             self.feed.error(line, f"{where}tool_call_id is {type_name(call_id)}, expected a string")
             return
         flag = msg.get("error")  # tau2-bench records whether the tool raised
@@ -116,15 +138,34 @@ class _ChatSession:
             failed = self.result_failed(content)
         self.feed.add_result(call_id, content, failed, line)
 
+    def _text_result(self, line: int, content: str) -> None:
+        self._text_calls -= 1
+        failed = self.result_failed(content) if self.result_failed is not None else None
+        self.feed.add_result(None, content, failed, line)
+
+    def _text_action(self, line: int, content: str) -> None:
+        """tau-bench's text agents: the JSON after the last ``Action:`` (else the text is a reply)."""
+        try:
+            action = orjson.loads(content.rsplit(_TEXT_ACTION, 1)[1].strip())
+        except orjson.JSONDecodeError:
+            return
+        name = action.get("name") if isinstance(action, dict) else None
+        if isinstance(name, str) and name and name != _TEXT_REPLY:
+            self.reader.saw(OPENAI)
+            self.feed.add_call(ToolCall(None, name, action.get("arguments"), line))
+            self._text_calls += 1
+
     def _assistant(self, line: int, msg: dict[str, Any], where: str) -> None:
         tool_calls = msg.get("tool_calls")
+        content = msg.get("content")
+        if self.text_actions and not tool_calls and isinstance(content, str) and _TEXT_ACTION in content:
+            self._text_action(line, content)
         if tool_calls is not None:
             self._openai_calls(line, tool_calls, where)
         function_call = msg.get("function_call")
         if function_call is not None:
             self.reader.saw(OPENAI)
             self._function_call(line, None, function_call, f"{where}function_call.")
-        content = msg.get("content")
         if isinstance(content, list):
             self._content_calls(line, content, where)
         elif content is not None and not isinstance(content, str):
@@ -141,7 +182,7 @@ class _ChatSession:
                 self.feed.error(line, f"{here[:-1]} is {type_name(item)}, expected an object")
                 continue
             call_id = item.get("id")
-            if not isinstance(call_id, str):
+            if call_id is not None and not isinstance(call_id, str):  # none: matched by order
                 self.feed.error(line, f"{here}id is {type_name(call_id)}, expected a string")
                 continue
             if "function" not in item and "name" in item:  # flat {id, name, arguments} (tau2-bench)
@@ -211,7 +252,9 @@ class ChatReader:
         elif isinstance(record, dict) and "messages" in record and "role" not in record:
             self._conversation(line, record, record["messages"], "messages")
         elif isinstance(record, dict) and "traj" in record and "role" not in record:
-            self._conversation(line, record, record["traj"], "traj", tau_bench_result_failed)
+            self._conversation(
+                line, record, record["traj"], "traj", tau_bench_result_failed, text_actions=True
+            )
         elif isinstance(record, dict) and isinstance(record.get("answer_generation"), dict):
             self._toolbench(line, record["answer_generation"])
         elif isinstance(record, dict) and "role" in record:
@@ -235,12 +278,14 @@ class ChatReader:
         messages: Any,
         field: str,
         result_failed: Callable[[Any], bool | None] | None = None,
+        *,
+        text_actions: bool = False,
     ) -> None:
         if not isinstance(messages, list):
             self.sink.error(self.path, line, f"{field} is {type_name(messages)}, expected an array")
             return
         key = SessionKey(self.path, self._conversation_id(line, record))
-        session = _ChatSession(self, key, result_failed)
+        session = _ChatSession(self, key, result_failed, text_actions)
         for index, msg in enumerate(messages):
             session.message(line, msg, f"{field}[{index}].")
         session.feed.close()
