@@ -9,7 +9,8 @@ ground truth comes from the run's own record: whether it solved its task (the so
 ``ground_truth.yaml``) and whether it ended at a budget limit (read from the transcript, see
 ``benchmarks.run_records``). Per source it prints:
 
-* harmful halts: a run that solved its task and did not end at its limit was halted;
+* harmful halts: a run that solved its task and did not end at its limit was halted; and of them, the
+  halts that came after a refusal (``reject``) in the run, which the recorded model never read;
 * harmless halts: a solved run that ended at its limit anyway (the fix came first) was halted;
 * stuck runs (unsolved, ended at the limit): the share halted (recall), the share of their calls
   that came after the halting call (calls saved), and the share refused at least once or halted;
@@ -64,6 +65,9 @@ class Halt:
     code: str
     call: int
     """The halting call's index in the run (1-based, counting every tool call read)."""
+    after_refusal: bool = False
+    """A call of the run was refused (``reject``) before this halt. The recorded model never read
+    that refusal, so the replay shows it persisting; a live model may have changed course there."""
 
 
 @dataclass
@@ -124,6 +128,11 @@ class SourceResult:
         return [h for h in self.halts if h.solved and not h.at_limit]
 
     @property
+    def harmful_halts_after_refusal(self) -> list[Halt]:
+        """The harmful halts that came after the run had a call refused (see ``Halt.after_refusal``)."""
+        return [h for h in self.harmful_halts if h.after_refusal]
+
+    @property
     def harmless_halts(self) -> list[Halt]:
         """Halts of solved runs that ended at their limit anyway: the fix came first."""
         return [h for h in self.halts if h.solved and h.at_limit]
@@ -182,6 +191,7 @@ class SourceResult:
             "tool_calls_recorded": self.recorded_calls,
             "halted_runs": self.halted_runs,
             "harmful_halts": len(self.harmful_halts),
+            "harmful_halts_after_refusal": len(self.harmful_halts_after_refusal),
             "harmless_halts": len(self.harmless_halts),
             "stuck_recall": round(self.stuck_recall, 4),
             "stuck_calls_saved": round(self.calls_saved, 4),
@@ -285,7 +295,7 @@ def measure_source(source: Path) -> SourceResult:
         replay_bytes(name, data, "auto", positions)
         for session_id, record in run_records(data, budget).items():
             records[(name, session_id)] = record
-    return _result(source.name, runner.finish(), truth, records, positions)
+    return score_report(source.name, runner.finish(), truth, records, positions)
 
 
 def measure_files(name: str, folder: Path) -> SourceResult:
@@ -293,7 +303,7 @@ def measure_files(name: str, folder: Path) -> SourceResult:
     runner = ReplayRunner(config())
     positions = Positions(runner)
     replay_inputs(expand_paths([str(folder)]), "auto", positions)
-    return _result(name, runner.finish(), {}, {}, positions)
+    return score_report(name, runner.finish(), {}, {}, positions)
 
 
 def _verdict(truth: Truth, path: str, session_id: str) -> bool | None:
@@ -303,7 +313,7 @@ def _verdict(truth: Truth, path: str, session_id: str) -> bool | None:
     return verdict
 
 
-def _result(
+def score_report(
     name: str,
     report: ReplayReport,
     truth: Truth,
@@ -324,7 +334,9 @@ def _result(
         if session.halts:
             first = session.halts[0]
             index = positions.index(session.path, session.session_id, first.turn, first.call)
-            halt = Halt(run_name, solved, at_limit, first.tool_name, first.code, index)
+            first_reject = session.first_reject_call
+            after_refusal = first_reject is not None and first_reject < first.session_call
+            halt = Halt(run_name, solved, at_limit, first.tool_name, first.code, index, after_refusal)
         recorded = record.calls if record is not None else None
         refused = any(code in rejects for code in session.decisions)
         run = Run(run_name, solved, at_limit, session.tool_calls, recorded, session.warnings, halt, refused)
@@ -359,6 +371,7 @@ COLUMNS: Final = (
     ("stuck", lambda r: str(len(r.stuck))),
     ("calls read/recorded", lambda r: f"{r.tool_calls}/{r.recorded_calls}"),
     ("harmful halts", lambda r: str(len(r.harmful_halts))),
+    ("of them after a refusal", lambda r: str(len(r.harmful_halts_after_refusal))),
     ("harmless", lambda r: str(len(r.harmless_halts))),
     ("halted", lambda r: str(r.halted_runs)),
     ("stuck recall", lambda r: f"{100 * r.stuck_recall:.1f}%"),
@@ -408,7 +421,7 @@ def main(argv: list[str] | None = None) -> int:
         for halt in result.halts if result.name != TOTAL else ():
             print(
                 f"halt: {result.name}: {halt.run} (solved: {halt.solved}, at limit: {halt.at_limit})"
-                f" {halt.code} on {halt.tool}, call {halt.call}"
+                f" {halt.code} on {halt.tool}, call {halt.call}{', after a refusal' if halt.after_refusal else ''}"
             )
     return 0
 

@@ -22,6 +22,7 @@ import pytest
 from benchmarks.corpus_precision import (
     ARCHIVE,
     CLAUDE_CODE,
+    CONFIG,
     GROUND_TRUTH,
     PROVENANCE,
     TOTAL,
@@ -33,10 +34,12 @@ from benchmarks.corpus_precision import (
     measure_files,
     measure_source,
     read_yaml,
+    score_report,
     table,
     total,
 )
 from benchmarks.run_records import RunRecord, run_records
+from otelguard import GuardConfig
 from otelguard.replay import ReplayRunner, SessionKey, ToolCall
 
 MAX_WARNINGS_PER_1000 = 5.0
@@ -55,6 +58,18 @@ NO_CORPUS = (
 # a change fixes one, its test fails until the entry is removed.
 CODER = "coder-swe-bench-lite"
 KNOWN_MISSES = {
+    ("tau-bench-libgen-iterations", "solved"): "5 solved runs halted by identical_call, each after its "
+    "refusal: the agent sent the same lookup (list_order_items, list_product_variants, a price "
+    "calculation) with the same answer 10-12 times in a row, then broke out by itself; the 5th is "
+    "refused, and the recorded model, which never read the refusal, sent it again",
+    ("tau2-bench-leaderboard", "solved"): "1 solved run halted by identical_call after its refusal: "
+    "gpt-oss-120b sent transfer_to_human_agents 8 times with the same answer (the transfer had "
+    "succeeded at the 2nd call)",
+    ("tau-bench-apollo-gpt-4o-mini", "warnings"): "77.29 per 1,000 calls in solved runs, over 34 solved "
+    "runs only: the environments were broken (tools answered with Python NameErrors), so the runs "
+    "repeat failing calls; verdicts of runs whose gold actions failed the same way are null",
+    ("tau-bench-llama-3.1-8b-airline", "warnings"): "73.33 per 1,000 calls in solved runs: "
+    "Llama 3.1 8B repeats the same malformed call (exact_failure_warn from the 2nd)",
     (CODER, "solved"): "1 solved run halted: mwaskom__seaborn-3010 sent one edit refused by SWE-agent's "
     "linter 10 times in a row (18 refused edits in all) before it broke out by itself; its first 8 "
     "refused edits brought 4 different errors, so the 8th halts (same_tool_failure_halt); refused "
@@ -93,7 +108,7 @@ def test_the_corpus_is_there() -> None:
         for halt in result.halts:
             print(
                 f"halt: {result.name}: {halt.run} (solved: {halt.solved}, at limit: {halt.at_limit})"
-                f" {halt.code} on {halt.tool}, call {halt.call}"
+                f" {halt.code} on {halt.tool}, call {halt.call}{', after a refusal' if halt.after_refusal else ''}"
             )
     assert sum(len(r.runs) for r in results) >= MIN_RUNS
 
@@ -259,3 +274,39 @@ def test_a_halt_is_placed_by_its_index_in_the_run_across_turns() -> None:
     positions.end_session(key)
     assert positions.index("run.json", "task-9-trial-2", turn=2, call=2) == 5
     assert positions.index("run.json", "task-9-trial-2", turn=1, call=3) == 3
+
+
+def _replay_identical_writes(calls: int, guard_config: GuardConfig) -> SourceResult:
+    """One solved run, not at its limit, sending the same write call with the same result ``calls``
+    times in one turn."""
+    runner = ReplayRunner(guard_config)
+    positions = Positions(runner)
+    key = SessionKey("run.json", "s")
+    positions.begin_session(key)
+    positions.start_turn(key)
+    for index in range(calls):
+        call = ToolCall(
+            f"c{index}", "write_file", {"path": "a"}, 1, result="ok", failed=False, has_result=True
+        )
+        positions.tool_call(key, call)
+    positions.end_session(key)
+    return score_report("source", runner.finish(), {"run.json": True}, {}, positions)
+
+
+def test_a_harmful_halt_after_a_refusal_is_counted_apart() -> None:
+    """``identical_call`` refuses the 5th (``reject``) and halts the 6th: a halt the recorded model
+    reached only because it never read the refusal."""
+    result = _replay_identical_writes(6, config())
+    [halt] = result.harmful_halts
+    assert (halt.code, halt.call, halt.after_refusal) == ("identical_call_halt", 6, True)
+    assert result.harmful_halts_after_refusal == [halt]
+    assert result.to_json()["harmful_halts_after_refusal"] == 1
+
+
+def test_a_halt_with_no_refusal_before_it_is_not_after_a_refusal() -> None:
+    """With ``rejects_before_stop: 0`` the 5th identical call halts at once."""
+    no_rejects = GuardConfig.from_mapping({**CONFIG, "rejects_before_stop": 0})
+    result = _replay_identical_writes(5, no_rejects)
+    [halt] = result.harmful_halts
+    assert (halt.code, halt.call, halt.after_refusal) == ("identical_call_halt", 5, False)
+    assert result.harmful_halts_after_refusal == []

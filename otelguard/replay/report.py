@@ -97,6 +97,9 @@ class SessionReport:
     warned_calls: list[CallRecord] = field(default_factory=list)
     in_progress: list[CallRecord] = field(default_factory=list)
     in_progress_total: int = 0
+    first_reject_call: int | None = None
+    """The session's first refused call (``reject``: it did not run, the turn went on), by its index in
+    the session; a replay cannot show how the model would have answered the refusal."""
 
     @property
     def warnings(self) -> int:

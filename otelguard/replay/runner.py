@@ -199,6 +199,8 @@ class ReplayRunner:
         if decision.cap is not None and decision.code in (codes.CAP_TURN, codes.CAP_SESSION):
             report.cap_hits[decision.cap] += 1
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
+        if decision.action == "reject" and report.first_reject_call is None:
+            report.first_reject_call = report.tool_calls
         if decision.action == "warn":
             report.add_warning(
                 CallRecord(
