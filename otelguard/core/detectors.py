@@ -51,6 +51,15 @@ class SignatureState(ResultSlot):
 
 _new_state: Final = object.__new__
 
+
+def _new_signature_state() -> SignatureState:
+    """``SignatureState()`` without the call to its ``__init__`` (a new signature on most calls)."""
+    state = _new_state(SignatureState)
+    state.raw = state.fingerprint = state.held = None
+    state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
+    return state
+
+
 _TURN_BITS: Final = 32
 _TURN_MASK: Final = (1 << _TURN_BITS) - 1
 
@@ -123,7 +132,10 @@ class _Cycle:
         self.run3 = self.run3 + 1 if third == sig else 0
         fourth = self.fourth
         self.run4 = self.run4 + 1 if fourth == sig else 0
-        self.fourth, self.third, self.second, self.last = third, second, self.last, sig
+        self.fourth = third  # one at a time: four at once would build a tuple
+        self.third = second
+        self.second = self.last
+        self.last = sig
 
     def runs_any(self) -> bool:
         return bool(self.run2 or self.run3 or self.run4)
@@ -194,19 +206,7 @@ class TurnDetectors:
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used."""
-        signatures = self.signatures
-        state = signatures.get(sig)
-        if state is not None:
-            signatures.move_to_end(sig)
-            return state
-        # BoundedMap.touch written out, with SignatureState's __init__: this runs on most calls
-        state = _new_state(SignatureState)
-        state.raw = state.fingerprint = state.held = None
-        state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
-        signatures[sig] = state
-        if len(signatures) > signatures.max_size:
-            signatures.popitem(last=False)
-        return state
+        return self.signatures.touch(sig, _new_signature_state)
 
     # before_call -----------------------------------------------------------------------------
 

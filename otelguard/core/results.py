@@ -121,12 +121,7 @@ class ResultMemory:
             return same
         if slot.raw is None and slot.fingerprint is None:  # first result of this signature
             slot.raw, slot.fingerprint, slot.held = raw_digest, None, result
-            # _hold, written out: most calls are a signature's first
-            size = len(raw) + _ENTRY_OVERHEAD
-            self._held.append((slot, result, size))
-            self._held_total += size
-            if self._held_total > self._budget:
-                self._release()
+            self._hold(slot, result, len(raw))
             return False
         previous = self._previous_fingerprint(slot)
         if previous is None and slot.raw is not None and slot.held is None:
@@ -152,11 +147,6 @@ class ResultMemory:
         size += _ENTRY_OVERHEAD
         self._held.append((slot, result, size))
         self._held_total += size
-        if self._held_total > self._budget:
-            self._release()
-
-    def _release(self) -> None:
-        """Release the oldest held results until the rest fit the budget."""
         while self._held_total > self._budget and self._held:
             old_slot, old_result, old_size = self._held.popleft()
             self._held_total -= old_size
