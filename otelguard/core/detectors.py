@@ -49,6 +49,17 @@ class SignatureState(ResultSlot):
         self.reject_epoch = 0
 
 
+_new_state: Final = object.__new__
+
+
+def _new_signature_state() -> SignatureState:
+    """``SignatureState()`` without the call to its ``__init__`` (a new signature on most calls)."""
+    state = _new_state(SignatureState)
+    state.raw = state.fingerprint = state.held = None
+    state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
+    return state
+
+
 _TURN_BITS: Final = 32
 _TURN_MASK: Final = (1 << _TURN_BITS) - 1
 
@@ -99,53 +110,64 @@ class SessionMemory:
 
 
 class _Cycle:
-    """Back-to-back repeats of a period of 2–4 signatures, tracked incrementally in O(1) per call."""
+    """Back-to-back repeats of a period of 2–4 signatures, tracked incrementally in O(1) per call.
 
-    __slots__ = ("history", "runs")
+    ``last``, ``second``, ``third``, ``fourth``: the last four signatures, newest first (``None``
+    before there are four). ``run2``, ``run3``, ``run4``: for each period p, the consecutive
+    positions i with seq[i] == seq[i - p]. Plain attributes, not a list and a dict: this runs on
+    every call."""
+
+    __slots__ = ("fourth", "last", "run2", "run3", "run4", "second", "third")
 
     def __init__(self) -> None:
-        self.history: list[Signature] = []  # the last four signatures, newest last
-        self.runs = dict.fromkeys(_CYCLE_PERIODS, 0)  # consecutive positions i with seq[i] == seq[i - p]
+        self.last: Signature | None = None
+        self.second: Signature | None = None
+        self.third: Signature | None = None
+        self.fourth: Signature | None = None
+        self.run2 = self.run3 = self.run4 = 0
 
     def push(self, sig: Signature) -> None:
-        history, runs = self.history, self.runs
-        n = len(history)
-        # Unrolled over the periods 2, 3, 4: this runs on every call.
-        runs[2] = runs[2] + 1 if n >= 2 and history[-2] == sig else 0
-        runs[3] = runs[3] + 1 if n >= 3 and history[-3] == sig else 0
-        runs[4] = runs[4] + 1 if n >= 4 and history[0] == sig else 0
-        history.append(sig)
-        if n >= 4:
-            del history[0]
+        second, third = self.second, self.third
+        self.run2 = self.run2 + 1 if second == sig else 0
+        self.run3 = self.run3 + 1 if third == sig else 0
+        fourth = self.fourth
+        self.run4 = self.run4 + 1 if fourth == sig else 0
+        self.fourth = third  # one at a time: four at once would build a tuple
+        self.third = second
+        self.second = self.last
+        self.last = sig
 
     def runs_any(self) -> bool:
-        runs = self.runs
-        return bool(runs[2] or runs[3] or runs[4])
+        return bool(self.run2 or self.run3 or self.run4)
+
+    def _run(self, period: int) -> int:
+        return self.run2 if period == 2 else self.run3 if period == 3 else self.run4
+
+    def _recent(self, period: int) -> tuple[Signature | None, ...]:
+        """The last ``period`` signatures, newest first."""
+        return (self.last, self.second, self.third, self.fourth)[:period]
 
     def best(self) -> tuple[int, int]:
         """``(count, period)`` of the strongest current cycle; count 0 when there is none."""
         best_count, best_period = 0, 0
         for period in _CYCLE_PERIODS:
-            run = self.runs[period]
+            run = self._run(period)
             if run == 0:
                 continue
             count = (run + period) // period
-            if count > best_count and len(set(self.history[-period:])) >= 2:
+            if count > best_count and len(set(self._recent(period))) >= 2:
                 best_count, best_period = count, period
         return best_count, best_period
 
     def would_continue(self, sig: Signature, threshold: int) -> tuple[int, int]:
         """``(count, period)`` of a cycle of at least ``threshold`` repeats that ``sig`` would continue."""
         for period in _CYCLE_PERIODS:
-            run = self.runs[period]
+            run = self._run(period)
             count = (run + period) // period
-            if (
-                run
-                and count >= threshold
-                and self.history[-period] == sig
-                and len(set(self.history[-period:])) >= 2
-            ):
-                return count, period
+            if run and count >= threshold:
+                recent = self._recent(period)
+                if recent[-1] == sig and len(set(recent)) >= 2:
+                    return count, period
         return 0, 0
 
 
@@ -191,12 +213,7 @@ class TurnDetectors:
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used."""
-        signatures = self.signatures
-        state = signatures.get(sig)
-        if state is None:
-            return signatures.touch(sig, SignatureState)
-        signatures.move_to_end(sig)
-        return state
+        return self.signatures.touch(sig, _new_signature_state)
 
     # before_call -----------------------------------------------------------------------------
 
@@ -380,14 +397,14 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
-        runs = self.cycle.runs
+        cycle = self.cycle
         if (
             ok
             and identical < self._quiet_identical
             and state.no_progress < self._quiet_no_progress
             and self.read_streak < self._quiet_read_streak
             and self.write_streak < self._quiet_write_streak
-            and not (runs[2] or runs[3] or runs[4])  # cycle.runs_any(), on every call
+            and not (cycle.run2 or cycle.run3 or cycle.run4)  # cycle.runs_any(), on every call
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         failures = _FailureCounts(tool_failures, refusals, same_errors, across)
@@ -416,8 +433,16 @@ class TurnDetectors:
                 identical = self.identical_count
             else:
                 self.identical_sig, self.identical_count = None, 0
-            self.cycle.push(sig)
-            if self.cycle_rejects and not self.cycle.runs_any():
+            cycle = self.cycle  # cycle.push(sig), written out: it runs on every call
+            second, third, fourth = cycle.second, cycle.third, cycle.fourth
+            cycle.run2 = cycle.run2 + 1 if second == sig else 0
+            cycle.run3 = cycle.run3 + 1 if third == sig else 0
+            cycle.run4 = cycle.run4 + 1 if fourth == sig else 0
+            cycle.fourth = third
+            cycle.third = second
+            cycle.second = cycle.last
+            cycle.last = sig
+            if self.cycle_rejects and not cycle.runs_any():
                 self.cycle_rejects = 0
         if tool_class == "read":
             self.read_streak += 1

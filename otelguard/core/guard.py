@@ -77,8 +77,7 @@ class Guard:
         self._turn: TurnState | None = None
         self._last_halt: Decision | None = None  # of the turn that ended last, until the next starts
         self._pending = PendingCalls(self.config.max_tracked_signatures)
-        # what outlives a turn: the calls failing the same way turn after turn (per guard, so per
-        # session; a subagent's guard has its own)
+        # what outlives a turn (per guard, so per session): the calls failing turn after turn
         self._memory = SessionMemory(self.config.max_tracked_signatures)
         all_observers = list(observers)
         self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
@@ -87,8 +86,7 @@ class Guard:
             all_observers.append(bind(telemetry, self.config) if bind is not None else telemetry)  # type: ignore[arg-type]
         self._observers = ObserverGroup(all_observers)
         self._observed = self._observers.any
-        # Observers that say they have no use for the start of an allowed call are spared it
-        # (and the guard builds no event for it): metrics-only telemetry counts calls at their end.
+        # observers with no use for an allowed call's start are spared it, and its event
         self._observe_starts = self._observers.wants_call_start
 
     @property
@@ -279,6 +277,8 @@ class Guard:
             if cancelled:
                 outcome: Outcome = "cancelled"
                 refusal = None
+            elif refusal is None and failed is not None:  # the host's flag: _outcome without the call
+                outcome = "failed" if failed else "ok"
             else:
                 outcome = _outcome(result, failed, refusal, tool_class == "shell")
                 if refusal is not None and not isinstance(refusal, str):

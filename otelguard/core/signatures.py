@@ -37,6 +37,7 @@ __all__ = [
 
 
 _SORT: Final = orjson.OPT_SORT_KEYS
+_dumps: Final = orjson.dumps
 _EMPTY: Final = b"{}"
 
 _random_key: bytes | None = None
@@ -339,7 +340,7 @@ class ArgsHasher:
         """``ignored``: top-level keys left out of the canonical arguments (the tool's cosmetic ones)."""
         if type(args) is dict and (not ignored or ignored.isdisjoint(args)):
             try:
-                canonical = orjson.dumps(args, option=_SORT)
+                canonical = _dumps(args, None, _SORT)  # positional: no keyword parsing, on every call
             except (TypeError, orjson.JSONEncodeError):
                 canonical = _canonical_slow(args)
         else:
