@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import ssl
 import threading
@@ -33,6 +34,10 @@ _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _FEED_BYTES: Final = 16 * 1024
 _MIN_TICK_SECONDS: Final = 0.05
 _MAX_TICK_SECONDS: Final = 1.0
+_HEAD_END: Final = re.compile(b"\n\r?\n")
+"""Where h11 ends a head: the first blank line, CRLF or bare LF (its own ``blank_line_regex``)."""
+_MAX_KNOWN_HEAD_BYTES: Final = 2048
+_MAX_KNOWN_HEADS: Final = 256
 
 
 def _parser(limits: ServerLimits) -> h11.Connection:
@@ -120,6 +125,8 @@ class HttpServer:
         """How often the time limits are checked: a quarter of the shortest, within 0.05 to 1 s."""
         self.loop = asyncio.new_event_loop()
         self.workers = _Workers(handler, self.loop, self.limits.workers, f"{name}-worker")
+        self.heads: dict[bytes, _KnownHead] = {}
+        """Heads h11 has read and this server accepted, by their exact bytes (see ``_Connection``)."""
         self.connections: dict[_Connection, None] = {}
         self.stopping = False
         self._server: asyncio.base_events.Server | None = None
@@ -201,6 +208,13 @@ class HttpServer:
         if not self.stopping:
             self.loop.call_later(self.tick, self._sweep)
 
+    def remember(self, head: bytes, known: _KnownHead) -> None:
+        """A head h11 read and the limits accepted; the oldest is forgotten past the bound."""
+        heads = self.heads
+        if len(heads) >= _MAX_KNOWN_HEADS:
+            del heads[next(iter(heads))]
+        heads[head] = known
+
     def make_room(self) -> bool:
         """At the connection limit, close the connection idle the longest; False when none is idle."""
         if len(self.connections) < self.limits.max_connections:
@@ -212,9 +226,25 @@ class HttpServer:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class _KnownHead:
+    """What h11 read from one head, as ``_begin`` took it: the request without its body, whether the
+    connection stays open after it, and the body's length."""
+
+    request: Request
+    keep_alive: bool
+    length: int
+
+
 class _Connection(asyncio.Protocol):
     """One client connection: ``h11`` parses the requests, this answers them in order and enforces
     the limits.
+
+    h11 reads every head from a fresh parser, so what it makes of a head depends on the head's bytes
+    alone: a head byte for byte the same as one it read before (and the limits accepted) is taken as
+    it took that one, with the body the next ``Content-Length`` bytes, as h11 would take it. Clients
+    send the same few heads over and over (only the length differs, among a few values); a head never
+    seen, or one that arrived in pieces, or a body still arriving, goes through h11.
 
     Time limits (checked by the server's sweep, so to within one tick, and no timer per request):
     idle (no request started), the request deadline (a started request, head and body, must
@@ -237,6 +267,7 @@ class _Connection(asyncio.Protocol):
         self.eof = False
         self.eof_fed = False
         self.empty = True  # the parser holds no byte: fed before it is asked, or known to need data
+        self.head: bytes | None = None  # the head the fresh parser is reading, to remember if accepted
         self.busy = False
         self.paused_writing = False
         self.closing = False
@@ -313,6 +344,8 @@ class _Connection(asyncio.Protocol):
         while not self.busy and not self.closing and not self.paused_writing:
             if self.empty:  # what h11 would answer is known: NEED_DATA (an h11 call saved per request)
                 if self.unread:
+                    if self._known_request():
+                        continue
                     self.empty = False
                     self.parser.receive_data(bytes(self.unread[:_FEED_BYTES]))
                     del self.unread[:_FEED_BYTES]
@@ -363,6 +396,32 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.busy and not self.closing:
             self.transport.resume_reading()
 
+    def _known_request(self) -> bool:
+        """A whole request at the start of ``unread`` whose head h11 has read before: answered (or
+        given to the workers) without h11. Otherwise False, and the head (when complete) is kept to
+        be remembered once h11 has read it and ``_begin`` accepted it."""
+        unread = self.unread
+        match = _HEAD_END.search(unread, 0, _MAX_KNOWN_HEAD_BYTES)
+        if match is None:
+            return False
+        end = match.end()
+        head = bytes(unread[:end])
+        known = self.server.heads.get(head)
+        if known is None:
+            self.head = head
+            return False
+        stop = end + known.length
+        if len(unread) < stop:
+            return False  # the body is still arriving: h11 reads it all
+        body = bytes(unread[end:stop])
+        del unread[:stop]
+        self._end_deadline()
+        self.idle_since = None
+        self.keep_alive = known.keep_alive
+        request = known.request
+        self._dispatch(Request(request.method, request.path, request.query, request.headers, body))
+        return True
+
     def _begin(self, event: h11.Request) -> None:
         """The head of a request: checked against the limits; an ``Expect: 100-continue`` answered."""
         self.idle_since = None
@@ -389,6 +448,9 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = event.http_version == b"1.1" and "close" not in connection
         self.request = Request(event.method.decode("ascii"), path, query, MappingProxyType(headers))
         self.body = bytearray()
+        head, self.head = self.head, None
+        if head is not None and "expect" not in headers:  # 100-continue depends on what came after
+            self.server.remember(head, _KnownHead(self.request, self.keep_alive, length))
         if self.parser.they_are_waiting_for_100_continue:
             self._write(_CONTINUE)
 
@@ -439,12 +501,14 @@ class _Connection(asyncio.Protocol):
         if not keep_alive:
             self._close_after_answers()
             return
-        ahead = self.parser.trailing_data[0]  # at most a slice of what the client sent next
-        self.parser = _parser(self.limits)
+        if not self.empty:
+            ahead = self.parser.trailing_data[0]  # at most a slice of what the client sent next
+            self.parser = _parser(self.limits)
+            self.empty = True
+            if ahead:
+                self.unread[:0] = ahead  # read from its start, as every request is
         self.eof_fed = False
-        self.empty = not ahead
-        if ahead:
-            self.parser.receive_data(ahead)
+        self.head = None
 
     def _close_after_answers(self) -> None:
         self.closing = True
