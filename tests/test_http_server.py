@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from otelguard.serving.http_server import HttpServer, Request, Response, ServerLimits
+from otelguard.serving.http_server import HttpServer, Request, Response, ServerLimits, _head_key
 from otelguard.serving.metrics_server import serve_metrics
 
 GENEROUS_TIMEOUT = 30.0
@@ -373,7 +373,7 @@ def test_a_known_head_does_not_let_a_malformed_one_through(echo_server: HttpServ
             answer = raw(echo_server.port, good + bad + b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
             assert answer.startswith(b"HTTP/1.1 200 OK") and answer.count(b"HTTP/1.1 ") == 2
             assert b"HTTP/1.1 400 " in answer and b"smuggled" not in answer
-    assert list(echo_server.heads) == [good[:-2]]
+    assert list(echo_server.heads) == [_head_key(good[:-2])[0]]
 
 
 def test_a_known_head_keeps_its_connection_semantics_and_100_continue(echo_server: HttpServer) -> None:
@@ -389,7 +389,7 @@ def test_a_known_head_keeps_its_connection_semantics_and_100_continue(echo_serve
         with socket.create_connection(("127.0.0.1", echo_server.port), timeout=GENEROUS_TIMEOUT) as sock:
             sock.sendall(expect)
             assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
-    assert expect not in echo_server.heads
+    assert _head_key(expect)[0] not in echo_server.heads
 
 
 def test_the_known_heads_are_bounded(echo_server: HttpServer) -> None:
@@ -400,3 +400,36 @@ def test_the_known_heads_are_bounded(echo_server: HttpServer) -> None:
     connection.close()
     assert len(echo_server.heads) == 256
     assert all(b"/p0 " not in head for head in echo_server.heads)  # the oldest went first
+
+
+def test_a_known_head_with_another_length_is_known_and_read_with_its_own_length(
+    echo_server: HttpServer,
+) -> None:
+    """Heads that differ only in their one Content-Length value share an entry, and each request
+    gets the body its own length says, with that length among its headers."""
+    bodies = [b"a", b"bcd", b"x" * 120, b""]
+    answers = _exchange(echo_server.port, [b"".join(post("/v", body) for body in bodies)], len(bodies))
+    assert answers == [f"POST /v {len(body)}".encode() for body in bodies]
+    assert len(echo_server.heads) == 1
+    seen: list[str] = []
+    with HttpServer(
+        lambda request: (seen.append(request.headers["content-length"]), echo(request))[1]
+    ) as server:
+        _exchange(server.port, [post("/v", b"ab") + post("/v", b"abcdef")], 2)
+    assert seen == ["2", "6"]
+
+
+def test_a_known_head_leaves_the_limits_and_two_lengths_to_h11(echo_server: HttpServer) -> None:
+    """Past the body limit a known head is refused (413) as any head; a head naming its length
+    twice is never known by its length, so it reaches h11 (400) whatever came before."""
+    assert _exchange(echo_server.port, [post("/v", b"ab")], 1) == [b"POST /v 2"]
+    over = raw(echo_server.port, post("/v", b"ab") + post("/v", b"y" * 1001))
+    assert over.startswith(b"HTTP/1.1 200 OK") and b"HTTP/1.1 413 " in over
+    twice = b"POST /v HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab"
+    assert _head_key(twice[:-2])[1] is None
+    stream = post("/v", b"ab") + twice + b"GET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with HttpServer(echo, limits=ServerLimits(workers=2, max_body_bytes=1000)) as fresh:
+        expected = raw(fresh.port, stream)
+    assert b"HTTP/1.1 200 OK" in expected
+    for _ in range(2):
+        assert raw(echo_server.port, stream) == expected

@@ -37,6 +37,10 @@ _MAX_TICK_SECONDS: Final = 1.0
 _HEAD_END: Final = re.compile(b"\n\r?\n")
 """Where h11 ends a head: the first blank line, CRLF or bare LF (its own ``blank_line_regex``)."""
 _MAX_KNOWN_HEAD_BYTES: Final = 2048
+_LENGTH_VALUE: Final = re.compile(rb"\ncontent-length:[ \t]*([0-9]{1,15})[ \t]*\r?\n", re.IGNORECASE)
+_ANY_LENGTH: Final = b"\x01"
+"""Keys of heads known whatever their one ``Content-Length`` value; other keys start with ``_EXACT``."""
+_EXACT: Final = b"\x00"
 _MAX_KNOWN_HEADS: Final = 256
 
 
@@ -234,6 +238,23 @@ class _KnownHead:
     request: Request
     keep_alive: bool
     length: int
+    size: int
+    """The head's size as the header limit measures it."""
+    digits: int
+    """How many digits its ``Content-Length`` value had (0 without one)."""
+
+
+def _head_key(head: bytes) -> tuple[bytes, bytes | None]:
+    """The key a head is known by, and its ``Content-Length`` digits when the key leaves them out.
+
+    A head with exactly one ``Content-Length`` line whose value is plain ASCII digits is known by its
+    bytes without those digits: h11 reads such heads alike but for the length (it checks the value
+    is digits, and it is the one line naming the length). Any other head is known by its exact bytes.
+    """
+    match = _LENGTH_VALUE.search(head)
+    if match is None or head.lower().count(b"content-length") != 1:
+        return _EXACT + head, None
+    return _ANY_LENGTH + head[: match.start(1)] + head[match.end(1) :], match.group(1)
 
 
 class _Connection(asyncio.Protocol):
@@ -241,10 +262,11 @@ class _Connection(asyncio.Protocol):
     the limits.
 
     h11 reads every head from a fresh parser, so what it makes of a head depends on the head's bytes
-    alone: a head byte for byte the same as one it read before (and the limits accepted) is taken as
-    it took that one, with the body the next ``Content-Length`` bytes, as h11 would take it. Clients
-    send the same few heads over and over (only the length differs, among a few values); a head never
-    seen, or one that arrived in pieces, or a body still arriving, goes through h11.
+    alone: a head the same as one it read before (and the limits accepted), byte for byte or but for
+    the digits of its one ``Content-Length`` line (``_head_key``), is taken as it took that one, with
+    the body the next ``Content-Length`` bytes and the limits checked again. Clients send the same few
+    heads over and over, only the length differing; a head never seen, one that arrived in pieces, or
+    a body still arriving goes through h11.
 
     Time limits (checked by the server's sweep, so to within one tick, and no timer per request):
     idle (no request started), the request deadline (a started request, head and body, must
@@ -267,7 +289,8 @@ class _Connection(asyncio.Protocol):
         self.eof = False
         self.eof_fed = False
         self.empty = True  # the parser holds no byte: fed before it is asked, or known to need data
-        self.head: bytes | None = None  # the head the fresh parser is reading, to remember if accepted
+        self.head: bytes | None = None  # the key of the head the fresh parser is reading, to remember
+        self.head_digits = 0
         self.busy = False
         self.paused_writing = False
         self.closing = False
@@ -405,21 +428,35 @@ class _Connection(asyncio.Protocol):
         if match is None:
             return False
         end = match.end()
-        head = bytes(unread[:end])
-        known = self.server.heads.get(head)
+        key, digits = _head_key(bytes(unread[:end]))
+        known = self.server.heads.get(key)
         if known is None:
-            self.head = head
+            self.head = key
+            self.head_digits = 0 if digits is None else len(digits)
             return False
-        stop = end + known.length
+        request = known.request
+        headers = request.headers
+        length = known.length
+        if digits is not None:
+            length = int(digits)
+            limits = self.limits
+            if (
+                length > limits.max_body_bytes
+                or known.size + len(digits) - known.digits > limits.max_header_bytes
+            ):
+                self.head = None
+                return False  # h11 reads it, and the limits refuse it as they refuse any head
+            headers = MappingProxyType({**headers, "content-length": digits.decode("ascii")})
+        stop = end + length
         if len(unread) < stop:
+            self.head = None
             return False  # the body is still arriving: h11 reads it all
         body = bytes(unread[end:stop])
         del unread[:stop]
         self._end_deadline()
         self.idle_since = None
         self.keep_alive = known.keep_alive
-        request = known.request
-        self._dispatch(Request(request.method, request.path, request.query, request.headers, body))
+        self._dispatch(Request(request.method, request.path, request.query, headers, body))
         return True
 
     def _begin(self, event: h11.Request) -> None:
@@ -450,7 +487,8 @@ class _Connection(asyncio.Protocol):
         self.body = bytearray()
         head, self.head = self.head, None
         if head is not None and "expect" not in headers:  # 100-continue depends on what came after
-            self.server.remember(head, _KnownHead(self.request, self.keep_alive, length))
+            known = _KnownHead(self.request, self.keep_alive, length, size, self.head_digits)
+            self.server.remember(head, known)
         if self.parser.they_are_waiting_for_100_continue:
             self._write(_CONTINUE)
 
