@@ -19,7 +19,7 @@ from concurrent.futures import ThreadPoolExecutor
 import pytest
 from prometheus_client import CollectorRegistry, Counter
 
-from otelguard.serving.http_server import HttpServer, Request, Response, ServerLimits
+from otelguard.serving.http_server import HttpServer, Request, Response, ServerLimits, _head_key
 from otelguard.serving.metrics_server import serve_metrics
 
 GENEROUS_TIMEOUT = 30.0
@@ -316,3 +316,120 @@ def test_every_answer_of_a_server_with_a_handler_survives_hostile_heads(echo_ser
     assert raw(echo_server.port, b"GET /ok HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").endswith(
         b"GET /ok 0"
     )
+
+
+def _exchange(port: int, chunks: list[bytes], answers: int) -> list[bytes]:
+    """Send ``chunks`` on one connection, one write each, and read ``answers`` echo answers."""
+    with socket.create_connection(("127.0.0.1", port), timeout=GENEROUS_TIMEOUT) as sock:
+        for chunk in chunks:
+            sock.sendall(chunk)
+            time.sleep(0.01)  # separate reads on the server (not a timing assert)
+        reader = sock.makefile("rb")
+        bodies = []
+        for _ in range(answers):
+            assert reader.readline().startswith(b"HTTP/1.1 ")
+            length = 0
+            while (line := reader.readline()) not in (b"\r\n", b""):
+                if line.lower().startswith(b"content-length:"):
+                    length = int(line[15:])
+            bodies.append(reader.read(length))
+        return bodies
+
+
+def post(path: str, body: bytes, extra: bytes = b"") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: x\r\n".encode()
+        + extra
+        + b"Content-Length: %d\r\n\r\n" % len(body)
+        + body
+    )
+
+
+def test_a_head_read_before_is_answered_the_same_with_its_own_body(echo_server: HttpServer) -> None:
+    """Heads byte for byte the same as ones h11 read are taken as it took them, each with the
+    body that follows it: pipelined, behind a new head, with a body still arriving, on new
+    connections; one entry per distinct head."""
+    first = _exchange(echo_server.port, [post("/a", b"abc"), post("/b", b"xyz")], 2)
+    assert first == [b"POST /a 3", b"POST /b 3"]
+    assert len(echo_server.heads) == 2
+    again = post("/a", b"def") + post("/b", b"uvw") + post("/c", b"12345") + post("/a", b"ghi")
+    split = post("/a", b"jkl")
+    answers = _exchange(echo_server.port, [again, split[:-2], split[-2:]], 5)
+    assert answers == [b"POST /a 3", b"POST /b 3", b"POST /c 5", b"POST /a 3", b"POST /a 3"]
+    assert len(echo_server.heads) == 3
+
+
+def test_a_known_head_does_not_let_a_malformed_one_through(echo_server: HttpServer) -> None:
+    """A head that differs from a known one only in its Content-Length value is read by h11 again:
+    ``Content-Length: ²`` and two lengths stay 400, after the good request is answered; a refused
+    head is never remembered, so it is refused every time."""
+    good = b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\n\r\nab"
+    assert _exchange(echo_server.port, [good], 1) == [b"POST /x 2"]
+    for bad in (
+        b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: \xb2\r\n\r\nab",
+        b"POST /x HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\nContent-Length: 3\r\n\r\nabc",
+    ):
+        for _ in range(2):
+            answer = raw(echo_server.port, good + bad + b"GET /smuggled HTTP/1.1\r\nHost: x\r\n\r\n")
+            assert answer.startswith(b"HTTP/1.1 200 OK") and answer.count(b"HTTP/1.1 ") == 2
+            assert b"HTTP/1.1 400 " in answer and b"smuggled" not in answer
+    assert list(echo_server.heads) == [_head_key(good[:-2])[0]]
+
+
+def test_a_known_head_keeps_its_connection_semantics_and_100_continue(echo_server: HttpServer) -> None:
+    """HTTP/1.0 and ``Connection: close`` heads close every time; an ``Expect: 100-continue`` head
+    is never remembered (whether to send 100 depends on what came after it)."""
+    for _ in range(3):
+        answer = raw(echo_server.port, b"GET /x HTTP/1.0\r\n\r\n")
+        assert answer.startswith(b"HTTP/1.1 200 OK") and b"Connection: close" in answer
+        closing = raw(echo_server.port, post("/y", b"ab", b"Connection: close\r\n") + post("/z", b""))
+        assert closing.count(b"HTTP/1.1 ") == 1 and closing.endswith(b"POST /y 2")
+    expect = b"POST /e HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\nExpect: 100-continue\r\n\r\n"
+    for _ in range(2):
+        with socket.create_connection(("127.0.0.1", echo_server.port), timeout=GENEROUS_TIMEOUT) as sock:
+            sock.sendall(expect)
+            assert sock.recv(100) == b"HTTP/1.1 100 Continue\r\n\r\n"
+    assert _head_key(expect)[0] not in echo_server.heads
+
+
+def test_the_known_heads_are_bounded(echo_server: HttpServer) -> None:
+    connection = http.client.HTTPConnection("127.0.0.1", echo_server.port, timeout=GENEROUS_TIMEOUT)
+    for index in range(300):
+        connection.request("GET", f"/p{index}")
+        assert connection.getresponse().read() == f"GET /p{index} 0".encode()
+    connection.close()
+    assert len(echo_server.heads) == 256
+    assert all(b"/p0 " not in head for head in echo_server.heads)  # the oldest went first
+
+
+def test_a_known_head_with_another_length_is_known_and_read_with_its_own_length(
+    echo_server: HttpServer,
+) -> None:
+    """Heads that differ only in their one Content-Length value share an entry, and each request
+    gets the body its own length says, with that length among its headers."""
+    bodies = [b"a", b"bcd", b"x" * 120, b""]
+    answers = _exchange(echo_server.port, [b"".join(post("/v", body) for body in bodies)], len(bodies))
+    assert answers == [f"POST /v {len(body)}".encode() for body in bodies]
+    assert len(echo_server.heads) == 1
+    seen: list[str] = []
+    with HttpServer(
+        lambda request: (seen.append(request.headers["content-length"]), echo(request))[1]
+    ) as server:
+        _exchange(server.port, [post("/v", b"ab") + post("/v", b"abcdef")], 2)
+    assert seen == ["2", "6"]
+
+
+def test_a_known_head_leaves_the_limits_and_two_lengths_to_h11(echo_server: HttpServer) -> None:
+    """Past the body limit a known head is refused (413) as any head; a head naming its length
+    twice is never known by its length, so it reaches h11 (400) whatever came before."""
+    assert _exchange(echo_server.port, [post("/v", b"ab")], 1) == [b"POST /v 2"]
+    over = raw(echo_server.port, post("/v", b"ab") + post("/v", b"y" * 1001))
+    assert over.startswith(b"HTTP/1.1 200 OK") and b"HTTP/1.1 413 " in over
+    twice = b"POST /v HTTP/1.1\r\nHost: x\r\nContent-Length: 2\r\ncontent-length: 2\r\n\r\nab"
+    assert _head_key(twice[:-2])[1] is None
+    stream = post("/v", b"ab") + twice + b"GET /next HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n"
+    with HttpServer(echo, limits=ServerLimits(workers=2, max_body_bytes=1000)) as fresh:
+        expected = raw(fresh.port, stream)
+    assert b"HTTP/1.1 200 OK" in expected
+    for _ in range(2):
+        assert raw(echo_server.port, stream) == expected

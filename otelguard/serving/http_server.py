@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import re
 import socket
 import ssl
 import threading
@@ -33,6 +34,14 @@ _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _FEED_BYTES: Final = 16 * 1024
 _MIN_TICK_SECONDS: Final = 0.05
 _MAX_TICK_SECONDS: Final = 1.0
+_HEAD_END: Final = re.compile(b"\n\r?\n")
+"""Where h11 ends a head: the first blank line, CRLF or bare LF (its own ``blank_line_regex``)."""
+_MAX_KNOWN_HEAD_BYTES: Final = 2048
+_LENGTH_VALUE: Final = re.compile(rb"\ncontent-length:[ \t]*([0-9]{1,15})[ \t]*\r?\n", re.IGNORECASE)
+_ANY_LENGTH: Final = b"\x01"
+"""Keys of heads known whatever their one ``Content-Length`` value; other keys start with ``_EXACT``."""
+_EXACT: Final = b"\x00"
+_MAX_KNOWN_HEADS: Final = 256
 
 
 def _parser(limits: ServerLimits) -> h11.Connection:
@@ -120,6 +129,8 @@ class HttpServer:
         """How often the time limits are checked: a quarter of the shortest, within 0.05 to 1 s."""
         self.loop = asyncio.new_event_loop()
         self.workers = _Workers(handler, self.loop, self.limits.workers, f"{name}-worker")
+        self.heads: dict[bytes, _KnownHead] = {}
+        """Heads h11 has read and this server accepted, by their exact bytes (see ``_Connection``)."""
         self.connections: dict[_Connection, None] = {}
         self.stopping = False
         self._server: asyncio.base_events.Server | None = None
@@ -201,6 +212,13 @@ class HttpServer:
         if not self.stopping:
             self.loop.call_later(self.tick, self._sweep)
 
+    def remember(self, head: bytes, known: _KnownHead) -> None:
+        """A head h11 read and the limits accepted; the oldest is forgotten past the bound."""
+        heads = self.heads
+        if len(heads) >= _MAX_KNOWN_HEADS:
+            del heads[next(iter(heads))]
+        heads[head] = known
+
     def make_room(self) -> bool:
         """At the connection limit, close the connection idle the longest; False when none is idle."""
         if len(self.connections) < self.limits.max_connections:
@@ -212,9 +230,43 @@ class HttpServer:
         return True
 
 
+@dataclass(frozen=True, slots=True)
+class _KnownHead:
+    """What h11 read from one head, as ``_begin`` took it: the request without its body, whether the
+    connection stays open after it, and the body's length."""
+
+    request: Request
+    keep_alive: bool
+    length: int
+    size: int
+    """The head's size as the header limit measures it."""
+    digits: int
+    """How many digits its ``Content-Length`` value had (0 without one)."""
+
+
+def _head_key(head: bytes) -> tuple[bytes, bytes | None]:
+    """The key a head is known by, and its ``Content-Length`` digits when the key leaves them out.
+
+    A head with exactly one ``Content-Length`` line whose value is plain ASCII digits is known by its
+    bytes without those digits: h11 reads such heads alike but for the length (it checks the value
+    is digits, and it is the one line naming the length). Any other head is known by its exact bytes.
+    """
+    match = _LENGTH_VALUE.search(head)
+    if match is None or head.lower().count(b"content-length") != 1:
+        return _EXACT + head, None
+    return _ANY_LENGTH + head[: match.start(1)] + head[match.end(1) :], match.group(1)
+
+
 class _Connection(asyncio.Protocol):
     """One client connection: ``h11`` parses the requests, this answers them in order and enforces
     the limits.
+
+    h11 reads every head from a fresh parser, so what it makes of a head depends on the head's bytes
+    alone: a head the same as one it read before (and the limits accepted), byte for byte or but for
+    the digits of its one ``Content-Length`` line (``_head_key``), is taken as it took that one, with
+    the body the next ``Content-Length`` bytes and the limits checked again. Clients send the same few
+    heads over and over, only the length differing; a head never seen, one that arrived in pieces, or
+    a body still arriving goes through h11.
 
     Time limits (checked by the server's sweep, so to within one tick, and no timer per request):
     idle (no request started), the request deadline (a started request, head and body, must
@@ -237,6 +289,8 @@ class _Connection(asyncio.Protocol):
         self.eof = False
         self.eof_fed = False
         self.empty = True  # the parser holds no byte: fed before it is asked, or known to need data
+        self.head: bytes | None = None  # the key of the head the fresh parser is reading, to remember
+        self.head_digits = 0
         self.busy = False
         self.paused_writing = False
         self.closing = False
@@ -313,6 +367,8 @@ class _Connection(asyncio.Protocol):
         while not self.busy and not self.closing and not self.paused_writing:
             if self.empty:  # what h11 would answer is known: NEED_DATA (an h11 call saved per request)
                 if self.unread:
+                    if self._known_request():
+                        continue
                     self.empty = False
                     self.parser.receive_data(bytes(self.unread[:_FEED_BYTES]))
                     del self.unread[:_FEED_BYTES]
@@ -363,6 +419,46 @@ class _Connection(asyncio.Protocol):
         if self.transport is not None and not self.busy and not self.closing:
             self.transport.resume_reading()
 
+    def _known_request(self) -> bool:
+        """A whole request at the start of ``unread`` whose head h11 has read before: answered (or
+        given to the workers) without h11. Otherwise False, and the head (when complete) is kept to
+        be remembered once h11 has read it and ``_begin`` accepted it."""
+        unread = self.unread
+        match = _HEAD_END.search(unread, 0, _MAX_KNOWN_HEAD_BYTES)
+        if match is None:
+            return False
+        end = match.end()
+        key, digits = _head_key(bytes(unread[:end]))
+        known = self.server.heads.get(key)
+        if known is None:
+            self.head = key
+            self.head_digits = 0 if digits is None else len(digits)
+            return False
+        request = known.request
+        headers = request.headers
+        length = known.length
+        if digits is not None:
+            length = int(digits)
+            limits = self.limits
+            if (
+                length > limits.max_body_bytes
+                or known.size + len(digits) - known.digits > limits.max_header_bytes
+            ):
+                self.head = None
+                return False  # h11 reads it, and the limits refuse it as they refuse any head
+            headers = MappingProxyType({**headers, "content-length": digits.decode("ascii")})
+        stop = end + length
+        if len(unread) < stop:
+            self.head = None
+            return False  # the body is still arriving: h11 reads it all
+        body = bytes(unread[end:stop])
+        del unread[:stop]
+        self._end_deadline()
+        self.idle_since = None
+        self.keep_alive = known.keep_alive
+        self._dispatch(Request(request.method, request.path, request.query, headers, body))
+        return True
+
     def _begin(self, event: h11.Request) -> None:
         """The head of a request: checked against the limits; an ``Expect: 100-continue`` answered."""
         self.idle_since = None
@@ -389,6 +485,10 @@ class _Connection(asyncio.Protocol):
         self.keep_alive = event.http_version == b"1.1" and "close" not in connection
         self.request = Request(event.method.decode("ascii"), path, query, MappingProxyType(headers))
         self.body = bytearray()
+        head, self.head = self.head, None
+        if head is not None and "expect" not in headers:  # 100-continue depends on what came after
+            known = _KnownHead(self.request, self.keep_alive, length, size, self.head_digits)
+            self.server.remember(head, known)
         if self.parser.they_are_waiting_for_100_continue:
             self._write(_CONTINUE)
 
@@ -439,12 +539,14 @@ class _Connection(asyncio.Protocol):
         if not keep_alive:
             self._close_after_answers()
             return
-        ahead = self.parser.trailing_data[0]  # at most a slice of what the client sent next
-        self.parser = _parser(self.limits)
+        if not self.empty:
+            ahead = self.parser.trailing_data[0]  # at most a slice of what the client sent next
+            self.parser = _parser(self.limits)
+            self.empty = True
+            if ahead:
+                self.unread[:0] = ahead  # read from its start, as every request is
         self.eof_fed = False
-        self.empty = not ahead
-        if ahead:
-            self.parser.receive_data(ahead)
+        self.head = None
 
     def _close_after_answers(self) -> None:
         self.closing = True
