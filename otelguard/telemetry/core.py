@@ -313,7 +313,8 @@ class GuardTelemetry(GuardObserver):
         # own and decisions spans, and auto when no host span was recording (or it ended before
         # after_call): every attribute given at once (error.type included), so the SDK takes its
         # lock once for them
-        span_name, tool_name = self._tool_names(call.tool_name)
+        tool = call.tool_name
+        span_name, tool_name = self._tools.get(tool) or self._tool_names(tool)
         call_id = call.call_id
         if call_id is None:
             attributes: dict[str, Any] = {
@@ -332,7 +333,7 @@ class GuardTelemetry(GuardObserver):
                 attr.GEN_AI_TOOL_NAME: tool_name,
                 attr.ARGS_HASH: call.signature.args_hash,
                 attr.TOOL_CLASS: call.tool_class,
-                attr.GEN_AI_TOOL_CALL_ID: _clip(call_id),
+                attr.GEN_AI_TOOL_CALL_ID: call_id if _plain(call_id) else _clip(call_id),
                 attr.OUTCOME: outcome,
                 attr.DECISION_ACTION: decision.action,
                 attr.DECISION_CODE: decision.code,
@@ -464,10 +465,15 @@ def _clip(text: object) -> str:
     """Host-chosen names (tools, agents, call ids) on spans: bounded as the guard bounds them where a
     call enters it (``bounded_name``, a no-op on what the guard hands over), so a span and a metric
     label show one same name; and valid UTF-8."""
-    if type(text) is str and len(text) <= MAX_NAME_CHARS and text.isascii():
-        return text  # the common name, as the guard hands it over
+    if _plain(text):
+        return cast("str", text)  # the common name, as the guard hands it over
     text = _name(text)
     return valid_utf8(text if len(text) <= MAX_NAME_CHARS else bounded_name(text))
+
+
+def _plain(text: object) -> bool:
+    """Whether a name is exported as it is (short ASCII text; ``_clip`` is a no-op on it)."""
+    return type(text) is str and len(text) <= MAX_NAME_CHARS and text.isascii()
 
 
 def _name(value: object) -> str:
