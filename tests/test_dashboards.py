@@ -338,9 +338,13 @@ def _otelguard_series_labels() -> dict[str, set[str]]:
     from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
     from otelguard.telemetry.metrics import families_for
+    from otelguard.telemetry.tallies import CounterChildren, CounterFamily
 
     series: dict[str, set[str]] = {}
     for family in vars(families_for(CollectorRegistry())).values():
+        if isinstance(family, CounterFamily | CounterChildren):  # the counters bumped on every call
+            series[f"{family.name}_total"] = set(family.labelnames) | {"job", "instance"}
+            continue
         if not isinstance(family, Counter | Gauge | Histogram):
             continue
         labels = set(family._labelnames) | {"job", "instance"}

@@ -25,7 +25,8 @@ from otelguard.core.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUT
 from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.core.signatures import MAX_NAME_CHARS, RANDOM_KEY_NOTE, bounded_name, claim_random_key_note
 from otelguard.telemetry import attributes as attr
-from otelguard.telemetry.metrics import Exemplar, LabelSpace, families_for, valid_utf8
+from otelguard.telemetry.metrics import LabelSpace, families_for, valid_utf8
+from otelguard.telemetry.tallies import Exemplar
 
 if TYPE_CHECKING:
     from otelguard.state.reports import StateReport
@@ -40,8 +41,6 @@ _CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
 _CATEGORY: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _REFUSED_FALLBACK: Final = "refused"
 _ERROR: Final = Status(StatusCode.ERROR)
-_ROOT: Final = otel_context.Context()
-"""The parent context of a root span (a context is immutable: one serves every span)."""
 
 
 def refusal_category(refusal: str | None) -> str:
@@ -163,7 +162,9 @@ class GuardTelemetry(GuardObserver):
         self.wants_call_start = self._mode not in ("off", "decisions")  # see on_call_start
         self._turn_spans = settings.turn_spans and self._mode != "off"
         self._max_signature_series = settings.max_signature_series
-        self._span_names: dict[str, str] = {}
+        self._every_call_spans = self._mode in ("auto", "own", "event")
+        self._call_counters = space.call_counters
+        self._tools: dict[str, tuple[str, str]] = {}
         self._turn_span: Span | None = None
         self._turn_parent_span_id = 0
         self.unkeyed = False
@@ -236,46 +237,54 @@ class GuardTelemetry(GuardObserver):
     # -- calls ---------------------------------------------------------------------------------
     # Span work happens when a call ends: an own span is created then, with every attribute at once
     # and ``start_time`` from ``before_call`` (otelguard never makes its span current, so nothing in
-    # between could use it). What must be known at ``before_call`` is only which span is current
-    # then: the host's span to annotate (``auto``, ``event``) or the parent of an own span (``own``).
-    # ``off`` and ``decisions`` need nothing, so the guard spares them the call start.
+    # between could use it). What must be known at ``before_call`` is only which context is current
+    # then: the parent of an own span (``own``), and the host's span to annotate (``auto``,
+    # ``event``). ``off`` and ``decisions`` need nothing, so the guard spares them the call start.
 
     def on_call_start(self, call: CallEvent) -> object:
-        """Token: ``(span current at before_call, whether to annotate it)`` or ``None``."""
+        """Token: the context current at ``before_call`` (``own``); with it, for ``auto`` and
+        ``event``, the host's recording span to annotate, else ``None``; ``None`` for the others."""
         mode = self._mode
         if mode in ("off", "decisions"):
             return None
-        current = trace.get_current_span()
-        annotate = mode != "own" and current.is_recording()
-        if annotate:  # now, in case the host ends its span before after_call
-            current.set_attributes(self._start_attributes(call))
-        return (current, annotate)
+        context = otel_context.get_current()
+        if mode == "own":
+            return context
+        current = trace.get_current_span(context)
+        if not current.is_recording():
+            return (context, None)
+        current.set_attributes(self._start_attributes(call))  # now, in case the host ends it first
+        return (context, current)
 
     def on_call_end(self, call: CallEvent, token: object) -> None:
         # Each step on its own: a call is counted even when its span or its decision cannot be.
         outcome = call.outcome or "ok"
-        space = self._space
         agent, tool = call.agent, call.tool_name
         agent = agent if isinstance(agent, str) else attr.OTHER  # what _name does, on every call
         try:
-            space.tool_calls(agent, tool if isinstance(tool, str) else attr.OTHER, outcome).inc()
+            if not isinstance(tool, str):
+                tool = attr.OTHER
+            add = self._call_counters.get((agent, tool, outcome))  # the hot path: a lookup, a C call
+            if add is None:
+                self._space.count_call(agent, tool, outcome)
+            else:
+                add()
             if call.spawn_count and outcome in _RAN:
-                space.per_agent("subagent_spawns", agent).inc(call.spawn_count)
+                self._space.per_agent("subagent_spawns", agent).inc(call.spawn_count)
         except Exception as exc:
             self._step_failed("on_call_end", exc)
         decision, before = call.decision, call.before
         # a call that ran after a non-allow before_call decision has two decisions to report
         before_counts = before.action != "allow" and before is not decision and before != decision
-        quiet = decision.action == "allow" and not before_counts
-        mode = self._mode
+        counted = before_counts or decision.action != "allow"
         exemplar: Exemplar = None
-        if mode != "off" and not (quiet and mode == "decisions"):
+        if self._every_call_spans or (counted and self._mode == "decisions"):
             try:
-                exemplar = self._span_work(
-                    call, outcome, quiet, before_counts, cast("tuple[Span, bool] | None", token)
-                )
+                exemplar = self._span_work(call, outcome, counted, before_counts, token)
             except Exception as exc:
                 self._step_failed("on_call_end", exc)
+        if not counted:
+            return
         try:
             if before_counts:
                 self._record_decision(call, before, exemplar)
@@ -285,42 +294,93 @@ class GuardTelemetry(GuardObserver):
             self._step_failed("on_call_end", exc)
 
     def _span_work(
-        self, call: CallEvent, outcome: str, quiet: bool, before_counts: bool, token: tuple[Span, bool] | None
+        self, call: CallEvent, outcome: str, counted: bool, before_counts: bool, token: object
     ) -> Exemplar:
-        started_under, annotate = token if token is not None else (trace.get_current_span(), False)
-        error_type = _error_type(call.decision, outcome, call.refusal)
-        if annotate and started_under.is_recording():
-            if self.unkeyed:
-                self._exporting_unkeyed_hashes()
-            started_under.set_attributes(_end_attributes(call, outcome))
-            self._add_decision_events(call, started_under, before_counts)
-            if error_type is not None:
-                started_under.set_attribute(attr.ERROR_TYPE, error_type)
-                started_under.set_status(_ERROR)
-            return None if quiet else _exemplar(started_under)
+        """The call's span data; the exemplar its decisions carry (only a counted call has one)."""
+        decision = call.decision
+        if decision.action == "allow" and outcome == "ok":
+            error_type = None
+        else:
+            error_type = _error_type(decision, outcome, call.refusal)
+        if self._mode == "own" or token is None:
+            context = cast("otel_context.Context | None", token)
+        else:
+            context, host = cast("tuple[otel_context.Context, Span | None]", token)
+            if host is not None and host.is_recording():
+                return self._annotate(host, call, outcome, counted, before_counts, error_type)
         if self._mode == "event":
             return None
-        # own and decisions spans, and auto when the host's span ended before after_call: every
-        # attribute given at once (error.type included), so the SDK takes its lock once for them
-        attributes = self._start_attributes(call)
-        attributes.update(_end_attributes(call, outcome))
+        # own and decisions spans, and auto when no host span was recording (or it ended before
+        # after_call): every attribute given at once (error.type included), so the SDK takes its
+        # lock once for them
+        tool = call.tool_name
+        span_name, tool_name = self._tools.get(tool) or self._tool_names(tool)
+        call_id = call.call_id
+        if call_id is None:
+            attributes: dict[str, Any] = {
+                attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
+                attr.GEN_AI_TOOL_NAME: tool_name,
+                attr.ARGS_HASH: call.signature.args_hash,
+                attr.TOOL_CLASS: call.tool_class,
+                attr.OUTCOME: outcome,
+                attr.DECISION_ACTION: decision.action,
+                attr.DECISION_CODE: decision.code,
+                attr.DECISION_COUNT: decision.count,
+            }
+        else:
+            attributes = {
+                attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
+                attr.GEN_AI_TOOL_NAME: tool_name,
+                attr.ARGS_HASH: call.signature.args_hash,
+                attr.TOOL_CLASS: call.tool_class,
+                attr.GEN_AI_TOOL_CALL_ID: call_id if _plain(call_id) else _clip(call_id),
+                attr.OUTCOME: outcome,
+                attr.DECISION_ACTION: decision.action,
+                attr.DECISION_CODE: decision.code,
+                attr.DECISION_COUNT: decision.count,
+            }
+        if call.state_fallback:
+            attributes[attr.STATE] = attr.STATE_FALLBACK
         if error_type is not None:
             attributes[attr.ERROR_TYPE] = error_type
         span = self._tracer.start_span(
-            self._span_name(call.tool_name),
-            context=self._parent_context(started_under),
+            span_name,
+            context=context if self._turn_span is None else self._under_turn(context),
             kind=SpanKind.INTERNAL,
             attributes=attributes,
             start_time=call.start_time_ns or None,
         )
         if self.unkeyed and span.is_recording():
             self._exporting_unkeyed_hashes()
-        self._add_decision_events(call, span, before_counts)
+        exemplar = None
+        if counted:  # only decisions carry exemplars
+            self._add_decision_events(call, span, before_counts)
+            if span.is_recording():
+                exemplar = span.get_span_context()
         if error_type is not None:
             span.set_status(_ERROR)
-        exemplar = None if quiet else _exemplar(span)  # only decisions carry exemplars
         span.end()
         return exemplar
+
+    def _annotate(
+        self,
+        host: Span,
+        call: CallEvent,
+        outcome: str,
+        counted: bool,
+        before_counts: bool,
+        error_type: str | None,
+    ) -> Exemplar:
+        """The host's span current at ``before_call`` gets the end attributes and decision events."""
+        if self.unkeyed:
+            self._exporting_unkeyed_hashes()
+        host.set_attributes(_end_attributes(call, outcome))
+        if counted:
+            self._add_decision_events(call, host, before_counts)
+        if error_type is not None:
+            host.set_attribute(attr.ERROR_TYPE, error_type)
+            host.set_status(_ERROR)
+        return host.get_span_context() if counted else None
 
     def _exporting_unkeyed_hashes(self) -> None:
         self.unkeyed = False  # checked once per guard; said once per process
@@ -330,7 +390,7 @@ class GuardTelemetry(GuardObserver):
     def _start_attributes(self, call: CallEvent) -> dict[str, Any]:
         attributes: dict[str, Any] = {
             attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
-            attr.GEN_AI_TOOL_NAME: _clip(call.tool_name),
+            attr.GEN_AI_TOOL_NAME: self._tool_names(call.tool_name)[1],
             attr.ARGS_HASH: call.signature.args_hash,
             attr.TOOL_CLASS: call.tool_class,
         }
@@ -338,25 +398,28 @@ class GuardTelemetry(GuardObserver):
             attributes[attr.GEN_AI_TOOL_CALL_ID] = _clip(call.call_id)
         return attributes
 
-    def _span_name(self, tool: str) -> str:
-        name = self._span_names.get(tool)
-        if name is None:
-            name = f"{attr.OP_EXECUTE_TOOL} {_clip(tool)}"
-            if len(self._span_names) < 4 * self.settings.max_tool_values:
-                self._span_names[tool] = name
-        return name
+    def _tool_names(self, tool: str) -> tuple[str, str]:
+        """(span name, ``gen_ai.tool.name``) of a tool, kept for as many tools as the label bound."""
+        names = self._tools.get(tool)
+        if names is None:
+            clipped = _clip(tool)
+            names = (f"{attr.OP_EXECUTE_TOOL} {clipped}", clipped)
+            if len(self._tools) < 4 * self.settings.max_tool_values:
+                self._tools[tool] = names
+        return names
 
-    def _parent_context(self, current: Span) -> otel_context.Context:
-        """Parent of an own span: the span current at ``before_call``, else the open turn span (not
-        made current, since start_turn and end_turn may run in different contexts)."""
+    def _under_turn(self, context: otel_context.Context | None) -> otel_context.Context | None:
+        """Parent of an own span while a turn span is open: the turn span, unless a recording span
+        other than the turn's own parent was current at ``before_call`` (``context``; ``None`` when
+        unknown: the current one). The turn span is never made current, since start_turn and
+        end_turn may run in different contexts."""
+        current = trace.get_current_span(context)
         turn_span = self._turn_span
         if turn_span is not None and (
             not current.is_recording() or current.get_span_context().span_id == self._turn_parent_span_id
         ):
             return trace.set_span_in_context(turn_span)
-        if current.get_span_context().is_valid:
-            return trace.set_span_in_context(current)
-        return _ROOT  # no parent: a root span
+        return context
 
     @staticmethod
     def _add_decision_events(call: CallEvent, span: Span, before_counts: bool) -> None:
@@ -402,10 +465,15 @@ def _clip(text: object) -> str:
     """Host-chosen names (tools, agents, call ids) on spans: bounded as the guard bounds them where a
     call enters it (``bounded_name``, a no-op on what the guard hands over), so a span and a metric
     label show one same name; and valid UTF-8."""
-    if type(text) is str and len(text) <= MAX_NAME_CHARS and text.isascii():
-        return text  # the common name, as the guard hands it over
+    if _plain(text):
+        return cast("str", text)  # the common name, as the guard hands it over
     text = _name(text)
     return valid_utf8(text if len(text) <= MAX_NAME_CHARS else bounded_name(text))
+
+
+def _plain(text: object) -> bool:
+    """Whether a name is exported as it is (short ASCII text; ``_clip`` is a no-op on it)."""
+    return type(text) is str and len(text) <= MAX_NAME_CHARS and text.isascii()
 
 
 def _name(value: object) -> str:
@@ -437,10 +505,3 @@ def _event_attributes(decision: Decision) -> dict[str, Any]:
     if decision.cap is not None:
         attributes[attr.DECISION_CAP] = _clip(decision.cap)
     return attributes
-
-
-def _exemplar(span: Span) -> Exemplar:
-    if not span.is_recording():
-        return None
-    ctx = span.get_span_context()
-    return {"trace_id": format(ctx.trace_id, "032x"), "span_id": format(ctx.span_id, "016x")}

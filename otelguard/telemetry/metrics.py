@@ -3,7 +3,8 @@
 Families are created once per registry and shared by every ``Telemetry`` that uses the registry,
 so creating two ``Telemetry()`` objects on the default registry does not register the names twice.
 Label bounds and the cache of metric children live in a ``LabelSpace``, one per ``Telemetry`` (and
-per ``max_tool_values``). The hot path is a tuple, a dict lookup and an ``inc``.
+per ``max_tool_values``). The counters bumped on every call are ``tallies`` (one C call per
+increment); the hot path is a tuple, a dict lookup and that call.
 """
 
 from __future__ import annotations
@@ -11,7 +12,8 @@ from __future__ import annotations
 import re
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Final
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any, Final, cast
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 
@@ -19,6 +21,7 @@ from otelguard._version import __version__
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.signatures import MAX_NAME_CHARS, bounded_name
 from otelguard.telemetry import attributes as attr
+from otelguard.telemetry.tallies import CounterChildren, CounterFamily, Exemplar, Series, counter_family
 
 if TYPE_CHECKING:
     from otelguard.state.reports import StateReport
@@ -33,7 +36,6 @@ __all__ = [
     "valid_utf8",
 ]
 
-Exemplar = dict[str, str] | None
 SignatureLabels = tuple[str, str, str, str]
 
 
@@ -44,9 +46,9 @@ class SignatureSeries:
     would exceed the bound, the least recently hit series is removed from the family.
     """
 
-    def __init__(self, counter: Counter) -> None:
+    def __init__(self, counter: CounterFamily | CounterChildren) -> None:
         self._counter = counter
-        self._series: BoundedMap[SignatureLabels, Any] = BoundedMap(1, self._remove)
+        self._series: BoundedMap[SignatureLabels, Series] = BoundedMap(1, self._remove)
         self._lock = threading.Lock()
 
     def hit(self, labels: SignatureLabels, limit: int, exemplar: Exemplar) -> None:
@@ -121,26 +123,27 @@ class MetricFamilies:
     def __init__(self, registry: CollectorRegistry) -> None:
         self._registry = registry
         self._state: StateFamilies | None = None
-        self.tool_calls = Counter(
+        # the families bumped on every call or decision are tallies (see otelguard.telemetry.tallies)
+        self.tool_calls = counter_family(
             attr.TOOL_CALLS,
             "Guarded tool calls by outcome.",
             (attr.LABEL_AGENT, attr.LABEL_TOOL, attr.LABEL_OUTCOME),
-            registry=registry,
+            registry,
         )
-        self.decisions = Counter(
+        self.decisions = counter_family(
             attr.DECISIONS,
             "Non-allow guard decisions by action and code.",
             (attr.LABEL_AGENT, attr.LABEL_TOOL, attr.LABEL_ACTION, attr.LABEL_CODE),
-            registry=registry,
+            registry,
         )
         self.turns = Counter(
             attr.TURNS, "Agent turns by outcome.", (attr.LABEL_AGENT, attr.LABEL_OUTCOME), registry=registry
         )
-        self.cap_hits = Counter(
+        self.cap_hits = counter_family(
             attr.CAP_HITS,
             "Calls refused by a per-turn or per-session cap.",
             (attr.LABEL_AGENT, attr.LABEL_CAP, attr.LABEL_SCOPE),
-            registry=registry,
+            registry,
         )
         self.subagent_spawns = Counter(
             attr.SUBAGENT_SPAWNS,
@@ -162,11 +165,11 @@ class MetricFamilies:
             buckets=attr.CAP_USAGE_BUCKETS,
             registry=registry,
         )
-        self.loop_signature_hits = Counter(
+        self.loop_signature_hits = counter_family(
             attr.LOOP_SIGNATURE_HITS,
             "Loop-detector decisions by call signature (bounded; least recently hit series removed first).",
             (attr.LABEL_AGENT, attr.LABEL_TOOL, attr.LABEL_CODE, attr.LABEL_SIGNATURE),
-            registry=registry,
+            registry,
         )
         self.internal_errors = Counter(
             attr.INTERNAL_ERRORS,
@@ -330,18 +333,29 @@ class LabelSpace:
         self.tool = LabelBound(limit)
         self.cap = LabelBound(limit)
         self._children: dict[tuple[str, ...], Any] = {}
+        self.call_counters: dict[tuple[str, str, str], Callable[[], object]] = {}
+        """``(agent, tool, outcome)`` -> what counts one such call: the hot path is one lookup and
+        one call (``count_call`` fills it)."""
 
-    def tool_calls(self, agent: str, tool: str, outcome: str) -> Any:
-        child = self._children.get(("tool_calls", agent, tool, outcome))  # the hot path: one lookup
-        if child is None:
-            child = self._child("tool_calls", (self.agent, self.tool), (agent, tool), (outcome,))
-        return child
+    def count_call(self, agent: str, tool: str, outcome: str) -> None:
+        """Count one call in ``otelguard_tool_calls_total`` (the lookup the observer does inline)."""
+        key = (agent, tool, outcome)
+        add = self.call_counters.get(key)
+        if add is None:
+            series: Series = self._child("tool_calls", (self.agent, self.tool), (agent, tool), (outcome,))
+            add = series.add
+            if ("tool_calls", *key) in self._children:  # cached: every value was within its bound
+                self.call_counters[key] = add
+        add()
 
-    def decisions(self, agent: str, tool: str, action: str, code: str) -> Any:
+    def tool_calls(self, agent: str, tool: str, outcome: str) -> Series:
+        return cast("Series", self._child("tool_calls", (self.agent, self.tool), (agent, tool), (outcome,)))
+
+    def decisions(self, agent: str, tool: str, action: str, code: str) -> Series:
         child = self._children.get(("decisions", agent, tool, action, code))
         if child is None:
             child = self._child("decisions", (self.agent, self.tool), (agent, tool), (action, code))
-        return child
+        return cast("Series", child)
 
     def per_agent(self, family: str, agent: str) -> Any:
         """Child of a family labelled by ``agent`` only (``subagent_spawns``, ``turn_tool_calls``)."""
@@ -350,8 +364,8 @@ class LabelSpace:
     def turns(self, agent: str, outcome: str) -> Any:
         return self._child("turns", (self.agent,), (agent,), (outcome,))
 
-    def cap_hits(self, agent: str, cap: str, scope: str) -> Any:
-        return self._child("cap_hits", (self.agent, self.cap), (agent, cap), (scope,))
+    def cap_hits(self, agent: str, cap: str, scope: str) -> Series:
+        return cast("Series", self._child("cap_hits", (self.agent, self.cap), (agent, cap), (scope,)))
 
     def cap_usage(self, agent: str, cap: str) -> Any:
         return self._child("turn_cap_usage_ratio", (self.agent, self.cap), (agent, cap), ())
