@@ -433,15 +433,8 @@ class TurnDetectors:
                 identical = self.identical_count
             else:
                 self.identical_sig, self.identical_count = None, 0
-            cycle = self.cycle  # cycle.push(sig), written out: it runs on every call
-            second, third, fourth = cycle.second, cycle.third, cycle.fourth
-            cycle.run2 = cycle.run2 + 1 if second == sig else 0
-            cycle.run3 = cycle.run3 + 1 if third == sig else 0
-            cycle.run4 = cycle.run4 + 1 if fourth == sig else 0
-            cycle.fourth = third
-            cycle.third = second
-            cycle.second = cycle.last
-            cycle.last = sig
+            cycle = self.cycle
+            cycle.push(sig)
             if self.cycle_rejects and not cycle.runs_any():
                 self.cycle_rejects = 0
         if tool_class == "read":
