@@ -20,6 +20,7 @@ __all__ = [
     "DEFAULT_IGNORE_ARGS",
     "DEFAULT_POLL_TOOLS",
     "DEFAULT_READ_TOOLS",
+    "DEFAULT_REJECTS_BEFORE_STOP",
     "DEFAULT_SHELL_TOOLS",
     "DEFAULT_SPAWN_TOOLS",
     "DEFAULT_TOOL_GROUPS",
@@ -56,6 +57,11 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cross_turn_failure": 7,
     }
 )
+# How many times one repeated call is refused before sending it again stops the turn. A refused call
+# does not run, so refusing it again costs the model one reply, and a false stop costs the task: in
+# replays of public agent runs, solved runs sent the very same call through up to six refusals
+# (a lookup resent 11 times with the same answer, a rejected edit 11 times) and then moved on.
+DEFAULT_REJECTS_BEFORE_STOP: Final = 7
 
 DEFAULT_READ_TOOLS: Final = (
     # hermes-agent, butler-style and generic agents

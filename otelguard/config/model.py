@@ -31,6 +31,7 @@ from otelguard.config.checks import (
 from otelguard.config.defaults import (
     DEFAULT_HARD_STOP_AFTER,
     DEFAULT_IGNORE_ARGS,
+    DEFAULT_REJECTS_BEFORE_STOP,
     DEFAULT_SPAWN_TOOLS,
     DEFAULT_TOOL_GROUPS,
     DEFAULT_VOLATILE_RESULT_KEYS,
@@ -109,7 +110,7 @@ class GuardConfig:
         ignore_args: Mapping[str, Sequence[str]] = DEFAULT_IGNORE_ARGS,
         volatile_result_keys: Sequence[str] = DEFAULT_VOLATILE_RESULT_KEYS,
         max_tracked_signatures: int = 4096,
-        rejects_before_stop: int = 1,
+        rejects_before_stop: int = DEFAULT_REJECTS_BEFORE_STOP,
         signature_key: str | None = None,
         telemetry: TelemetrySettings | Mapping[str, Any] = _DEFAULT_TELEMETRY,
         state: StateSettings | Mapping[str, Any] | None = _DEFAULT_STATE,

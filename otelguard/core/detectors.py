@@ -178,6 +178,9 @@ class TurnDetectors:
         self.config = config
         self.memory = memory if memory is not None else SessionMemory(config.max_tracked_signatures)
         self.rejects_before_stop = config.rejects_before_stop
+        # a cycle and a failing tool get one reject at most: it refuses a pattern or the whole tool,
+        # whatever was sent, not one call the model keeps sending
+        self.pattern_rejects = min(config.rejects_before_stop, 1)
         self.hard_stop = config.hard_stop_enabled
         self.warn_after = config.warn_after
         self.stop_after = config.hard_stop_after
@@ -221,7 +224,8 @@ class TurnDetectors:
         """The hard-stop refusals, in precedence order: exact_failure, cross_turn_failure, no_progress,
         identical_call, cycle, same_tool_failure. A repeated call is first rejected (it does not run,
         the turn goes on) ``rejects_before_stop`` times; the model sending it again after that stops
-        the turn (same_tool_failure: the tool's next call runs, and its failure stops the turn)."""
+        the turn. A cycle and a failing tool get one reject (``pattern_rejects``): a cycle going on
+        after it stops the turn; the tool's next call runs, and its failure stops the turn."""
         if not self.hard_stop:
             return None
         stop = self.stop_after
@@ -260,11 +264,11 @@ class TurnDetectors:
 
     def _refuse_tool(self, sig: Signature) -> Decision | None:
         """same_tool_failure: once the tool's failures have reached the stop with rejects to give (see
-        ``_tool_rejects_spent``), its next ``rejects_before_stop`` calls are rejected with a message;
+        ``_tool_rejects_spent``), its next call is rejected with a message (``pattern_rejects``);
         the call after those runs: its failure stops the turn, its success ends the count."""
         tool = sig.tool_name
         rejects = self.tool_rejects.get(tool)
-        if rejects is None or rejects >= self.rejects_before_stop:
+        if rejects is None or rejects >= self.pattern_rejects:
             return None
         self.tool_rejects[tool] = rejects + 1
         limit = self.stop_after["same_tool_failure"]
@@ -273,8 +277,7 @@ class TurnDetectors:
 
     def _refuse_cycle(self, sig: Signature) -> Decision | None:
         """cycle: the call continuing the cycle is rejected, and taken as part of the sequence (the model
-        asked for it); a call continuing that same cycle after ``rejects_before_stop`` rejects stops the
-        turn. The cycle breaking ends its rejects."""
+        asked for it); a call continuing that same cycle after its reject stops the turn. The cycle breaking ends its rejects."""
         limit = self.stop_after["cycle"]
         count, period = self.cycle.would_continue(sig, limit)
         rejected = self.cycle_rejected
@@ -282,7 +285,7 @@ class TurnDetectors:
             _, count, period = rejected  # the very call the cycle's reject refused, sent again
         if not count:
             return None
-        if self.cycle_rejects >= self.rejects_before_stop:
+        if self.cycle_rejects >= self.pattern_rejects:
             return _decision("block", codes.CYCLE_BLOCK, sig, count, limit, period=period)
         self.cycle_rejects += 1
         self.cycle_rejected = (sig, count, period)
@@ -293,8 +296,9 @@ class TurnDetectors:
         self, sig: Signature, state: SignatureState, tool_class: ToolClass
     ) -> Decision | None:
         """identical_call: the call that would make the streak reach its stop is rejected first. A model
-        that sends it again gets it run (a call that is not a shell then halts if its result is the
-        same again); a shell is never halted for it: a check re-run is often how an agent moves on."""
+        that keeps sending it is rejected again, ``rejects_before_stop`` times in all; sent once more,
+        it runs (a call that is not a shell then halts if its result is the same again). A shell is
+        never halted for it: a check re-run is often how an agent moves on."""
         limit = self.stop_after["identical_call"]
         count = self.identical_count
         if self.identical_sig != sig or not limit - 1 <= count < limit:
@@ -337,8 +341,8 @@ class TurnDetectors:
         whatever it is sent (a usage error, a service down), and it halts at once."""
         rejects = self.tool_rejects.get(tool)
         if rejects is not None:
-            return rejects >= self.rejects_before_stop
-        if self.rejects_before_stop == 0 or 2 * len(self.tool_errors.get(tool, ())) <= failures:
+            return rejects >= self.pattern_rejects
+        if self.pattern_rejects == 0 or 2 * len(self.tool_errors.get(tool, ())) <= failures:
             return True
         self.tool_rejects[tool] = 0
         return False
@@ -490,6 +494,11 @@ class TurnDetectors:
             count, epoch = self.shell_failures.touch(tool, lambda: (0, self.write_epoch))
             tool_failures = (count if epoch == self.write_epoch else 0) + 1
             self.shell_failures[tool] = (tool_failures, self.write_epoch)
+        elif outcome == "failed" and state.exact_failures > 1:
+            # The same call failing again (since it last succeeded or a write or shell call did) is
+            # exact_failure's loop, refused before it stops; counted here too, one call resent
+            # unchanged would halt the turn with no refusal first.
+            tool_failures = 0
         else:
             tool_failures = self.tool_failures.touch(tool, int) + 1
             self.tool_failures[tool] = tool_failures
@@ -586,13 +595,13 @@ _MESSAGES: Final = {
     codes.EXACT_FAILURE_BLOCK: "Not run: {tool} already failed {count} times in a row with these same "
     "arguments. Change the arguments or the approach, or stop and report the problem.",
     codes.EXACT_FAILURE_REJECT: "Not run: {tool} already failed {count} times in a row with these same "
-    "arguments. Change the arguments or the approach; sending this same call again stops the turn.",
+    "arguments. Change the arguments or the approach; if you keep sending this same call, the turn stops.",
     codes.CROSS_TURN_FAILURE_WARN: "{tool} has failed the same way with the same arguments in {count} "
     "turns. Retrying it unchanged will not help: change the arguments or the approach, or tell the user "
     "what the error is.",
     codes.CROSS_TURN_FAILURE_REJECT: "Not run: {tool} failed the same way with these same arguments in "
-    "{count} turns. Change the arguments or the approach, or tell the user what the error is; sending this "
-    "same call again stops the turn.",
+    "{count} turns. Change the arguments or the approach, or tell the user what the error is; if you "
+    "keep sending this same call, the turn stops.",
     codes.CROSS_TURN_FAILURE_BLOCK: "Not run: {tool} failed the same way with these same arguments in "
     "{count} turns and was sent again after being refused. Tell the user what the error is.",
     codes.SAME_TOOL_FAILURE_WARN: "{tool} has failed {count} times this turn, with different arguments or "
@@ -611,10 +620,10 @@ _MESSAGES: Final = {
     codes.NO_PROGRESS_BLOCK: "Not run: {tool} already returned the same result {count} times for these "
     "arguments. Use the result you have.",
     codes.NO_PROGRESS_REJECT: "Not run: {tool} already returned the same result {count} times for these "
-    "arguments. Use the result you have; sending this same call again stops the turn.",
+    "arguments. Use the result you have; if you keep sending this same call, the turn stops.",
     codes.IDENTICAL_CALL_REJECT: "Not run: {tool} was called {count} times in a row with the same "
     "arguments and got the same result each time. Use the result you have or try something different; "
-    "if it runs again with the same result, the turn stops.",
+    "if you keep sending it, the turn stops.",
     codes.IDENTICAL_CALL_WARN: "{tool} was called {count} times in a row with the same arguments and got the "
     "same result. Stop repeating it.",
     codes.IDENTICAL_CALL_HALT: "Stopping this turn: {tool} was repeated {count} times in a row with the same "
