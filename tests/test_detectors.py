@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Iterable
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -14,6 +14,9 @@ from otelguard.core.detectors import TurnDetectors
 from otelguard.testing import ScriptStep, codes, run_script
 
 KEY = "test-signature-key"
+DEFAULT_REJECTS = 7  # rejects_before_stop's default, written out: a change of the default fails here
+# For tests of what comes after a stop (precedence, halted turns, lapses): one reject reaches it.
+ONE_REJECT: Final = {"rejects_before_stop": 1}
 _unique = itertools.count()
 
 
@@ -77,21 +80,22 @@ def test_exact_failure_warns_on_every_call_of_the_streak() -> None:
 
 def test_exact_failure_blocks_the_next_before_call_after_five() -> None:
     """After 5 consecutive failures the NEXT before_call of that signature is rejected
-    (exact_failure_reject: it does not run, the turn goes on); sent again, it is block
-    (exact_failure_block)."""
+    (exact_failure_reject: it does not run, the turn goes on), and again each time it is sent, seven
+    times in all (rejects_before_stop's default); sent once more, it is block (exact_failure_block)."""
     guard = make_guard()
     steps = run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
     assert all(s.ran for s in steps), "the fifth failing call itself is not refused"
     assert last(steps).action == "warn"
-    reject = guard.before_call("flaky_api", {"id": 1})
-    assert (reject.action, reject.code, reject.count, reject.limit) == (
-        "reject",
-        "exact_failure_reject",
-        5,
-        5,
-    )
-    assert not reject.allows_execution and not reject.should_halt
-    assert guard.halt_decision is None
+    for _ in range(DEFAULT_REJECTS):
+        reject = guard.before_call("flaky_api", {"id": 1})
+        assert (reject.action, reject.code, reject.count, reject.limit) == (
+            "reject",
+            "exact_failure_reject",
+            5,
+            5,
+        )
+        assert not reject.allows_execution and not reject.should_halt
+        assert guard.halt_decision is None
     decision = guard.before_call("flaky_api", {"id": 1})
     assert (decision.action, decision.code) == ("block", "exact_failure_block")
     assert (decision.count, decision.limit) == (5, 5)
@@ -112,7 +116,8 @@ def test_exact_failure_block_is_per_signature() -> None:
     run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
     assert guard.before_call("flaky_api", {"id": 2}).allows_execution
     guard.after_call("flaky_api", {"id": 2}, "fine", failed=False)
-    assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
+    for _ in range(DEFAULT_REJECTS):
+        assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
     assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_block"
 
 
@@ -327,13 +332,15 @@ def test_same_tool_failure_success_after_its_reject_resets_the_count() -> None:
     assert guard.halt_decision is None
 
 
-def test_same_tool_failure_rejects_before_stop() -> None:
-    """rejects_before_stop: 0 halts at the 8th failure as before; 2 gives the tool two rejects."""
+@pytest.mark.parametrize("rejects", [1, 2, DEFAULT_REJECTS])
+def test_same_tool_failure_rejects_before_stop(rejects: int) -> None:
+    """rejects_before_stop: 0 halts at the 8th failure as before; any other value gives the tool one
+    reject (it refuses every call of the tool, not one call the model keeps sending)."""
     errors = [f"Error: new {i}" for i in range(11)]
     at_once = run_script(make_guard(rejects_before_stop=0), edits_rejected(errors))
     assert codes(at_once)[7] == "same_tool_failure_halt"
-    twice = codes(run_script(make_guard(rejects_before_stop=2), edits_rejected(errors)))
-    assert twice[7:11] == ["same_tool_failure_warn", "same_tool_failure_reject", "same_tool_failure_reject", "same_tool_failure_halt"]  # fmt: skip
+    once = codes(run_script(make_guard(rejects_before_stop=rejects), edits_rejected(errors)))
+    assert once[7:10] == ["same_tool_failure_warn", "same_tool_failure_reject", "same_tool_failure_halt"]
 
 
 def test_same_tool_failure_errors_kept_per_tool_are_bounded() -> None:
@@ -422,12 +429,14 @@ def test_no_progress_counts_include_the_first_call() -> None:
 
 
 def test_no_progress_blocks_next_before_call_at_five() -> None:
-    """At 5 identical results the NEXT before_call of that read call is block (no_progress_block)."""
+    """At 5 identical results the NEXT before_call of that read call is rejected (no_progress_reject),
+    seven times if the model keeps sending it; once more is block (no_progress_block)."""
     guard = make_guard()
     steps = run_script(guard, [ok("read_file", {"path": "a"}, "same")] * 5)
     assert codes(steps) == ["allow"] + ["no_progress_warn"] * 4
-    reject = guard.before_call("read_file", {"path": "a"})
-    assert (reject.action, reject.code) == ("reject", "no_progress_reject")
+    for _ in range(DEFAULT_REJECTS):
+        reject = guard.before_call("read_file", {"path": "a"})
+        assert (reject.action, reject.code) == ("reject", "no_progress_reject")
     decision = guard.before_call("read_file", {"path": "a"})
     assert (decision.action, decision.code, decision.count, decision.limit) == (
         "block",
@@ -488,12 +497,14 @@ def test_identical_call_warns_at_three(tool: str) -> None:
 
 
 def test_identical_call_halts_at_five() -> None:
-    """identical_call: the call that would be the 5th is rejected first; sent again, it runs and halts
-    from after_call at 5."""
+    """identical_call: the call that would be the 5th is rejected first, seven times if the model keeps
+    sending it; sent once more, it runs and halts from after_call at 5."""
     guard = make_guard()
-    steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * 6)
-    assert [s.before.code for s in steps[-2:]] == ["identical_call_reject", "allow"]
-    assert (steps[-2].before.count, steps[-2].before.limit, steps[-2].ran) == (4, 5, False)
+    steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * (5 + DEFAULT_REJECTS))
+    rejected = steps[4:-1]
+    assert [s.before.code for s in rejected] == ["identical_call_reject"] * DEFAULT_REJECTS
+    assert all((s.before.count, s.before.limit, s.ran) == (4, 5, False) for s in rejected)
+    assert steps[-1].before.code == "allow"
     assert codes(steps)[-1] == "identical_call_halt"
     assert (last(steps).count, last(steps).limit) == (5, 5)
     assert guard.halt_decision == last(steps)
@@ -504,8 +515,9 @@ def test_identical_call_warns_once_before_its_refusal() -> None:
     not warned again (the refusal says why); without a refusal first, or without hard_stop, every
     repeat from the 3rd warns."""
     same = ok("edit", {"command": "edit 10:81"}, "File updated.")
-    assert codes(run_script(make_guard(), [same] * 6)) == [
-        "allow", "allow", "identical_call_warn", "allow", "identical_call_reject", "identical_call_halt",
+    assert codes(run_script(make_guard(), [same] * (5 + DEFAULT_REJECTS))) == [
+        "allow", "allow", "identical_call_warn", "allow", *["identical_call_reject"] * DEFAULT_REJECTS,
+        "identical_call_halt",
     ]  # fmt: skip
     assert codes(run_script(make_guard(rejects_before_stop=0), [same] * 5)) == [
         "allow", "allow", "identical_call_warn", "identical_call_warn", "identical_call_halt",
@@ -758,18 +770,24 @@ def test_refusal_halt_before_same_tool_failure_halt() -> None:
     assert last(steps).code == "refusal_halt"
 
 
-def test_same_tool_failure_halt_before_exact_failure_warn() -> None:
-    """same_tool_failure_halt comes before exact_failure_warn."""
+def test_a_call_failing_again_unchanged_is_exact_failures_not_same_tool_failures() -> None:
+    """same_tool_failure does not count a call failing again unchanged (exact_failure's loop, which is
+    refused before it stops): the repeat warns exact_failure_warn, and the tool's count reaches its
+    stop only with the next different call."""
     x = {"u": "same"}
     same = "Error: 503 service unavailable"
     script = [fail("web_fetch", text=same) for _ in range(6)] + [fail("web_fetch", x, same)] * 2
-    steps = run_script(make_guard(), script)
-    assert last(steps).code == "same_tool_failure_halt"
+    steps = run_script(make_guard(), [*script, fail("web_fetch", text=same)])
+    assert codes(steps)[5:] == [
+        "same_tool_failure_warn", "same_tool_failure_warn", "exact_failure_warn", "same_tool_failure_halt",
+    ]  # fmt: skip
+    assert (last(steps).count, last(steps).limit) == (8, 8)
 
 
 def test_identical_call_halt_before_write_streak_warn() -> None:
     """identical_call_halt comes before write_streak_warn."""
-    steps = run_script(make_guard(warn_after={"write_streak": 5}), [ok("write_file", {"x": 1}, "done")] * 6)
+    guard = make_guard(warn_after={"write_streak": 5}, **ONE_REJECT)
+    steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * 6)
     assert last(steps).code == "identical_call_halt"
 
 
@@ -834,7 +852,7 @@ def test_turn_caps_checked_before_session_caps() -> None:
 
 def test_exact_failure_block_before_cycle_block() -> None:
     """exact_failure_block comes before cycle_block."""
-    guard = make_guard(hard_stop_after={"exact_failure": 3, "cycle": 3})
+    guard = make_guard(hard_stop_after={"exact_failure": 3, "cycle": 3}, **ONE_REJECT)
     run_script(guard, [fail(t, {"fixed": t}) for _ in range(3) for t in ("tool_a", "tool_b")])
     assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "exact_failure_reject"
     assert guard.before_call("tool_a", {"fixed": "tool_a"}).code == "exact_failure_block"
@@ -842,7 +860,7 @@ def test_exact_failure_block_before_cycle_block() -> None:
 
 def test_no_progress_block_before_cycle_block() -> None:
     """no_progress_block comes before cycle_block."""
-    guard = make_guard(hard_stop_after={"no_progress": 3, "cycle": 3})
+    guard = make_guard(hard_stop_after={"no_progress": 3, "cycle": 3}, **ONE_REJECT)
     run_script(guard, [ok("read_file", {"path": p}, f"content {p}") for _ in range(3) for p in "ab"])
     assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"
     assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_block"
@@ -853,7 +871,7 @@ def test_no_progress_block_before_cycle_block() -> None:
 
 def test_every_later_call_of_a_halted_turn_is_turn_halted() -> None:
     """After a halt every later call in the turn, of any tool, is block/turn_halted."""
-    guard = make_guard()
+    guard = make_guard(**ONE_REJECT)
     steps = run_script(guard, [ok("write_file", {"x": 1}, "done")] * 6)
     halt = last(steps)
     assert halt.code == "identical_call_halt"
@@ -865,7 +883,7 @@ def test_every_later_call_of_a_halted_turn_is_turn_halted() -> None:
 
 def test_a_block_halts_the_turn_too() -> None:
     """The first block of a turn becomes halt_decision; later calls are turn_halted and do not replace it."""
-    guard = make_guard()
+    guard = make_guard(**ONE_REJECT)
     run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
     assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
     block = guard.before_call("flaky_api", {"id": 1})
@@ -876,7 +894,7 @@ def test_a_block_halts_the_turn_too() -> None:
 
 def test_start_turn_clears_the_halt() -> None:
     """halt_decision stays until the next turn; start_turn clears it and calls run again."""
-    guard = make_guard()
+    guard = make_guard(**ONE_REJECT)
     run_script(guard, [ok("write_file", {"x": 1}, "done")] * 6)
     assert guard.halt_decision is not None
     guard.start_turn()
@@ -897,11 +915,11 @@ def test_start_turn_clears_the_halt() -> None:
 def test_hard_stop_follows_mode_unless_set(config: dict[str, Any], blocks: bool) -> None:
     """hard_stop defaults to off in interactive mode and on in unattended mode; an explicit value wins."""
     guard = make_guard(**config)
-    steps = run_script(guard, [fail("flaky_api", {"id": 1})] * 7)
-    assert [s.before.code for s in steps[-2:]] == (
-        ["exact_failure_reject", "exact_failure_block"] if blocks else ["allow", "allow"]
+    steps = run_script(guard, [fail("flaky_api", {"id": 1})] * (5 + DEFAULT_REJECTS + 1))
+    assert [s.before.code for s in steps[5:]] == (
+        ["exact_failure_reject"] * DEFAULT_REJECTS + ["exact_failure_block"] if blocks else ["allow"] * 8
     )
-    assert all(s.before.allows_execution for s in steps[:-2])
+    assert all(s.before.allows_execution for s in steps[:5])
 
 
 def test_warnings_false_silences_warnings_only() -> None:
@@ -909,11 +927,14 @@ def test_warnings_false_silences_warnings_only() -> None:
     guard = make_guard(warnings=False)
     steps = run_script(guard, [fail("flaky_api", {"id": 1})] * 5)
     assert codes(steps) == ["allow"] * 5
-    assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
+    for _ in range(DEFAULT_REJECTS):
+        assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_reject"
     assert guard.before_call("flaky_api", {"id": 1}).code == "exact_failure_block"
     other = make_guard(warnings=False)
-    steps = run_script(other, [ok("write_file", {"x": 1}, "done")] * 6)
-    assert codes(steps) == ["allow"] * 4 + ["identical_call_reject", "identical_call_halt"]
+    steps = run_script(other, [ok("write_file", {"x": 1}, "done")] * (5 + DEFAULT_REJECTS))
+    assert codes(steps) == ["allow"] * 4 + ["identical_call_reject"] * DEFAULT_REJECTS + [
+        "identical_call_halt"
+    ]
 
 
 def test_warnings_false_and_hard_stop_off_allows_everything() -> None:
@@ -980,13 +1001,13 @@ def canary_scripts() -> list[tuple[dict[str, Any], list[tuple[Any, ...]]]]:
 
     res = f"Error: {CANARY_RESULT}"
     return [
-        ({}, [("flaky_api", args(0), res, True)] * 5 + [("flaky_api", args(0), res, True)] * 2),
+        ({}, [("flaky_api", args(0), res, True)] * (5 + DEFAULT_REJECTS + 1)),
         ({}, [("web_fetch", args(i), f"{res}{i}", True) for i in range(10)]),
         ({}, [("fetch_page", args(i), res, True) for i in range(8)]),
         ({}, [("write_file", args(i), res, None, "permission_denied") for i in range(6)]),
         ({}, [(f"editor_{i}", args(i), res, True) for i in range(6)]),
-        ({}, [("read_file", args(0), CANARY_RESULT, False)] * 7),
-        ({}, [("write_file", args(0), CANARY_RESULT, False)] * 6),
+        ({}, [("read_file", args(0), CANARY_RESULT, False)] * (5 + DEFAULT_REJECTS + 1)),
+        ({}, [("write_file", args(0), CANARY_RESULT, False)] * (5 + DEFAULT_REJECTS)),
         ({}, [("bash", args(0), CANARY_RESULT, False)] * 6),
         (
             {},
@@ -1052,13 +1073,41 @@ def test_messages_name_the_tool_and_the_count() -> None:
 def test_a_reject_lapses_after_a_successful_write() -> None:
     """A reject stands until the call runs or a write succeeds: after a fix, the call is not stopped
     for having been refused before."""
-    guard = make_guard(hard_stop_after={"no_progress": 2})
+    guard = make_guard(hard_stop_after={"no_progress": 2}, **ONE_REJECT)
     same = ok("read_file", {"path": "a"}, "same")
     run_script(guard, [same] * 2)
     assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"
     run_script(guard, [ok("write_file")])
     assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_reject"  # rejected again
     assert guard.before_call("read_file", {"path": "a"}).code == "no_progress_block"
+
+
+def test_an_edit_rejected_eleven_times_then_changed_is_refused_but_never_stopped() -> None:
+    """A model resending the same failing edit 11 times and then changing it (a recorded run that
+    went on to solve its task): from the 6th send on it is refused, the turn is never stopped, and
+    the changed edit runs."""
+    guard = make_guard()
+    same_edit = fail(
+        "edit", {"command": "edit 22:34"}, "Your proposed edit has introduced new syntax error(s)."
+    )
+    steps = run_script(guard, [same_edit] * 11 + [ok("edit", {"command": "edit 22:35"})])
+    assert [s.ran for s in steps] == [True] * 5 + [False] * 6 + [True]
+    assert {s.before.code for s in steps[5:11]} == {"exact_failure_reject"}
+    assert guard.halt_decision is None
+
+
+def test_a_lookup_resent_with_the_same_answer_is_refused_but_never_stopped() -> None:
+    """The same lookup 11 times in a row with the same answer, then another call: refused from the 5th
+    on, never stopped."""
+    guard = make_guard()
+    lookup = ok("list_order_items", {"order_id": "#W1"}, '{"name": "Garden Hose"}')
+    steps = run_script(guard, [lookup] * 11 + [ok("get_order_details", {"order_id": "#W1"})])
+    assert [s.before.code for s in steps[4:11]] == ["identical_call_reject"] * 7
+    assert guard.halt_decision is None and steps[-1].ran
+
+
+def test_rejects_before_stop_defaults_to_seven() -> None:
+    assert GuardConfig().rejects_before_stop == DEFAULT_REJECTS
 
 
 @pytest.mark.parametrize("rejects", [0, 1, 2, 3])

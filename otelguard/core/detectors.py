@@ -297,17 +297,19 @@ class TurnDetectors:
     ) -> Decision | None:
         """identical_call: the call that would make the streak reach its stop is rejected first. A model
         that keeps sending it is rejected again, ``rejects_before_stop`` times in all; sent once more,
-        it runs (a call that is not a shell then halts if its result is the same again). A shell is
-        never halted for it: a check re-run is often how an agent moves on."""
+        it runs, and halts if its result is the same again. A shell is rejected once and never halted
+        for it: a check re-run is often how an agent moves on."""
         limit = self.stop_after["identical_call"]
         count = self.identical_count
         if self.identical_sig != sig or not limit - 1 <= count < limit:
             return None
-        if self._valid_rejects(state) >= self.rejects_before_stop:
+        shell = tool_class == "shell"
+        # a shell is never halted for it, so its one reject is a nudge, not a count towards a stop
+        if self._valid_rejects(state) >= (self.pattern_rejects if shell else self.rejects_before_stop):
             return None
         self._count_reject(state)
         code = codes.IDENTICAL_CALL_REJECT
-        message = _SHELL_IDENTICAL_REJECT if tool_class == "shell" else None
+        message = _SHELL_IDENTICAL_REJECT if shell else None
         return _decision("reject", code, sig, count, limit, message=message)
 
     def _refuse(
