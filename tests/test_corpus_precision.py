@@ -58,23 +58,12 @@ NO_CORPUS = (
 # a change fixes one, its test fails until the entry is removed.
 CODER = "coder-swe-bench-lite"
 KNOWN_MISSES = {
-    ("tau-bench-libgen-iterations", "solved"): "5 solved runs halted by identical_call, each after its "
-    "refusal: the agent sent the same lookup (list_order_items, list_product_variants, a price "
-    "calculation) with the same answer 10-12 times in a row, then broke out by itself; the 5th is "
-    "refused, and the recorded model, which never read the refusal, sent it again",
-    ("tau2-bench-leaderboard", "solved"): "1 solved run halted by identical_call after its refusal: "
-    "gpt-oss-120b sent transfer_to_human_agents 8 times with the same answer (the transfer had "
-    "succeeded at the 2nd call)",
-    ("tau-bench-apollo-gpt-4o-mini", "warnings"): "77.29 per 1,000 calls in solved runs, over 34 solved "
+    ("tau-bench-apollo-gpt-4o-mini", "warnings"): "72.46 per 1,000 calls in solved runs, over 34 solved "
     "runs only: the environments were broken (tools answered with Python NameErrors), so the runs "
     "repeat failing calls; verdicts of runs whose gold actions failed the same way are null",
     ("tau-bench-llama-3.1-8b-airline", "warnings"): "73.33 per 1,000 calls in solved runs: "
     "Llama 3.1 8B repeats the same malformed call (exact_failure_warn from the 2nd)",
-    (CODER, "solved"): "1 solved run halted: mwaskom__seaborn-3010 sent one edit refused by SWE-agent's "
-    "linter 10 times in a row (18 refused edits in all) before it broke out by itself; its first 8 "
-    "refused edits brought 4 different errors, so the 8th halts (same_tool_failure_halt); refused "
-    "first, the same edit sent again fails again, and exact_failure alone refuses it soon after",
-    (CODER, "warnings"): "23.29 per 1,000 calls in solved runs: edits refused by the linter, the same "
+    (CODER, "warnings"): "27.95 per 1,000 calls in solved runs: edits refused by the linter, the same "
     "one again (exact_failure_warn, from the 2nd) or one after another (same_tool_failure_warn, from "
     "the 3rd); every count from warn_after on warns",
 }
@@ -294,11 +283,11 @@ def _replay_identical_writes(calls: int, guard_config: GuardConfig) -> SourceRes
 
 
 def test_a_harmful_halt_after_a_refusal_is_counted_apart() -> None:
-    """``identical_call`` refuses the 5th (``reject``) and halts the 6th: a halt the recorded model
-    reached only because it never read the refusal."""
-    result = _replay_identical_writes(6, config())
+    """``identical_call`` refuses the 5th (``reject``) to the 11th and halts the 12th: a halt the
+    recorded model reached only because it never read the refusals."""
+    result = _replay_identical_writes(12, config())
     [halt] = result.harmful_halts
-    assert (halt.code, halt.call, halt.after_refusal) == ("identical_call_halt", 6, True)
+    assert (halt.code, halt.call, halt.after_refusal) == ("identical_call_halt", 12, True)
     assert result.harmful_halts_after_refusal == [halt]
     assert result.to_json()["harmful_halts_after_refusal"] == 1
 

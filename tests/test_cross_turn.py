@@ -39,12 +39,13 @@ def failing() -> tuple[str, Any, str, bool]:
 
 def test_warned_by_the_fourth_turn_and_rejected_by_the_eighth() -> None:
     """Once per turn the same rejected update: turns 1-3 allowed, 4-7 warned, the 8th refused (reject,
-    the turn goes on); sent again in that turn, the turn stops."""
+    the turn goes on, and again each time it is sent, seven times); sent once more in that turn, the
+    turn stops."""
     guard = make_guard()
     seen = [turn(guard, failing()) for _ in range(7)]
     assert [s[0][1] for s in seen] == ["allow"] * 3 + ["cross_turn_failure_warn"] * 4
-    eighth = turn(guard, failing(), failing())
-    assert eighth == [("cross_turn_failure_reject", ""), ("cross_turn_failure_block", "")]
+    eighth = turn(guard, *[failing()] * 8)
+    assert eighth == [("cross_turn_failure_reject", "")] * 7 + [("cross_turn_failure_block", "")]
     assert guard.halt_decision is not None and guard.halt_decision.code == "cross_turn_failure_block"
 
 
