@@ -122,7 +122,8 @@ def test_annotate_appends_guidance_for_warn(result: Any) -> None:
 def test_annotate_appends_guidance_for_halt() -> None:
     """annotate() appends guidance for a halt."""
     guard, _ = make_guard(hard_stop=True)
-    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 6)  # the 5th was rejected
+    # four runs; the 5th to 11th are rejected (rejects_before_stop, default 7); the 12th runs and halts
+    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 12)
     halt = steps[-1].decision
     assert halt.action == "halt"
     assert halt.message in halt.annotate("done")
@@ -164,10 +165,10 @@ def test_start_turn_agent_overrides_the_guards_agent() -> None:
 def test_tool_calls_count_refused_calls() -> None:
     """TurnSummary.tool_calls counts every before_call of the turn, refused ones included."""
     guard, _ = make_guard(hard_stop=True)
-    steps = run_script(guard, [("flaky_api", {"id": 1}, "Error", True)] * 7)
-    assert [s.ran for s in steps] == [True] * 5 + [False] * 2
+    steps = run_script(guard, [("flaky_api", {"id": 1}, "Error", True)] * 13)
+    assert [s.ran for s in steps] == [True] * 5 + [False] * 8  # seven rejects, then the block
     summary = guard.end_turn()
-    assert summary.tool_calls == 7
+    assert summary.tool_calls == 13
     assert summary.halted is True
     assert summary.halt_decision is not None
     assert summary.halt_decision.code == "exact_failure_block"
@@ -177,8 +178,11 @@ def test_halt_decision_lifecycle() -> None:
     """halt_decision is None until the first block/halt, keeps the first one, and clears at the next turn."""
     guard, _ = make_guard(hard_stop=True)
     assert guard.halt_decision is None
-    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 6)
+    steps = run_script(guard, [("write_file", {"x": 1}, "done", False)] * 11)  # four runs, seven rejects
+    assert guard.halt_decision is None
+    steps += run_script(guard, [("write_file", {"x": 1}, "done", False)])  # it runs: identical_call_halt
     first = steps[-1].decision
+    assert first.code == "identical_call_halt"
     assert guard.halt_decision == first
     guard.before_call("read_file", {"p": 1})
     assert guard.halt_decision == first
@@ -383,8 +387,10 @@ def test_wrap_refused_call_returns_synthetic_result_without_calling_fn() -> None
     for _ in range(5):
         with pytest.raises(RuntimeError):
             wrapped(1)
-    rejected = wrapped(1)
-    assert json.loads(rejected)["otelguard"]["code"] == "exact_failure_reject"
+    for _ in range(7):  # rejected each time (rejects_before_stop, default 7): fn is not called
+        rejected = wrapped(1)
+        assert json.loads(rejected)["otelguard"]["code"] == "exact_failure_reject"
+        assert guard.halt_decision is None
     result = wrapped(1)
     assert len(runs) == 5
     assert guard.halt_decision is not None

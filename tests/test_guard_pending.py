@@ -54,7 +54,7 @@ def test_halt_decision_stays_after_end_turn_until_the_next_turn() -> None:
     """The first block/halt of a turn stays until the next turn (end_turn does not clear it)."""
     guard = Guard(GuardConfig(signature_key=KEY, mode="unattended"))
     guard.start_turn()
-    for _ in range(7):  # five failures, a reject, then the block
+    for _ in range(13):  # five failures, seven rejects, then the block
         if guard.before_call("terminal", {"c": 1}).allows_execution:
             guard.after_call("terminal", {"c": 1}, "Error", failed=True)
     summary = guard.end_turn()

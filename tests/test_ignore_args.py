@@ -73,12 +73,11 @@ def test_the_build_retried_with_new_descriptions_is_one_call_for_the_detectors()
     """The real loop: `npm run build` four times, a new description each time: exact_failure sees it."""
     script = [
         ("Bash", {"command": "npm run build", "description": f"Build attempt {i}"}, BUILD_FAILED, True)
-        for i in range(7)
+        for i in range(13)
     ]
     steps = run_script(make_guard(), script)
-    assert codes(steps) == ["allow"] + ["exact_failure_warn"] * 4 + [
-        "exact_failure_reject",
-        "exact_failure_block",
+    assert codes(steps) == ["allow"] + ["exact_failure_warn"] * 4 + ["exact_failure_reject"] * 7 + [
+        "exact_failure_block"
     ]
     without = run_script(make_guard(ignore_args={"Bash": []}), script)
     assert "exact_failure_warn" not in codes(without)

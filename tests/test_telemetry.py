@@ -82,7 +82,8 @@ def warn(guard: Guard) -> Decision:
 def block(guard: Guard) -> Decision:
     for _ in range(5):
         call(guard, "terminal", {"command": "make"}, "Error", failed=True)
-    call(guard, "terminal", {"command": "make"})  # rejected: the turn goes on
+    for _ in range(7):  # rejected each time (rejects_before_stop, default 7): the turn goes on
+        assert call(guard, "terminal", {"command": "make"}).code == "exact_failure_reject"
     return call(guard, "terminal", {"command": "make"})
 
 
@@ -240,7 +241,8 @@ def test_turn_span_wraps_the_tool_spans(provider: Any) -> None:
     assert turn.kind is SpanKind.INTERNAL
     attrs = dict(turn.attributes or {})
     assert attrs["gen_ai.agent.name"] == "planner"
-    assert attrs["otelguard.turn.tool_calls"] == summary.tool_calls == 8
+    # one allowed read, then five failures, seven rejects and the block
+    assert attrs["otelguard.turn.tool_calls"] == summary.tool_calls == 14
     assert attrs["otelguard.turn.halted"] is True
     assert attrs["otelguard.turn.halt_code"] == "exact_failure_block"
     for span in rig.tool_spans():

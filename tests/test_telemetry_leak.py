@@ -67,7 +67,7 @@ def run_leaky_session(guard: Guard, host_tracer: Any) -> list[Decision]:
 
     c = CANARIES
     guard.start_turn(turn_id="turn-1")
-    for _ in range(7):  # five failures, a reject, a block
+    for _ in range(13):  # five failures, seven rejects, a block
         call("terminal", {"command": f"pytest {c['arg']}", "env": {"X": c["nested_arg"]}},
              f"Error: {c['error']}", failed=True)  # fmt: skip
     guard.start_turn(turn_id="turn-2")

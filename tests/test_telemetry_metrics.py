@@ -56,8 +56,8 @@ def test_tool_calls_total_counts_every_outcome() -> None:
     call(guard, "write_file", {"p": 2}, "no", refusal="permission_denied")
     call(guard, "web_search", {"q": 1}, "r")
     call(guard, "web_search", {"q": 2}, "r")  # over the cap: rejected
-    for _ in range(7):
-        call(guard, "terminal", {"c": "make"}, "Error", failed=True)  # the 6th is rejected, the 7th blocked
+    for _ in range(13):  # the 6th to 12th are rejected (rejects_before_stop, default 7), the 13th blocked
+        call(guard, "terminal", {"c": "make"}, "Error", failed=True)
     name = "otelguard_tool_calls_total"
     assert value(registry, name, agent=AGENT, tool="read_file", outcome="ok") == 1
     assert value(registry, name, agent=AGENT, tool="web_fetch", outcome="failed") == 1
@@ -65,7 +65,7 @@ def test_tool_calls_total_counts_every_outcome() -> None:
     assert value(registry, name, agent=AGENT, tool="web_search", outcome="ok") == 1
     assert value(registry, name, agent=AGENT, tool="web_search", outcome="rejected") == 1
     assert value(registry, name, agent=AGENT, tool="terminal", outcome="failed") == 5
-    assert value(registry, name, agent=AGENT, tool="terminal", outcome="rejected") == 1
+    assert value(registry, name, agent=AGENT, tool="terminal", outcome="rejected") == 7
     assert value(registry, name, agent=AGENT, tool="terminal", outcome="blocked") == 1
     assert {s.labels["outcome"] for s in samples(registry, name)} == {
         "ok",
@@ -79,12 +79,12 @@ def test_tool_calls_total_counts_every_outcome() -> None:
 def test_decisions_total_counts_non_allow_decisions_by_action_and_code() -> None:
     registry = CollectorRegistry()
     guard = make(registry)
-    for _ in range(7):
+    for _ in range(13):  # five failures, seven rejects (rejects_before_stop, default 7), a block
         call(guard, "terminal", {"c": "make"}, "Error", failed=True)
     name = "otelguard_decisions_total"
     assert value(registry, name, agent=AGENT, tool="terminal", action="warn", code="exact_failure_warn") == 4
     assert (
-        value(registry, name, agent=AGENT, tool="terminal", action="reject", code="exact_failure_reject") == 1
+        value(registry, name, agent=AGENT, tool="terminal", action="reject", code="exact_failure_reject") == 7
     )
     assert (
         value(registry, name, agent=AGENT, tool="terminal", action="block", code="exact_failure_block") == 1
@@ -101,7 +101,7 @@ def test_turns_total_by_outcome() -> None:
     call(guard, "read_file", {"p": 1})
     guard.end_turn()
     guard.start_turn()
-    for _ in range(7):
+    for _ in range(13):  # five failures, seven rejects, a block: halted
         call(guard, "terminal", {"c": "make"}, "Error", failed=True)
     guard.end_turn()
     assert value(registry, "otelguard_turns_total", agent=AGENT, outcome="completed") == 1

@@ -99,12 +99,11 @@ def test_run_script_returns_one_step_per_call() -> None:
     """run_script feeds (tool, args, result, failed, refusal) tuples and returns before/after decisions."""
     guard, _ = make_guard(hard_stop=True)
     guard.start_turn()
-    steps = run_script(guard, [("flaky_api", {"id": 1}, "Error", True)] * 7)
-    assert len(steps) == 7
+    steps = run_script(guard, [("flaky_api", {"id": 1}, "Error", True)] * 13)
+    assert len(steps) == 13
     assert all(isinstance(s, ScriptStep) for s in steps)
-    assert codes(steps) == ["allow"] + ["exact_failure_warn"] * 4 + [
-        "exact_failure_reject",
-        "exact_failure_block",
+    assert codes(steps) == ["allow"] + ["exact_failure_warn"] * 4 + ["exact_failure_reject"] * 7 + [
+        "exact_failure_block"
     ]
     assert steps[0].before.action == "allow" and steps[0].after is not None
     assert steps[-1].ran is False and steps[-1].after is None
