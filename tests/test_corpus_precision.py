@@ -15,7 +15,7 @@ import json
 import re
 import tarfile
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import pytest
 
@@ -143,6 +143,31 @@ def test_no_solved_run_halts_before_its_limit(source: Path) -> None:
 def test_warnings_stay_under_five_per_thousand_calls_in_solved_runs(source: Path) -> None:
     result = measured(source)
     assert result.solved_warnings_per_1000 <= MAX_WARNINGS_PER_1000, dict(result.decisions)
+
+
+# Stuck runs (unsolved, ended at their limit) halted, and refused or halted, per source, as last
+# measured: a change that catches fewer of them fails here. Sources not named have no stuck run to
+# judge, or none caught. Raise a floor when a change catches more.
+STUCK_FLOORS: Final = {
+    CODER: (0.20, 0.36),
+    "openhands-multi-swe-bench-python": (0.005, 0.005),
+    "swe-agent-multi-swe-bench-java": (0.11, 0.16),
+    "tau-bench-agentverify-retail": (0.25, 0.25),
+    "tau-bench-apollo-gpt-4o-mini": (0.85, 0.89),
+    "tau-bench-asteroid-supervised-retail": (0.018, 0.018),
+    "tau-bench-gpt-4o-airline": (0.0, 0.20),
+    "tau-bench-libgen-iterations": (0.55, 0.79),
+    "tau-bench-llama-3.1-8b-airline": (0.20, 0.20),
+    "tau2-bench-leaderboard": (0.83, 0.83),
+    "tau2-bench-sierra-experiments": (0.85, 1.0),
+}
+
+
+@pytest.mark.parametrize("source", per_source("stuck"))
+def test_stuck_runs_are_caught_at_least_as_often_as_last_measured(source: Path) -> None:
+    halted, answered = STUCK_FLOORS.get(source.name, (0.0, 0.0))
+    result = measured(source)
+    assert result.stuck_recall >= halted and result.stuck_answered >= answered
 
 
 # --- the run's own record, read without a corpus ----------------------------------------------------
