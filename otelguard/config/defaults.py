@@ -59,7 +59,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
 )
 # How many times one repeated call is refused before sending it again stops the turn. A refused call
 # does not run, so refusing it again costs the model one reply, and a false stop costs the task: in
-# replays of public agent runs, solved runs sent the very same call through up to six refusals
+# replays of public agent runs, solved runs sent the very same call through up to seven refusals
 # (a lookup resent 11 times with the same answer, a rejected edit 11 times) and then moved on.
 DEFAULT_REJECTS_BEFORE_STOP: Final = 7
 
