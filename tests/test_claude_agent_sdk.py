@@ -38,27 +38,37 @@ def test_the_mapping_has_one_matcher_per_event_readable_as_dict_and_as_hook_matc
 
 
 def test_a_looping_agent_is_warned_denied_and_stopped() -> None:
+    """A failing Bash call sent forever: it runs 5 times (warned from the 2nd failure on), is denied
+    the next 7 times (a reject each: the turn goes on, Claude asks again), and the 13th stops the turn."""
     mapping = guard_hooks(CONFIG)
     assert call(mapping, "UserPromptSubmit", {**base("UserPromptSubmit"), "prompt": "build"}) == {}
-    outputs = []
-    for index in range(7):
+    befores: list[dict[str, Any]] = []
+    afters: list[dict[str, Any]] = []
+    for index in range(13):
         tool = {"tool_name": "Bash", "tool_input": {"command": "make"}}
         before = call(
             mapping, "PreToolUse", {**base("PreToolUse"), **tool, "tool_use_id": f"t{index}"}, f"t{index}"
         )
-        outputs.append(before)
+        befores.append(before)
         if "continue_" in before:
             break
         if "hookSpecificOutput" in before:  # denied, the turn goes on (a reject): Claude asks again
             continue
         failure = {**base("PostToolUseFailure"), **tool, "tool_use_id": f"t{index}", "error": "Exit code 2"}
-        outputs.append(call(mapping, "PostToolUseFailure", failure, f"t{index}"))
-    assert any(o.get("hookSpecificOutput", {}).get("additionalContext") for o in outputs)  # a warning
-    last = outputs[-1]
-    if "continue_" not in last:  # the halt can come after the failure of the last call that ran
-        last = next(o for o in outputs if "continue_" in o)
+        afters.append(call(mapping, "PostToolUseFailure", failure, f"t{index}"))
+    assert befores[:5] == [{}] * 5 and len(befores) == 13
+    assert afters[0] == {} and len(afters) == 5
+    assert all(a["hookSpecificOutput"]["additionalContext"] for a in afters[1:])  # the warnings
+    for denied in befores[5:12]:
+        assert "continue_" not in denied and "stopReason" not in denied
+        assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+        assert denied["hookSpecificOutput"]["permissionDecisionReason"].endswith(
+            "if you keep sending this same call, the turn stops."
+        )
+    last = befores[-1]
     assert last["continue_"] is False and "continue" not in last
-    assert last["stopReason"].startswith("otelguard stopped this turn (")
+    assert last["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert last["stopReason"].startswith("otelguard stopped this turn (exact_failure_block): ")
     assert call(mapping, "Stop", {**base("Stop"), "stop_hook_active": False}) == {}
 
 

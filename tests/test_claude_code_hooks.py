@@ -92,15 +92,19 @@ def test_a_cap_reject_denies_without_stopping() -> None:
 def test_a_halt_denies_and_stops_claude() -> None:
     h = hooks()
     h.handle(payload("UserPromptSubmit", prompt="p"))
-    outputs = []
-    for index in range(7):  # five failures, a reject (denied, the turn goes on), then the stop
-        outputs.append(h.handle(pre("Bash", {"command": "make"}, f"t{index}")))
-        if outputs[-1] is None:
-            outputs.append(h.handle(failure("Bash", {"command": "make"}, f"t{index}")))
-    stops = [o for o in outputs if o is not None and o.get("continue") is False]
-    first = stops[0]
-    assert first["stopReason"].startswith("otelguard stopped this turn (")
-    assert first["hookSpecificOutput"]["hookEventName"] in ("PreToolUse", "PostToolUseFailure")
+    befores: list[dict[str, Any] | None] = []
+    for index in range(13):  # five failures, seven rejects (denied, the turn goes on), then the stop
+        befores.append(h.handle(pre("Bash", {"command": "make"}, f"t{index}")))
+        if befores[-1] is None:
+            h.handle(failure("Bash", {"command": "make"}, f"t{index}"))
+    assert befores[:5] == [None] * 5
+    for denied in befores[5:12]:
+        assert denied is not None and "continue" not in denied
+        assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+    first = befores[12]
+    assert first is not None and first["continue"] is False
+    assert first["stopReason"].startswith("otelguard stopped this turn (exact_failure_block): ")
+    assert first["hookSpecificOutput"]["hookEventName"] == "PreToolUse"
     # every later call of the halted turn is denied and stops again
     later = h.handle(pre("Read", {"file_path": "/b"}, "t9"))
     assert later is not None and later["continue"] is False

@@ -22,7 +22,7 @@ def _looping_claude_transcript(path: Path, *, session: str, tool: str, call_pref
     records: list[Any] = [
         {"type": "user", "sessionId": session, "message": {"role": "user", "content": "go"}}
     ]
-    for i in range(12):
+    for i in range(13):  # 5 failures, 7 rejects (the default), then the would-be halt
         use = {"type": "tool_use", "id": f"{call_prefix}{i}", "name": tool, "input": {"q": "same"}}
         records.append(
             {
@@ -55,7 +55,7 @@ def test_replay_tables_print_markup_from_transcripts_literally(
     code = main(["replay", str(tmp_path), "--config", str(FIXTURES / "unattended.yaml")])
     out = capsys.readouterr().out
     assert code == 1  # the malformed line: the report was printed to the end anyway
-    assert "would-be halts" in out and "input errors" in out
+    assert "would-be halts: 1," in out and "input errors" in out
     assert HOSTILE_TOOL in out
     assert HOSTILE_SESSION in out
     assert "[link=https://evil.invalid]" in out  # shown as text: a rendered link would hide it

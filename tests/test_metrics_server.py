@@ -132,7 +132,7 @@ WORKER = textwrap.dedent(
         args = {"path": f"file-{i}"}
         guard.before_call("read_file", args)
         guard.after_call("read_file", args, "content")
-    for _ in range(7):
+    for _ in range(13):  # 5 failures, 7 rejects, the block
         args = {"command": "make"}
         if guard.before_call("terminal", args).allows_execution:
             guard.after_call("terminal", args, "Error", failed=True)
@@ -155,7 +155,7 @@ def test_multiprocess_workers_are_summed_by_one_metrics_endpoint(
     lines = set(body.splitlines())
     assert 'otelguard_tool_calls_total{agent="worker",outcome="ok",tool="read_file"} 15.0' in lines
     assert 'otelguard_tool_calls_total{agent="worker",outcome="blocked",tool="terminal"} 3.0' in lines
-    assert 'otelguard_tool_calls_total{agent="worker",outcome="rejected",tool="terminal"} 3.0' in lines
+    assert 'otelguard_tool_calls_total{agent="worker",outcome="rejected",tool="terminal"} 21.0' in lines
     assert 'otelguard_turns_total{agent="worker",outcome="halted"} 3.0' in lines
     assert 'otelguard_internal_errors_total{stage="observer"} 0.0' in lines
     assert any(line.startswith('otelguard_build_info{version="') and line.endswith(" 1.0") for line in lines)

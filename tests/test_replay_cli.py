@@ -30,7 +30,7 @@ def canary_transcripts(tmp_path: Path) -> Path:
     root = tmp_path / "canary"
     root.mkdir()
     openai: list[Any] = [{"role": "user", "content": f"please {ARG_CANARY}"}]
-    for i in range(7):
+    for i in range(13):  # 5 failures, 7 rejects (the default), the block
         openai.append(
             {
                 "role": "assistant",
@@ -49,7 +49,7 @@ def canary_transcripts(tmp_path: Path) -> Path:
     lines.append(json.dumps({"role": "tool", "tool_call_id": "zz", "content": RESULT_CANARY}))
     (root / "openai.jsonl").write_text("\n".join(lines) + "\n")
     cc: list[Any] = [{"type": "user", "sessionId": "s", "message": {"role": "user", "content": ARG_CANARY}}]
-    for i in range(9):
+    for i in range(15):  # 5 reads, 7 rejects, the block, and two calls the halted turn never sends
         cc.append(
             {
                 "type": "assistant",

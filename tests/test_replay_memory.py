@@ -16,14 +16,15 @@ from otelguard.replay.report import MAX_LISTED
 
 SIZE_BYTES = 200 * 1024 * 1024
 RSS_GROWTH_LIMIT_BYTES = 64 * 1024 * 1024
+CALLS_PER_TURN = 26
 _PAGE = os.sysconf("SC_PAGE_SIZE") if hasattr(os, "sysconf") else 4096
 
 
 def turn_template() -> bytes:
     """One Claude Code turn (``@N@`` is replaced by the turn number so every id is unique): a prompt,
-    13 reads with ~2 KB results, then the same failing command 7 times (a would-be halt per turn: the
-    6th rejected, the 7th stopped; from the 8th turn on, the command is refused as a failure across
-    turns from its first call)."""
+    13 reads with ~2 KB results, then the same failing command 13 times (a would-be halt per turn: the
+    6th to 12th rejected, the 13th stopped; from the 8th turn on, the command is refused as a failure
+    across turns from its first call, and stopped at its 8th)."""
     lines: list[dict[str, object]] = [
         {
             "type": "user",
@@ -33,7 +34,7 @@ def turn_template() -> bytes:
         }
     ]
     pad = "x" * 2000
-    for i in range(20):
+    for i in range(CALLS_PER_TURN):
         if i < 13:
             tool, args, text, failed = ("Read", {"file_path": f"/src/m{i}.py"}, f"{pad} @N@ {i}", False)
         else:
@@ -110,11 +111,11 @@ def test_200mb_transcript_replays_in_bounded_memory(tmp_path: Path) -> None:
     growth = rss.peak - rss.baseline
     size = path.stat().st_size
     print(
-        f"\nreplayed {size / 1e6:.0f} MB ({turns} turns, {turns * 20} calls) in {elapsed:.1f}s "
+        f"\nreplayed {size / 1e6:.0f} MB ({turns} turns, {turns * CALLS_PER_TURN} calls) in {elapsed:.1f}s "
         f"= {size / 1e6 / elapsed:.0f} MB/s; peak RSS growth {growth / 1e6:.1f} MB"
     )
     totals = report.totals()
-    assert totals["turns"] == turns and totals["tool_calls"] == turns * 20
+    assert totals["turns"] == turns and totals["tool_calls"] == turns * CALLS_PER_TURN
     assert totals["halts"] == turns  # every turn stops on its repeated failing command
     assert totals["errors"] == 0
     [session] = report.sessions

@@ -20,7 +20,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "replay"
 
 def _conversation(i: int, *, looping: bool) -> dict[str, Any]:
     messages: list[Any] = [{"role": "user", "content": "go"}]
-    for c in range(8 if looping else 1):
+    for c in range(14 if looping else 1):  # a loop: 5 failures, 7 rejects, the block, one call more
         call = {
             "id": f"c{i}-{c}",
             "type": "function",
@@ -51,7 +51,7 @@ def test_detail_is_bounded_and_halting_sessions_are_kept_first(tmp_path: Path) -
     assert [s.seq for s in kept] == sorted(s.seq for s in kept)
     totals = report.totals()
     assert totals["sessions"] == 300 and totals["halts"] == 6
-    assert totals["tool_calls"] == 294 + 6 * 8
+    assert totals["tool_calls"] == 294 + 6 * 14
     doc = report.to_json()
     assert doc["sessions_omitted"] == 280 and len(doc["sessions"]) == 20
 

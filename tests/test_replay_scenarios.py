@@ -30,31 +30,31 @@ SCENARIOS = [
     ("openai/healthy.jsonl", 2, 4, {}, [], 0),
     ("anthropic/healthy.jsonl", 2, 3, {}, [], 0),
     ("claude-code/healthy.jsonl", 2, 4, {}, [], 0),
-    # a failing command retried unchanged: warns from the 2nd failure, the 6th run is rejected, and the
-    # 7th, the same again, stops the turn (both are prevented)
+    # a failing command retried unchanged: warns from the 2nd failure, the 6th to 12th runs are
+    # rejected, and the 13th, the same again, stops the turn (all eight are prevented)
     (
         "openai/retry_failing_command.jsonl",
         1,
-        7,
-        {"exact_failure_warn": 4, "exact_failure_reject": 1, "exact_failure_block": 1},
-        [(1, 7, "call_7", "terminal", "block", "exact_failure_block")],
-        2,
+        13,
+        {"exact_failure_warn": 4, "exact_failure_reject": 7, "exact_failure_block": 1},
+        [(1, 13, "call_13", "terminal", "block", "exact_failure_block")],
+        8,
     ),
     (
         "anthropic/retry_failing_command.json",
         1,
-        7,
-        {"exact_failure_warn": 4, "exact_failure_reject": 1, "exact_failure_block": 1},
-        [(1, 7, "toolu_07", "terminal", "block", "exact_failure_block")],
-        2,
+        13,
+        {"exact_failure_warn": 4, "exact_failure_reject": 7, "exact_failure_block": 1},
+        [(1, 13, "toolu_13", "terminal", "block", "exact_failure_block")],
+        8,
     ),
     (
         "claude-code/retry_failing_command.jsonl",
         1,
-        7,
-        {"exact_failure_warn": 4, "exact_failure_reject": 1, "exact_failure_block": 1},
-        [(1, 7, "toolu_07", "Bash", "block", "exact_failure_block")],
-        2,
+        13,
+        {"exact_failure_warn": 4, "exact_failure_reject": 7, "exact_failure_block": 1},
+        [(1, 13, "toolu_13", "Bash", "block", "exact_failure_block")],
+        8,
     ),
     # a runaway web-search turn: the 6th search exceeds the turn cap of 5
     (
@@ -98,31 +98,31 @@ SCENARIOS = [
         [(1, 4, "toolu_04", "spawn_agent", "block", "cap_turn")],
         2,
     ),
-    # a read loop: the same read returns the same content; warns from the 2nd, rejects the 6th and stops
-    # at the 7th
+    # a read loop: the same read returns the same content; warns from the 2nd, rejects the 6th to 12th
+    # and stops at the 13th
     (
         "openai/read_loop.jsonl",
         1,
-        7,
-        {"no_progress_warn": 4, "no_progress_reject": 1, "no_progress_block": 1},
-        [(1, 7, "call_7", "read_file", "block", "no_progress_block")],
-        2,
+        13,
+        {"no_progress_warn": 4, "no_progress_reject": 7, "no_progress_block": 1},
+        [(1, 13, "call_13", "read_file", "block", "no_progress_block")],
+        8,
     ),
     (
         "anthropic/read_loop.jsonl",
         1,
-        7,
-        {"no_progress_warn": 4, "no_progress_reject": 1, "no_progress_block": 1},
-        [(1, 7, "toolu_07", "read_file", "block", "no_progress_block")],
-        2,
+        13,
+        {"no_progress_warn": 4, "no_progress_reject": 7, "no_progress_block": 1},
+        [(1, 13, "toolu_13", "read_file", "block", "no_progress_block")],
+        8,
     ),
     (
         "claude-code/read_loop.jsonl",
         1,
-        7,
-        {"no_progress_warn": 4, "no_progress_reject": 1, "no_progress_block": 1},
-        [(1, 7, "toolu_07", "Read", "block", "no_progress_block")],
-        2,
+        13,
+        {"no_progress_warn": 4, "no_progress_reject": 7, "no_progress_block": 1},
+        [(1, 13, "toolu_13", "Read", "block", "no_progress_block")],
+        8,
     ),
     # a denial-like failure streak: free "permission denied" text is a failure (refusal is never
     # guessed from result text), so the content-blind counter warns from 3 and halts at 8, as
@@ -211,7 +211,7 @@ def test_default_config_is_interactive_so_loops_only_warn(capsys: pytest.Capture
     assert code == 0
     [session] = doc["sessions"]
     assert session["halts"] == [] and session["prevented_calls"] == 0
-    assert session["decisions"]["exact_failure_warn"] == 6
+    assert session["decisions"]["exact_failure_warn"] == 12  # the 2nd to 13th failures
 
 
 def test_directory_is_searched_recursively(capsys: pytest.CaptureFixture[str]) -> None:
@@ -223,9 +223,10 @@ def test_directory_is_searched_recursively(capsys: pytest.CaptureFixture[str]) -
     totals = doc["totals"]
     assert totals["sessions"] == 20  # 18 files, plus two sidechains
     assert totals["halts"] == 15
-    # 12 turns refused a call at before_call (it and the call after it), one halted from after_call
-    # at its 6th call (the three calls after it) and two at their 8th (the call after it): 24 + 3 + 2
-    assert totals["prevented_calls"] == 29
+    # 6 loop turns refused their 6th to 13th calls at before_call (eight each), 6 cap turns refused a
+    # call (it and the call after it), one halted from after_call at its 6th call (the three calls
+    # after it) and two at their 8th (the call after it): 48 + 12 + 3 + 2
+    assert totals["prevented_calls"] == 65
 
 
 def test_bundled_example(capsys: pytest.CaptureFixture[str]) -> None:

@@ -17,9 +17,9 @@ def transcript_calls() -> list[ToolCall]:
         ToolCall(
             f"c{i}", "terminal", {"command": "make"}, line=i, result="Error 2", failed=True, has_result=True
         )
-        for i in range(7)
+        for i in range(13)  # 5 failures, 7 rejects, the block
     ]
-    cancelled = ToolCall("c9", "terminal", {"command": "make"}, line=9, has_result=True, cancelled=True)
+    cancelled = ToolCall("c13", "terminal", {"command": "make"}, line=13, has_result=True, cancelled=True)
     return [*failing, cancelled]
 
 
@@ -37,7 +37,7 @@ def test_a_transcript_record_is_played_as_it_is_and_decided_as_its_scripted_twin
         assert step.call is call
         assert (step.before, step.after) == (expected.before, expected.after)
     decisions = recorded.end_turn().decisions
-    assert decisions["exact_failure_reject"] == 1 and decisions["exact_failure_block"] == 1
+    assert decisions["exact_failure_reject"] == 7 and decisions["exact_failure_block"] == 1
 
 
 def test_testing_re_exports_the_driver_for_users_tests() -> None:

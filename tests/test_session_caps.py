@@ -87,7 +87,7 @@ def test_a_subagent_guard_has_its_own_turns_and_detectors() -> None:
     main = Guard(GuardConfig(signature_key=KEY, mode="unattended"))
     sub = main.subagent_guard("worker")
     main.start_turn("1")
-    for _ in range(10):
+    for _ in range(13):  # 5 failures, 7 rejects, and the 13th send is blocked: the main turn halts
         if main.before_call("make", {"t": 1}).allows_execution:
             main.after_call("make", {"t": 1}, "boom", failed=True)
     assert main.halt_decision is not None

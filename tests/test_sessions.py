@@ -156,7 +156,7 @@ def test_an_expired_session_ends_its_halted_turn_and_it_is_counted_as_halted() -
     host = metered_host(registry, idle_seconds=30, clock=clock)
     session = host.session("a")
     session.start_turn()
-    for _ in range(10):
+    for _ in range(13):  # 5 failures, 7 rejects, and the 13th send is blocked: the turn halts
         if session.main.before_call("make", {"t": 1}).allows_execution:
             session.main.after_call("make", {"t": 1}, "boom", failed=True)
     assert session.main.halt_decision is not None

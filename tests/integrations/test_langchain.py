@@ -117,10 +117,11 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     )
     out = agent.invoke({"messages": [HumanMessage("fix the tests")]})
 
-    assert ran.n == 5  # exact_failure rejects the 6th identical failing call and blocks the 7th
+    assert ran.n == 5  # exact_failure rejects the 6th to 12th identical failing calls, blocks the 13th
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
-    assert [m.status for m in tool_messages] == ["error"] * 7
-    assert json.loads(str(tool_messages[-2].content))["otelguard"]["code"] == "exact_failure_reject"
+    assert [m.status for m in tool_messages] == ["error"] * 13
+    codes = [json.loads(str(m.content))["otelguard"]["code"] for m in tool_messages[5:-1]]
+    assert codes == ["exact_failure_reject"] * 7
     refused = json.loads(str(tool_messages[-1].content))
     assert refused["otelguard"]["code"] == "exact_failure_block"
     assert "[otelguard warn: exact_failure_warn]" in str(
@@ -130,10 +131,10 @@ def test_retry_forever_is_warned_then_refused_and_the_run_ends(rig: Rig) -> None
     last = out["messages"][-1]
     assert isinstance(last, AIMessage) and not last.tool_calls
     assert str(last.content).startswith("Stopped by otelguard: ")
-    assert len(chat.seen) == 7  # one model call after the reject, none after the block
+    assert len(chat.seen) == 13  # one model call after each reject, none after the block
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
     assert (
-        rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 1
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 7
     )
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
     assert rig.sample("otelguard_turns_total", agent="default", outcome="halted") == 1
@@ -588,9 +589,9 @@ def test_an_exception_a_middleware_turns_into_an_answer_is_the_calls_failure_onl
     rig: Rig, order: str, run: str
 ) -> None:
     """Whichever of the two is listed first, the run goes on after each failure: the turn stays
-    the same open one, never errored, the same failing call is refused at its 6th ``before_call``
-    (it ran 5 times; a reject, the turn goes on), stopped when the model sends it again, and the
-    turn is halted."""
+    the same open one, never errored, the same failing call is refused at its 6th to 12th
+    ``before_call`` (it ran 5 times; rejects, the turn goes on), stopped when the model sends it a
+    13th time, and the turn is halted."""
     ran = Counter()
     seen: list[tuple[int, float]] = []  # (turns begun, errored turns) as each run of the tool begins
 
@@ -610,12 +611,12 @@ def test_an_exception_a_middleware_turns_into_an_answer_is_the_calls_failure_onl
     assert ran.n == 5
     assert seen == [(1, 0)] * 5
     tool_messages = [m for m in out["messages"] if isinstance(m, ToolMessage)]
-    assert [m.status for m in tool_messages] == ["error"] * 7
-    codes = [json.loads(str(m.content))["otelguard"]["code"] for m in tool_messages[-2:]]
-    assert codes == ["exact_failure_reject", "exact_failure_block"]
+    assert [m.status for m in tool_messages] == ["error"] * 13
+    codes = [json.loads(str(m.content))["otelguard"]["code"] for m in tool_messages[5:]]
+    assert codes == ["exact_failure_reject"] * 7 + ["exact_failure_block"]
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="failed") == 5
     assert (
-        rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 1
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 7
     )
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
     assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
@@ -630,8 +631,9 @@ def test_a_tool_retry_middleware_retrying_a_failing_call_is_refused_after_5_fail
 ) -> None:
     """LangChain's own ``ToolRetryMiddleware``. Listed before the guard, each retry is a call of the
     guard's: the 6th identical failing call is refused (a reject: the retry middleware hands it to
-    the model), the model's next try of it is stopped and the run ends halted, not errored. Listed
-    after it, the retries are one call of the guard's, which fails once per model step."""
+    the model), the model's next six tries of it are refused too, the one after is stopped and the
+    run ends halted, not errored. Listed after it, the retries are one call of the guard's, which
+    fails once per model step."""
     ran = Counter()
 
     @tool
@@ -648,12 +650,15 @@ def test_a_tool_retry_middleware_retrying_a_failing_call_is_refused_after_5_fail
 
     if order == "other, guard":
         assert ran.n == 5  # one model step: 1 call + 4 retries ran, the 5th retry refused
-        assert len(chat.seen) == 2  # the model saw the refusal and sent the call again: stopped
+        assert len(chat.seen) == 8  # the model saw each refusal and sent the call again: 6 more, stopped
     else:
-        assert ran.n == 50  # 5 model steps of 10 tries each; the 6th step's call refused
-        assert len(chat.seen) == 7  # and the 7th step's stopped
+        assert ran.n == 50  # 5 model steps of 10 tries each; the 6th to 12th steps' calls refused
+        assert len(chat.seen) == 13  # and the 13th step's stopped
     assert json.loads(str(out["messages"][-2].content))["otelguard"]["code"] == "exact_failure_block"
     assert str(out["messages"][-1].content).startswith("Stopped by otelguard: ")
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="rejected") == 7
+    )
     assert rig.sample("otelguard_tool_calls_total", agent="default", tool="run_tests", outcome="blocked") == 1
     assert turn_outcomes(rig) == {"completed": 0, "halted": 1, "errored": 0}
 

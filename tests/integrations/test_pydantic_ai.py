@@ -92,16 +92,18 @@ def test_retry_forever_is_warned_then_refused_and_the_run_raises_guard_halted(ri
 
     assert halted.value.decision.code == "exact_failure_block"
     assert ran == 5
-    assert len(seen) == 7  # once more after the reject
-    shown = [str(r.content) for r in returns(seen[-1])][:5]
+    assert len(seen) == 13  # once more after each of the 7 rejects
+    shown = [str(r.content) for r in returns(seen[-1])]
+    assert len(shown) == 12
     assert "[otelguard warn" not in shown[0]
     assert all(
-        "[otelguard warn: exact_failure_warn]" in text for text in shown[1:]
+        "[otelguard warn: exact_failure_warn]" in text for text in shown[1:5]
     )  # the model saw each warning
+    assert all("exact_failure_reject" in text for text in shown[5:])  # and each reject
     last = returns(messages)[-1]
     assert json.loads(str(last.content))["otelguard"]["code"] == "exact_failure_block"  # in the history
     assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="failed") == 5
-    assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="rejected") == 1
+    assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="rejected") == 7
     assert rig.sample("otelguard_tool_calls_total", agent="fixer", tool="run_tests", outcome="blocked") == 1
     assert rig.sample("otelguard_turns_total", agent="fixer", outcome="halted") == 1
 
