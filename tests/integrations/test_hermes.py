@@ -39,9 +39,7 @@ def hermes_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     python = hermes_python()
     work = tmp_path_factory.mktemp("hermes")
     config = work / "otelguard.yaml"
-    # The side script sends the failing call seven times: one reject before the stop lets that run
-    # show both of hermes' paths (a reject handed to the model, a block stopping the turn).
-    config.write_text("mode: unattended\nrejects_before_stop: 1\n")
+    config.write_text("mode: unattended\n")
     env = {
         **os.environ,
         "OTELGUARD_CONFIG": str(config),
@@ -77,11 +75,10 @@ def _guard_code(result: str) -> str | None:
 
 def test_a_failing_call_repeated_runs_five_times_then_is_blocked(hermes_run: dict[str, Any]) -> None:
     """exact_failure under mode unattended: five calls run (hermes' own read-loop notice counts as the
-    failure it reports), then the guard refuses the sixth (a reject: it does not run, the turn goes on)
-    and, sent again after its one reject (``rejects_before_stop: 1``), blocks the seventh: the turn
-    stops."""
+    failure it reports), then the guard refuses the sixth and the six after it (rejects: they do not
+    run, the turn goes on) and, sent again after those, blocks the 13th: the turn stops."""
     codes = [_guard_code(r) for r in hermes_run["looping"]]
-    assert codes == [None] * 5 + ["exact_failure_reject", "exact_failure_block"]
+    assert codes == [None] * 5 + ["exact_failure_reject"] * 7 + ["exact_failure_block"]
     assert "read_file" in json.loads(hermes_run["looping"][5])["error"]
 
 
@@ -103,7 +100,7 @@ def test_metrics_are_served_from_the_hermes_process(hermes_run: dict[str, Any]) 
     metrics = hermes_run["metrics"]
     agent = {"agent": "hermes"}
     assert _sample(metrics, "otelguard_tool_calls_total", outcome="failed", tool="read_file", **agent) == 7
-    assert _sample(metrics, "otelguard_tool_calls_total", outcome="rejected", tool="read_file", **agent) == 1
+    assert _sample(metrics, "otelguard_tool_calls_total", outcome="rejected", tool="read_file", **agent) == 7
     assert _sample(metrics, "otelguard_tool_calls_total", outcome="blocked", tool="read_file", **agent) == 1
     assert (
         _sample(metrics, "otelguard_tool_calls_total", outcome="refused", tool="send_message", **agent) == 1

@@ -71,7 +71,7 @@ def end_turn(session_id: str, turn_id: str, completed: bool = True, interrupted:
 
 
 start_turn("s1", "t1")
-looping = [read_missing("s1", "t1", f"call_{i}") for i in range(1, 8)]
+looping = [read_missing("s1", "t1", f"call_{i}") for i in range(1, 14)]
 start_turn("s2", "t1")
 other_session = read_missing("s2", "t1", "call_other")
 plugins.invoke_hook(
