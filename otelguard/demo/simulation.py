@@ -58,14 +58,14 @@ def failing_terminal(rng: random.Random) -> Iterator[ScriptedCall]:
     """The model reruns the same failing test command without changing anything."""
     error = _json(exit_code=1, output="FAILED tests/test_api.py::test_login - AssertionError")
     yield ScriptedCall("read_file", {"path": "tests/test_api.py"}, "def test_login(): ...")
-    for _ in range(12):
+    for _ in range(13):  # 5 run, 7 are refused, the 13th stops the turn
         yield ScriptedCall("terminal", {"command": "pytest tests/test_api.py -x"}, error, failed=True)
 
 
 def rereading_file(rng: random.Random) -> Iterator[ScriptedCall]:
     """The model reads the same file again and again, getting the same content."""
     content = "[server]\nport = 8080\nworkers = 4\n"
-    for _ in range(10):
+    for _ in range(13):  # 5 run, 7 are refused, the 13th stops the turn
         yield ScriptedCall("read_file", {"path": "config/settings.toml"}, content)
 
 
@@ -118,7 +118,7 @@ def flaky_fetch(rng: random.Random) -> Iterator[ScriptedCall]:
 
 def repeated_message(rng: random.Random) -> Iterator[ScriptedCall]:
     """The same message sent again and again, the same acknowledgement each time."""
-    for _ in range(8):
+    for _ in range(12):  # 4 run, 7 are refused, the 12th runs and stops the turn
         yield ScriptedCall(
             "send_message", {"channel": "#ops", "text": "Deploy finished"}, _json(ok=True, queued=True)
         )
