@@ -216,9 +216,9 @@ class TurnDetectors:
 
         ``BoundedMap.touch`` written out, to reuse what it would evict: in a long turn of new calls
         the map is full, and freeing the least recently used state (cold memory) while making a new
-        one was most of what made the turn's late calls dearer than its early ones. So the dropped
-        state is reset and becomes the new signature's. The results' held queue may still refer to
-        it: it only ever releases a slot's current result (see ``ResultMemory._hold``)."""
+        one was most of the instructions and cache misses a late call had over an early one. So the
+        dropped state is reset and becomes the new signature's. The results' held queue may still
+        refer to it: it only ever releases a slot's current result (see ``ResultMemory._hold``)."""
         signatures = self.signatures
         state = signatures.get(sig)
         if state is not None:
