@@ -56,7 +56,7 @@ class BoundedMap(OrderedDict[K, V], Generic[K, V]):
             self[key] = value
             if len(self) > self.max_size:
                 if self.on_evict is None:  # the per-call maps: no one to tell
-                    self.popitem(last=False)
+                    self.popitem(False)  # positional: keyword parsing costs more than the pop
                 else:
                     self.evict(1)
         else:
@@ -73,7 +73,7 @@ class BoundedMap(OrderedDict[K, V], Generic[K, V]):
     def evict(self, count: int = 1) -> tuple[tuple[K, V], ...]:
         """Drop the ``count`` least recently used entries, each through ``on_evict``; the entries."""
         on_evict = self.on_evict
-        evicted = tuple(self.popitem(last=False) for _ in range(min(count, len(self))))
+        evicted = tuple(self.popitem(False) for _ in range(min(count, len(self))))
         if on_evict is not None:
             for key, value in evicted:
                 on_evict(key, value)

@@ -52,9 +52,9 @@ class SignatureState(ResultSlot):
 _new_state: Final = object.__new__
 
 
-def _new_signature_state() -> SignatureState:
-    """``SignatureState()`` without the call to its ``__init__`` (a new signature on most calls)."""
-    state = _new_state(SignatureState)
+def _renewed(state: SignatureState) -> SignatureState:
+    """``state`` with every field as ``SignatureState()`` sets it: a new state made without the call
+    to its ``__init__`` (a new signature on most calls), or the one a full map drops, reused."""
     state.raw = state.fingerprint = state.held = None
     state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
     return state
@@ -184,7 +184,7 @@ class TurnDetectors:
         self.hard_stop = config.hard_stop_enabled
         self.warn_after = config.warn_after
         self.stop_after = config.hard_stop_after
-        capacity = config.max_tracked_signatures
+        capacity = self._capacity = config.max_tracked_signatures
         self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
         self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
         # same_tool_failure: the new errors of the tool's count (None: a failure without an error to
@@ -215,8 +215,24 @@ class TurnDetectors:
         self.write_streak = 0
 
     def state(self, sig: Signature) -> SignatureState:
-        """The signature's state, created if new and marked most recently used."""
-        return self.signatures.touch(sig, _new_signature_state)
+        """The signature's state, created if new and marked most recently used.
+
+        ``BoundedMap.touch`` written out, to reuse what it would evict: in a long turn of new calls
+        the map is full, and freeing the least recently used state (cold memory) while making a new
+        one was most of the instructions and cache misses a late call had over an early one. So the
+        dropped state is reset and becomes the new signature's. The results' held queue may still
+        refer to it: it only ever releases a slot's current result (see ``ResultMemory._hold``)."""
+        signatures = self.signatures
+        state = signatures.get(sig)
+        if state is not None:
+            signatures.move_to_end(sig)
+            return state
+        if len(signatures) < self._capacity:
+            state = _new_state(SignatureState)
+        else:
+            state = signatures.popitem(False)[1]  # positional: no keyword parsing
+        signatures[sig] = state = _renewed(state)  # the bound is kept above
+        return state
 
     # before_call -----------------------------------------------------------------------------
 

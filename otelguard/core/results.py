@@ -34,7 +34,8 @@ _ENTRY_OVERHEAD: Final = 200  # the queue entry itself, so many tiny results sta
 
 class ResultSlot:
     """The previous ok result of one signature: raw digest, content fingerprint (``None`` until it
-    is needed) and, while the fingerprint is unknown, the result itself."""
+    is needed) and, while the fingerprint is unknown, the result itself. Its owner may reset it for
+    another signature (``TurnDetectors.state`` does, once its map is full): see ``ResultMemory._hold``."""
 
     __slots__ = ("fingerprint", "held", "raw")
 
@@ -63,7 +64,9 @@ class ResultMemory:
         self._fingerprints = ResultFingerprinter(volatile_keys)
         self._budget = held_bytes
         self._held_total = 0
-        self._held: deque[tuple[ResultSlot, Any, int]] = deque()
+        # (slot, result, raw digest, size) per held result, flat: four items each, no tuple to make
+        # and free per call (see _hold)
+        self._held: deque[Any] = deque()
         self._error_fingerprints: dict[int, int] = {}  # raw digest of a JSON error -> its fingerprint
 
     def error_fingerprint(self, result: Any) -> int | None:
@@ -144,13 +147,24 @@ class ResultMemory:
         slot.raw, slot.fingerprint, slot.held = raw, fingerprint, held
 
     def _hold(self, slot: ResultSlot, result: Any, size: int) -> None:
+        """Queue the slot's new ``held`` result (its ``raw`` just set), releasing the oldest past the
+        budget. An entry outlives what it held when the slot moves on (fingerprinted, another result)
+        or is reset for another signature; so a release empties ``held`` only while the slot still
+        holds that very result with that very digest object (a new result's digest is a new int,
+        even for the same result object)."""
         size += _ENTRY_OVERHEAD
-        self._held.append((slot, result, size))
+        held = self._held
+        held.append(slot)
+        held.append(result)
+        held.append(slot.raw)
+        held.append(size)
         self._held_total += size
-        while self._held_total > self._budget and self._held:
-            old_slot, old_result, old_size = self._held.popleft()
-            self._held_total -= old_size
-            if old_slot.held is old_result:
+        while self._held_total > self._budget and held:
+            old_slot = held.popleft()
+            old_result = held.popleft()
+            old_raw = held.popleft()
+            self._held_total -= held.popleft()
+            if old_slot.held is old_result and old_slot.raw is old_raw:
                 old_slot.held = None
 
 
