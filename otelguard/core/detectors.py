@@ -35,27 +35,24 @@ class SignatureState(ResultSlot):
     """What a turn remembers about one signature (its previous result: see ``ResultSlot``)."""
 
     __slots__ = ("exact_epoch", "exact_failures", "no_progress", "reject_epoch", "rejects")
+    exact_failures: int
+    exact_epoch: int
+    no_progress: int
+    rejects: int
+    reject_epoch: int
 
     def __init__(self) -> None:
-        # ResultSlot's fields, set here directly: one state is created per new signature.
-        self.raw = None
-        self.fingerprint = None
-        self.held = None
-        self.exact_failures = 0
-        self.exact_epoch = 0
-        self.no_progress = 0
-        # rejects given to this call since it last ran; they lapse when a write or shell succeeds
-        self.rejects = 0
-        self.reject_epoch = 0
+        _renewed(self)
 
 
 _new_state: Final = object.__new__
 
 
 def _renewed(state: SignatureState) -> SignatureState:
-    """``state`` with every field as ``SignatureState()`` sets it: a new state made without the call
-    to its ``__init__`` (a new signature on most calls), or the one a full map drops, reused."""
-    state.raw = state.fingerprint = state.held = None
+    """``state`` with every field as a new state has it: one made without the call to its
+    ``__init__`` (a new signature on most calls), or the one a full map drops, reused. ``rejects``:
+    those given to this call since it last ran; they lapse when a write or shell succeeds."""
+    state.raw = state.fingerprint = state.held = None  # ResultSlot's, set here directly
     state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
     return state
 
@@ -293,7 +290,8 @@ class TurnDetectors:
 
     def _refuse_cycle(self, sig: Signature) -> Decision | None:
         """cycle: the call continuing the cycle is rejected, and taken as part of the sequence (the model
-        asked for it); a call continuing that same cycle after its reject stops the turn. The cycle breaking ends its rejects."""
+        asked for it); a call continuing that same cycle after its reject stops the turn. The cycle
+        breaking ends its rejects."""
         limit = self.stop_after["cycle"]
         count, period = self.cycle.would_continue(sig, limit)
         rejected = self.cycle_rejected

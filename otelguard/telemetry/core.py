@@ -315,30 +315,19 @@ class GuardTelemetry(GuardObserver):
         # lock once for them
         tool = call.tool_name
         span_name, tool_name = self._tools.get(tool) or self._tool_names(tool)
+        attributes: dict[str, Any] = {
+            attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
+            attr.GEN_AI_TOOL_NAME: tool_name,
+            attr.ARGS_HASH: call.signature.args_hash,
+            attr.TOOL_CLASS: call.tool_class,
+            attr.OUTCOME: outcome,
+            attr.DECISION_ACTION: decision.action,
+            attr.DECISION_CODE: decision.code,
+            attr.DECISION_COUNT: decision.count,
+        }
         call_id = call.call_id
-        if call_id is None:
-            attributes: dict[str, Any] = {
-                attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
-                attr.GEN_AI_TOOL_NAME: tool_name,
-                attr.ARGS_HASH: call.signature.args_hash,
-                attr.TOOL_CLASS: call.tool_class,
-                attr.OUTCOME: outcome,
-                attr.DECISION_ACTION: decision.action,
-                attr.DECISION_CODE: decision.code,
-                attr.DECISION_COUNT: decision.count,
-            }
-        else:
-            attributes = {
-                attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
-                attr.GEN_AI_TOOL_NAME: tool_name,
-                attr.ARGS_HASH: call.signature.args_hash,
-                attr.TOOL_CLASS: call.tool_class,
-                attr.GEN_AI_TOOL_CALL_ID: call_id if _plain(call_id) else _clip(call_id),
-                attr.OUTCOME: outcome,
-                attr.DECISION_ACTION: decision.action,
-                attr.DECISION_CODE: decision.code,
-                attr.DECISION_COUNT: decision.count,
-            }
+        if call_id is not None:
+            attributes[attr.GEN_AI_TOOL_CALL_ID] = call_id if _plain(call_id) else _clip(call_id)
         if call.state_fallback:
             attributes[attr.STATE] = attr.STATE_FALLBACK
         if error_type is not None:
