@@ -27,7 +27,7 @@ from tests.redis_e2e import RedisServer, run_redis_cluster
 
 ROOT = Path(__file__).resolve().parents[1]
 
-SUPPORTED = ("5.0.0", "5.3.1", "6.4.0", "7.1.1", "7.2.0", "7.4.1", "8.0.1", "8.1.0")
+SUPPORTED = ("5.0.0", "5.3.1", "6.4.0", "7.1.1", "7.2.0", "7.4.1", "8.0.1", "8.2.0")
 """The first supported version, the versions on either side of each change, the newest of each
 major version."""
 
