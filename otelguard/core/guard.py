@@ -351,13 +351,27 @@ def _no_turn(agent: str) -> TurnSummary:
 def _refusal(
     caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int
 ) -> Decision | None:
-    """What refuses a call of a turn not yet halted: a cap (which, when none refuses, charges the
-    session caps), then a hard-stop detector (a call it refuses gets its session charge back)."""
-    decision = None
-    if facts.caps_turn or facts.caps_session:
-        decision = caps.check(sig, facts.caps_turn, facts.caps_session, units)
-    if decision is None and turn.detectors.hard_stop:
-        decision = turn.detectors.refuse_before(sig, facts.tool_class)
+    """What refuses a call of a turn not yet halted: a turn cap, a session cap, a hard-stop detector,
+    in that order. A call is charged to the session caps only once no detector would refuse it: a
+    refused call never holds a charge, not even for a moment (another guard of the session would
+    see the session one call fuller). For a call a detector refuses, the session usage is only read,
+    to report the cap when it would refuse the call too."""
+    detectors = turn.detectors
+    decision = caps.check_turn(sig, facts.caps_turn, units) if facts.caps_turn else None
+    if decision is not None:
+        return decision
+    if detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class):
+        decision = caps.session_hit(sig, facts.caps_session, units) if facts.caps_session else None
+        if decision is None:
+            decision = detectors.refuse_before(sig, facts.tool_class)
+        if decision is not None:
+            return decision
+    if facts.caps_session:
+        decision = caps.charge_session(sig, facts.caps_session, units)
+        if decision is not None:
+            return decision
+    if detectors.hard_stop:
+        decision = detectors.refuse_before(sig, facts.tool_class)  # ``None``: ``would_refuse`` said so
         if decision is not None and facts.caps_session:
             caps.refund_session(facts.caps_session, units)
     return decision
