@@ -24,7 +24,7 @@ from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, 
 from otelguard.core.detectors import SessionMemory, TurnDetectors
 from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
 from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
-from otelguard.core.results import ResultMemory
+from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
 
@@ -35,6 +35,8 @@ DEFAULT_AGENT: Final = "default"
 
 _MAX: Final = MAX_NAME_CHARS  # the names the guard takes as they come
 _NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
+HELD_BYTES_PER_SIGNATURE: Final = 256
+"""Results a guard holds before fingerprinting them, per signature it tracks (at most 1 MiB)."""
 
 
 class Guard:
@@ -63,7 +65,7 @@ class Guard:
         self.agent = _agent_name(agent) or DEFAULT_AGENT
         self.session_id = session_id
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
-        self._results = ResultMemory(self.config.volatile_result_keys)
+        self._results = ResultMemory(self.config.volatile_result_keys, _held_bytes(self.config))
         self._catalog = catalog_for(self.config)
         self._known_facts = self._catalog.known_facts
         if session_caps is None:
@@ -94,13 +96,13 @@ class Guard:
         """The store of this session's cap counters (shared with the session's other guards)."""
         return self._caps.session
 
-    def subagent_guard(self, agent: str | None = None) -> Guard:
+    def subagent_guard(self, agent: str | None = None, config: GuardConfig | None = None) -> Guard:
         """A guard for a subagent of this guard's session: its own turns and detector state, the same
-        config, telemetry, observers and session, and the same session cap counters (a session cap
-        holds across the main agent and all its subagents, charged atomically between them)."""
+        config (or ``config``: a host's smaller budget), telemetry, observers, session and session cap
+        counters (a session cap holds across the main agent and its subagents, charged atomically)."""
         telemetry, observers = self._made_with
         return Guard(
-            self.config,
+            config if config is not None else self.config,
             telemetry,
             agent=agent or self.agent,
             observers=observers,
@@ -337,6 +339,12 @@ class Guard:
         self._observers.internal_error(stage, exc)
         name = tool_name if isinstance(tool_name, str) else ""
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
+
+
+def _held_bytes(config: GuardConfig) -> int:
+    """The results a guard holds unfingerprinted, in proportion to the signatures it tracks (1 MiB
+    at the default 4,096): a session host's small share holds little."""
+    return min(DEFAULT_HELD_BYTES, config.max_tracked_signatures * HELD_BYTES_PER_SIGNATURE)
 
 
 def _agent_name(agent: Any) -> Any:
