@@ -9,10 +9,13 @@ import threading
 from collections.abc import Iterator
 
 import pytest
+from hypothesis import example, given, note, settings
+from hypothesis import strategies as st
 
 from otelguard import Guard, GuardConfig
 from otelguard.core import decisions as codes
 from otelguard.core.caps import LocalSessionCaps, SessionCapStore
+from otelguard.core.decisions import Decision, Signature, ToolClass
 from otelguard.hosting import session_cap_store
 from tests.redis_e2e import RedisServer
 
@@ -141,3 +144,74 @@ def test_a_call_both_a_cap_and_a_detector_refuse_is_reported_as_the_cap() -> Non
     store.refund(["web_search"], 1)
     assert main.before_call("web_search", FAILING, call_id="again").code == codes.CROSS_TURN_FAILURE_REJECT
     assert store.usage() == {"web_search": 9}
+
+
+_STEP = st.tuples(
+    st.sampled_from(["web_search", "read_file", "write_file", "Bash", "get_status"]),
+    st.integers(0, 1),  # the argument
+    st.sampled_from(["same", "same", "other", "failed-a", "failed-a", "failed-b", "turn"]),
+)
+_LOW = {"exact_failure": 2, "cross_turn_failure": 2, "no_progress": 2, "identical_call": 3, "cycle": 2}
+_LOWER = {"exact_failure": 1, "cross_turn_failure": 1, "no_progress": 1, "identical_call": 2, "cycle": 2}
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.lists(_STEP, max_size=120))
+@example([("Bash", 0, "failed-a"), ("Bash", 0, "turn")] * 3)  # cross_turn_failure
+@example([("write_file", 0, "same")] * 6)  # identical_call
+@example([("read_file", 0, "same")] * 6)  # no_progress
+@example([("write_file", 0, "same"), ("write_file", 1, "same")] * 4)  # cycle, then its reject resent:
+@example([("Bash", n, f"failed-{n}") for n in range(6)])  # same_tool_failure
+@example([("write_file", 0, "same"), ("write_file", 1, "same")] * 2 + [("write_file", 0, "same")] * 2)
+def test_the_detectors_side_effect_free_answer_is_the_refusal_they_give(
+    steps: list[tuple[str, int, str]],
+) -> None:
+    """``would_refuse`` (asked before a session cap is charged) says exactly whether ``refuse_before``
+    refuses the call, whatever the calls before it: cycles, repeats, failures across turns."""
+    guard = Guard(
+        GuardConfig.from_mapping(
+            {
+                "signature_key": KEY,
+                "mode": "unattended",
+                "rejects_before_stop": 2,
+                "hard_stop_after": {**_LOW, "same_tool_failure": 3},
+                "warn_after": {**_LOWER, "same_tool_failure": 2},
+                "caps": {"on_hit": "reject"},
+            }
+        )
+    )
+    mismatches: list[tuple[bool, bool]] = []
+    seen: list[bool] = []
+
+    def watch() -> None:
+        detectors = guard._current_turn().detectors  # the turn's own detectors
+        refuse = detectors.refuse_before
+
+        def checked(sig: Signature, tool_class: ToolClass) -> Decision | None:
+            predicted = detectors.would_refuse(sig, tool_class)
+            refused = refuse(sig, tool_class)
+            seen.append(refused is not None)
+            if predicted != (refused is not None):
+                mismatches.append((predicted, refused is not None))
+            return refused
+
+        detectors.refuse_before = checked  # type: ignore[method-assign]
+
+    guard.start_turn()
+    watch()
+    for n, (tool, arg, outcome) in enumerate(steps):
+        if outcome == "turn":
+            guard.start_turn()
+            watch()
+            continue
+        args = {"a": arg}
+        decision = guard.before_call(tool, args, call_id=f"c{n}")
+        if decision.should_halt or decision.action == "block":
+            guard.start_turn()
+            watch()
+        elif decision.allows_execution:
+            failed = outcome.startswith("failed")
+            result = f"Error: {outcome}" if failed else ("same" if outcome == "same" else f"r{n}")
+            guard.after_call(tool, args, result, failed=failed, call_id=f"c{n}")
+    assert mismatches == []
+    note(f"{sum(seen)} refusals")
