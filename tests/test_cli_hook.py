@@ -172,7 +172,9 @@ def answering() -> Iterator[str]:
 
 
 def test_the_hook_path_imports_only_the_standard_library(answering: str) -> None:
-    imported = imports_without_site("hook", "claude-code", "--url", answering, payload=json.dumps(PRE).encode())
+    imported = imports_without_site(
+        "hook", "claude-code", "--url", answering, payload=json.dumps(PRE).encode()
+    )
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
     assert ours == {
         "otelguard",
@@ -699,7 +701,7 @@ def listening(behaviour: str) -> Iterator[int]:
                 return
             held.append(connection)
             if behaviour == "half":
-                connection.sendall(b"HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n{\"hookSpecific")
+                connection.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n{"hookSpecific')
 
     thread = threading.Thread(target=serve, daemon=True)
     thread.start()

@@ -446,6 +446,7 @@ def _tls(raw: _socket.socket, host: str, deadline: float) -> _socket.socket:
     import ssl
 
     plain = socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
+    wrapped: socket.socket = plain
     try:
         plain.settimeout(_remaining(deadline))
         wrapped = ssl.create_default_context().wrap_socket(
@@ -454,7 +455,7 @@ def _tls(raw: _socket.socket, host: str, deadline: float) -> _socket.socket:
         wrapped.settimeout(_remaining(deadline))
         wrapped.do_handshake()  # one deadline for the whole handshake, however the peer drips it
     except BaseException:
-        plain.close()
+        wrapped.close()  # the caller closes the descriptor it no longer holds: close it here
         raise
     return wrapped
 
