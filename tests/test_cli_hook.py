@@ -876,3 +876,11 @@ def test_the_sessions_told_are_bounded(own_cache: Path) -> None:
     assert not told(f"s{MAX_REMEMBERED + 9}")  # the newest are remembered
     assert told("s0")  # the oldest were forgotten: told again
     assert notice(b"[1]", "down") == "" and notice(b"\xff", "down") == ""
+
+
+@given(st.one_of(st.binary(max_size=200), JSON.map(lambda value: json.dumps(value).encode())))
+def test_the_notice_never_raises(payload: bytes) -> None:
+    from otelguard.claude_code.off_notice import notice
+
+    told = notice(payload, "sidecar down")
+    assert told == "" or list(json.loads(told)) == ["systemMessage"]
