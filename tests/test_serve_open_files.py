@@ -76,7 +76,10 @@ def test_the_soft_open_file_limit_is_raised_toward_the_hard_one(tmp_path: Path) 
     raised, bound = (int(word) for word in result.stdout.split())
     assert raised > low
     assert raised <= hard
-    assert bound == 1024  # the whole default bound fits under the raised limit
+    if hard >= 2048:
+        assert bound == 1024  # the whole default bound fits under the raised limit
+    else:
+        assert bound < raised
 
 
 _OUT_OF_FILES_SCRIPT = """

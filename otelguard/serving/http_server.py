@@ -316,13 +316,14 @@ class HttpServer:
                     return
                 continue  # one connection that failed (reset before it was accepted): the next
             full = len(self.connections) + len(self.starting) >= self.max_connections
-            if full and not self.stopping and not self.make_room() and self.starting:
+            room = not self.stopping and (not full or self.make_room())
+            if not room and not self.stopping and self.starting:
                 # the bound is held by connections still starting, not yet idle or busy: this one
-                # waits (in the kernel's queue, accepted already) until one of them is ready
+                # waits (accepted already) until one of them is ready
                 self._waiting.append(sock)
                 self._stop_accepting()
                 return
-            if self.stopping or (full and not self.make_room()):
+            if not room:
                 sock.close()  # shutting down, or every connection is busy: refused
                 continue
             self._begin_start(sock)
