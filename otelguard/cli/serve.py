@@ -16,7 +16,7 @@ from types import FrameType
 from prometheus_client import REGISTRY
 
 from otelguard import ConfigError
-from otelguard.cli.config_messages import load_config, option_problem
+from otelguard.cli.config_messages import load_config, option_problem, port_problem
 from otelguard.config import StateSettings, mask_url
 from otelguard.config.environment import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SIGNATURES
@@ -98,6 +98,10 @@ def _check_state(state: StateSettings, telemetry: Telemetry) -> Callable[[], boo
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = port_problem("--port", args.port)
+    if problem is not None:  # before the config is read or the state asked
+        print(f"otelguard serve: {problem}", file=sys.stderr)
+        return 2
     config = load_config("otelguard serve", args.config)
     if config is None:
         return 2
