@@ -187,6 +187,20 @@ def test_loop_signature_hits_total_labels_the_args_hash_for_loop_decisions_only(
     ]
 
 
+def test_loop_signature_hits_total_counts_rejects_with_warns_and_blocks() -> None:
+    """Every action of a loop detector counts: the warns, the rejects and the block that ends the turn."""
+    registry = CollectorRegistry()
+    guard = make(registry)
+    codes = [call(guard, "terminal", {"c": "make"}, "Error", failed=True).code for _ in range(13)]
+    assert codes.count("exact_failure_reject") == 7
+    hits = {
+        s.labels["code"]: s.value for s in samples(registry, "otelguard_loop_signature_hits_total")
+    }
+    assert hits == {
+        code: float(codes.count(code)) for code in ("exact_failure_warn", "exact_failure_reject", "exact_failure_block")
+    }
+
+
 def test_same_error_decisions_are_loop_signature_hits() -> None:
     """same_error is a loop detector: its warn and halt land in the signature-hits counter."""
     registry = CollectorRegistry()

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["GuardTelemetry", "Telemetry"]
 
 _REFUSING_ACTIONS: Final = frozenset(("block", "halt", "reject"))
-_LOOP_ACTIONS: Final = frozenset(("warn", "block", "halt"))
+_LOOP_ACTIONS: Final = frozenset(("warn", "reject", "block", "halt"))  # every action but allow
 _RAN: Final = frozenset(("ok", "failed"))
 _CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
 # A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
