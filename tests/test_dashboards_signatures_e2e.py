@@ -76,9 +76,7 @@ def panel_expr() -> str:
 def test_top_looping_signatures_lists_a_loop_shorter_than_a_scrape_interval(tmp_path: Path) -> None:
     backfill(tmp_path / "prom-data", tmp_path)
     with run_prometheus(tmp_path, [], extra_args=("--storage.tsdb.retention.time=30d",)) as prom:
-        rows = {
-            row["metric"]["signature"]: float(row["value"][1]) for row in prom.query(panel_expr(), END)
-        }
+        rows = {row["metric"]["signature"]: float(row["value"][1]) for row in prom.query(panel_expr(), END)}
     assert rows.keys() == {"short", "growing", "restarted"}, rows
     assert rows["short"] == 8  # every hit of the loop, though its series never changed
     assert rows["growing"] == 4  # only the hits inside the range

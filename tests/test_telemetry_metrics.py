@@ -192,7 +192,10 @@ def test_an_agents_first_call_creates_the_series_alerts_rate_at_zero() -> None:
     hits per configured cap and scope, its spawn counter and its cap usage exist at 0, so rate()
     sees the first cap hit or halt."""
     registry = CollectorRegistry()
-    caps = {"turn": {"web_search": 5, "subagents": 3, "off": 0}, "session": {"web_search": 20, "subagents": 0}}
+    caps = {
+        "turn": {"web_search": 5, "subagents": 3, "off": 0},
+        "session": {"web_search": 20, "subagents": 0},
+    }
     guard = make(registry, caps=caps)
     guard.start_turn(agent="fresh-agent")
     call(guard, "read_file", {"p": 1})
@@ -218,11 +221,10 @@ def test_loop_signature_hits_total_counts_rejects_with_warns_and_blocks() -> Non
     guard = make(registry)
     codes = [call(guard, "terminal", {"c": "make"}, "Error", failed=True).code for _ in range(13)]
     assert codes.count("exact_failure_reject") == 7
-    hits = {
-        s.labels["code"]: s.value for s in samples(registry, "otelguard_loop_signature_hits_total")
-    }
+    hits = {s.labels["code"]: s.value for s in samples(registry, "otelguard_loop_signature_hits_total")}
     assert hits == {
-        code: float(codes.count(code)) for code in ("exact_failure_warn", "exact_failure_reject", "exact_failure_block")
+        code: float(codes.count(code))
+        for code in ("exact_failure_warn", "exact_failure_reject", "exact_failure_block")
     }
 
 
