@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 __all__ = ["GuardTelemetry", "Telemetry"]
 
 _REFUSING_ACTIONS: Final = frozenset(("block", "halt", "reject"))
-_LOOP_ACTIONS: Final = frozenset(("warn", "block", "halt"))
+_LOOP_ACTIONS: Final = frozenset(("warn", "reject", "block", "halt"))  # every action but allow
 _RAN: Final = frozenset(("ok", "failed"))
 _CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
 # A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
@@ -106,16 +106,22 @@ class Telemetry:
         return replace(settings or TelemetrySettings(), **self._overrides)
 
     def bind(
-        self, settings: TelemetrySettings | None = None, *, random_signature_key: bool = False
+        self,
+        settings: TelemetrySettings | None = None,
+        *,
+        random_signature_key: bool = False,
+        caps: tuple[tuple[str, str], ...] = (),
     ) -> GuardTelemetry:
         """A per-guard observer (the guard calls this once with ``config.telemetry``).
 
         ``random_signature_key``: the guard hashes with the process's random key, so its hashes match
         no other process's; the first time one is exported (on a recording span, or as a looping
         signature's series) that is said once on the ``otelguard`` logger, with how to set a key.
+        ``caps``: the guard's ``(cap, scope)`` pairs with a limit; the observer creates their hit
+        series at 0, with the agent's other alerting series, the first time it sees an agent.
         """
         effective = self.settings(settings)
-        observer = GuardTelemetry(self._tracer, self._space(effective), effective)
+        observer = GuardTelemetry(self._tracer, self._space(effective), effective, caps)
         observer.unkeyed = random_signature_key
         return observer
 
@@ -127,16 +133,9 @@ class Telemetry:
         per-agent histograms, and ``outcome="ok"`` of each of ``tools`` (the other outcomes of a tool
         appear with their first call: no alert selects on them)."""
         space = self._space(self.settings())
-        for turn_outcome in TURN_OUTCOMES:
-            space.turns(agent, turn_outcome)
-        space.per_agent("subagent_spawns", agent)
-        space.per_agent("turn_tool_calls", agent)
+        _prime(space, agent, tuple((cap, scope) for cap in caps for scope in ("turn", "session")))
         for tool in tools:
             space.tool_calls(agent, tool, "ok")
-        for cap in caps:
-            space.cap_usage(agent, cap)
-            for scope in ("turn", "session"):
-                space.cap_hits(agent, cap, scope)
 
     def state_reported(self, report: StateReport) -> None:
         """Count a use of the shared store: the listener a host wires a shared session-cap backend to
@@ -154,8 +153,18 @@ class Telemetry:
 class GuardTelemetry(GuardObserver):
     """The observer one guard reports to (``GuardObserver``). Safe to call from many threads."""
 
-    def __init__(self, tracer: trace.Tracer, space: LabelSpace, settings: TelemetrySettings) -> None:
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        space: LabelSpace,
+        settings: TelemetrySettings,
+        caps: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self._tracer = tracer
+        self._caps = caps
+        self._primed: str | None = None
+        """The agent whose alerting series were last created (priming again is harmless, so one
+        name is memory enough: a guard mostly serves one agent)."""
         self._space = space
         self.settings = settings
         self._mode = settings.span_mode
@@ -172,6 +181,8 @@ class GuardTelemetry(GuardObserver):
 
     # -- turns ---------------------------------------------------------------------------------
     def on_turn_start(self, turn: TurnInfo) -> None:
+        if turn.agent != self._primed:
+            self._prime(turn.agent)
         if not self._turn_spans:
             return
         self._end_turn_span(None)  # a turn that was never ended
@@ -234,6 +245,15 @@ class GuardTelemetry(GuardObserver):
     def on_internal_error(self, stage: str) -> None:
         self._space.families.internal_error(stage)
 
+    def _prime(self, agent: object) -> None:
+        """Create at 0 the series of a newly seen agent that alerts and panels rate (``_prime``), so
+        that ``rate()`` counts its first cap hit or halted turn."""
+        try:
+            _prime(self._space, _name(agent), tuple((_name(cap), scope) for cap, scope in self._caps))
+        except Exception as exc:
+            self._step_failed("prime", exc)
+        self._primed = agent if isinstance(agent, str) else None
+
     # -- calls ---------------------------------------------------------------------------------
     # Span work happens when a call ends: an own span is created then, with every attribute at once
     # and ``start_time`` from ``before_call`` (otelguard never makes its span current, so nothing in
@@ -261,6 +281,8 @@ class GuardTelemetry(GuardObserver):
         outcome = call.outcome or "ok"
         agent, tool = call.agent, call.tool_name
         agent = agent if isinstance(agent, str) else attr.OTHER  # what _name does, on every call
+        if agent != self._primed:
+            self._prime(agent)
         try:
             if not isinstance(tool, str):
                 tool = attr.OTHER
@@ -437,6 +459,20 @@ class GuardTelemetry(GuardObserver):
                 self._max_signature_series,
                 exemplar,
             )
+
+
+def _prime(space: LabelSpace, agent: str, caps: tuple[tuple[str, str], ...]) -> None:
+    """Create at 0 an agent's series that alerts and dashboards rate: every turn outcome, the hits of
+    each ``(cap, scope)``, the usage of each cap, spawns and tool calls per turn. Within the label
+    bounds, like every series: past them the agent is ``_other``."""
+    for turn_outcome in TURN_OUTCOMES:
+        space.turns(agent, turn_outcome)
+    space.per_agent("subagent_spawns", agent)
+    space.per_agent("turn_tool_calls", agent)
+    for cap in dict.fromkeys(cap for cap, _ in caps):
+        space.cap_usage(agent, cap)
+    for cap, scope in caps:
+        space.cap_hits(agent, cap, scope)
 
 
 def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | None:
