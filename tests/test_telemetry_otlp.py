@@ -107,7 +107,13 @@ def test_spans_arrive_at_an_otlp_http_receiver(receiver: Receiver, monkeypatch: 
     assert attributes["gen_ai.tool.name"].string_value == "read_file"
     assert attributes["otelguard.decision.code"].string_value == "no_progress_warn"
     assert attributes["otelguard.decision.count"].int_value == 2
-    assert [e.name for e in span.events] == ["otelguard.decision"]
+    assert [e.name for e in span.events] == ["otelguard.decision", "gen_ai.evaluation.result"]
+    evaluation = {a.key: a.value.string_value for a in span.events[1].attributes}
+    assert evaluation == {
+        "gen_ai.evaluation.name": "otelguard",
+        "gen_ai.evaluation.score.label": "warn",
+        "gen_ai.evaluation.explanation": "no_progress_warn",
+    }
 
 
 def test_no_otlp_variables_means_a_noop_exporter(monkeypatch: pytest.MonkeyPatch) -> None:
