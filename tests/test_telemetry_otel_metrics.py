@@ -5,6 +5,8 @@ off by default; and the ``gen_ai.evaluation.result`` event of every non-allow de
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -209,3 +211,24 @@ def test_every_gen_ai_name_is_spelled_in_one_module() -> None:
                 found.append(f"{path.relative_to(ROOT)}:{node.lineno}")
     assert found == []
     assert genai.CONVENTIONS_VERSION in (ROOT / "docs" / "telemetry.md").read_text()
+
+
+def test_without_otel_metrics_their_module_is_never_loaded() -> None:
+    """Off, nothing of them runs: a guard with telemetry makes calls and turns, and the OTel metrics
+    module is never imported (no meter, no instrument, no step on the call path)."""
+    code = (
+        "import sys\n"
+        "from prometheus_client import CollectorRegistry\n"
+        "from otelguard import Guard, GuardConfig\n"
+        "from otelguard.telemetry import Telemetry\n"
+        "guard = Guard(GuardConfig(signature_key='k'), Telemetry(registry=CollectorRegistry()), agent='a')\n"
+        "for i in range(5):\n"
+        "    guard.before_call('t', {'i': 1}); guard.after_call('t', {'i': 1}, 'same')\n"
+        "guard.end_turn()\n"
+        "print('otelguard.telemetry.otel_metrics' in sys.modules)\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "False"
