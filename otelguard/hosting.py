@@ -1,30 +1,33 @@
-"""What a host hands the core: the observer of ``telemetry=``, the backend of a session's caps, and
-the session host every adapter is built on.
+"""The conveniences a host takes, resolved into what the core takes: ``telemetry=`` into each
+guard's observer, a config's state URL into the store of a session's caps; the ``Guard`` the package
+exports; the session host every adapter is built on.
 
 ``TelemetryOption`` is what ``telemetry=`` takes wherever a host takes it: ``None`` (or ``False``:
 pure), ``True`` (the process-wide ``Telemetry.default()``), a ``Telemetry`` (or any object with
-``bind(settings)``), or a ``GuardObserver`` used as it is. ``SessionHosted`` is the base of the
-hosts whose public constructor is ``(config, *, telemetry, agent, max_sessions)`` (the framework
-adapters): it builds their ``SessionHost`` once, or takes a ready one (``host=``);
-``session_host`` does the same for hosts whose constructor says more.
+``bind(settings)``: a ``TelemetryBinder``), or a ``GuardObserver`` used as it is. ``edges_for`` turns
+one into the core's ``Edges`` (``otelguard.core.edges``): nothing is looked up at run time, the core
+is handed what it uses. ``Guard`` is the core's guard with ``telemetry=`` as its second argument,
+as the README shows. ``SessionHosted`` is the base of the hosts whose public constructor is
+``(config, *, telemetry, agent, max_sessions)`` (the framework adapters): it builds their
+``SessionHost`` once, or takes a ready one (``host=``); ``session_host`` does the same for hosts
+whose constructor says more.
 
-The core knows a session-cap backend only as the ``SessionCapStore`` protocol and an observer only
-as a ``GuardObserver``; this edge turns a ``GuardConfig`` and a guard's ``telemetry`` argument into
-them. ``session_cap_store`` picks the Redis backend for a config with a state URL and wires its
-health reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the process-wide
-``Telemetry.default()``. The package registers both as the core's defaults (``otelguard.core._resolvers``),
-so ``Guard(config, telemetry=True, session_id=...)`` works as the README shows; a host may call them
-itself and hand the guard what they return.
+``session_cap_store`` picks the Redis backend for a config with a state URL and wires its health
+reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the process-wide
+``Telemetry.default()``. A host may call them itself and hand the guard what they return.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import TYPE_CHECKING, ClassVar, TypeAlias, cast
+from collections.abc import Callable, Iterable
+from functools import partial
+from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, cast
 
-from otelguard.config import GuardConfig
+from otelguard.config import GuardConfig, TelemetrySettings
+from otelguard.core import guard as core_guard
 from otelguard.core.caps import LocalSessionCaps, SessionCapStore
-from otelguard.core.observers import GuardObserver, TelemetryBinder
+from otelguard.core.edges import Edges
+from otelguard.core.observers import GuardObserver
 from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
 from otelguard.core.signatures import resolve_signature_key, uses_random_key
 
@@ -32,17 +35,78 @@ if TYPE_CHECKING:
     from otelguard.state.reports import StateReport
 
 __all__ = [
+    "Guard",
     "SessionHosted",
+    "TelemetryBinder",
     "TelemetryOption",
+    "edges_for",
     "observer_for",
     "session_cap_store",
     "session_host",
     "state_listener",
 ]
 
+
+class TelemetryBinder(Protocol):
+    """What ``telemetry=`` may be besides an observer (``otelguard.Telemetry`` is one): it is bound
+    once per guard to the config's ``telemetry`` section and answers with the guard's observer."""
+
+    def bind(self, settings: TelemetrySettings) -> GuardObserver: ...
+
+
 TelemetryOption: TypeAlias = TelemetryBinder | GuardObserver | bool | None
 """What ``telemetry=`` takes: ``None``/``False`` (no telemetry), ``True`` (``Telemetry.default()``),
 a ``Telemetry`` or any ``TelemetryBinder`` (bound to each guard's config), or a ``GuardObserver``."""
+
+
+def edges_for(telemetry: TelemetryOption = None) -> Edges:
+    """The core's edges for a host made with ``telemetry``: each guard's observer from it
+    (``observer_for``), and the store of a known session's caps from the guard's config
+    (``session_cap_store``: Redis with a state URL, its health reported to ``telemetry``)."""
+    observer = None if telemetry is None or telemetry is False else partial(_observer_of, telemetry)
+    return Edges(observer=observer, session_caps=partial(_session_store_of, telemetry))
+
+
+def _observer_of(telemetry: TelemetryOption, config: GuardConfig) -> GuardObserver:
+    return observer_for(telemetry, config)
+
+
+def _session_store_of(telemetry: TelemetryOption, config: GuardConfig, session_id: str) -> SessionCapStore:
+    return session_cap_store(config, session_id, telemetry)
+
+
+class Guard(core_guard.Guard):
+    """The guard (``otelguard.core.guard.Guard``) with the conveniences the README shows: ``telemetry``
+    is ``None`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer provider,
+    default registry), a ``Telemetry`` (or any ``TelemetryBinder``: bound to this config's
+    ``telemetry`` section) or a ``GuardObserver``; a guard that knows its session (``session_id``)
+    and is handed no store keeps its session caps in Redis when the config has a state URL.
+    ``edges``: the core's edges, for a host that resolved them itself (then ``telemetry`` stays
+    ``None``)."""
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        telemetry: TelemetryOption = None,
+        *,
+        agent: str = core_guard.DEFAULT_AGENT,
+        observers: Iterable[GuardObserver] = (),
+        session_id: str | None = None,
+        session_caps: SessionCapStore | None = None,
+        edges: Edges | None = None,
+    ) -> None:
+        if edges is None:
+            edges = edges_for(telemetry)
+        elif telemetry is not None:
+            raise TypeError("Guard: pass telemetry or edges, not both (edges hold the telemetry's observer)")
+        super().__init__(
+            config,
+            agent=agent,
+            observers=observers,
+            session_id=session_id,
+            session_caps=session_caps,
+            edges=edges,
+        )
 
 
 def session_host(
@@ -62,7 +126,7 @@ def session_host(
     if host is None:
         return SessionHost(
             config,
-            telemetry=telemetry,
+            edges=edges_for(telemetry),
             agent=agent or default_agent,
             max_sessions=max_sessions,
             idle_seconds=idle_seconds,

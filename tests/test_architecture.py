@@ -46,7 +46,9 @@ OUTER = (
 )
 """Packages and modules built on the core; the core imports none of them."""
 
-MAX_DEPTH = 5
+MAX_DEPTH = 7
+"""The core's own longest chain is five steps (``core.guard`` to ``core.session_keys``, four); the
+public ``Guard`` sits above it in ``otelguard.hosting``, beside the session host it also builds."""
 MAX_ROOT_MODULES = 15
 HEAVY = ("rich", "opentelemetry.sdk", "prometheus_client", "redis")
 EDGE_LIBRARIES = ("opentelemetry", "prometheus_client", "redis", "rich", "h11")
@@ -174,10 +176,105 @@ def test_the_core_imports_no_edge_library() -> None:
 
 
 def test_a_function_local_import_is_an_edge() -> None:
-    """The reader sees imports inside functions: the package's defaults load the hosting resolvers
-    only when a guard needs them, and that import is an edge of ``otelguard``."""
-    assert "otelguard.hosting" in _graph()["otelguard"]
+    """The reader sees imports inside functions: the hosting module loads the Redis backend only when
+    a config has a state URL, and that import is an edge of ``otelguard.hosting``."""
     assert "otelguard.state.redis_caps" in _graph()["otelguard.hosting"]
+    assert "otelguard.state.redis_caps" not in _graph(in_functions=False)["otelguard.hosting"]
+
+
+_STORING_METHODS = frozenset({"append", "add", "update", "extend", "insert", "put", "setdefault", "register"})
+
+
+def _registrations(tree: ast.Module) -> list[str]:
+    """Where a function keeps what its caller handed it in module state: assigns a parameter (or an
+    expression of one) to a name it declares ``global``, or stores a parameter in a module-level
+    container (``REGISTRY[k] = f``, ``HOOKS.append(f)``): the shape of a process-wide registry."""
+    module_names = {
+        target.id
+        for node in tree.body
+        for target in (node.targets if isinstance(node, ast.Assign) else [getattr(node, "target", None)])
+        if isinstance(node, (ast.Assign, ast.AnnAssign)) and isinstance(target, ast.Name)
+    }
+    found: list[str] = []
+    for function in ast.walk(tree):
+        if not isinstance(function, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            continue
+        arguments = function.args
+        params = {a.arg for a in (*arguments.posonlyargs, *arguments.args, *arguments.kwonlyargs)}
+        declared = {
+            name for node in ast.walk(function) if isinstance(node, ast.Global) for name in node.names
+        }
+
+        def uses_param(node: ast.AST, params: set[str] = params) -> bool:
+            return any(isinstance(n, ast.Name) and n.id in params for n in ast.walk(node))
+
+        for node in ast.walk(function):
+            if isinstance(node, (ast.Assign, ast.AnnAssign)) and node.value is not None:
+                targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+                for target in targets:
+                    named = target.id if isinstance(target, ast.Name) else None
+                    if named in declared and uses_param(node.value):
+                        found.append(f"{function.name}: global {named}")
+                    held = target.value if isinstance(target, ast.Subscript) else None
+                    if isinstance(held, ast.Name) and held.id in module_names and uses_param(node.value):
+                        found.append(f"{function.name}: {held.id}[...]")
+            elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                owner = node.func.value
+                stored = node.args[1:] if node.func.attr in ("put", "setdefault", "insert") else node.args
+                if (
+                    node.func.attr in _STORING_METHODS
+                    and isinstance(owner, ast.Name)
+                    and owner.id in module_names
+                    and any(isinstance(a, ast.Name) and a.id in params for a in stored)
+                ):
+                    found.append(f"{function.name}: {owner.id}.{node.func.attr}(...)")
+    return found
+
+
+def test_the_core_holds_no_registry() -> None:
+    """The core is handed its edges (``otelguard.core.edges``) by whoever makes a guard: no core module
+    keeps a function, observer or store its caller handed it in module state for later guards to look
+    up, and the package's ``__init__`` registers nothing at import (it loads only the version)."""
+    offences = {}
+    for module in _core():
+        tree = ast.parse(_modules()[module].read_text(encoding="utf-8"))
+        if found := _registrations(tree):
+            offences[module] = found
+    assert offences == {}
+    assert _graph(in_functions=False)["otelguard"] == frozenset({"otelguard._version"})
+    # the reader finds the shape it looks for (a registry like the one the core once had)
+    sample = "hook = None\ndef register(*, hook_for):\n    global hook\n    hook = hook_for\n"
+    assert _registrations(ast.parse(sample)) == ["register: global hook"]
+    sample = "HOOKS = []\ndef register(fn):\n    HOOKS.append(fn)\n"
+    assert _registrations(ast.parse(sample)) == ["register: HOOKS.append(...)"]
+
+
+def test_the_core_takes_observers_and_stores_not_telemetry() -> None:
+    """The core's guard and session host take observers and edges, typed; ``telemetry=`` (``True``, a
+    ``Telemetry``, a binder, an observer) is the public ``Guard``'s convenience, resolved in
+    ``otelguard.hosting``."""
+    import inspect
+
+    from otelguard.core.guard import Guard as CoreGuard
+    from otelguard.core.sessions import SessionHost
+    from otelguard.hosting import Guard
+
+    for made in (CoreGuard, SessionHost):
+        assert "telemetry" not in inspect.signature(made).parameters, made
+        assert "edges" in inspect.signature(made).parameters, made
+    assert list(inspect.signature(Guard).parameters)[:2] == ["config", "telemetry"]
+    assert otelguard.Guard is Guard and issubclass(Guard, CoreGuard)
+    # (the config's ``telemetry`` is its section of settings, not a guard's telemetry)
+    for module in sorted(m for m in _core() if m.startswith("otelguard.core.")):
+        source = _modules()[module].read_text(encoding="utf-8")
+        tree = ast.parse(source)
+        params = [
+            a.arg
+            for node in ast.walk(tree)
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+            for a in (*node.args.args, *node.args.kwonlyargs)
+        ]
+        assert "telemetry" not in params, module
 
 
 def _reach(module: str, graph: dict[str, frozenset[str]]) -> set[str]:
@@ -244,11 +341,12 @@ def _depth(module: str, graph: dict[str, frozenset[str]], memo: dict[str, int]) 
 
 def test_import_chains_from_the_package_root_are_short() -> None:
     """From ``otelguard`` (its public names included) no chain of the imports that loading a module
-    runs is longer than five steps."""
+    runs is longer than seven steps (the core's own chains: five)."""
     graph = dict(_graph(in_functions=False))
     for package in ("otelguard", "otelguard.config"):
         graph[package] = graph[package] | frozenset(_lazy_homes(package).values())
     assert _depth("otelguard", graph, {}) <= MAX_DEPTH
+    assert _depth("otelguard.core.guard", graph, {}) <= 4
 
 
 def test_importing_otelguard_loads_nothing_heavy() -> None:

@@ -10,8 +10,10 @@ from prometheus_client import CollectorRegistry
 
 from otelguard import GuardConfig, Telemetry
 from otelguard.core import decisions as codes
+from otelguard.core.edges import Edges
 from otelguard.core.sessions import DEFAULT_SESSION, Session, SessionHost, SessionPool
 from otelguard.errors import ConfigError
+from otelguard.hosting import edges_for
 from otelguard.testing import RecordingObserver
 from tests.test_session_caps import race
 
@@ -37,7 +39,7 @@ def metered_host(registry: CollectorRegistry, **kwargs: object) -> SessionHost:
     """A host whose guards count their turns in ``registry`` (real prometheus_client samples)."""
     telemetry = Telemetry(TracerProvider(), registry)
     config = GuardConfig(signature_key=KEY, mode="unattended")
-    return SessionHost(config, telemetry=telemetry, agent="host", **kwargs)  # type: ignore[arg-type]
+    return SessionHost(config, edges=edges_for(telemetry), agent="host", **kwargs)  # type: ignore[arg-type]
 
 
 # -- the pool ------------------------------------------------------------------------------------
@@ -231,7 +233,7 @@ def test_an_unsettled_run_is_errored_when_the_next_run_begins_unless_it_was_sett
 
 def test_end_session_ends_the_open_turns_and_forgets_the_session() -> None:
     recorder = RecordingObserver()
-    host = SessionHost(GuardConfig(signature_key=KEY), telemetry=recorder)
+    host = SessionHost(GuardConfig(signature_key=KEY), edges=edges_for(recorder))
     session = host.session("a")
     session.start_turn()
     session.guard("x").before_call("read_file", {"path": 1})
@@ -275,7 +277,7 @@ def test_subagents_are_their_own_guards_and_bounded() -> None:
     """A subagent's guard is made once per agent id; past the bound the least recently active
     subagent's turn is ended and its guard forgotten."""
     recorder = RecordingObserver()
-    main = SessionHost(GuardConfig(signature_key=KEY), telemetry=recorder).session("a").main
+    main = SessionHost(GuardConfig(signature_key=KEY), edges=edges_for(recorder)).session("a").main
     session = Session(main, max_subagents=2)
     one = session.guard("1", "explorer")
     assert session.guard("1") is one and session.guard(None) is main and one is not main
@@ -340,23 +342,23 @@ def test_session_lookups_from_many_threads_make_one_session_each() -> None:
 
 
 def test_a_session_host_is_handed_its_cap_backend() -> None:
-    """A host made with a backend factory keeps each session's caps in the store the factory made
-    for that session id (the default session gets ``None``: it is never shared)."""
+    """A host made with edges keeps each session's caps in the store its ``session_caps`` opened for
+    that session id, with the guard's config (the default session is never shared: none is opened)."""
     from otelguard.core.caps import LocalSessionCaps
 
-    made: dict[str | None, LocalSessionCaps] = {}
+    made: dict[str, LocalSessionCaps] = {}
+    config = GuardConfig(caps={"turn": {"web_search": 0}, "session": {"web_search": 2}})
 
-    def factory(session_id: str | None) -> LocalSessionCaps:
+    def opener(given: GuardConfig, session_id: str) -> LocalSessionCaps:
+        assert given.caps == config.caps
         made[session_id] = LocalSessionCaps()
         return made[session_id]
 
-    host = SessionHost(
-        GuardConfig(caps={"turn": {"web_search": 0}, "session": {"web_search": 2}}), session_caps=factory
-    )
+    host = SessionHost(config, edges=Edges(session_caps=opener))
     guard = host.session("conversation-1").main
     for n in range(3):
         guard.before_call("web_search", {"q": n})
     assert guard.session_caps is made["conversation-1"]
     assert made["conversation-1"].usage() == {"web_search": 2}
     host.session(None)
-    assert set(made) == {"conversation-1", None}
+    assert set(made) == {"conversation-1"}

@@ -16,6 +16,7 @@ from prometheus_client import CollectorRegistry
 from otelguard import Decision, Guard, GuardConfig, GuardHalted, Telemetry
 from otelguard.core.decisions import TURN_OUTCOMES
 from otelguard.core.sessions import SessionHost
+from otelguard.hosting import edges_for
 from otelguard.integrations._protocol import end_run, errored
 
 KEY = "test-signature-key"
@@ -125,7 +126,7 @@ def test_the_turn_span_says_how_the_turn_ended(exporter: InMemorySpanExporter) -
 
 def test_a_session_run_left_in_error_ends_errored_once() -> None:
     registry = CollectorRegistry()
-    host = SessionHost(CAPPED, telemetry=Telemetry(registry=registry), agent="bot")
+    host = SessionHost(CAPPED, edges=edges_for(Telemetry(registry=registry)), agent="bot")
     session = host.session("s")
     run = object()
     session.enter_run(run)

@@ -13,16 +13,16 @@ import threading
 import time
 from collections.abc import Iterable
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeVar
 
 from otelguard.config import GuardConfig
-from otelguard.core import _resolvers
 from otelguard.core import decisions as codes
 from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
 from otelguard.core.detectors import SessionMemory, TurnDetectors
-from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
+from otelguard.core.edges import NO_EDGES, Edges
+from otelguard.core.observers import GuardObserver, ObserverGroup, TurnInfo, call_event
 from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
 from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
@@ -37,29 +37,30 @@ _MAX: Final = MAX_NAME_CHARS  # the names the guard takes as they come
 _NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
 HELD_BYTES_PER_SIGNATURE: Final = 256
 """Results a guard holds before fingerprinting them, per signature it tracks (at most 1 MiB)."""
+_G = TypeVar("_G", bound="Guard")
 
 
 class Guard:
     """Watches one session's tool calls and answers each with a ``Decision``.
 
-    ``telemetry``: ``None`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer
-    provider, default registry), or an object; one with ``bind(settings)`` is bound to this
-    config's ``telemetry`` section, anything else is used as a ``GuardObserver``.
+    ``observers``: hear of every turn, call and decision (shared as they are with subagent guards).
     ``session_id``: the session this guard serves (hosts that know it pass it; it picks the store of
     the session's caps). ``session_caps``: the store of the session's cap counters (any
-    ``SessionCapStore``), shared with the session's other guards; by default a new one, from the
-    resolver the package registers (``otelguard.hosting.session_cap_store``: Redis with a state URL).
+    ``SessionCapStore``), shared with the session's other guards; by default ``edges`` opens the
+    session's (a new in-process one when it has no way to, or the session is unknown).
+    ``edges``: the host's (``otelguard.core.edges``). ``otelguard.Guard`` (``otelguard.hosting``)
+    also takes ``telemetry=`` and resolves it into these.
     """
 
     def __init__(
         self,
         config: GuardConfig | None = None,
-        telemetry: TelemetryBinder | GuardObserver | bool | None = None,
         *,
         agent: str = DEFAULT_AGENT,
         observers: Iterable[GuardObserver] = (),
         session_id: str | None = None,
         session_caps: SessionCapStore | None = None,
+        edges: Edges = NO_EDGES,
     ) -> None:
         self.config = config if config is not None else GuardConfig()
         self.agent = _agent_name(agent) or DEFAULT_AGENT
@@ -68,12 +69,10 @@ class Guard:
         self._results = ResultMemory(self.config.volatile_result_keys, _held_bytes(self.config))
         self._catalog = catalog_for(self.config)
         self._known_facts = self._catalog.known_facts
-        if session_caps is None:
-            resolve = _resolvers.session_caps
-            session_caps = (
-                LocalSessionCaps() if resolve is None else resolve(self.config, session_id, telemetry)
-            )
-        self._caps = CapLedger(self.config.caps.on_hit, session_caps)
+        self._caps = CapLedger(
+            self.config.caps.on_hit,
+            session_caps if session_caps is not None else _session_store(self.config, session_id, edges),
+        )
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
@@ -82,10 +81,9 @@ class Guard:
         # what outlives a turn (per guard, so per session): the calls failing turn after turn
         self._memory = SessionMemory(self.config.max_tracked_signatures)
         all_observers = list(observers)
-        self._made_with = (telemetry, tuple(all_observers))  # what a subagent guard is made with too
-        if telemetry is not None and telemetry is not False:
-            bind = _resolvers.observer
-            all_observers.append(bind(telemetry, self.config) if bind is not None else telemetry)  # type: ignore[arg-type]
+        self._made_with = (tuple(all_observers), edges)  # what a subagent guard is made with too
+        if edges.observer is not None:
+            all_observers.append(edges.observer(self.config))
         self._observers = ObserverGroup(all_observers)
         self._observed = self._observers.any
         # observers with no use for an allowed call's start are spared it, and its event
@@ -96,18 +94,19 @@ class Guard:
         """The store of this session's cap counters (shared with the session's other guards)."""
         return self._caps.session
 
-    def subagent_guard(self, agent: str | None = None, config: GuardConfig | None = None) -> Guard:
+    def subagent_guard(self: _G, agent: str | None = None, config: GuardConfig | None = None) -> _G:
         """A guard for a subagent of this guard's session: its own turns and detector state, the same
-        config (or ``config``: a host's smaller budget), telemetry, observers, session and session cap
-        counters (a session cap holds across the main agent and its subagents, charged atomically)."""
-        telemetry, observers = self._made_with
-        return Guard(
+        config (or ``config``: a host's smaller budget), observers, edges (its own observer from them),
+        session and session cap counters (a session cap holds across the main agent and its subagents,
+        charged atomically). Of this guard's class, which takes the keywords below."""
+        observers, edges = self._made_with
+        return type(self)(
             config if config is not None else self.config,
-            telemetry,
             agent=agent or self.agent,
             observers=observers,
             session_id=self.session_id,
             session_caps=self._caps.session,
+            edges=edges,
         )
 
     # turns -----------------------------------------------------------------------------------
@@ -345,6 +344,15 @@ def _held_bytes(config: GuardConfig) -> int:
     """The results a guard holds unfingerprinted, in proportion to the signatures it tracks (1 MiB
     at the default 4,096): a session host's small share holds little."""
     return min(DEFAULT_HELD_BYTES, config.max_tracked_signatures * HELD_BYTES_PER_SIGNATURE)
+
+
+def _session_store(config: GuardConfig, session_id: str | None, edges: Edges) -> SessionCapStore:
+    """The store of a new guard's session caps when it is handed none: the one its edges open for
+    its session, else a new in-process one (a guard of no known session shares its caps with none)."""
+    opener = edges.session_caps
+    if opener is None or session_id is None:
+        return LocalSessionCaps()
+    return opener(config, session_id)
 
 
 def _agent_name(agent: Any) -> Any:

@@ -9,13 +9,12 @@ from __future__ import annotations
 import logging
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Protocol
+from typing import TYPE_CHECKING
 
 from otelguard.core._slots import positional_factory
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
 
 if TYPE_CHECKING:
-    from otelguard.config import TelemetrySettings
     from otelguard.core.pending_calls import PendingCall, TurnState
 
 __all__ = [
@@ -23,7 +22,6 @@ __all__ = [
     "GuardObserver",
     "ObserverGroup",
     "Outcome",
-    "TelemetryBinder",
     "ToolClass",
     "TurnInfo",
     "call_event",
@@ -94,13 +92,6 @@ class GuardObserver:
 
     def on_internal_error(self, stage: str) -> None:
         """The guard (or another observer) hit an internal error in ``stage``; the call was allowed."""
-
-
-class TelemetryBinder(Protocol):
-    """What a guard's ``telemetry`` may be besides an observer (``otelguard.Telemetry`` is one): it
-    is bound once per guard to the config's ``telemetry`` section and answers with the observer."""
-
-    def bind(self, settings: TelemetrySettings) -> GuardObserver: ...
 
 
 class ObserverGroup:

@@ -18,10 +18,9 @@ from typing import Final, Generic, TypeVar
 
 from otelguard.config import GuardConfig
 from otelguard.core.bounded_map import BoundedMap
-from otelguard.core.caps import SessionCapStore
 from otelguard.core.decisions import TurnSummary
+from otelguard.core.edges import NO_EDGES, Edges
 from otelguard.core.guard import DEFAULT_AGENT, Guard
-from otelguard.core.observers import GuardObserver, TelemetryBinder
 from otelguard.errors import ConfigError
 
 __all__ = [
@@ -276,10 +275,10 @@ class Session:
 
 
 class SessionHost:
-    """The sessions of one host, made on first use from one config, telemetry and agent label.
+    """The sessions of one host, made on first use from one config, the host's edges and agent label.
 
-    ``telemetry`` is as for ``Guard`` (``None``, ``True``, a ``Telemetry`` or an observer: the hosts'
-    ``otelguard.hosting.TelemetryOption``). A session the pool
+    ``edges`` is as for ``Guard``: each guard's own observer, the store of a session's caps
+    (``otelguard.hosting.session_host`` makes a host from the ``telemetry=`` conveniences). A session the pool
     drops (least recently used past ``max_sessions``, or idle for ``idle_seconds``) is closed: its
     open turns end and are counted (``errored`` for an unsettled run: ``Session.unsettle``).
 
@@ -288,33 +287,30 @@ class SessionHost:
     ``max_tracked_signatures``), so a full host holds at most that many however busy each session
     is. ``None``: each session tracks ``max_tracked_signatures``.
 
-    ``session_caps``: the backend factory, ``session_caps(session_id)`` the store of a new session's
-    caps (``None`` for the host's default session, which is never shared); by default the one the
-    package registers (``otelguard.hosting.session_cap_store``: Redis with a state URL).
+    The host's default session is never shared: its guard is handed no session id, so its caps stay
+    in process whatever the edges.
     """
 
     def __init__(
         self,
         config: GuardConfig | None = None,
         *,
-        telemetry: TelemetryBinder | GuardObserver | bool | None = None,
+        edges: Edges = NO_EDGES,
         agent: str | None = None,
         max_sessions: int = DEFAULT_MAX_SESSIONS,
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         max_signatures: int | None = None,
-        session_caps: Callable[[str | None], SessionCapStore] | None = None,
     ) -> None:
         self.config = _within_budget(
             config if config is not None else GuardConfig(), max_signatures, max_sessions
         )
         # a bad OTELGUARD_STATE_URL is a ConfigError here, not at a session's first tool call
         self.config.effective_state()
-        self.telemetry = telemetry
+        self.edges = edges
         self.agent = agent or DEFAULT_AGENT
         self.max_sessions = max_sessions
         self._max_subagents, self._subagent_config = subagent_budget(self.config)
-        self._session_caps = session_caps
         self._pool: SessionPool[Session] = SessionPool(
             self._new_session,
             max_sessions=max_sessions,
@@ -327,8 +323,7 @@ class SessionHost:
         # The default session is this host's alone: shared state would merge it with every other
         # process's default session.
         shared_id = None if session_id == DEFAULT_SESSION else session_id
-        caps = self._session_caps(shared_id) if self._session_caps is not None else None
-        guard = Guard(self.config, self.telemetry, agent=self.agent, session_id=shared_id, session_caps=caps)
+        guard = Guard(self.config, agent=self.agent, session_id=shared_id, edges=self.edges)
         return Session(guard, self._max_subagents, self._subagent_config)
 
     def session(self, session_id: object = None) -> Session:

@@ -20,9 +20,8 @@ import orjson
 
 from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
-from otelguard.core.guard import Guard
 from otelguard.core.scripted import ScriptedCall, play_call
-from otelguard.hosting import TelemetryOption
+from otelguard.hosting import Guard, TelemetryOption
 
 __all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent"]
 

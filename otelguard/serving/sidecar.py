@@ -39,7 +39,7 @@ from otelguard.core.sessions import (
     Session,
     SessionHost,
 )
-from otelguard.hosting import TelemetryOption
+from otelguard.hosting import TelemetryOption, edges_for
 from otelguard.serving.http_server import Request, Response
 from otelguard.serving.metrics_server import metrics_response
 
@@ -68,7 +68,7 @@ class Sidecar:
         # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
         self.host = SessionHost(
             config,
-            telemetry=telemetry,
+            edges=edges_for(telemetry),
             agent=DEFAULT_AGENT,
             max_sessions=max_sessions,
             idle_seconds=idle_seconds,
