@@ -19,11 +19,13 @@ reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the pro
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, cast
 
 from otelguard.config import GuardConfig, TelemetrySettings
+from otelguard.config.environment import OTELGUARD_STATE_URL
 from otelguard.core import guard as core_guard
 from otelguard.core.caps import LocalSessionCaps, SessionCapStore
 from otelguard.core.edges import Edges
@@ -39,6 +41,7 @@ __all__ = [
     "SessionHosted",
     "TelemetryBinder",
     "TelemetryOption",
+    "checked_config",
     "edges_for",
     "observer_for",
     "session_cap_store",
@@ -99,6 +102,8 @@ class Guard(core_guard.Guard):
             edges = edges_for(telemetry)
         elif telemetry is not None:
             raise TypeError("Guard: pass telemetry or edges, not both (edges hold the telemetry's observer)")
+        if config is not None:
+            checked_config(config)
         super().__init__(
             config,
             agent=agent,
@@ -124,6 +129,8 @@ def session_host(
     the others stay at their defaults: the session host already holds its config, telemetry, agent
     label and bounds), else a new one, labelled ``agent`` or else the host's ``default_agent``."""
     if host is None:
+        if config is not None:
+            checked_config(config)
         return SessionHost(
             config,
             edges=edges_for(telemetry),
@@ -200,10 +207,26 @@ def session_cap_store(
         return LocalSessionCaps()
     # Imported here so that only a process with a state URL loads the redis client.
     from otelguard.state.redis_caps import open_session_caps
+    from otelguard.state.urls import checked_state
+
+    state = checked_state(config)
 
     if listener is None:
         listener = state_listener(telemetry)
     return open_session_caps(state, resolve_signature_key(config.signature_key), session_id, listener)
+
+
+def checked_config(config: GuardConfig) -> GuardConfig:
+    """``config``, its ``state`` section checked by the shared-state edge when it names a store: the
+    URL's grammar, the password file, the redis client (``otelguard.state.urls.checked_state``; the
+    core's config holds a URL only as present). A ``ConfigError`` when a host is built, not at a
+    session's first call."""
+    state = config.state
+    if state.url is not None or state.password_file is not None or os.environ.get(OTELGUARD_STATE_URL):
+        from otelguard.state.urls import checked_state  # only a process with a state section reads it
+
+        checked_state(config)
+    return config
 
 
 def state_listener(telemetry: TelemetryOption) -> Callable[[StateReport], None] | None:

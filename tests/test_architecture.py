@@ -249,6 +249,55 @@ def test_the_core_holds_no_registry() -> None:
     assert _registrations(ast.parse(sample)) == ["register: HOOKS.append(...)"]
 
 
+STATE_GRAMMAR = ("redis://", "rediss://", "unix://", "+cluster", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile")
+"""What only a reader of the shared state's URL grammar writes: its schemes and its query keys."""
+HERMES_DIALECT = (
+    "tool_loop_guardrails",
+    "warnings_enabled",
+    "non_interactive_hard_stop_enabled",
+    "loop_caps",
+    "max_web_searches",
+    "idempotent_no_progress",
+    "exact_failure_warn_after",
+    "exact_failure_block_after",
+    "same_tool_failure_halt_after",
+    "no_progress_block_after",
+)
+"""hermes-agent's keys (``hard_stop_enabled`` is not among them: it is also the config's own property)."""
+
+
+def _edge_knowledge(source: str) -> list[str]:
+    """What in a module's source belongs to an edge: a string (docstrings too) holding a state URL
+    scheme or query key or a hermes-agent key, an import of ``urllib``, a ``find_spec`` (whether a
+    client library is installed)."""
+    found = []
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Constant) and isinstance(node.value, str):
+            found += [f"string {word!r}" for word in (*STATE_GRAMMAR, *HERMES_DIALECT) if word in node.value]
+        elif isinstance(node, ast.Import):
+            found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] == "urllib"]
+        elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "urllib":
+            found.append(f"from {node.module} import")
+        elif isinstance(node, ast.Attribute) and node.attr == "find_spec":
+            found.append("find_spec")
+    return found
+
+
+def test_the_core_reads_no_state_url_nor_the_hermes_dialect() -> None:
+    """The core's config holds a state URL as present (a non-empty string) and reads otelguard's own
+    keys: a URL's grammar, the password file, whether redis-py is installed (``otelguard.state.urls``)
+    and hermes-agent's dialect (``otelguard.integrations.hermes_config``) are the edges'. No core
+    module, the session host included, names a URL scheme or query key, a hermes key, ``urllib`` or
+    ``find_spec``."""
+    offences = {}
+    for module in _core():
+        if found := _edge_knowledge(_modules()[module].read_text(encoding="utf-8")):
+            offences[module] = sorted(set(found))
+    assert offences == {}
+    for edge in ("otelguard.state.urls", "otelguard.integrations.hermes_config"):
+        assert _edge_knowledge(_modules()[edge].read_text(encoding="utf-8")), edge  # the reader sees them
+
+
 def test_the_core_takes_observers_and_stores_not_telemetry() -> None:
     """The core's guard and session host take observers and edges, typed; ``telemetry=`` (``True``, a
     ``Telemetry``, a binder, an observer) is the public ``Guard``'s convenience, resolved in

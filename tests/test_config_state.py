@@ -1,4 +1,8 @@
-"""The ``state:`` section: defaults, validation, where the URL comes from, and the password never shown."""
+"""The ``state:`` section: defaults, validation, where the URL comes from, and the password never shown.
+
+The core's config holds a URL only as present; its grammar, the password file and the redis client
+are checked by the shared-state edge (``otelguard.state.urls.checked_state``), which every host runs
+before it opens a store: the errors here come from one or the other, with the same key and words."""
 
 from __future__ import annotations
 
@@ -12,6 +16,8 @@ import pytest
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli import main
 from otelguard.config import StateSettings, mask_url
+from otelguard.hosting import Guard, session_host
+from otelguard.state.urls import check_state_url, checked_state
 
 KEY = "state-test-key"
 URL = "redis://:s3cr3t-canary@127.0.0.1:6379/0"
@@ -46,6 +52,7 @@ def test_defaults_keep_session_caps_in_memory() -> None:
 def test_a_url_of_each_scheme_is_accepted(url: str) -> None:
     config = GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": url}})
     assert config.state.url == url
+    assert checked_state(config).url == url
 
 
 @pytest.mark.parametrize(
@@ -80,14 +87,16 @@ def test_bad_state_settings_name_key_value_and_what_is_allowed(
     state: dict[str, Any], key: str, allowed: str
 ) -> None:
     with pytest.raises(ConfigError) as info:
-        GuardConfig.from_mapping({"signature_key": KEY, "state": state})
+        checked_state(GuardConfig.from_mapping({"signature_key": KEY, "state": state}))
     assert info.value.key == key
     assert allowed in str(info.value)
 
 
 def test_a_bad_url_is_reported_with_its_password_masked() -> None:
     with pytest.raises(ConfigError) as info:
-        GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": "redis://:s3cr3t-canary@h/x"}})
+        checked_state(
+            GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": "redis://:s3cr3t-canary@h/x"}})
+        )
     assert "s3cr3t-canary" not in str(info.value)
     assert "redis://:***@h/x" in str(info.value)
 
@@ -109,7 +118,7 @@ def test_the_signature_key_may_come_from_the_environment(monkeypatch: pytest.Mon
 def test_a_missing_redis_package_is_a_config_error_naming_the_extra(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setitem(sys.modules, "redis", None)  # what the import system sees without the package
     with pytest.raises(ConfigError) as info:
-        GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": URL}})
+        checked_state(GuardConfig.from_mapping({"signature_key": KEY, "state": {"url": URL}}))
     assert 'pip install "otelguard[redis]"' in str(info.value)
 
 
@@ -125,7 +134,7 @@ def test_the_environment_url_wins_over_the_config(monkeypatch: pytest.MonkeyPatc
 def test_a_bad_environment_url_is_a_config_error_naming_the_variable(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("OTELGUARD_STATE_URL", "memcached://cache")
     with pytest.raises(ConfigError) as info:
-        GuardConfig(signature_key=KEY).effective_state()
+        checked_state(GuardConfig(signature_key=KEY))
     assert info.value.key == "OTELGUARD_STATE_URL"
     monkeypatch.setenv("OTELGUARD_STATE_URL", URL)
     with pytest.raises(ConfigError) as info:
@@ -208,6 +217,7 @@ def test_a_password_with_any_reserved_character_is_never_shown(char: str, user: 
     assert shown == f"redis://{user}:***@cache.internal:6379/0"
     try:
         state = StateSettings(url=url)
+        check_state_url("state.url", url)
     except ConfigError as exc:
         assert "s3cr" not in str(exc) and "canary" not in str(exc)
     else:  # a '/', '?' or '#' ends the user info for every URL parser: never taken raw
@@ -270,6 +280,7 @@ def test_hostile_urls_are_a_config_error_or_a_client_redis_py_can_make() -> None
             assert shown.partition("://")[2].rpartition("@")[0].endswith(":***")
         try:
             state = StateSettings(url=url, timeout_ms=10)
+            check_state_url("state.url", url)
         except ConfigError as exc:
             assert exc.key == "state.url"
             return
@@ -278,3 +289,32 @@ def test_hostile_urls_are_a_config_error_or_a_client_redis_py_can_make() -> None
         make_client(state, 0.01, 4).close()
 
     check()
+
+
+BAD = {"signature_key": KEY, "state": {"url": "http://cache:6379"}}
+
+
+def test_every_host_checks_the_url_before_it_opens_a_store(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The core takes any non-empty URL; a guard, a session host and an environment URL are checked by
+    the edge when the host is built, with the key the value came from."""
+    config = GuardConfig.from_mapping(BAD)  # the core: present, a string
+    for build in (lambda: Guard(config), lambda: Guard(config, session_id="s"), lambda: session_host(config)):
+        with pytest.raises(ConfigError) as info:
+            build()
+        assert info.value.key == "state.url" and "redis://host:6379/0" in str(info.value)
+    monkeypatch.setenv("OTELGUARD_STATE_URL", "memcached://cache")
+    with pytest.raises(ConfigError) as info:
+        Guard(GuardConfig(signature_key=KEY))
+    assert info.value.key == "OTELGUARD_STATE_URL"
+
+
+def test_the_core_checks_only_that_a_url_is_present() -> None:
+    """What the core rejects: a URL that is not a string, or empty; what it says names the key."""
+    assert StateSettings(url="http://not-a-store-url").url == "http://not-a-store-url"
+    for value in (6379, "", ["redis://cache"]):
+        with pytest.raises(ConfigError) as info:
+            StateSettings(url=value)  # type: ignore[arg-type]
+        assert info.value.key == "state.url" and "expected null (memory) or a URL" in str(info.value)
+    with pytest.raises(ConfigError) as info:
+        StateSettings(password_file="")
+    assert info.value.key == "state.password_file" and "readable file" in str(info.value)

@@ -11,6 +11,7 @@ from rich.text import Text
 from otelguard import ConfigError
 from otelguard.cli.config_messages import load_config, print_config_error
 from otelguard.cli.output import cli_console
+from otelguard.state.urls import checked_state
 
 PIPE_WIDTH = 100
 """The table's width in a file or a pipe: a value (the tool lists, say) is kilobytes on one line, so
@@ -28,7 +29,7 @@ def run(args: argparse.Namespace) -> int:
         return 2
     try:
         # the state URL this process would use: OTELGUARD_STATE_URL wins over the file
-        config = config.with_changes(state=config.effective_state())
+        config = config.with_changes(state=checked_state(config))
     except ConfigError as exc:
         print_config_error("otelguard", exc)
         return 2

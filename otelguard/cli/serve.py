@@ -25,6 +25,7 @@ from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, 
 from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note, uses_random_key
 from otelguard.serving.metrics_server import bind, tls_context
 from otelguard.serving.sidecar import Sidecar
+from otelguard.state.urls import checked_state
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import (
     OTLP_ENDPOINT_VARIABLES,
@@ -160,7 +161,7 @@ def run(args: argparse.Namespace) -> int:
         # the config alike
         os.environ[OTELGUARD_STATE_URL] = args.state
     try:
-        state = config.effective_state()
+        state = checked_state(config)
         if uses_random_key(config.signature_key) and claim_random_key_note():
             # sessions are compared by their hashes across restarts and replicas: say it at startup
             print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)

@@ -7,10 +7,9 @@ OTELGUARD_SIGNATURE_KEY = "OTELGUARD_SIGNATURE_KEY"
 same loop has the same hash everywhere. ``signature_key`` in the config takes precedence."""
 
 OTELGUARD_STATE_URL = "OTELGUARD_STATE_URL"
-"""Where session caps are shared (``redis://``, ``rediss://``, ``unix://``): wins over ``state.url``
-in the config; ``otelguard serve --state URL`` wins over it. Needs a signature key
-(``OTELGUARD_SIGNATURE_KEY`` or ``signature_key``). ``redis+cluster://`` (``rediss+cluster://``)
-names one node of a Redis Cluster."""
+"""Where session caps are shared (a URL of the shared store, of a kind ``otelguard.state.urls``
+accepts): wins over ``state.url`` in the config; ``otelguard serve --state URL`` wins over it. Needs
+a signature key (``OTELGUARD_SIGNATURE_KEY`` or ``signature_key``)."""
 
 OTELGUARD_STATE_PASSWORD = "OTELGUARD_STATE_PASSWORD"
 """The shared state's Redis password, apart from the URL (which ``--state URL`` would show in the

@@ -305,7 +305,7 @@ class SessionHost:
         self.config = _within_budget(
             config if config is not None else GuardConfig(), max_signatures, max_sessions
         )
-        # a bad OTELGUARD_STATE_URL is a ConfigError here, not at a session's first tool call
+        # an OTELGUARD_STATE_URL without a signature key is a ConfigError here, not at a first call
         self.config.effective_state()
         self.edges = edges
         self.agent = agent or DEFAULT_AGENT

@@ -33,11 +33,11 @@ from typing import Any, Final
 import redis
 
 from otelguard.config import StateSettings, mask_url
-from otelguard.config.state import CLUSTER_SCHEMES
 from otelguard.core.caps import CapRefusal, ChargeAnswer, LocalSessionCaps
 from otelguard.core.session_keys import session_digest
 from otelguard.state.redis_client import Packed, Packer, make_client, send_packed
 from otelguard.state.reports import StateOp, StateReport
+from otelguard.state.urls import CLUSTER_SCHEMES
 
 __all__ = ["MAX_BACKOFF_SECONDS", "RedisLink", "RedisSessionCaps", "link_for", "open_session_caps"]
 

@@ -23,7 +23,7 @@ from redis.exceptions import NoScriptError
 from redis.retry import Retry
 
 from otelguard.config import StateSettings
-from otelguard.config.state import CLUSTER_SCHEMES, state_password
+from otelguard.state.urls import CLUSTER_SCHEMES, state_password
 
 __all__ = ["REDIS_PY", "Packer", "make_client", "send_packed"]
 
