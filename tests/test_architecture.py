@@ -249,8 +249,18 @@ def test_the_core_holds_no_registry() -> None:
     assert _registrations(ast.parse(sample)) == ["register: HOOKS.append(...)"]
 
 
-STATE_GRAMMAR = ("redis://", "rediss://", "unix://", "+cluster", "ssl_cert_reqs", "ssl_ca_certs", "ssl_certfile")
+STATE_GRAMMAR = (
+    "redis://",
+    "rediss://",
+    "unix://",
+    "+cluster",
+    "ssl_cert_reqs",
+    "ssl_ca_certs",
+    "ssl_certfile",
+)
 """What only a reader of the shared state's URL grammar writes: its schemes and its query keys."""
+STATE_SCHEME_NAMES = frozenset({"redis", "rediss", "unix", "redis+cluster", "rediss+cluster"})
+"""A string that is a scheme's name (or the client package's) and nothing else."""
 HERMES_DIALECT = (
     "tool_loop_guardrails",
     "warnings_enabled",
@@ -274,6 +284,8 @@ def _edge_knowledge(source: str) -> list[str]:
     for node in ast.walk(ast.parse(source)):
         if isinstance(node, ast.Constant) and isinstance(node.value, str):
             found += [f"string {word!r}" for word in (*STATE_GRAMMAR, *HERMES_DIALECT) if word in node.value]
+            if node.value in STATE_SCHEME_NAMES:
+                found.append(f"string {node.value!r}")
         elif isinstance(node, ast.Import):
             found += [f"import {a.name}" for a in node.names if a.name.split(".")[0] == "urllib"]
         elif isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "urllib":
@@ -286,7 +298,7 @@ def _edge_knowledge(source: str) -> list[str]:
 def test_the_core_reads_no_state_url_nor_the_hermes_dialect() -> None:
     """The core's config holds a state URL as present (a non-empty string) and reads otelguard's own
     keys: a URL's grammar, the password file, whether redis-py is installed (``otelguard.state.urls``)
-    and hermes-agent's dialect (``otelguard.integrations.hermes_config``) are the edges'. No core
+    and hermes-agent's dialect (``otelguard.integrations.hermes``) are the edges'. No core
     module, the session host included, names a URL scheme or query key, a hermes key, ``urllib`` or
     ``find_spec``."""
     offences = {}
@@ -294,7 +306,7 @@ def test_the_core_reads_no_state_url_nor_the_hermes_dialect() -> None:
         if found := _edge_knowledge(_modules()[module].read_text(encoding="utf-8")):
             offences[module] = sorted(set(found))
     assert offences == {}
-    for edge in ("otelguard.state.urls", "otelguard.integrations.hermes_config"):
+    for edge in ("otelguard.state.urls", "otelguard.integrations.hermes"):
         assert _edge_knowledge(_modules()[edge].read_text(encoding="utf-8")), edge  # the reader sees them
 
 

@@ -186,7 +186,9 @@ def test_turn_cap_wins_over_session_cap() -> None:
 
 def test_hermes_loop_caps_are_turn_caps() -> None:
     """hermes' loop_caps.max_web_searches caps web searches per turn."""
-    guard = Guard(GuardConfig.from_mapping({"signature_key": KEY, "loop_caps": {"max_web_searches": 2}}))
+    from otelguard.integrations.hermes import config_from_hermes
+
+    guard = Guard(config_from_hermes({"signature_key": KEY, "loop_caps": {"max_web_searches": 2}}))
     guard.start_turn()
     assert [call(guard, "web_search").code for _ in range(3)] == ["allow", "allow", "cap_turn"]
 

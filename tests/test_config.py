@@ -12,6 +12,7 @@ from otelguard import Guard
 from otelguard.config import GuardConfig
 from otelguard.core.classify import catalog_for
 from otelguard.errors import ConfigError
+from otelguard.integrations.hermes import config_from_hermes, hermes_dialect
 from otelguard.testing import RecordingObserver
 
 DEFAULT_WARN_AFTER = {
@@ -306,12 +307,36 @@ def test_from_file_non_mapping_document_is_a_config_error(tmp_path: Path) -> Non
         GuardConfig.from_file(path)
 
 
-# -- hermes-agent aliases ------------------------------------------------------------------------
+# -- hermes-agent aliases (the hermes integration's dialect) ----------------------------------------
+
+
+def test_the_core_reads_only_otelguards_keys() -> None:
+    """Without the hermes dialect a hermes key is an unknown key; the dialect is handed in, and a file
+    is read through it as a mapping is."""
+    with pytest.raises(ConfigError) as info:
+        GuardConfig.from_mapping({"warnings_enabled": False})
+    assert info.value.key == "warnings_enabled"
+    assert GuardConfig.from_mapping({"warnings_enabled": False}, dialect=hermes_dialect).warnings is False
+    seen: list[dict[str, Any]] = []
+
+    def spy(section: dict[str, Any]) -> dict[str, Any]:
+        seen.append(section)
+        return {"mode": "unattended"}
+
+    assert GuardConfig.from_mapping({"anything": 1}, dialect=spy).mode == "unattended"
+    assert seen == [{"anything": 1}]
+
+
+def test_a_lone_tool_loop_guardrails_block_is_unwrapped(tmp_path: Path) -> None:
+    path = tmp_path / "hermes.yaml"
+    path.write_text("tool_loop_guardrails:\n  hard_stop_enabled: true\n  loop_caps: {max_subagents: 2}\n")
+    config = GuardConfig.from_file(path, dialect=hermes_dialect)
+    assert config.hard_stop is True and config.caps.turn["subagents"] == 2
 
 
 def test_hermes_enabled_flags() -> None:
     """warnings_enabled → warnings, hard_stop_enabled → hard_stop."""
-    config = GuardConfig.from_mapping({"warnings_enabled": False, "hard_stop_enabled": True})
+    config = config_from_hermes({"warnings_enabled": False, "hard_stop_enabled": True})
     assert config.warnings is False
     assert config.hard_stop is True
     assert config.hard_stop_enabled is True
@@ -319,26 +344,26 @@ def test_hermes_enabled_flags() -> None:
 
 def test_hermes_non_interactive_hard_stop_false_turns_hard_stop_off() -> None:
     """non_interactive_hard_stop_enabled: false means hard_stop: false ..."""
-    config = GuardConfig.from_mapping({"mode": "unattended", "non_interactive_hard_stop_enabled": False})
+    config = config_from_hermes({"mode": "unattended", "non_interactive_hard_stop_enabled": False})
     assert config.hard_stop_enabled is False
 
 
 def test_hermes_non_interactive_hard_stop_false_yields_to_explicit_hard_stop() -> None:
     """... unless hard_stop is set."""
-    config = GuardConfig.from_mapping({"hard_stop": True, "non_interactive_hard_stop_enabled": False})
+    config = config_from_hermes({"hard_stop": True, "non_interactive_hard_stop_enabled": False})
     assert config.hard_stop_enabled is True
 
 
 def test_hermes_non_interactive_hard_stop_true_keeps_mode_default() -> None:
     """non_interactive_hard_stop_enabled: true leaves hard_stop following mode."""
-    assert GuardConfig.from_mapping({"non_interactive_hard_stop_enabled": True}).hard_stop_enabled is False
-    unattended = GuardConfig.from_mapping({"mode": "unattended", "non_interactive_hard_stop_enabled": True})
+    assert config_from_hermes({"non_interactive_hard_stop_enabled": True}).hard_stop_enabled is False
+    unattended = config_from_hermes({"mode": "unattended", "non_interactive_hard_stop_enabled": True})
     assert unattended.hard_stop_enabled is True
 
 
 def test_hermes_loop_caps() -> None:
     """loop_caps.max_web_searches → caps.turn.web_search, loop_caps.max_subagents → caps.turn.subagents."""
-    config = GuardConfig.from_mapping({"loop_caps": {"max_web_searches": 7, "max_subagents": 3}})
+    config = config_from_hermes({"loop_caps": {"max_web_searches": 7, "max_subagents": 3}})
     assert config.caps.turn["web_search"] == 7
     assert config.caps.turn["subagents"] == 3
     assert dict(config.caps.session) == {"web_search": 200, "subagents": 200}
@@ -346,7 +371,7 @@ def test_hermes_loop_caps() -> None:
 
 def test_hermes_idempotent_no_progress_inside_threshold_maps() -> None:
     """idempotent_no_progress inside warn_after/hard_stop_after → no_progress."""
-    config = GuardConfig.from_mapping(
+    config = config_from_hermes(
         {"warn_after": {"idempotent_no_progress": 3}, "hard_stop_after": {"idempotent_no_progress": 7}}
     )
     assert config.warn_after["no_progress"] == 3
@@ -367,7 +392,7 @@ def test_hermes_idempotent_no_progress_inside_threshold_maps() -> None:
 def test_hermes_flat_threshold_keys(flat_key: str, section: str, detector: str) -> None:
     """The flat hermes keys *_warn_after / *_block_after / *_halt_after set the matching threshold."""
     value = 4 if section == "warn_after" else 9
-    config = GuardConfig.from_mapping({flat_key: value, "hard_stop_after": {detector: 9}})
+    config = config_from_hermes({flat_key: value, "hard_stop_after": {detector: 9}})
     assert getattr(config, section)[detector] == value
 
 
@@ -380,7 +405,7 @@ def test_hermes_section_as_a_whole() -> None:
         "hard_stop_after": {"exact_failure": 5, "same_tool_failure": 8, "idempotent_no_progress": 5},
         "loop_caps": {"max_web_searches": 20, "max_subagents": 4},
     }
-    config = GuardConfig.from_mapping(section)
+    config = config_from_hermes(section)
     assert config.hard_stop_enabled is False
     assert config.warn_after["no_progress"] == 2
     assert config.caps.turn["web_search"] == 20
@@ -440,8 +465,9 @@ def test_config_error_names_key_value_and_allowed(
     mapping: dict[str, Any], path: str, value: str, allowed: str
 ) -> None:
     """Every ConfigError message names the dotted key path, the bad value and what is allowed."""
+    hermes = {"loop_caps", "warnings_enabled"} & set(mapping)  # rows of hermes-agent's dialect
     with pytest.raises(ConfigError) as info:
-        GuardConfig.from_mapping(mapping)
+        GuardConfig.from_mapping(mapping, dialect=hermes_dialect if hermes else None)
     message = str(info.value)
     assert path in message
     assert value in message
@@ -454,13 +480,13 @@ def test_config_error_names_key_value_and_allowed(
         ({"warn_after": {"exact_failure": 6}}, "exact_failure"),
         ({"hard_stop_after": {"cycle": 1}}, "cycle"),
         ({"warn_after": {"refusal": 4}, "hard_stop_after": {"refusal": 3}}, "refusal"),
-        ({"no_progress_warn_after": 9}, "no_progress"),
+        ({"no_progress_warn_after": 9}, "no_progress"),  # hermes-agent's dialect
     ],
 )
 def test_warn_above_stop_is_a_config_error(mapping: dict[str, Any], detector: str) -> None:
     """A warn threshold above its stop threshold is a ConfigError naming that detector's key."""
     with pytest.raises(ConfigError) as info:
-        GuardConfig.from_mapping(mapping)
+        GuardConfig.from_mapping(mapping, dialect=hermes_dialect)
     message = str(info.value)
     assert f"warn_after.{detector}" in message or f"hard_stop_after.{detector}" in message
 

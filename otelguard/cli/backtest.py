@@ -122,7 +122,9 @@ def _prepare(args: argparse.Namespace) -> tuple[BacktestOptions, Binaries]:
         raise UsageError(problem)
     if args.since is not None and args.until is not None and args.since >= args.until:
         raise UsageError("--since must be before --until")
-    config = GuardConfig.from_file(args.config) if args.config else GuardConfig()
+    from otelguard.integrations.hermes import hermes_dialect  # either dialect, as every command reads
+
+    config = GuardConfig.from_file(args.config, dialect=hermes_dialect) if args.config else GuardConfig()
     files = expand_paths(args.paths)
     rules = load_rules(
         args.rules or _shipped_rules(), args.evaluation_interval or DEFAULT_EVALUATION_INTERVAL

@@ -41,8 +41,11 @@ def port_problem(option: str, port: int | None) -> str | None:
 def load_config(command: str, path: str | None) -> GuardConfig | None:
     """The config of ``path`` (the defaults without one), its warnings printed; ``None`` once its
     errors are printed."""
+    # a file in hermes-agent's dialect is read as the hermes-agent plugin reads it
+    from otelguard.integrations.hermes import hermes_dialect
+
     try:
-        config = GuardConfig.from_file(path) if path else GuardConfig()
+        config = GuardConfig.from_file(path, dialect=hermes_dialect) if path else GuardConfig()
     except ConfigError as exc:
         print_config_error(command, exc)
         return None

@@ -1,9 +1,9 @@
 """The configuration: ``GuardConfig`` and its sections, the defaults, and how a config is read.
 
 One job per module: ``model`` (``GuardConfig``: its fields, made from what is given and checked),
-``sections`` (``tools:`` and ``caps:``), ``telemetry`` and ``state`` (those sections), ``defaults``
-(thresholds and the tool catalogue), ``hermes`` (hermes-agent's keys), ``checks`` (the checks every
-value goes through), ``file`` (reading a possibly hostile file), ``names`` (probable typos) and
+``sections`` (``tools:`` and ``caps:``), ``telemetry`` and ``state`` (those sections: a state URL
+is held as present, its grammar is ``otelguard.state.urls``'), ``defaults`` (thresholds and the tool
+catalogue), ``checks`` (the checks every value goes through), ``file`` (reading a possibly hostile file), ``names`` (probable typos) and
 ``environment`` (every environment variable otelguard reads).
 
 Each name below is imported on first use: the Claude Code hook command reads

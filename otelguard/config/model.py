@@ -14,7 +14,7 @@ from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass, field, fields, is_dataclass
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Final
+from typing import Any, Final, TypeAlias
 
 from otelguard.config.checks import (
     NO_KEYS,
@@ -40,14 +40,17 @@ from otelguard.config.defaults import (
     KNOWN_NAMES,
 )
 from otelguard.config.file import load_config_file
-from otelguard.config.hermes import in_otelguard_keys
 from otelguard.config.names import is_glob, near_misses
 from otelguard.config.sections import TOOL_LISTS, CapsConfig, ToolClasses
 from otelguard.config.state import StateSettings, check_state_ready, effective_state
 from otelguard.config.telemetry import TelemetrySettings
 from otelguard.errors import ConfigError, ConfigWarning
 
-__all__ = ["MODES", "GuardConfig"]
+__all__ = ["MODES", "Dialect", "GuardConfig"]
+
+Dialect: TypeAlias = Callable[[dict[str, Any]], dict[str, Any]]
+"""Another tool's config dialect, translated into otelguard's keys before they are read (hermes-agent's
+is ``otelguard.integrations.hermes.hermes_dialect``); its errors are ``ConfigError`` as otelguard's."""
 
 MODES: Final = ("interactive", "unattended")
 
@@ -151,28 +154,33 @@ class GuardConfig:
         return config
 
     @classmethod
-    def from_mapping(cls, mapping: Mapping[str, Any] | None) -> GuardConfig:
-        """Build a config from a parsed YAML/JSON section (otelguard's keys or hermes' aliases)."""
-        config = cls._parsed(mapping)
+    def from_mapping(
+        cls, mapping: Mapping[str, Any] | None, *, dialect: Dialect | None = None
+    ) -> GuardConfig:
+        """Build a config from a parsed YAML/JSON section in otelguard's keys, or in another tool's
+        dialect translated by ``dialect`` (hermes-agent's: ``otelguard.integrations.hermes``)."""
+        config = cls._parsed(mapping, dialect)
         _warn(config.config_warnings, stacklevel=3)
         return config
 
     @classmethod
-    def from_file(cls, path: str | Path) -> GuardConfig:
+    def from_file(cls, path: str | Path, *, dialect: Dialect | None = None) -> GuardConfig:
         """Read a YAML (or JSON) file. An empty file gives the defaults. A hostile file (too big, not
         UTF-8, a FIFO or device, an alias bomb, too deep) is a ``ConfigError``: see ``otelguard.config.file``."""
         try:
-            config = cls._parsed(load_config_file(path))
+            config = cls._parsed(load_config_file(path), dialect)
         except ConfigError as exc:
             raise ConfigError.collected([exc], source=str(path)) from None
         _warn(config.config_warnings, stacklevel=3)
         return config
 
     @classmethod
-    def _parsed(cls, mapping: Mapping[str, Any] | None) -> GuardConfig:
+    def _parsed(cls, mapping: Mapping[str, Any] | None, dialect: Dialect | None = None) -> GuardConfig:
         if mapping is None:
             return cls._made({})
-        section = in_otelguard_keys(as_mapping("", mapping))
+        section = dict(as_mapping("", mapping))
+        if dialect is not None:
+            section = dialect(section)
         problems = Problems()
         problems.found += unknown_keys("", section, _INIT_DEFAULTS)
         known = {key: value for key, value in section.items() if key in _INIT_DEFAULTS}

@@ -191,6 +191,16 @@ def test_environment_names_a_missing_config_file(tmp_path: Path) -> None:
         HermesGuardPlugin.from_environment({"OTELGUARD_METRICS_PORT": "http"})
 
 
+def test_the_plugin_reads_a_config_in_hermes_agents_dialect(tmp_path: Path) -> None:
+    """OTELGUARD_CONFIG may hold hermes-agent's own ``tool_loop_guardrails`` section: the plugin reads
+    it through the hermes dialect (the core's config reads only otelguard's keys)."""
+    path = tmp_path / "guardrails.yaml"
+    path.write_text("tool_loop_guardrails:\n  hard_stop_enabled: true\n  loop_caps: {max_web_searches: 3}\n")
+    plugin = HermesGuardPlugin.from_environment({"OTELGUARD_CONFIG": str(path)})
+    config = plugin.sessions.config
+    assert config.hard_stop is True and config.caps.turn["web_search"] == 3
+
+
 def test_importing_the_plugin_does_not_import_hermes() -> None:
     """The plugin module imports no hermes module (hermes is never in the project's venv)."""
     code = "import sys, otelguard.integrations.hermes; print(sorted(m for m in ('agent','tools','hermes_cli','model_tools') if m in sys.modules))"
