@@ -99,11 +99,11 @@ class Guard(core_guard.Guard):
         edges: Edges | None = None,
     ) -> None:
         if edges is None:
+            if config is not None:
+                checked_config(config)  # a host that hands its edges checked its config when it made them
             edges = edges_for(telemetry)
         elif telemetry is not None:
             raise TypeError("Guard: pass telemetry or edges, not both (edges hold the telemetry's observer)")
-        if config is not None:
-            checked_config(config)
         super().__init__(
             config,
             agent=agent,
@@ -134,6 +134,7 @@ def session_host(
         return SessionHost(
             config,
             edges=edges_for(telemetry),
+            guard_class=Guard,
             agent=agent or default_agent,
             max_sessions=max_sessions,
             idle_seconds=idle_seconds,

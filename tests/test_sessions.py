@@ -362,3 +362,35 @@ def test_a_session_host_is_handed_its_cap_backend() -> None:
     assert made["conversation-1"].usage() == {"web_search": 2}
     host.session(None)
     assert set(made) == {"conversation-1"}
+
+
+def test_a_hosted_session_makes_the_public_guard_with_its_own_observer_each() -> None:
+    """``otelguard.hosting.session_host`` resolves ``telemetry=`` once into edges; every guard it makes,
+    a subagent's too, is the public ``Guard`` and is bound its own observer (otelguard's telemetry
+    keeps a guard's open turn span), while a plain observer is shared as it is."""
+    import otelguard
+    from otelguard.config import TelemetrySettings
+    from otelguard.core.observers import GuardObserver
+    from otelguard.hosting import session_host
+
+    class Binder:
+        def __init__(self) -> None:
+            self.bound: list[GuardObserver] = []
+
+        def bind(self, settings: TelemetrySettings) -> GuardObserver:
+            self.bound.append(RecordingObserver())
+            return self.bound[-1]
+
+    binder = Binder()
+    session = session_host(GuardConfig(signature_key=KEY), telemetry=binder).session("a")
+    sub = session.guard("call-1", "researcher")
+    assert isinstance(session.main, otelguard.Guard) and isinstance(sub, otelguard.Guard)
+    assert len(binder.bound) == 2 and binder.bound[0] is not binder.bound[1]
+    session.start_turn()
+    sub.start_turn()
+    assert [len(observer.turns_started) for observer in binder.bound] == [1, 1]
+    recorder = RecordingObserver()
+    shared = session_host(GuardConfig(signature_key=KEY), telemetry=recorder).session("b")
+    shared.start_turn()
+    shared.guard("call-2", "helper").start_turn()
+    assert len(recorder.turns_started) == 2

@@ -288,7 +288,8 @@ class SessionHost:
     is. ``None``: each session tracks ``max_tracked_signatures``.
 
     The host's default session is never shared: its guard is handed no session id, so its caps stay
-    in process whatever the edges.
+    in process whatever the edges. ``guard_class``: the class of its guards (``otelguard.hosting``
+    hands the public ``Guard``), which takes ``Guard``'s keywords.
     """
 
     def __init__(
@@ -301,6 +302,7 @@ class SessionHost:
         idle_seconds: float = DEFAULT_IDLE_SECONDS,
         clock: Callable[[], float] = time.monotonic,
         max_signatures: int | None = None,
+        guard_class: type[Guard] = Guard,
     ) -> None:
         self.config = _within_budget(
             config if config is not None else GuardConfig(), max_signatures, max_sessions
@@ -308,6 +310,7 @@ class SessionHost:
         # an OTELGUARD_STATE_URL without a signature key is a ConfigError here, not at a first call
         self.config.effective_state()
         self.edges = edges
+        self._guard_class = guard_class
         self.agent = agent or DEFAULT_AGENT
         self.max_sessions = max_sessions
         self._max_subagents, self._subagent_config = subagent_budget(self.config)
@@ -323,7 +326,7 @@ class SessionHost:
         # The default session is this host's alone: shared state would merge it with every other
         # process's default session.
         shared_id = None if session_id == DEFAULT_SESSION else session_id
-        guard = Guard(self.config, agent=self.agent, session_id=shared_id, edges=self.edges)
+        guard = self._guard_class(self.config, agent=self.agent, session_id=shared_id, edges=self.edges)
         return Session(guard, self._max_subagents, self._subagent_config)
 
     def session(self, session_id: object = None) -> Session:

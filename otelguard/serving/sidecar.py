@@ -37,9 +37,8 @@ from otelguard.core.sessions import (
     DEFAULT_MAX_SESSIONS,
     DEFAULT_MAX_SIGNATURES,
     Session,
-    SessionHost,
 )
-from otelguard.hosting import TelemetryOption, edges_for
+from otelguard.hosting import TelemetryOption, session_host
 from otelguard.serving.http_server import Request, Response
 from otelguard.serving.metrics_server import metrics_response
 
@@ -66,9 +65,9 @@ class Sidecar:
     ) -> None:
         # One host for both APIs: a session is the same whether its events come as hook payloads
         # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
-        self.host = SessionHost(
+        self.host = session_host(
             config,
-            edges=edges_for(telemetry),
+            telemetry=telemetry,
             agent=DEFAULT_AGENT,
             max_sessions=max_sessions,
             idle_seconds=idle_seconds,
