@@ -28,7 +28,6 @@ from otelguard.config.checks import (
     tool_names,
     unknown_keys,
 )
-from otelguard.config.delegation import DelegationSettings
 from otelguard.config.defaults import (
     DEFAULT_HARD_STOP_AFTER,
     DEFAULT_IGNORE_ARGS,
@@ -40,6 +39,7 @@ from otelguard.config.defaults import (
     KNOWN_GLOBS,
     KNOWN_NAMES,
 )
+from otelguard.config.delegation import DelegationSettings
 from otelguard.config.file import load_config_file
 from otelguard.config.hermes import in_otelguard_keys
 from otelguard.config.names import is_glob, near_misses
