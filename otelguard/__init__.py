@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from otelguard.core.guard import Guard
     from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
     from otelguard.core.tool_calls import GuardedCall
+    from otelguard.core.tree import DelegationTree
     from otelguard.errors import ConfigError, GuardHalted, OtelGuardError
     from otelguard.hosting import TelemetryOption
     from otelguard.serving.metrics_server import serve_metrics
@@ -40,10 +41,25 @@ def _observer_for(telemetry: "TelemetryOption", config: "GuardConfig") -> "Guard
     return observer_for(telemetry, config)
 
 
+def _tree_caps_for(config: "GuardConfig", root: str, telemetry: "TelemetryOption") -> "SessionCapStore":
+    from otelguard.hosting import tree_cap_store
+
+    return tree_cap_store(config, root, telemetry)
+
+
+def _current_tree() -> "DelegationTree | None":
+    # A tree is current only after otelguard.propagation put it there: checked without importing.
+    import sys
+
+    propagation = sys.modules.get("otelguard.propagation")
+    return propagation.current_tree() if propagation is not None else None
+
+
 # The core is handed its edges: a guard made without a session-cap store or with ``telemetry=`` gets
 # them from these, which load the edges (redis, OpenTelemetry) only when a guard needs one.
 _resolvers.register(session_caps_for=_session_caps_for, observer_for=_observer_for)
-del _session_caps_for, _observer_for
+_resolvers.register_trees(tree_caps_for=_tree_caps_for, current_tree_for=_current_tree)
+del _session_caps_for, _observer_for, _tree_caps_for, _current_tree
 
 __all__ = [
     "CallEvent",

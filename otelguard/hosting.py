@@ -27,6 +27,7 @@ from otelguard.core.caps import LocalSessionCaps, SessionCapStore
 from otelguard.core.observers import GuardObserver, TelemetryBinder
 from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
 from otelguard.core.signatures import resolve_signature_key, uses_random_key
+from otelguard.core.tree import local_tree_caps
 
 if TYPE_CHECKING:
     from otelguard.state.reports import StateReport
@@ -140,6 +141,19 @@ def session_cap_store(
     if listener is None:
         listener = state_listener(telemetry)
     return open_session_caps(state, resolve_signature_key(config.signature_key), session_id, listener)
+
+
+def tree_cap_store(config: GuardConfig, root: str, telemetry: TelemetryOption = None) -> SessionCapStore:
+    """The store of the counters of the delegation tree ``root`` (a tree digest): in this process's
+    table of trees, unless a shared state URL is set; then in Redis under
+    ``<key_prefix>:tree:{<root>}``, shared by every process of the tree and expiring as sessions do."""
+    state = config.effective_state()
+    if state.url is None:
+        return local_tree_caps(root)
+    from otelguard.state.redis_caps import RedisSessionCaps, link_for
+
+    key = f"{state.key_prefix}:tree:{{{root}}}"
+    return RedisSessionCaps(link_for(state), key, state.ttl_seconds, state_listener(telemetry))
 
 
 def state_listener(telemetry: TelemetryOption) -> Callable[[StateReport], None] | None:

@@ -22,10 +22,14 @@ if TYPE_CHECKING:
     TelemetryArgument = TelemetryBinder | GuardObserver | bool | None
     SessionCapsResolver = Callable[[GuardConfig, str | None, TelemetryArgument], SessionCapStore]
     ObserverResolver = Callable[[TelemetryArgument, GuardConfig], GuardObserver]
+    from otelguard.core.tree import DelegationTree
+
+    TreeCapsResolver = Callable[[GuardConfig, str, TelemetryArgument], SessionCapStore]
+    CurrentTreeResolver = Callable[[], DelegationTree | None]
 
 del TYPE_CHECKING
 
-__all__ = ["observer", "register", "session_caps"]
+__all__ = ["current_tree", "observer", "register", "register_trees", "session_caps", "tree_caps"]
 
 session_caps: "SessionCapsResolver | None" = None
 """``session_caps(config, session_id, telemetry)``: the store of a guard's session caps, for a guard
@@ -39,3 +43,17 @@ def register(*, session_caps_for: "SessionCapsResolver", observer_for: "Observer
     global session_caps, observer
     session_caps = session_caps_for
     observer = observer_for
+
+
+tree_caps: "TreeCapsResolver | None" = None
+"""``tree_caps(config, root, telemetry)``: the store of the counters of the delegation tree ``root``
+(``None``: the process-wide in-process store of that tree)."""
+current_tree: "CurrentTreeResolver | None" = None
+"""``current_tree()``: the delegation tree current where a guard is made (the delegating agent's
+place in it), or ``None``: the host reads it from the OpenTelemetry context."""
+
+
+def register_trees(*, tree_caps_for: "TreeCapsResolver", current_tree_for: "CurrentTreeResolver") -> None:
+    global tree_caps, current_tree
+    tree_caps = tree_caps_for
+    current_tree = current_tree_for

@@ -27,6 +27,7 @@ from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_
 from otelguard.core.results import ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
+from otelguard.core.tree import DelegationTree, join_tree
 
 __all__ = ["Guard"]
 
@@ -47,6 +48,8 @@ class Guard:
     the session's caps). ``session_caps``: the store of the session's cap counters (any
     ``SessionCapStore``), shared with the session's other guards; by default a new one, from the
     resolver the package registers (``otelguard.hosting.session_cap_store``: Redis with a state URL).
+    ``tree``: its place in a delegation tree, as its host resolved it (by default ``join_tree``
+    decides); ``delegation_tree`` reads it back (``None``: in no tree).
     """
 
     def __init__(
@@ -58,20 +61,17 @@ class Guard:
         observers: Iterable[GuardObserver] = (),
         session_id: str | None = None,
         session_caps: SessionCapStore | None = None,
+        tree: DelegationTree | None = None,
     ) -> None:
         self.config = config if config is not None else GuardConfig()
         self.agent = _agent_name(agent) or DEFAULT_AGENT
         self.session_id = session_id
-        self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
+        self._hasher = ArgsHasher(key := resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys)
         self._catalog = catalog_for(self.config)
         self._known_facts = self._catalog.known_facts
-        if session_caps is None:
-            resolve = _resolvers.session_caps
-            session_caps = (
-                LocalSessionCaps() if resolve is None else resolve(self.config, session_id, telemetry)
-            )
-        self._caps = CapLedger(self.config.caps.on_hit, session_caps)
+        self._caps = _cap_ledger(self.config, self.agent, session_id, session_caps, tree, telemetry, key)
+        self.delegation_tree = self._caps.tree.tree if self._caps.tree is not None else None  # or in none
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
@@ -106,6 +106,7 @@ class Guard:
             observers=observers,
             session_id=self.session_id,
             session_caps=self._caps.session,
+            tree=self._caps.tree.subagent(agent or self.agent) if self._caps.tree is not None else None,
         )
 
     # turns -----------------------------------------------------------------------------------
@@ -216,7 +217,7 @@ class Guard:
                 turn.tool_calls += 1
                 if turn.halt is not None:
                     decision: Decision | None = _turn_halted(sig, turn.halt)
-                elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop:
+                elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop or self._caps.tree:
                     decision = _refusal(self._caps, turn, sig, facts, requested or 1)
                 else:
                     decision = None
@@ -224,7 +225,7 @@ class Guard:
                 if decision is None:
                     decision = codes.allow_decision(name, sig)
                     charges: tuple[Charge, ...] = ()
-                    if facts.caps_turn or facts.caps_session:
+                    if facts.caps_turn or facts.caps_session or facts.caps_tree:
                         charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     # found again by call id, or by (tool, id(args)): the args are never kept alive
@@ -339,6 +340,25 @@ class Guard:
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
 
 
+def _cap_ledger(
+    config: GuardConfig,
+    agent: str,
+    session_id: str | None,
+    session_caps: SessionCapStore | None,
+    tree: DelegationTree | None,
+    telemetry: Any,
+    key: bytes,
+) -> CapLedger:
+    """A new guard's caps: the session's store (a new one from the registered resolver when not
+    handed one: Redis with a state URL), and its place in a delegation tree, if any."""
+    if session_caps is None:
+        resolve = _resolvers.session_caps
+        session_caps = LocalSessionCaps() if resolve is None else resolve(config, session_id, telemetry)
+    ledger = CapLedger(config.caps.on_hit, session_caps)
+    ledger.tree = join_tree(config, agent, session_id, tree, telemetry, key)
+    return ledger
+
+
 def _agent_name(agent: Any) -> Any:
     """An agent name bounded as tool names are (anything else is kept: telemetry exports it as ``_other``)."""
     return bounded_name(agent) if isinstance(agent, str) else agent
@@ -354,12 +374,13 @@ def _refusal(
     """What refuses a call of a turn not yet halted: a cap (which, when none refuses, charges the
     session caps), then a hard-stop detector (a call it refuses gets its session charge back)."""
     decision = None
-    if facts.caps_turn or facts.caps_session:
-        decision = caps.check(sig, facts.caps_turn, facts.caps_session, units)
+    spawning = facts.spawn_arg is not False
+    if facts.caps_turn or facts.caps_session or facts.caps_tree or spawning:
+        decision = caps.check(sig, facts.caps_turn, facts.caps_session, units, facts.caps_tree, spawning)
     if decision is None and turn.detectors.hard_stop:
         decision = turn.detectors.refuse_before(sig, facts.tool_class)
-        if decision is not None and facts.caps_session:
-            caps.refund_session(facts.caps_session, units)
+        if decision is not None and (facts.caps_session or facts.caps_tree):
+            caps.refund_session(facts.caps_session, units, facts.caps_tree if caps.tree else ())
     return decision
 
 
