@@ -259,3 +259,26 @@ def test_the_process_keeps_the_counters_of_at_most_max_trees_trees() -> None:
         trees.local_tree_caps(f"{n:032x}")
     assert len(trees._trees) == trees.MAX_TREES
     assert trees.local_tree_caps("f" * 32).usage() == {}  # the oldest tree was forgotten
+
+
+def test_a_tree_cap_hit_counts_with_scope_tree_and_no_tree_id_in_any_label() -> None:
+    from prometheus_client import CollectorRegistry, generate_latest
+
+    from otelguard import Telemetry
+
+    registry = CollectorRegistry()
+    conversation = session()
+    guard = Guard(
+        config({"web_search": 1}), Telemetry(registry=registry, span_mode="off"), session_id=conversation
+    )
+    guard.before_call("web_search", {"q": 1})
+    assert guard.before_call("web_search", {"q": 2}).code == codes.CAP_TREE
+    assert (
+        registry.get_sample_value(
+            "otelguard_cap_hits_total", {"agent": "default", "cap": "web_search", "scope": "tree"}
+        )
+        == 1
+    )
+    exposition = generate_latest(registry).decode()
+    tree = guard.delegation_tree
+    assert tree is not None and tree.root not in exposition and conversation not in exposition

@@ -21,7 +21,15 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
 from otelguard.config.telemetry import TelemetrySettings
-from otelguard.core.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUTCOMES, Decision, TurnSummary
+from otelguard.core.decisions import (
+    CAP_SESSION,
+    CAP_TREE,
+    CAP_TURN,
+    LOOP_CODES,
+    TURN_OUTCOMES,
+    Decision,
+    TurnSummary,
+)
 from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.core.signatures import MAX_NAME_CHARS, RANDOM_KEY_NOTE, bounded_name, claim_random_key_note
 from otelguard.telemetry import attributes as attr
@@ -36,7 +44,7 @@ __all__ = ["GuardTelemetry", "Telemetry"]
 _REFUSING_ACTIONS: Final = frozenset(("block", "halt", "reject"))
 _LOOP_ACTIONS: Final = frozenset(("warn", "block", "halt"))
 _RAN: Final = frozenset(("ok", "failed"))
-_CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
+_CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session", CAP_TREE: "tree"}
 # A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
 _CATEGORY: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _REFUSED_FALLBACK: Final = "refused"
