@@ -99,8 +99,8 @@ def recording_rules() -> list[dict[str, Any]]:
             # A delegation tree refused: a tree cap hit, or a spawn refused at the depth limit. The
             # two series never share a label set, so `or` keeps both and the sum adds them.
             "record": TREE_REFUSALS_RATE,
-            "expr": f"sum by ({AGENT_LEVEL}) (rate({CAP_HITS}{{{SCOPE}=\"tree\"}}[{RULE_WINDOW}])"
-            f" or rate({DECISIONS}{{{CODE}=\"delegation_depth\"}}[{RULE_WINDOW}]))",
+            "expr": f'sum by ({AGENT_LEVEL}) (rate({CAP_HITS}{{{SCOPE}="tree"}}[{RULE_WINDOW}])'
+            f' or rate({DECISIONS}{{{CODE}="delegation_depth"}}[{RULE_WINDOW}]))',
         },
     ]
 
