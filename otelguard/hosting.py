@@ -19,17 +19,20 @@ itself and hand the guard what they return.
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, ClassVar, TypeAlias, cast
 
 from otelguard.config import GuardConfig
+from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.caps import LocalSessionCaps, SessionCapStore
 from otelguard.core.observers import GuardObserver, TelemetryBinder
 from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
 from otelguard.core.signatures import resolve_signature_key, uses_random_key
-from otelguard.core.tree import local_tree_caps
+from otelguard.core.tree import MAX_TREES, local_tree_caps
 
 if TYPE_CHECKING:
+    from otelguard.state.redis_caps import RedisSessionCaps
     from otelguard.state.reports import StateReport
 
 __all__ = [
@@ -152,8 +155,20 @@ def tree_cap_store(config: GuardConfig, root: str, telemetry: TelemetryOption = 
         return local_tree_caps(root)
     from otelguard.state.redis_caps import RedisSessionCaps, link_for
 
+    link = link_for(state)
     key = f"{state.key_prefix}:tree:{{{root}}}"
-    return RedisSessionCaps(link_for(state), key, state.ttl_seconds, state_listener(telemetry))
+    # One store per tree in this process: every guard of the tree here shares its fallback counts,
+    # so an outage costs a tree what it costs a session (what was charged while Redis was away).
+    with _tree_stores_lock:
+        store = _tree_stores.use((id(link), key))
+        if store is None or store.link is not link:
+            store = RedisSessionCaps(link, key, state.ttl_seconds, state_listener(telemetry))
+            _tree_stores.put((id(link), key), store)
+        return store
+
+
+_tree_stores: BoundedMap[tuple[int, str], RedisSessionCaps] = BoundedMap(MAX_TREES)
+_tree_stores_lock = threading.Lock()
 
 
 def state_listener(telemetry: TelemetryOption) -> Callable[[StateReport], None] | None:

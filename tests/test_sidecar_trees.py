@@ -101,3 +101,20 @@ def test_bad_baggage_on_the_sidecar_is_ignored_and_never_refuses(replicas: tuple
         "POST", "/v1/before_call", {"session_id": "x", "tool_name": "t"}, {"baggage": "%%%"}
     )
     assert status == 200
+
+
+def test_a_guard_in_a_tree_falls_back_to_its_own_counts_when_redis_is_down(redis_server: RedisServer) -> None:
+    """Redis killed: the tree's calls are decided from this process's counts (kept all along), the
+    guard never raises, and the cap still holds within the process."""
+    cfg = GuardConfig(
+        signature_key=KEY,
+        caps={"on_hit": "reject", "tree": {"web_search": 3}, "session": {"web_search": 0}},
+        state={"url": redis_server.url, "timeout_ms": 200},
+    )
+    guard = Guard(cfg, session_id="outage-root")
+    assert guard.before_call("web_search", {"q": 0}).action == "allow"
+    key = f"otelguard:tree:{{{tree_digest('outage-root', key_bytes(KEY))}}}"
+    assert int(redis_server.client.hget(key, "web_search")) == 1
+    redis_server.kill()
+    codes = [guard.subagent_guard("w").before_call("web_search", {"q": n}).code for n in range(1, 5)]
+    assert codes == ["allow", "allow", "cap_tree", "cap_tree"]
