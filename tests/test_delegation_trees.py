@@ -282,3 +282,22 @@ def test_a_tree_cap_hit_counts_with_scope_tree_and_no_tree_id_in_any_label() -> 
     exposition = generate_latest(registry).decode()
     tree = guard.delegation_tree
     assert tree is not None and tree.root not in exposition and conversation not in exposition
+
+
+def test_a_call_a_detector_refuses_leaves_the_tree_uncharged() -> None:
+    """A repeated failing search is refused by its detector (hard stop on): the refused calls give
+    back their tree charge, so the tree counts only the calls that ran."""
+    guard = Guard(config({"web_search": 100}, mode="unattended"), session_id=session())
+    ran = 0
+    for _ in range(12):
+        decision = guard.before_call("web_search", {"q": "the same"})
+        if decision.action in ("allow", "warn"):
+            ran += 1
+            guard.after_call("web_search", {"q": "the same"}, "error: backend down", failed=True)
+        else:
+            assert decision.code.startswith("exact_failure")
+    tree = guard.delegation_tree
+    assert tree is not None and 0 < ran < 12
+    from otelguard.core.tree import local_tree_caps
+
+    assert local_tree_caps(tree.root).usage() == {"web_search": ran}
