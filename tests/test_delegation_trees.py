@@ -301,3 +301,26 @@ def test_a_call_a_detector_refuses_leaves_the_tree_uncharged() -> None:
     from otelguard.core.tree import local_tree_caps
 
     assert local_tree_caps(tree.root).usage() == {"web_search": ran}
+
+
+def test_claude_code_subagents_are_one_level_down_in_the_session_tree() -> None:
+    """Claude Code hook payloads with an ``agent_id`` (a subagent) charge the session's tree and sit
+    at depth 1: with ``max_depth: 1`` the subagent's own Task spawn is denied, the main agent's is not."""
+    from otelguard.claude_code.hooks import ClaudeCodeHooks
+
+    hooks = ClaudeCodeHooks(config({"web_search": 2}, delegation={"max_depth": 1}))
+    conversation = session()
+
+    def pre(tool: str, args: dict[str, Any], call_id: str, **extra: Any) -> Any:
+        body = {"session_id": conversation, "hook_event_name": "PreToolUse", "tool_name": tool}
+        return hooks.handle({**body, "tool_input": args, "tool_use_id": call_id, **extra})
+
+    sub = {"agent_id": "a1", "agent_type": "researcher"}
+    assert pre("WebSearch", {"query": "a"}, "t1") is None
+    assert pre("WebSearch", {"query": "b"}, "t2", **sub) is None
+    denied = pre("WebSearch", {"query": "c"}, "t3", **sub)
+    assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"  # the tree's third search
+    assert pre("Task", {"prompt": "dig deeper"}, "t4") is None  # depth 0 may delegate
+    denied = pre("Task", {"prompt": "dig deeper"}, "t5", **sub)
+    assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
+    assert "delegation depth 1" in denied["hookSpecificOutput"]["permissionDecisionReason"]
