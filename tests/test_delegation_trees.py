@@ -324,3 +324,96 @@ def test_claude_code_subagents_are_one_level_down_in_the_session_tree() -> None:
     denied = pre("Task", {"prompt": "dig deeper"}, "t5", **sub)
     assert denied["hookSpecificOutput"]["permissionDecision"] == "deny"
     assert "delegation depth 1" in denied["hookSpecificOutput"]["permissionDecisionReason"]
+
+
+def _nine_searched_then_rejected(guard: Guard) -> None:
+    """The guard's search fails until ``exact_failure`` rejects it; searches that ran bring the tree to 9."""
+    failing = {"q": "down"}
+    for n in range(5):
+        assert guard.before_call("web_search", failing, call_id=f"f{n}").allows_execution
+        guard.after_call("web_search", failing, "Error: backend down", failed=True, call_id=f"f{n}")
+    assert guard.before_call("web_search", failing, call_id="f").code == codes.EXACT_FAILURE_REJECT
+    for n in range(4):
+        assert guard.before_call("web_search", {"q": f"ok{n}"}, call_id=f"ok{n}").allows_execution
+        guard.after_call("web_search", {"q": f"ok{n}"}, "results", failed=False, call_id=f"ok{n}")
+
+
+def test_a_call_a_detector_refuses_never_holds_a_tree_charge_even_for_a_moment() -> None:
+    """The main agent resends its rejected search while a subagent of the tree searches in parallel
+    (each search then cancelled by its host): the subagent, the only one that may take the tree's
+    10th search, is never refused ``cap_tree``, and the tree never shows more than 9 + 1."""
+    import sys
+
+    from otelguard.core.tree import local_tree_caps
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # the two guards interleave inside each other's calls
+    try:
+        main = Guard(
+            config({"web_search": 10}, mode="unattended", rejects_before_stop=1_000_000),
+            session_id=session(),
+        )
+        main.start_turn()
+        _nine_searched_then_rejected(main)
+        tree = main.delegation_tree
+        assert tree is not None
+        store = local_tree_caps(tree.root)
+        assert store.usage() == {"web_search": 9}
+        stop = threading.Event()
+        wrong: list[str] = []
+        highest = [0]
+
+        def resend() -> None:
+            n = 0
+            while not stop.is_set():
+                code = main.before_call("web_search", {"q": "down"}, call_id=f"r{n}").code
+                if code not in (
+                    codes.EXACT_FAILURE_REJECT,
+                    codes.CAP_TREE,
+                ):  # cap_tree: the sub held the 10th
+                    wrong.append(code)
+                highest[0] = max(highest[0], store.usage().get("web_search", 0))
+                n += 1
+
+        sub = main.subagent_guard("researcher")
+        sub.start_turn()
+        refused = 0
+        thread = threading.Thread(target=resend)
+        thread.start()
+        try:
+            for n in range(1500):
+                decision = sub.before_call("web_search", {"q": f"sub{n}"}, call_id=f"s{n}")
+                if decision.allows_execution:
+                    sub.after_call("web_search", {"q": f"sub{n}"}, None, call_id=f"s{n}", cancelled=True)
+                elif decision.code == codes.CAP_TREE:
+                    refused += 1
+                else:
+                    wrong.append(decision.code)
+        finally:
+            stop.set()
+            thread.join(30)
+    finally:
+        sys.setswitchinterval(before)
+    assert not wrong, wrong[:5]
+    assert refused == 0
+    assert highest[0] <= 10
+    assert store.usage() == {"web_search": 9}
+
+
+def test_a_call_a_tree_cap_and_a_detector_both_refuse_is_reported_as_the_tree_cap() -> None:
+    """The decision order stays (session caps, the tree, the detectors), read without a charge: with
+    the tree full the rejected search is ``cap_tree``; with room again it is the detector's reject."""
+    from otelguard.core.tree import local_tree_caps
+
+    main = Guard(config({"web_search": 10}, mode="unattended"), session_id=session())
+    main.start_turn()
+    _nine_searched_then_rejected(main)
+    tree = main.delegation_tree
+    assert tree is not None
+    store = local_tree_caps(tree.root)
+    assert store.charge([("web_search", 10)], 1).refusal is None  # another agent of the tree took the 10th
+    decision = main.before_call("web_search", {"q": "down"}, call_id="capped")
+    assert (decision.code, decision.count, decision.limit) == (codes.CAP_TREE, 10, 10)
+    store.refund(["web_search"], 1)
+    assert main.before_call("web_search", {"q": "down"}, call_id="again").code == codes.EXACT_FAILURE_REJECT
+    assert store.usage() == {"web_search": 9}

@@ -133,7 +133,7 @@ class CapLedger:
         self.tree: TreeLedger | None = None
         """The delegation tree's caps and depth limit, for a guard in a tree (``otelguard.core.tree``)."""
         self.tree_charged: Sequence[tuple[str, int]] = ()
-        """The tree caps the last ``check`` charged: ``charge`` records them (both run under the
+        """The tree caps the last ``charge_tree`` charged: ``charge`` records them (both run under the
         guard's lock, one after the other)."""
 
     def start_turn(self) -> None:
@@ -146,42 +146,68 @@ class CapLedger:
         turn_caps: Sequence[tuple[str, int]],
         session_caps: Sequence[tuple[str, int]],
         requested: int,
-        tree_caps: Sequence[tuple[str, int]] = (),
-        spawning: bool = False,
     ) -> Decision | None:
         """The first cap this call would exceed (turn caps before session caps, config order).
 
         When it exceeds none, the session caps are charged already (atomically with their check:
         another guard of the session may charge them at the same moment); the turn caps are charged
-        by ``charge`` once the call is allowed, and a call refused in between gets ``refund_session``.
+        by ``charge`` once the call is allowed. Only for a call nothing else may refuse: one a
+        detector refuses asks ``check_turn`` and ``session_hit``, which charge nothing.
         """
+        decision = self.check_turn(sig, turn_caps, requested)
+        if decision is None and session_caps:
+            return self.charge_session(sig, session_caps, requested)
+        return decision
+
+    def charge_session(
+        self, sig: Signature, session_caps: Sequence[tuple[str, int]], requested: int
+    ) -> Decision | None:
+        """Charge the session caps in one atomic step with their check; the cap refusing, if any."""
+        refusal, fell_back = self.session.charge(session_caps, requested)
+        if fell_back:
+            self.fell_back = True
+        if refusal is not None:
+            return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
+        return None
+
+    def check_turn(
+        self, sig: Signature, turn_caps: Sequence[tuple[str, int]], requested: int
+    ) -> Decision | None:
+        """The first turn cap this call would exceed; charges nothing (the turn is the guard's alone)."""
         turn = self.turn
         for key, limit in turn_caps:
             used = turn.get(key, 0)
             if used + requested > limit:
                 return self._hit(sig, "turn", key, used, limit, requested)
-        if session_caps:
-            refusal, fell_back = self.session.charge(session_caps, requested)
-            if fell_back:
-                self.fell_back = True
-            if refusal is not None:
-                return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
-        self.tree_charged = ()
-        if self.tree is not None and (tree_caps or spawning):
-            return self._check_tree(self.tree, sig, session_caps, tree_caps, spawning, requested)
         return None
 
-    def _check_tree(
+    def session_hit(
+        self, sig: Signature, session_caps: Sequence[tuple[str, int]], requested: int
+    ) -> Decision | None:
+        """The first session cap this call would exceed, read from the store's usage and charging
+        nothing: for a call refused anyway, whether the cap is what to report. (A store outside the
+        process answers with the counts this process last saw.)"""
+        usage = self.session.usage() if session_caps else {}
+        for key, limit in session_caps:
+            used = usage.get(key, 0)
+            if used + requested > limit:
+                return self._hit(sig, "session", key, used, limit, requested)
+        return None
+
+    def charge_tree(
         self,
-        tree: TreeLedger,
         sig: Signature,
         session_caps: Sequence[tuple[str, int]],
         tree_caps: Sequence[tuple[str, int]],
         spawning: bool,
         requested: int,
     ) -> Decision | None:
-        """After the session caps: the depth limit of a spawn, then the tree caps (charged as the
-        session caps are); a refusal gives the session caps their charge back."""
+        """After the session caps were charged: the depth limit of a spawn, then the tree caps
+        (charged as the session caps are: atomically with their check). A refusal gives the session
+        caps their charge back; a charge is recorded for ``charge`` (or ``refund_session``)."""
+        tree = self.tree
+        if tree is None:
+            return None
         decision = tree.depth_refusal(sig) if spawning else None
         if decision is None and tree_caps:
             decision, fell_back = tree.charge(sig, tree_caps, requested)
@@ -191,6 +217,18 @@ class CapLedger:
         elif decision is None:
             self.tree_charged = tree_caps
         return decision
+
+    def tree_hit(
+        self, sig: Signature, tree_caps: Sequence[tuple[str, int]], spawning: bool, requested: int
+    ) -> Decision | None:
+        """What the tree would refuse this call for (the depth limit of a spawn, then the first tree
+        cap it would exceed), read from the tree's usage and charging nothing: for a call refused
+        anyway, as ``session_hit`` is."""
+        tree = self.tree
+        if tree is None:
+            return None
+        decision = tree.depth_refusal(sig) if spawning else None
+        return decision if decision is not None or not tree_caps else tree.hit(sig, tree_caps, requested)
 
     def charge(
         self, turn_caps: Sequence[tuple[str, int]], session_caps: Sequence[tuple[str, int]], amount: int
@@ -213,7 +251,8 @@ class CapLedger:
     def refund_session(
         self, session_caps: Sequence[tuple[str, int]], amount: int, tree_caps: Sequence[tuple[str, int]] = ()
     ) -> None:
-        """Give back what ``check`` charged to a call that was then refused all the same."""
+        """Give back what ``charge_session`` and ``charge_tree`` charged to a call that was then
+        refused all the same."""
         self.tree_charged = ()
         if session_caps:
             self.session.refund([key for key, _limit in session_caps], amount)

@@ -177,12 +177,24 @@ class TreeLedger:
         refusal, fell_back = self.store.charge(caps, amount)
         if refusal is None:
             return None, fell_back
-        key, used, limit = refusal
+        return self._hit(sig, *refusal, amount), fell_back
+
+    def hit(self, sig: Signature, caps: Sequence[tuple[str, int]], amount: int) -> Decision | None:
+        """The refusal of the first tree cap ``caps`` a charge of ``amount`` would overshoot, read
+        from the store's usage (charging nothing), or ``None``."""
+        usage = self.store.usage()
+        for key, limit in caps:
+            used = usage.get(key, 0)
+            if used + amount > limit:
+                return self._hit(sig, key, used, limit, amount)
+        return None
+
+    def _hit(self, sig: Signature, key: str, used: int, limit: int, amount: int) -> Decision:
         message = f"Not run: this delegation tree already used {used} of its {limit} {key} calls."
         if amount > 1:
             message += f" This call would add {amount} more."
         message += " Work with what you have, or report back that the limit was reached."
-        decision = Decision(
+        return Decision(
             action=self.action,
             code=codes.CAP_TREE,
             message=message,
@@ -192,7 +204,6 @@ class TreeLedger:
             signature=sig,
             cap=key,
         )
-        return decision, fell_back
 
     def refund(self, keys: Sequence[str], amount: int) -> None:
         self.store.refund(keys, amount)

@@ -22,7 +22,7 @@ from otelguard.readers.events import EventSink
 from otelguard.readers.feed import input_ending
 from otelguard.readers.lines import MAX_LINE_BYTES, LineSplitter, open_nonblocking, read_chunks
 from otelguard.readers.mini_swe_agent import MINI_SWE_AGENT, MiniSweAgentReader, is_mini_swe_agent_messages
-from otelguard.readers.openhands import OPENHANDS, OpenHandsReader, is_openhands_event
+from otelguard.readers.openhands import OPENHANDS, OpenHandsReader, completion_log_fields, is_openhands_event
 from otelguard.readers.swe_agent import SWE_AGENT, SweAgentReader, is_swe_agent_trajectory
 
 __all__ = [
@@ -62,6 +62,8 @@ def detect_format(record: Any) -> str | None:
         return None
     if ("history" in record and "instance_id" in record) or is_openhands_event(record):
         return OPENHANDS
+    if completion_log_fields(record) is not None:  # read as chat, whatever its messages look like
+        return "chat"
     if "messages" in record and "role" not in record and _is_mini_swe_agent_run(record):
         return MINI_SWE_AGENT
     if isinstance(record.get("trajectory"), list) and is_swe_agent_trajectory(record):
@@ -307,6 +309,11 @@ def _feed_file(source: InputFile, chunks: Iterator[bytes], progress: Callable[[i
         )
         if first_line is not None:
             break
+        if splitter.pending_bytes > splitter.limit:
+            # the first line is over the limit: it is no document's opening, and the chunks kept
+            # to decide that are dropped; its length alone is counted on, as for any other line
+            _feed_over_long_first_line(source, head, chunks, progress)
+            return
     if first_line is None:
         first_line = next(splitter.finish(), None)  # the whole input, ended without a newline
     document_suffix = source.path.endswith(_DOCUMENT_SUFFIXES)
@@ -316,6 +323,22 @@ def _feed_file(source: InputFile, chunks: Iterator[bytes], progress: Callable[[i
             progress(size)
         return
     _feed_stream(source, _chain(head, chunks), progress)
+
+
+def _feed_over_long_first_line(
+    source: InputFile, head: list[bytes], chunks: Iterator[bytes], progress: Callable[[int], None] | None
+) -> None:
+    """JSON lines whose first non-blank line is already over the line limit: the kept chunks are
+    pushed through the source's own splitter (which keeps only the length of a line past the limit),
+    then let go, and the rest streams as usual."""
+    size = 0
+    while head:
+        chunk = head.pop(0)
+        size += len(chunk)
+        source.feed_chunk(chunk)
+    if progress is not None:
+        progress(size)
+    _feed_stream(source, chunks, progress)
 
 
 def _chain(head: list[bytes], chunks: Iterator[bytes]) -> Iterator[bytes]:
