@@ -139,6 +139,8 @@ class CapLedger:
     def start_turn(self) -> None:
         self.turn = {}
         self.turn_peak_ratio = {}
+        if self.tree is not None:
+            self.tree.start_turn()
 
     def check(
         self,

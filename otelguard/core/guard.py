@@ -27,7 +27,7 @@ from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_
 from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
-from otelguard.core.tree import DelegationTree, join_tree
+from otelguard.core.tree import DelegationTree, TreeLedger, join_tree
 
 __all__ = ["Guard"]
 
@@ -50,8 +50,7 @@ class Guard:
     the session's caps). ``session_caps``: the store of the session's cap counters (any
     ``SessionCapStore``), shared with the session's other guards; by default a new one, from the
     resolver the package registers (``otelguard.hosting.session_cap_store``: Redis with a state URL).
-    ``tree``: its place in a delegation tree, as its host resolved it (by default ``join_tree``
-    decides); ``delegation_tree`` reads it back (``None``: in no tree).
+    ``tree``: its place in a delegation tree (by default ``join_tree`` decides; ``delegation_tree``).
     """
 
     def __init__(
@@ -200,8 +199,10 @@ class Guard:
 
     # calls -----------------------------------------------------------------------------------
 
-    def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision:
-        """Decide whether a call may run. Refused calls end here; allowed ones await ``after_call``."""
+    def before_call(
+        self, tool_name: str, args: Any = None, call_id: str | None = None, *, delegate_to: str | None = None
+    ) -> Decision:
+        """Decide whether a call (delegating to ``delegate_to``, if named) may run; refused ones end here."""
         try:
             name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
             facts = self._known_facts(name) or self._catalog.facts(name)
@@ -215,25 +216,22 @@ class Guard:
             sig = new_signature((name, args_hash))
             requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
+            depth = _delegation_depth(self._caps.tree, facts, delegate_to)  # None: not a delegation
             with self._lock:
                 turn.tool_calls += 1
-                if turn.halt is not None:
-                    decision: Decision | None = _turn_halted(sig, turn.halt)
-                elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop or self._caps.tree:
-                    decision = _refusal(self._caps, turn, sig, facts, requested or 1)
-                else:
-                    decision = None
-                fell_back = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
-                if decision is None:
-                    decision = codes.allow_decision(name, sig)
+                decision = _decide(self._caps, turn, sig, facts, requested or 1, delegate_to)
+                fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
+                if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
+                    decision = decision or codes.allow_decision(name, sig)
                     charges: tuple[Charge, ...] = ()
                     if facts.caps_turn or facts.caps_session or facts.caps_tree:
                         charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                     tokens = [] if self._observe_starts else _NO_TOKENS
-                    # found again by call id, or by (tool, id(args)): the args are never kept alive
                     at = time.time_ns() if self._observed else 0
-                    pending = new_pending((sig, turn, charges, requested, decision, at, tokens, fell_back))
-                    self._pending.add(
+                    pending = new_pending(
+                        (sig, turn, charges, requested, decision, at, tokens, fallback, depth)
+                    )
+                    self._pending.add(  # found by call id, or by (tool, id(args)): args never kept alive
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
                     )
                 else:
@@ -243,7 +241,9 @@ class Guard:
                 record = pending
                 if record is None:  # refused: it ends here
                     outcome = "rejected" if decision.action == "reject" else "blocked"
-                    record = new_pending((sig, turn, (), requested, decision, time.time_ns(), [], fell_back))
+                    record = new_pending(
+                        (sig, turn, (), requested, decision, time.time_ns(), [], fallback, depth)
+                    )
                 event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
                 started = self._observers.call_started(event)
                 if pending is None:
@@ -376,28 +376,62 @@ def _no_turn(agent: str) -> TurnSummary:
     return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
 
 
+def _delegation_depth(tree: TreeLedger | None, facts: ToolFacts, delegate_to: str | None) -> int | None:
+    """For a delegation by a guard in a tree (a spawn tool, or a call naming the agent it delegates
+    to), the depth of the agent it starts; ``None`` for any other call."""
+    if tree is None or (facts.spawn_arg is False and delegate_to is None):
+        return None
+    return tree.tree.depth + 1
+
+
+def _decide(
+    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
+) -> Decision | None:
+    """The ``before_call`` decision of a call, or ``None`` (allowed): a turn already halted blocks it;
+    else a refusal, only looked for when something could refuse. A delegation cycle's warning (the
+    call runs) is counted in the turn here; a delegation's decision is told to the tree."""
+    if turn.halt is not None:
+        decision: Decision | None = _turn_halted(sig, turn.halt)
+    elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop or caps.tree is not None:
+        decision = _refusal(caps, turn, sig, facts, units, delegate_to)
+        if decision is not None and decision.allows_execution:
+            turn.record(decision)
+    else:
+        return None
+    tree = caps.tree
+    if tree is not None and (facts.spawn_arg is not False or delegate_to is not None):
+        tree.took(decision)
+    return decision
+
+
 def _refusal(
-    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int
+    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
 ) -> Decision | None:
     """What refuses a call of a turn not yet halted: a turn cap, a session cap, the tree (a spawn at
     the depth limit, a tree cap), a hard-stop detector, in that order. A call is charged to the
     session caps, and then to the tree caps, only once no detector would refuse it: a refused call
     never holds a charge, not even for a moment (another guard of the session or tree would see it
     one call fuller). For a call a detector refuses, the counts are only read, to report the cap when
-    it would refuse the call too. A charge the tree refuses, or a detector after it, is given back."""
+    it would refuse the call too. A charge the tree refuses, or a detector after it, is given back.
+    A delegation cycle (the tree's last word, before the detectors) refuses as a detector does; its
+    warning is returned when nothing refuses the call (the call runs)."""
     detectors = turn.detectors
     decision = caps.check_turn(sig, facts.caps_turn, units) if facts.caps_turn else None
     if decision is not None:
         return decision
-    in_tree = caps.tree is not None
-    tree_caps = facts.caps_tree if in_tree else ()
-    spawning = in_tree and facts.spawn_arg is not False
-    if detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class):
+    tree = caps.tree
+    tree_caps = facts.caps_tree if tree is not None else ()
+    spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
+    cycle = None
+    if tree is not None and delegate_to is not None:
+        cycle = tree.cycle(sig, delegate_to, detectors.hard_stop)
+    cycle_refuses = cycle is not None and not cycle.allows_execution
+    if cycle_refuses or (detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class)):
         decision = caps.session_hit(sig, facts.caps_session, units) if facts.caps_session else None
         if decision is None and (tree_caps or spawning):
             decision = caps.tree_hit(sig, tree_caps, spawning, units)
         if decision is None:
-            decision = detectors.refuse_before(sig, facts.tool_class)
+            decision = cycle if cycle_refuses else detectors.refuse_before(sig, facts.tool_class)
         if decision is not None:
             return decision
     if facts.caps_session:
@@ -410,9 +444,11 @@ def _refusal(
             return decision
     if detectors.hard_stop:
         decision = detectors.refuse_before(sig, facts.tool_class)  # ``None``: ``would_refuse`` said so
-        if decision is not None and (facts.caps_session or tree_caps):
-            caps.refund_session(facts.caps_session, units, tree_caps)
-    return decision
+        if decision is not None:
+            if facts.caps_session or tree_caps:
+                caps.refund_session(facts.caps_session, units, tree_caps)
+            return decision
+    return cycle  # a warning, or None
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

@@ -66,6 +66,10 @@ class CallEvent:
     state_fallback: bool = False
     """The session caps of this call were decided without the shared store (``state.url``), which
     did not answer: from the process's own counts."""
+    delegation_depth: int | None = None
+    """For a delegation by a guard in a delegation tree (a spawn tool, or a call with ``delegate_to``),
+    the depth of the agent it starts (the delegating agent's depth + 1), whether or not it was
+    refused; ``None`` for any other call."""
 
 
 class GuardObserver:
@@ -207,7 +211,7 @@ def _wants_call_start(observer: object) -> bool:
 
 new_call_event = positional_factory(CallEvent)
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
-refusal, spawn_count, start_time_ns, state_fallback)``: a ``CallEvent`` built for the hot path."""
+refusal, spawn_count, start_time_ns, state_fallback, delegation_depth)``: a ``CallEvent`` built for the hot path."""
 
 
 def call_event(
@@ -236,4 +240,5 @@ def call_event(
         record.spawn_count,
         record.start_time_ns,
         record.state_fallback,
+        record.delegation_depth,
     )

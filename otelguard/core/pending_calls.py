@@ -61,10 +61,13 @@ class PendingCall(NamedTuple):
     tokens: list[object]
     state_fallback: bool = False
     """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
+    delegation_depth: int | None = None
+    """The depth of the agent this call delegates to (see ``CallEvent.delegation_depth``)."""
 
 
 new_pending: Final[Callable[[tuple[Any, ...]], PendingCall]] = partial(tuple.__new__, PendingCall)
-"""``new_pending((sig, turn, charges, spawn_count, before, start_time_ns, tokens, state_fallback))``: a
+"""``new_pending((sig, turn, charges, spawn_count, before, start_time_ns, tokens, state_fallback,
+delegation_depth))``: a
 ``PendingCall`` built without the named tuple's Python-level ``__new__`` (every field given)."""
 
 

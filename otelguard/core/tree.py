@@ -31,6 +31,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "AGENT_DIGEST_CHARS",
+    "CYCLE_REFUSED_AT",
     "MAX_TREES",
     "ROOT_DIGEST_CHARS",
     "DelegationTree",
@@ -39,6 +40,7 @@ __all__ = [
     "join_tree",
     "local_tree_caps",
     "parse_tree",
+    "reentries",
     "root_tree",
     "tree_digest",
 ]
@@ -51,6 +53,11 @@ MAX_DEPTH_ACCEPTED: Final = 32
 MAX_TREES: Final = 4096
 """Trees whose counters this process keeps in memory; past it the least recently used tree's counters
 are forgotten (with a state URL they live in Redis instead)."""
+CYCLE_REFUSED_AT: Final = 2
+"""Re-entries a path may reach before a delegation making one more is refused (with ``hard_stop``):
+A hands to B and B back to A is one, warned; A handing to B once more is the second, refused once,
+then the turn stops (the rule of a repeating pattern: one reject at most). Two, so that a ping-pong is
+stopped well inside the default depth limit of 4 (A B A B is depth 3)."""
 _TREE_PERSON: Final = b"otelguard.tree"
 _AGENT_PERSON: Final = b"otelguard.agnt"
 _HEX: Final = frozenset("0123456789abcdef")
@@ -72,6 +79,21 @@ class DelegationTree(NamedTuple):
     def on_path(self, agent: str) -> bool:
         """Whether the agent ``agent`` (an agent digest) is this one or one of its delegators."""
         return agent in self.path
+
+
+def reentries(path: Sequence[str], agent: str) -> int:
+    """How many times the path ``path`` followed by ``agent`` goes back to an agent already on it
+    (digests compared): ``A B`` then ``A`` is 1, ``A B A B`` then ``A`` is 3, and an agent handing to
+    itself is 1. The path alone tells, so a cycle is seen across processes with no state but the
+    baggage."""
+    seen: set[str] = set()
+    count = 0
+    for entry in (*path, agent):
+        if entry in seen:
+            count += 1
+        else:
+            seen.add(entry)
+    return count
 
 
 def _digest(data: str, key: bytes, size: int, person: bytes) -> str:
@@ -136,16 +158,84 @@ class TreeLedger:
     """The tree's part of one guard's caps: the depth limit on spawns and the ``caps.tree``
     counters (charged in the tree's store, all or nothing, with the session caps' refund rules)."""
 
-    __slots__ = ("action", "key", "max_depth", "store", "tree")
+    __slots__ = ("action", "cycle_rejected", "cycles", "key", "max_depth", "rejects", "store", "tree")
 
     def __init__(
-        self, tree: DelegationTree, store: SessionCapStore, max_depth: int, on_hit: str, key: bytes
+        self,
+        tree: DelegationTree,
+        store: SessionCapStore,
+        max_depth: int,
+        on_hit: str,
+        key: bytes,
+        cycles: bool = True,
+        rejects_before_stop: int = 7,
     ) -> None:
         self.tree = tree
         self.store = store
         self.max_depth = max_depth
         self.action: codes.Action = "block" if on_hit == "block" else "reject"
         self.key = key
+        self.cycles = cycles
+        self.rejects = min(rejects_before_stop, 1)  # a pattern gets one reject at most; 0: none
+        self.cycle_rejected = False
+        """This guard's agent had a cycle refused this turn: the next cycle it starts stops the turn."""
+
+    def start_turn(self) -> None:
+        self.cycle_rejected = False
+
+    def cycle(self, sig: Signature, agent: str, hard_stop: bool) -> Decision | None:
+        """The cycle decision of a delegation to the agent named ``agent``, changing nothing: ``None``
+        when ``agent`` is not on the path (or cycles are off). Else, by the re-entries the path would
+        then have: a warning at the first, and without ``hard_stop`` at every one; from
+        ``CYCLE_REFUSED_AT`` on a reject, then a block.
+        ``took`` records the decision the delegation got."""
+        if not self.cycles:
+            return None
+        target = agent_digest(agent if type(agent) is str else str(agent), self.key)
+        path = self.tree.path
+        if target not in path:  # below a cycle, a delegation to a new agent makes none
+            return None
+        count = reentries(path, target)
+        if not hard_stop or count < CYCLE_REFUSED_AT:
+            return self._cycle(sig, "warn", codes.DELEGATION_CYCLE_WARN, count)
+        if self.cycle_rejected or self.rejects == 0:
+            return self._cycle(sig, "block", codes.DELEGATION_CYCLE_BLOCK, count)
+        return self._cycle(sig, "reject", codes.DELEGATION_CYCLE_REJECT, count)
+
+    def took(self, decision: Decision | None) -> None:
+        """A delegation got ``decision`` (``None``: allowed): a cycle reject is remembered (the next
+        cycle is stopped); a delegation that runs and makes no cycle ends the pattern."""
+        if decision is None:
+            self.cycle_rejected = False
+        elif decision.code == codes.DELEGATION_CYCLE_REJECT:
+            self.cycle_rejected = True
+        elif decision.allows_execution and decision.code != codes.DELEGATION_CYCLE_WARN:
+            self.cycle_rejected = False
+
+    def _cycle(self, sig: Signature, action: codes.Action, code: str, count: int) -> Decision:
+        where = (
+            f"an agent already on this delegation path (it goes back {count} time{'s' if count > 1 else ''})"
+        )
+        if action == "warn":
+            message = (
+                f"This delegation goes back to {where}: the agents may be handing one task around. "
+                "Finish the work or report back instead of delegating it again."
+            )
+        else:
+            stop = " The turn stops here." if action == "block" else ""
+            message = (
+                f"Not run: this delegation would go back to {where}; the agents are handing one task "
+                f"around.{stop} Do the work yourself, or report back with what you have."
+            )
+        return Decision(
+            action=action,
+            code=code,
+            message=message,
+            tool_name=sig.tool_name,
+            count=count,
+            limit=CYCLE_REFUSED_AT,
+            signature=sig,
+        )
 
     def subagent(self, agent: str) -> DelegationTree:
         """Where a subagent ``agent`` of this guard's agent sits: one level down."""
@@ -236,4 +326,12 @@ def join_tree(
             return None
     resolve = _resolvers.tree_caps
     store = local_tree_caps(tree.root) if resolve is None else resolve(config, tree.root, telemetry)
-    return TreeLedger(tree, store, delegation.max_depth, config.caps.on_hit, key)
+    return TreeLedger(
+        tree,
+        store,
+        delegation.max_depth,
+        config.caps.on_hit,
+        key,
+        delegation.cycles,
+        config.rejects_before_stop,
+    )
