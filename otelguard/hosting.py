@@ -20,6 +20,8 @@ reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the pro
 from __future__ import annotations
 
 import os
+import sys
+import threading
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, cast
@@ -27,13 +29,16 @@ from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, cast
 from otelguard.config import GuardConfig, TelemetrySettings
 from otelguard.config.environment import OTELGUARD_STATE_URL
 from otelguard.core import guard as core_guard
+from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.caps import LocalSessionCaps, SessionCapStore
 from otelguard.core.edges import Edges
 from otelguard.core.observers import GuardObserver
 from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, SessionHost
 from otelguard.core.signatures import resolve_signature_key, uses_random_key
+from otelguard.core.tree import MAX_TREES, DelegationTree, local_tree_caps
 
 if TYPE_CHECKING:
+    from otelguard.state.redis_caps import RedisSessionCaps
     from otelguard.state.reports import StateReport
 
 __all__ = [
@@ -67,7 +72,12 @@ def edges_for(telemetry: TelemetryOption = None) -> Edges:
     (``observer_for``), and the store of a known session's caps from the guard's config
     (``session_cap_store``: Redis with a state URL, its health reported to ``telemetry``)."""
     observer = None if telemetry is None or telemetry is False else partial(_observer_of, telemetry)
-    return Edges(observer=observer, session_caps=partial(_session_store_of, telemetry))
+    return Edges(
+        observer=observer,
+        session_caps=partial(_session_store_of, telemetry),
+        tree_caps=partial(_tree_store_of, telemetry),
+        current_tree=_current_tree,
+    )
 
 
 def _observer_of(telemetry: TelemetryOption, config: GuardConfig) -> GuardObserver:
@@ -76,6 +86,17 @@ def _observer_of(telemetry: TelemetryOption, config: GuardConfig) -> GuardObserv
 
 def _session_store_of(telemetry: TelemetryOption, config: GuardConfig, session_id: str) -> SessionCapStore:
     return session_cap_store(config, session_id, telemetry)
+
+
+def _tree_store_of(telemetry: TelemetryOption, config: GuardConfig, root: str) -> SessionCapStore:
+    return tree_cap_store(config, root, telemetry)
+
+
+def _current_tree() -> DelegationTree | None:
+    # A tree is current only after otelguard.propagation put it there: asked without importing it,
+    # so a process that never propagates a tree never loads OpenTelemetry's context for it.
+    propagation = sys.modules.get("otelguard.propagation")
+    return propagation.current_tree() if propagation is not None else None
 
 
 class Guard(core_guard.Guard):
@@ -96,6 +117,7 @@ class Guard(core_guard.Guard):
         observers: Iterable[GuardObserver] = (),
         session_id: str | None = None,
         session_caps: SessionCapStore | None = None,
+        tree: DelegationTree | None = None,
         edges: Edges | None = None,
     ) -> None:
         if edges is None:
@@ -110,6 +132,7 @@ class Guard(core_guard.Guard):
             observers=observers,
             session_id=session_id,
             session_caps=session_caps,
+            tree=tree,
             edges=edges,
         )
 
@@ -228,6 +251,31 @@ def checked_config(config: GuardConfig) -> GuardConfig:
 
         checked_state(config)
     return config
+
+
+def tree_cap_store(config: GuardConfig, root: str, telemetry: TelemetryOption = None) -> SessionCapStore:
+    """The store of the counters of the delegation tree ``root`` (a tree digest): in this process's
+    table of trees, unless a shared state URL is set; then in Redis under
+    ``<key_prefix>:tree:{<root>}``, shared by every process of the tree and expiring as sessions do."""
+    state = config.effective_state()
+    if state.url is None:
+        return local_tree_caps(root)
+    from otelguard.state.redis_caps import RedisSessionCaps, link_for
+
+    link = link_for(state)
+    key = f"{state.key_prefix}:tree:{{{root}}}"
+    # One store per tree in this process: every guard of the tree here shares its fallback counts,
+    # so an outage costs a tree what it costs a session (what was charged while Redis was away).
+    with _tree_stores_lock:
+        store = _tree_stores.use((id(link), key))
+        if store is None or store.link is not link:
+            store = RedisSessionCaps(link, key, state.ttl_seconds, state_listener(telemetry))
+            _tree_stores.put((id(link), key), store)
+        return store
+
+
+_tree_stores: BoundedMap[tuple[int, str], RedisSessionCaps] = BoundedMap(MAX_TREES)
+_tree_stores_lock = threading.Lock()
 
 
 def state_listener(telemetry: TelemetryOption) -> Callable[[StateReport], None] | None:

@@ -75,7 +75,7 @@ def test_the_cli_prints_every_error_on_its_own_line_naming_the_file_then_exits_2
         f"otelguard: invalid config {path}: mode: 'unatended' is not allowed; did you mean 'unattended'? "
         "expected one of interactive, unattended",
         f"otelguard: invalid config {path}: caps.trun: 'trun' is not allowed; unknown key; did you mean "
-        "'turn'? allowed keys: on_hit, session, turn",
+        "'turn'? allowed keys: on_hit, session, tree, turn",
     ]
 
 

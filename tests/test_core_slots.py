@@ -26,7 +26,7 @@ def test_the_allow_decision_is_a_decision_equal_to_one_built_the_plain_way() -> 
 def test_a_call_event_built_for_the_hot_path_is_a_call_event() -> None:
     sig = new_signature(("grep", "00ff"))
     decision = allow_decision("grep", sig)
-    values = ("grep", "read", sig, "c1", "main", "t1", decision, decision, "ok", None, 0, 5, False)
+    values = ("grep", "read", sig, "c1", "main", "t1", decision, decision, "ok", None, 0, 5, False, 2)
     event = new_call_event(*values)
     assert type(event) is CallEvent
     assert event == CallEvent(*values)

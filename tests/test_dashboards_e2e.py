@@ -54,7 +54,7 @@ STATE_RECORD_PREFIX = "otelguard:state_"
 def fast_rules_copy(tmp_path: Path) -> Path:
     """The shipped rules with every `for:` shortened, so a test sees `firing` in seconds."""
     text, count = re.subn(r"(?m)^(\s+for:) \S+$", rf"\1 {FAST_FOR}", RULES_YAML.read_text(encoding="utf-8"))
-    assert count == 6
+    assert count == 7
     path = tmp_path / "otelguard-rules-fast.yaml"
     path.write_text(text, encoding="utf-8")
     return path

@@ -31,6 +31,7 @@ ALERTS = {
     "OtelguardLoopRateHigh": "loop_rate_high.yaml",
     "OtelguardInternalErrors": "internal_errors.yaml",
     "OtelguardSharedStateDown": "shared_state_down.yaml",
+    "OtelguardRunawayDelegationTree": "runaway_delegation_tree.yaml",
 }
 SEVERITIES = {"critical", "warning", "info"}
 

@@ -39,9 +39,10 @@ from otelguard.config.defaults import (
     KNOWN_GLOBS,
     KNOWN_NAMES,
 )
+from otelguard.config.delegation import DelegationSettings
 from otelguard.config.file import load_config_file
 from otelguard.config.names import is_glob, near_misses
-from otelguard.config.sections import TOOL_LISTS, CapsConfig, ToolClasses
+from otelguard.config.sections import CAP_SCOPES, TOOL_LISTS, CapsConfig, ToolClasses
 from otelguard.config.state import StateSettings, check_state_ready, effective_state
 from otelguard.config.telemetry import TelemetrySettings
 from otelguard.errors import ConfigError, ConfigWarning
@@ -66,6 +67,7 @@ _DEFAULT_CAPS: Final = CapsConfig()
 _DEFAULT_TOOLS: Final = ToolClasses()
 _DEFAULT_TELEMETRY: Final = TelemetrySettings()
 _DEFAULT_STATE: Final = StateSettings()
+_DEFAULT_DELEGATION: Final = DelegationSettings()
 
 
 @dataclass(frozen=True, init=False)
@@ -92,6 +94,7 @@ class GuardConfig:
     signature_key: str | None = field(repr=False, metadata={SHOWN_AS: _set_or_none})
     telemetry: TelemetrySettings
     state: StateSettings
+    delegation: DelegationSettings
 
     config_warnings: tuple[str, ...] = field(init=False, repr=False, compare=False)
     """Keys that are valid but probably typos (a cap on ``web_serch``), one line each naming the key
@@ -117,6 +120,7 @@ class GuardConfig:
         signature_key: str | None = None,
         telemetry: TelemetrySettings | Mapping[str, Any] = _DEFAULT_TELEMETRY,
         state: StateSettings | Mapping[str, Any] | None = _DEFAULT_STATE,
+        delegation: DelegationSettings | Mapping[str, Any] = _DEFAULT_DELEGATION,
     ) -> None:
         """Sections and partial mappings are merged over the defaults and checked: a ``ConfigError``
         names every problem at once; a ``ConfigWarning`` points at this call for each probable typo."""
@@ -267,6 +271,9 @@ def _merged_fields(given: Mapping[str, Any]) -> dict[str, Any]:
     state = out["state"] = problems.attempt(StateSettings.parse, given["state"], fallback=_DEFAULT_STATE)
     if state.url is not None:
         problems.attempt(check_state_ready, "state.url", state.url, signature_key, fallback=None)
+    out["delegation"] = problems.attempt(
+        DelegationSettings.parse, given["delegation"], fallback=_DEFAULT_DELEGATION
+    )
     problems.raise_any()
     return out
 
@@ -279,7 +286,7 @@ def _near_miss_lines(values: Mapping[str, Any]) -> tuple[str, ...]:
     members = [name for names in tool_groups.values() for name in names]
     known = (*KNOWN_NAMES, *tool_groups, *(n for n in members if not is_glob(n)))
     globs = (*KNOWN_GLOBS, *(n for n in members if is_glob(n)))
-    named = [(f"caps.{scope}.{key}", key) for scope in ("turn", "session") for key in getattr(caps, scope)]
+    named = [(f"caps.{scope}.{key}", key) for scope in CAP_SCOPES for key in getattr(caps, scope)]
     for name in TOOL_LISTS:
         default_names = set(getattr(_DEFAULT_TOOLS, name))
         named += [(f"tools.{name}", tool) for tool in getattr(tools, name) if tool not in default_names]

@@ -30,9 +30,10 @@ from otelguard.config.defaults import (
     DEFAULT_WRITE_TOOLS,
 )
 
-__all__ = ["ON_HIT", "TOOL_LISTS", "CapsConfig", "ToolClasses"]
+__all__ = ["CAP_SCOPES", "ON_HIT", "TOOL_LISTS", "CapsConfig", "ToolClasses"]
 
 ON_HIT: Final = ("block", "reject")
+CAP_SCOPES: Final = ("turn", "session", "tree")
 
 TOOL_LISTS: Final = ("read", "write", "shell", "poll", "failure_tolerant")
 _DEFAULT_LISTS: Final = (
@@ -87,7 +88,8 @@ class ToolClasses:
 
 @dataclass(frozen=True, kw_only=True)
 class CapsConfig:
-    """Per-turn and per-session caps: cap key (group, tool name or glob) → limit (0 = unlimited)."""
+    """Per-turn, per-session and per-tree caps: cap key (group, tool name or glob) → limit
+    (0 = unlimited). ``tree`` counts across a whole delegation tree; it has no default keys."""
 
     on_hit: str = "block"
     turn: Mapping[str, int] = field(
@@ -96,11 +98,12 @@ class CapsConfig:
     session: Mapping[str, int] = field(
         default_factory=lambda: MappingProxyType({"web_search": 200, "subagents": 200})
     )
+    tree: Mapping[str, int] = field(default_factory=lambda: MappingProxyType({}))
 
     def __post_init__(self) -> None:
         problems = Problems()
         problems.attempt(choice, "caps.on_hit", self.on_hit, ON_HIT, fallback="")
-        for scope in ("turn", "session"):
+        for scope in CAP_SCOPES:
             limits = problems.attempt(as_mapping, f"caps.{scope}", getattr(self, scope), fallback=NO_KEYS)
             for key, limit in limits.items():
                 problems.attempt(integer, f"caps.{scope}.{key}", limit, 0, fallback=0)
@@ -113,7 +116,7 @@ class CapsConfig:
             return value
         section = as_mapping(path, value)
         problems = Problems()
-        problems.found += unknown_keys(path, section, ("on_hit", "turn", "session"))
+        problems.found += unknown_keys(path, section, ("on_hit", *CAP_SCOPES))
         defaults = cls()
         turn = problems.attempt(as_mapping, f"{path}.turn", section.get("turn", {}), fallback=NO_KEYS)
         session = problems.attempt(
@@ -125,6 +128,7 @@ class CapsConfig:
             on_hit=section.get("on_hit", defaults.on_hit),
             turn={**defaults.turn, **turn},
             session={**defaults.session, **session},
+            tree=problems.attempt(as_mapping, f"{path}.tree", section.get("tree", {}), fallback=NO_KEYS),
         )
         problems.raise_any()
         return caps

@@ -13,10 +13,13 @@ from __future__ import annotations
 import threading
 from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol
 
 from otelguard.core import decisions as codes
 from otelguard.core.decisions import Decision, Signature
+
+if TYPE_CHECKING:
+    from otelguard.core.tree import TreeLedger
 
 __all__ = [
     "CapLedger",
@@ -27,7 +30,7 @@ __all__ = [
     "SessionCapStore",
 ]
 
-Scope = Literal["turn", "session"]
+Scope = Literal["turn", "session", "tree"]
 Charge = tuple[Scope, str, int]
 
 _NOUNS: Final = {
@@ -127,10 +130,17 @@ class CapLedger:
         """The last ``check`` was decided without the shared store; the guard takes it (under its
         lock) with ``take_fell_back``. Never set with an in-process store."""
         self.turn_peak_ratio: dict[str, float] = {}
+        self.tree: TreeLedger | None = None
+        """The delegation tree's caps and depth limit, for a guard in a tree (``otelguard.core.tree``)."""
+        self.tree_charged: Sequence[tuple[str, int]] = ()
+        """The tree caps the last ``charge_tree`` charged: ``charge`` records them (both run under the
+        guard's lock, one after the other)."""
 
     def start_turn(self) -> None:
         self.turn = {}
         self.turn_peak_ratio = {}
+        if self.tree is not None:
+            self.tree.start_turn()
 
     def check(
         self,
@@ -186,6 +196,42 @@ class CapLedger:
                 return self._hit(sig, "session", key, used, limit, requested)
         return None
 
+    def charge_tree(
+        self,
+        sig: Signature,
+        session_caps: Sequence[tuple[str, int]],
+        tree_caps: Sequence[tuple[str, int]],
+        spawning: bool,
+        requested: int,
+    ) -> Decision | None:
+        """After the session caps were charged: the depth limit of a spawn, then the tree caps
+        (charged as the session caps are: atomically with their check). A refusal gives the session
+        caps their charge back; a charge is recorded for ``charge`` (or ``refund_session``)."""
+        tree = self.tree
+        if tree is None:
+            return None
+        decision = tree.depth_refusal(sig) if spawning else None
+        if decision is None and tree_caps:
+            decision, fell_back = tree.charge(sig, tree_caps, requested)
+            self.fell_back = self.fell_back or fell_back
+        if decision is not None and session_caps:
+            self.session.refund([key for key, _limit in session_caps], requested)
+        elif decision is None:
+            self.tree_charged = tree_caps
+        return decision
+
+    def tree_hit(
+        self, sig: Signature, tree_caps: Sequence[tuple[str, int]], spawning: bool, requested: int
+    ) -> Decision | None:
+        """What the tree would refuse this call for (the depth limit of a spawn, then the first tree
+        cap it would exceed), read from the tree's usage and charging nothing: for a call refused
+        anyway, as ``session_hit`` is."""
+        tree = self.tree
+        if tree is None:
+            return None
+        decision = tree.depth_refusal(sig) if spawning else None
+        return decision if decision is not None or not tree_caps else tree.hit(sig, tree_caps, requested)
+
     def charge(
         self, turn_caps: Sequence[tuple[str, int]], session_caps: Sequence[tuple[str, int]], amount: int
     ) -> tuple[Charge, ...]:
@@ -199,11 +245,21 @@ class CapLedger:
             charges.append(("turn", key, amount))
         for key, _limit in session_caps:
             charges.append(("session", key, amount))
+        if self.tree_charged:
+            charges.extend(("tree", key, amount) for key, _limit in self.tree_charged)
+            self.tree_charged = ()
         return tuple(charges)
 
-    def refund_session(self, session_caps: Sequence[tuple[str, int]], amount: int) -> None:
-        """Give back what ``check`` charged to a call that was then refused all the same."""
-        self.session.refund([key for key, _limit in session_caps], amount)
+    def refund_session(
+        self, session_caps: Sequence[tuple[str, int]], amount: int, tree_caps: Sequence[tuple[str, int]] = ()
+    ) -> None:
+        """Give back what ``charge_session`` and ``charge_tree`` charged to a call that was then
+        refused all the same."""
+        self.tree_charged = ()
+        if session_caps:
+            self.session.refund([key for key, _limit in session_caps], amount)
+        if tree_caps and self.tree is not None:
+            self.tree.refund([key for key, _limit in tree_caps], amount)
 
     def take_fell_back(self) -> bool:
         fell_back, self.fell_back = self.fell_back, False
@@ -211,15 +267,21 @@ class CapLedger:
 
     def refund(self, charges: Sequence[Charge], same_turn: bool) -> None:
         session_keys: list[str] = []
+        tree_keys: list[str] = []
         session_amount = 0
         for scope, key, amount in charges:
             if scope == "session":
                 session_keys.append(key)
                 session_amount = amount  # one call charges every key the same amount
+            elif scope == "tree":
+                tree_keys.append(key)
+                session_amount = amount
             elif same_turn:
                 self.turn[key] = max(0, self.turn.get(key, 0) - amount)
         if session_keys:
             self.session.refund(session_keys, session_amount)
+        if tree_keys and self.tree is not None:
+            self.tree.refund(tree_keys, session_amount)
 
     def usage_ratios(self, turn_limits: Sequence[tuple[str, int]]) -> MappingProxyType[str, float]:
         return MappingProxyType({key: self.turn_peak_ratio.get(key, 0.0) for key, _ in turn_limits})

@@ -40,7 +40,15 @@ class ToolFacts:
     """What the config says about one tool name: its class, its caps, whether it spawns subagents,
     which of its arguments are cosmetic."""
 
-    __slots__ = ("caps_session", "caps_turn", "failure_tolerant", "ignored_args", "spawn_arg", "tool_class")
+    __slots__ = (
+        "caps_session",
+        "caps_tree",
+        "caps_turn",
+        "failure_tolerant",
+        "ignored_args",
+        "spawn_arg",
+        "tool_class",
+    )
 
     def __init__(
         self,
@@ -50,6 +58,7 @@ class ToolFacts:
         caps_session: tuple[tuple[str, int], ...],
         spawn_arg: str | bool | None,
         ignored_args: frozenset[str] = frozenset(),
+        caps_tree: tuple[tuple[str, int], ...] = (),
     ) -> None:
         self.tool_class = tool_class
         self.failure_tolerant = failure_tolerant
@@ -57,6 +66,7 @@ class ToolFacts:
         self.caps_session = caps_session
         self.spawn_arg = spawn_arg  # False: not a spawn tool; None: always one; str: batch argument
         self.ignored_args = ignored_args  # top-level argument keys left out of the signature
+        self.caps_tree = caps_tree  # counted across the delegation tree (only for a guard in one)
 
 
 class ToolCatalog:
@@ -71,10 +81,11 @@ class ToolCatalog:
         self._tolerant = NamePatterns(tools.failure_tolerant)
         self._cap_matchers = {
             key: NamePatterns(config.tool_groups.get(key, (key,)))
-            for key in (*config.caps.turn, *config.caps.session)
+            for key in (*config.caps.turn, *config.caps.session, *config.caps.tree)
         }
         self._turn_limits = tuple((k, v) for k, v in config.caps.turn.items() if v > 0)
         self._session_limits = tuple((k, v) for k, v in config.caps.session.items() if v > 0)
+        self._tree_limits = tuple((k, v) for k, v in config.caps.tree.items() if v > 0)
         self._spawn = dict(config.spawn_tools)
         self._ignore = tuple(
             (NamePatterns((pattern,)), frozenset(keys))
@@ -122,6 +133,7 @@ class ToolCatalog:
             ),
             spawn_arg=self._spawn.get(name, False),
             ignored_args=frozenset().union(*(keys for names, keys in self._ignore if names.matches(name))),
+            caps_tree=tuple((k, v) for k, v in self._tree_limits if self._cap_matchers[k].matches(name)),
         )
 
     def spawn_count(self, facts: ToolFacts, parsed_args: Any) -> int:

@@ -67,6 +67,11 @@ CROSS_TURN_FAILURE_WARN: Final = "cross_turn_failure_warn"
 CROSS_TURN_FAILURE_REJECT: Final = "cross_turn_failure_reject"
 CROSS_TURN_FAILURE_BLOCK: Final = "cross_turn_failure_block"
 SAME_TOOL_FAILURE_REJECT: Final = "same_tool_failure_reject"
+CAP_TREE: Final = "cap_tree"
+DELEGATION_DEPTH: Final = "delegation_depth"
+DELEGATION_CYCLE_WARN: Final = "delegation_cycle_warn"
+DELEGATION_CYCLE_REJECT: Final = "delegation_cycle_reject"
+DELEGATION_CYCLE_BLOCK: Final = "delegation_cycle_block"
 
 CODES: Final = (
     ALLOW,
@@ -98,10 +103,15 @@ CODES: Final = (
     CROSS_TURN_FAILURE_REJECT,
     CROSS_TURN_FAILURE_BLOCK,
     SAME_TOOL_FAILURE_REJECT,
+    CAP_TREE,
+    DELEGATION_DEPTH,
+    DELEGATION_CYCLE_WARN,
+    DELEGATION_CYCLE_REJECT,
+    DELEGATION_CYCLE_BLOCK,
 )
 """Every decision code, stable: they are metric label values."""
 
-NON_LOOP_CODES: Final = (CAP_TURN, CAP_SESSION, TURN_HALTED, INTERNAL_ERROR)
+NON_LOOP_CODES: Final = (CAP_TURN, CAP_SESSION, CAP_TREE, DELEGATION_DEPTH, TURN_HALTED, INTERNAL_ERROR)
 """Refusal and failure codes that no loop detector makes: caps are budgets, ``turn_halted`` repeats an
 earlier halt, ``internal_error`` is the guard failing open. Telemetry, the dashboards' loop rate and
 replay all take the loop codes as "every code but ``allow`` and these", so a detector added later

@@ -8,8 +8,9 @@ own), and how to open the store of a known session's caps (Redis with a state UR
 builds one from the ``telemetry=`` conveniences the README shows; a guard made with none has
 no observer of its own and keeps its caps in process.
 
-A counter store of another kind (a delegation tree's, shared by every agent of the tree) is one more
-field here, made the same way.
+The same goes for a delegation tree: the store of a tree's counters (shared by every agent of the
+tree, in any process: Redis with a state URL) and the tree current where a guard is made (the
+delegating agent's place, which otelguard's propagation keeps on the OpenTelemetry context).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ if TYPE_CHECKING:
     from otelguard.config import GuardConfig
     from otelguard.core.caps import SessionCapStore
     from otelguard.core.observers import GuardObserver
+    from otelguard.core.tree import DelegationTree
 
 __all__ = ["NO_EDGES", "Edges"]
 
@@ -36,6 +38,12 @@ class Edges:
     session_caps: Callable[[GuardConfig, str], SessionCapStore] | None = None
     """``session_caps(config, session_id)``: the store of the caps of the session ``session_id``, for a
     guard that knows its session and is handed no store (``None``: a new in-process store)."""
+    tree_caps: Callable[[GuardConfig, str], SessionCapStore] | None = None
+    """``tree_caps(config, root)``: the store of the counters of the delegation tree ``root`` (``None``:
+    this process's table of trees)."""
+    current_tree: Callable[[], DelegationTree | None] | None = None
+    """``current_tree()``: the delegation tree current where a guard is made, which a guard not handed
+    its place joins one level down (``None``, or an answer of ``None``: no tree is current)."""
 
 
 NO_EDGES: Final = Edges()

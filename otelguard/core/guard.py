@@ -27,6 +27,7 @@ from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_
 from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
+from otelguard.core.tree import DelegationTree, TreeLedger, join_tree
 
 __all__ = ["Guard"]
 
@@ -48,6 +49,7 @@ class Guard:
     the session's caps). ``session_caps``: the store of the session's cap counters (any
     ``SessionCapStore``), shared with the session's other guards; by default ``edges`` opens the
     session's (a new in-process one when it has no way to, or the session is unknown).
+    ``tree``: its place in a delegation tree (by default ``join_tree`` decides; ``delegation_tree``).
     ``edges``: the host's (``otelguard.core.edges``). ``otelguard.Guard`` (``otelguard.hosting``)
     also takes ``telemetry=`` and resolves it into these.
     """
@@ -60,19 +62,18 @@ class Guard:
         observers: Iterable[GuardObserver] = (),
         session_id: str | None = None,
         session_caps: SessionCapStore | None = None,
+        tree: DelegationTree | None = None,
         edges: Edges = NO_EDGES,
     ) -> None:
         self.config = config if config is not None else GuardConfig()
         self.agent = _agent_name(agent) or DEFAULT_AGENT
         self.session_id = session_id
-        self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
+        self._hasher = ArgsHasher(key := resolve_signature_key(self.config.signature_key))
         self._results = ResultMemory(self.config.volatile_result_keys, _held_bytes(self.config))
         self._catalog = catalog_for(self.config)
         self._known_facts = self._catalog.known_facts
-        self._caps = CapLedger(
-            self.config.caps.on_hit,
-            session_caps if session_caps is not None else _session_store(self.config, session_id, edges),
-        )
+        self._caps = _cap_ledger(self.config, self.agent, session_id, session_caps, tree, edges, key)
+        self.delegation_tree = self._caps.tree.tree if self._caps.tree is not None else None  # or in none
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
@@ -106,6 +107,7 @@ class Guard:
             observers=observers,
             session_id=self.session_id,
             session_caps=self._caps.session,
+            tree=self._caps.tree.subagent(agent or self.agent) if self._caps.tree is not None else None,
             edges=edges,
         )
 
@@ -198,8 +200,10 @@ class Guard:
 
     # calls -----------------------------------------------------------------------------------
 
-    def before_call(self, tool_name: str, args: Any = None, call_id: str | None = None) -> Decision:
-        """Decide whether a call may run. Refused calls end here; allowed ones await ``after_call``."""
+    def before_call(
+        self, tool_name: str, args: Any = None, call_id: str | None = None, *, delegate_to: str | None = None
+    ) -> Decision:
+        """Decide whether a call (delegating to ``delegate_to``, if named) may run; refused ones end here."""
         try:
             name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
             facts = self._known_facts(name) or self._catalog.facts(name)
@@ -213,25 +217,22 @@ class Guard:
             sig = new_signature((name, args_hash))
             requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
+            delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
-                if turn.halt is not None:
-                    decision: Decision | None = _turn_halted(sig, turn.halt)
-                elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop:
-                    decision = _refusal(self._caps, turn, sig, facts, requested or 1)
-                else:
-                    decision = None
-                fell_back = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
-                if decision is None:
-                    decision = codes.allow_decision(name, sig)
+                decision = _decide(self._caps, turn, sig, facts, requested or 1, delegate_to)
+                fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
+                if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
+                    decision = decision or codes.allow_decision(name, sig)
                     charges: tuple[Charge, ...] = ()
-                    if facts.caps_turn or facts.caps_session:
+                    if facts.caps_turn or facts.caps_session or facts.caps_tree:
                         charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                     tokens = [] if self._observe_starts else _NO_TOKENS
-                    # found again by call id, or by (tool, id(args)): the args are never kept alive
                     at = time.time_ns() if self._observed else 0
-                    pending = new_pending((sig, turn, charges, requested, decision, at, tokens, fell_back))
-                    self._pending.add(
+                    pending = new_pending(
+                        (sig, turn, charges, requested, decision, at, tokens, fallback, delegation)
+                    )
+                    self._pending.add(  # found by call id, or by (tool, id(args)): args never kept alive
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
                     )
                 else:
@@ -241,7 +242,9 @@ class Guard:
                 record = pending
                 if record is None:  # refused: it ends here
                     outcome = "rejected" if decision.action == "reject" else "blocked"
-                    record = new_pending((sig, turn, (), requested, decision, time.time_ns(), [], fell_back))
+                    record = new_pending(
+                        (sig, turn, (), requested, decision, time.time_ns(), [], fallback, delegation)
+                    )
                 event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
                 started = self._observers.call_started(event)
                 if pending is None:
@@ -330,7 +333,7 @@ class Guard:
 
     def _notify_turn_start(self, turn: TurnState) -> None:
         if self._observed:
-            self._observers.turn_started(TurnInfo(turn_id=turn.turn_id, agent=turn.agent))
+            self._observers.turn_started(TurnInfo(turn.turn_id, turn.agent, self.delegation_tree))
 
     # internal errors -------------------------------------------------------------------------
 
@@ -338,6 +341,24 @@ class Guard:
         self._observers.internal_error(stage, exc)
         name = tool_name if isinstance(tool_name, str) else ""
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
+
+
+def _cap_ledger(
+    config: GuardConfig,
+    agent: str,
+    session_id: str | None,
+    session_caps: SessionCapStore | None,
+    tree: DelegationTree | None,
+    edges: Edges,
+    key: bytes,
+) -> CapLedger:
+    """A new guard's caps: the session's store (``_session_store`` when not handed one), and its
+    place in a delegation tree, if any."""
+    if session_caps is None:
+        session_caps = _session_store(config, session_id, edges)
+    ledger = CapLedger(config.caps.on_hit, session_caps)
+    ledger.tree = join_tree(config, agent, session_id, tree, edges, key)
+    return ledger
 
 
 def _held_bytes(config: GuardConfig) -> int:
@@ -364,33 +385,80 @@ def _no_turn(agent: str) -> TurnSummary:
     return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
 
 
-def _refusal(
-    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int
+def _delegation(tree: TreeLedger | None, facts: ToolFacts, delegate_to: str | None) -> DelegationTree | None:
+    """For a delegation by a guard in a tree (a spawn tool, or a call naming the agent it delegates
+    to), the place of the agent it starts (its digest ``""`` when not named); ``None`` for any other
+    call."""
+    if tree is None or (facts.spawn_arg is False and delegate_to is None):
+        return None
+    return tree.subagent(delegate_to) if delegate_to is not None else tree.tree.child("", tree.max_depth)
+
+
+def _decide(
+    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
 ) -> Decision | None:
-    """What refuses a call of a turn not yet halted: a turn cap, a session cap, a hard-stop detector,
-    in that order. A call is charged to the session caps only once no detector would refuse it: a
-    refused call never holds a charge, not even for a moment (another guard of the session would
-    see the session one call fuller). For a call a detector refuses, the session usage is only read,
-    to report the cap when it would refuse the call too."""
+    """The ``before_call`` decision of a call, or ``None`` (allowed): a turn already halted blocks it;
+    else a refusal, only looked for when something could refuse. A delegation cycle's warning (the
+    call runs) is counted in the turn here; a delegation's decision is told to the tree."""
+    if turn.halt is not None:
+        decision: Decision | None = _turn_halted(sig, turn.halt)
+    elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop or caps.tree is not None:
+        decision = _refusal(caps, turn, sig, facts, units, delegate_to)
+        if decision is not None and decision.allows_execution:
+            turn.record(decision)
+    else:
+        return None
+    tree = caps.tree
+    if tree is not None and (facts.spawn_arg is not False or delegate_to is not None):
+        tree.took(decision)
+    return decision
+
+
+def _refusal(
+    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
+) -> Decision | None:
+    """What refuses a call of a turn not yet halted: a turn cap, a session cap, the tree (a spawn at
+    the depth limit, a tree cap), a hard-stop detector, in that order. A call is charged to the
+    session caps, and then to the tree caps, only once no detector would refuse it: a refused call
+    never holds a charge, not even for a moment (another guard of the session or tree would see it
+    one call fuller). For a call a detector refuses, the counts are only read, to report the cap when
+    it would refuse the call too. A charge the tree refuses, or a detector after it, is given back.
+    A delegation cycle (the tree's last word, before the detectors) refuses as a detector does; its
+    warning is returned when nothing refuses the call (the call runs)."""
     detectors = turn.detectors
     decision = caps.check_turn(sig, facts.caps_turn, units) if facts.caps_turn else None
     if decision is not None:
         return decision
-    if detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class):
+    tree = caps.tree
+    tree_caps = facts.caps_tree if tree is not None else ()
+    spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
+    cycle = None
+    if tree is not None and delegate_to is not None:
+        cycle = tree.cycle(sig, delegate_to, detectors.hard_stop)
+    cycle_refuses = cycle is not None and not cycle.allows_execution
+    if cycle_refuses or (detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class)):
         decision = caps.session_hit(sig, facts.caps_session, units) if facts.caps_session else None
+        if decision is None and (tree_caps or spawning):
+            decision = caps.tree_hit(sig, tree_caps, spawning, units)
         if decision is None:
-            decision = detectors.refuse_before(sig, facts.tool_class)
+            decision = cycle if cycle_refuses else detectors.refuse_before(sig, facts.tool_class)
         if decision is not None:
             return decision
     if facts.caps_session:
         decision = caps.charge_session(sig, facts.caps_session, units)
         if decision is not None:
             return decision
+    if tree_caps or spawning:
+        decision = caps.charge_tree(sig, facts.caps_session, tree_caps, spawning, units)
+        if decision is not None:
+            return decision
     if detectors.hard_stop:
         decision = detectors.refuse_before(sig, facts.tool_class)  # ``None``: ``would_refuse`` said so
-        if decision is not None and facts.caps_session:
-            caps.refund_session(facts.caps_session, units)
-    return decision
+        if decision is not None:
+            if facts.caps_session or tree_caps:
+                caps.refund_session(facts.caps_session, units, tree_caps)
+            return decision
+    return cycle  # a warning, or None
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

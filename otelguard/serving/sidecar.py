@@ -39,6 +39,7 @@ from otelguard.core.sessions import (
     Session,
 )
 from otelguard.hosting import TelemetryOption, session_host
+from otelguard.propagation import read_tree, use_tree
 from otelguard.serving.http_server import Request, Response
 from otelguard.serving.metrics_server import metrics_response
 
@@ -146,7 +147,8 @@ class Sidecar:
     def _charges_a_session_cap(self, tool_name: Any) -> bool:
         if not isinstance(tool_name, str):
             return False  # a 400 naming the field
-        return bool(self._catalog.facts(tool_name).caps_session)
+        facts = self._catalog.facts(tool_name)
+        return bool(facts.caps_session or facts.caps_tree)
 
     def _answered_on_a_worker(self, request: Request) -> None:
         with self._waiting_lock:
@@ -190,7 +192,11 @@ class Sidecar:
             if not isinstance(body, dict):
                 return _text(400, "body: expected a JSON object")
         try:
-            return route(body)
+            if "baggage" not in request.headers:
+                return route(body)
+            # a session first seen with a delegation tree in its baggage joins it one level down
+            with use_tree(read_tree(request.headers)):
+                return route(body)
         except HookPayloadError as exc:
             return _text(400, str(exc))
 
@@ -217,9 +223,11 @@ class Sidecar:
 
     def _before_call(self, body: Mapping[str, Any]) -> Response:
         tool_name = required_text(body, "tool_name", limit=None)
-        call_id = optional_text(body, "call_id")
+        call_id, delegate_to = optional_text(body, "call_id"), optional_text(body, "delegate_to")
         guard = self._guard(body)
-        return _decision(guard.before_call(tool_name, body.get("args"), call_id=call_id))
+        return _decision(
+            guard.before_call(tool_name, body.get("args"), call_id=call_id, delegate_to=delegate_to)
+        )
 
     def _after_call(self, body: Mapping[str, Any]) -> Response:
         tool_name = required_text(body, "tool_name", limit=None)
