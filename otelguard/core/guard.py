@@ -21,7 +21,8 @@ from otelguard.core import decisions as codes
 from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
-from otelguard.core.detectors import SessionMemory, TurnDetectors
+from otelguard.core.detectors.state import SessionMemory
+from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
 from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
 from otelguard.core.results import ResultMemory
