@@ -67,6 +67,9 @@ CROSS_TURN_FAILURE_WARN: Final = "cross_turn_failure_warn"
 CROSS_TURN_FAILURE_REJECT: Final = "cross_turn_failure_reject"
 CROSS_TURN_FAILURE_BLOCK: Final = "cross_turn_failure_block"
 SAME_TOOL_FAILURE_REJECT: Final = "same_tool_failure_reject"
+STAGNATION_WARN: Final = "stagnation_warn"
+STAGNATION_REJECT: Final = "stagnation_reject"
+STAGNATION_BLOCK: Final = "stagnation_block"
 
 CODES: Final = (
     ALLOW,
@@ -98,6 +101,9 @@ CODES: Final = (
     CROSS_TURN_FAILURE_REJECT,
     CROSS_TURN_FAILURE_BLOCK,
     SAME_TOOL_FAILURE_REJECT,
+    STAGNATION_WARN,
+    STAGNATION_REJECT,
+    STAGNATION_BLOCK,
 )
 """Every decision code, stable: they are metric label values."""
 

@@ -20,7 +20,8 @@ from otelguard.core import _resolvers
 from otelguard.core import decisions as codes
 from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
-from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
+from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary, new_signature
+from otelguard.core.detectors.stagnation import ResultSketch, sketch
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
@@ -284,7 +285,7 @@ class Guard:
                 outcome = _outcome(result, failed, refusal, tool_class == "shell")
                 if refusal is not None and not isinstance(refusal, str):
                     refusal = str(refusal)
-            error = self._results.error_fingerprint(result) if outcome == "failed" else None
+            error, gist = _result_keys(self._results, result, tool_class, outcome)  # outside the lock
             verdict = None
             with self._lock:
                 pending = self._pending.take(
@@ -304,7 +305,7 @@ class Guard:
                         and self._results.same_as_previous(state, result)
                     )
                     verdict = turn.detectors.record_after(
-                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error
+                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error, gist
                     )
                 if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
                     decision = pending.before if pending is not None else codes.allow_decision(name, sig)
@@ -362,6 +363,17 @@ def _refusal(
         if decision is not None and facts.caps_session:
             caps.refund_session(facts.caps_session, units)
     return decision
+
+
+def _result_keys(
+    results: ResultMemory, result: Any, tool_class: ToolClass, outcome: Outcome
+) -> tuple[int | None, ResultSketch | None]:
+    """A failed call's error fingerprint (else ``None``), and a shell result's sketch, what stagnation
+    compares (``None`` for any other call)."""
+    error = results.error_fingerprint(result) if outcome == "failed" else None
+    if tool_class != "shell" or result is None or (outcome != "ok" and outcome != "failed"):
+        return error, None
+    return error, sketch(result)
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

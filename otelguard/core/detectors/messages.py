@@ -64,6 +64,14 @@ MESSAGES: Final = {
     "and fix its cause first.",
     codes.SAME_ERROR_HALT: "Stopping this turn: {count} calls failed with the very same error (limit "
     "{limit}, the last: {tool}). Tell the user what the error is instead of calling more tools.",
+    codes.STAGNATION_WARN: "{tool} ran this same command {count} more times and got back what it had "
+    "already returned (the same output, or the same failure in other words). Your changes are not "
+    "changing its result: read the output, find the cause, or try another approach.",
+    codes.STAGNATION_REJECT: "Not run: {tool} already ran this same command {count} more times and got "
+    "back what it had already returned. Running it again will not tell you anything new: change the "
+    "approach; if you keep sending this same command, the turn stops.",
+    codes.STAGNATION_BLOCK: "Not run: {tool} ran this same command {count} more times with nothing new in "
+    "its result, and it was sent again after being refused. Report what is blocking you.",
     codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row (the last: {tool}) without changing "
     "anything. Act on what you found or report back.",
     codes.WRITE_STREAK_WARN: "{count} changing calls in a row (the last: {tool}) without reading anything "

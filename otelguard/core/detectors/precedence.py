@@ -16,6 +16,7 @@ BEFORE_CALL: Final[tuple[str, ...]] = (
     "cross_turn_failure",
     "no_progress",
     "identical_call",
+    "stagnation",
     "cycle",
     "same_tool_failure",
 )
@@ -33,6 +34,7 @@ AFTER_CALL: Final[tuple[str, ...]] = (
     codes.SAME_ERROR_WARN,
     codes.NO_PROGRESS_WARN,
     codes.IDENTICAL_CALL_WARN,
+    codes.STAGNATION_WARN,
     codes.CYCLE_WARN,
     codes.READ_ONLY_STREAK_WARN,
     codes.WRITE_STREAK_WARN,

@@ -15,6 +15,7 @@ from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.core.detectors.messages import SHELL_IDENTICAL_REJECT, SHELL_LATER_FAILURE_WARN, decision
 from otelguard.core.detectors.repetition import Cycle
+from otelguard.core.detectors.stagnation import ResultSketch, StagnationMemory
 from otelguard.core.detectors.state import FailureCounts, SessionMemory, SignatureState, new_state, renewed
 
 if TYPE_CHECKING:
@@ -65,6 +66,8 @@ class TurnDetectors:
         self.cycle_rejected: tuple[Signature, int, int] | None = None  # its last: (call, count, period)
         self.read_streak = 0
         self.write_streak = 0
+        self.stagnation = StagnationMemory()
+        self._quiet_stagnation = self.warn_after["stagnation"]
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used.
@@ -122,6 +125,10 @@ class TurnDetectors:
             refused = self._refuse_identical(sig, state, tool_class)
             if refused is not None:
                 return refused
+        if tool_class == "shell" and self.stagnation.checks:
+            refused = self._refuse_stagnation(sig)
+            if refused is not None:
+                return refused
         if tool_class != "poll":
             refused = self._refuse_cycle(sig)
             if refused is not None:
@@ -142,6 +149,20 @@ class TurnDetectors:
         limit = self.stop_after["same_tool_failure"]
         count = self.tool_failures.get(tool, limit)
         return decision("reject", codes.SAME_TOOL_FAILURE_REJECT, sig, count, limit)
+
+    def _refuse_stagnation(self, sig: Signature) -> Decision | None:
+        """stagnation: a shell command that has returned what it already returned ``hard_stop_after``
+        times is rejected, ``rejects_before_stop`` times; sent again after that, it stops the turn.
+        Its rejects are its own (an edit between two sends does not renew them: edits that do not
+        change the check's result are the loop), and end when the command returns something new."""
+        check = self.stagnation.stale(sig)
+        limit = self.stop_after["stagnation"]
+        if check is None or check.stale < limit:
+            return None
+        if check.rejects < self.rejects_before_stop:
+            check.rejects += 1
+            return decision("reject", codes.STAGNATION_REJECT, sig, check.stale, limit)
+        return decision("block", codes.STAGNATION_BLOCK, sig, check.stale, limit)
 
     def _refuse_cycle(self, sig: Signature) -> Decision | None:
         """cycle: the call continuing the cycle is rejected, and taken as part of the sequence (the model
@@ -240,12 +261,14 @@ class TurnDetectors:
         refusal: str | None,
         same_result: bool,
         error: int | None = None,
+        progress: ResultSketch | None = None,
     ) -> Decision | None:
         """Update every detector with the call's outcome; return the first decision that fires, if any.
 
         ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
         signature's previous ok call returned; ``error`` is a failed call's error fingerprint
-        (``None`` for a failure without a result, which no error count can match).
+        (``None`` for a failure without a result, which no error count can match); ``progress`` a
+        shell call's result sketch (``stagnation.sketch``), ``None`` for any other call.
         """
         ok = outcome == "ok"
         same_errors = 0
@@ -272,6 +295,7 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        stale = self.stagnation.record(sig, progress) if progress is not None else 0
         cycle = self.cycle
         if (
             ok
@@ -280,10 +304,11 @@ class TurnDetectors:
             and self.read_streak < self._quiet_read_streak
             and self.write_streak < self._quiet_write_streak
             and not (cycle.run2 or cycle.run3 or cycle.run4)  # cycle.runs_any(), on every call
+            and stale < self._quiet_stagnation
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         failures = FailureCounts(tool_failures, refusals, same_errors, across)
-        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class)
+        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class, stale)
 
     def _track_progress(
         self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
@@ -403,6 +428,7 @@ class TurnDetectors:
         failures: FailureCounts,
         identical: int,
         tool_class: ToolClass,
+        stale: int = 0,
     ) -> Decision | None:
         warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
         tool_failures, refusals, same_errors, turns_failed = failures
@@ -442,6 +468,8 @@ class TurnDetectors:
             return decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
         if identical and identical >= warn["identical_call"] and not self._refusal_pending(identical):
             return decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
+        if stale and stale >= warn["stagnation"]:
+            return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"])
         if tool_class != "poll" and self.cycle.runs_any():
             count, period = self.cycle.best()
             if count >= warn["cycle"]:

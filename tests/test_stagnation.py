@@ -1,0 +1,180 @@
+"""stagnation: a shell command returning what it already returned, in other words or not.
+
+The two shapes no exact rule stopped in unattended mode (a shell listing the same directory sixty
+times; a check failing the same way after each of sixty edits), the threshold, the reset, the
+escalation (warn, reject, stop), the normalisation, the near-duplicate sketch and the bounds."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from otelguard import ConfigError, GuardConfig
+from otelguard.core.decisions import LOOP_CODES, Signature
+from otelguard.core.detectors import stagnation
+from otelguard.core.detectors.stagnation import StagnationMemory, normalised, sketch
+from otelguard.testing import ScriptStep, codes, run_script
+from tests.test_detectors import make_guard
+
+LISTING = (
+    "total 8\ndrwxr-xr-x 2 root root 4096 Dec  5 10:00 .\n-rw-r--r-- 1 root root  120 Dec  5 10:00 a.py\n"
+)
+
+
+def _traceback(i: int) -> str:
+    """The same failure in other words: line numbers, an address, a timestamp and a temp path vary."""
+    return (
+        f"[{2026}-12-05T10:{i % 60:02d}:{(7 * i) % 60:02d}Z] running reproduce.py (pid {4000 + i})\n"
+        "Traceback (most recent call last):\n"
+        f'  File "/repo/reproduce.py", line {10 + i}, in <module>\n'
+        "    main()\n"
+        f'  File "/tmp/tmp{i:x}abcd/lib.py", line {200 + i}, in main\n'
+        f"    raise ValueError(obj)\nValueError: <Widget object at 0x7f{i:08x}> has no attribute 'size'\n"
+        f"\x1b[31m1 failed\x1b[0m in {0.25 + i / 100:.2f}s\n"
+    )
+
+
+def _first_stop(steps: list[ScriptStep]) -> int:
+    """The 1-based index of the first call that stopped the turn."""
+    for index, step in enumerate(steps, 1):
+        if step.decision.should_halt or step.before.action == "block":
+            return index
+    raise AssertionError(f"never stopped: {codes(steps)}")
+
+
+def test_a_shell_listing_the_same_directory_is_stopped_by_its_40th_call() -> None:
+    """`ls -la` with the same output sixty times, unattended: stopped by its 40th identical call."""
+    guard = make_guard(mode="unattended", hard_stop=None)
+    steps = run_script(guard, [("bash", {"command": "ls -la"}, LISTING, False)] * 60)
+    assert _first_stop(steps) <= 40
+    assert "stagnation_reject" in codes(steps)  # its warnings are identical_call's, which come first
+    assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_block"
+
+
+def test_a_check_failing_the_same_way_after_each_edit_is_stopped() -> None:
+    """`python reproduce.py` -> the same traceback in other words, an edit, and again, sixty times:
+    warned, then the check is refused, then the turn stops."""
+    guard = make_guard(mode="unattended", hard_stop=None)
+    script: list[tuple[Any, ...]] = []
+    for i in range(60):
+        script.append(("execute_bash", {"command": "python reproduce.py"}, _traceback(i), True))
+        script.append(
+            ("str_replace_editor", {"path": "/repo/lib.py", "new_str": f"fix {i}"}, "edited", False)
+        )
+    steps = run_script(guard, script)
+    stop = _first_stop(steps)
+    assert stop < 120
+    seen = codes(steps)[:stop]
+    assert seen.index("stagnation_warn") < seen.index("stagnation_reject") < seen.index("stagnation_block")
+    assert seen.count("stagnation_reject") == 7  # rejects_before_stop's default
+    assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_block"
+
+
+def _fix_attempts(results: list[str]) -> list[tuple[Any, ...]]:
+    """The check run once per result, an edit after each run."""
+    script: list[tuple[Any, ...]] = []
+    for i, result in enumerate(results):
+        script.append(("bash", {"command": "python t.py"}, result, True))
+        script.append(("edit", {"path": "t.py", "text": f"attempt {i}"}, "ok", False))
+    return script
+
+
+def test_warns_from_the_sixth_repeat_and_only_warns_without_hard_stop() -> None:
+    """The count is the runs returning a result already returned: the 7th run of the same failure is
+    the 6th repeat, and warns; with hard_stop off it never refuses or stops."""
+    guard = make_guard(hard_stop=False)
+    steps = run_script(guard, _fix_attempts([_traceback(i) for i in range(40)]))
+    checks = steps[::2]
+    assert "stagnation_warn" not in codes(checks[:6])
+    assert checks[6].decision.code == "stagnation_warn" and checks[6].decision.count == 6
+    assert all(s.before.allows_execution and not s.decision.should_halt for s in steps)
+
+
+def test_a_new_result_resets_the_count() -> None:
+    """A check whose result changes before the warning count is never warned: a new result is progress."""
+    results = [
+        f"NameError: name 'helper_{chr(97 + block)}' is not defined" for block in range(8) for _ in range(6)
+    ]
+    steps = run_script(make_guard(mode="unattended", hard_stop=None), _fix_attempts(results))
+    assert "stagnation_warn" not in codes(steps)
+    assert all(s.before.allows_execution for s in steps)
+    longer = results[:6] + results[:1]  # a seventh run of the same failure: the count was not reset
+    assert "stagnation_warn" in codes(run_script(make_guard(hard_stop=False), _fix_attempts(longer)))
+
+
+def test_other_commands_between_do_not_reset_a_check() -> None:
+    """Counting is per command: different commands between two runs of the check change nothing."""
+    guard = make_guard(hard_stop=False)
+    script: list[tuple[Any, ...]] = []
+    for i in range(8):
+        script.append(("bash", {"command": "python reproduce.py"}, _traceback(i), True))
+        script.append(("bash", {"command": f"cat lib_{i}.py"}, f"def f_{i}(): pass", False))
+    got = codes(run_script(guard, script))
+    assert got[-2] == "stagnation_warn"
+    assert got[-1] == "allow"
+
+
+def test_only_shell_tools_count() -> None:
+    """A read tool returning the same thing is no_progress's job, not stagnation's."""
+    guard = make_guard(hard_stop=False)
+    got = codes(run_script(guard, [("search", {"q": f"x{i}"}, LISTING, False) for i in range(30)]))
+    assert "stagnation_warn" not in got
+
+
+def test_normalisation_drops_volatile_parts_and_keeps_names() -> None:
+    """Timestamps, durations, addresses, temp paths, pids, line numbers and ANSI codes go; a test's
+    own name (test_3 against test_4) stays."""
+    assert normalised(_traceback(1)) == normalised(_traceback(37))
+    assert normalised("FAILED test_3") != normalised("FAILED test_4")
+    assert "\x1b" not in normalised(_traceback(2))
+    assert normalised("  a \n\n b\t") == "a b"
+
+
+def test_the_same_failure_with_a_word_more_is_a_near_duplicate() -> None:
+    """The sketch takes a long traceback with one line more as the same; a different error as new."""
+    memory = StagnationMemory()
+    sig = Signature("bash", "h")
+    body = "\n".join(f"  File lib/module_{n}.py, in function_{n}\n    call_{n}(argument)" for n in range(30))
+    assert memory.record(sig, sketch(body + "\nKeyError: 'size'")) == 0
+    assert memory.record(sig, sketch("warning: deprecated\n" + body + "\nKeyError: 'size'")) == 1
+    other = "\n".join(f"collected item_{n} passed" for n in range(30))
+    assert memory.record(sig, sketch(other)) == 0
+
+
+def test_memory_is_bounded_in_commands_and_results() -> None:
+    """At most _CHECKS commands per turn, each with its last _KEPT results as digests (no text)."""
+    memory = StagnationMemory()
+    for n in range(stagnation._CHECKS + 50):
+        memory.record(Signature("bash", f"c{n}"), sketch(f"out {n}"))
+    assert len(memory.checks) == stagnation._CHECKS
+    sig = Signature("bash", "one")
+    for n in range(3 * stagnation._KEPT):
+        memory.record(sig, sketch(f"result number_{chr(97 + n % 26)}{n}"))
+    check = memory.stale(sig)
+    assert check is not None and len(check.results) == stagnation._KEPT
+    assert all(isinstance(h, int) for digest, small in check.results for h in (digest, *small))
+    assert all(len(small) <= stagnation._SKETCH for _, small in check.results)
+
+
+def test_the_message_carries_no_result_text() -> None:
+    """The warning says what repeats and how often, never what the result was."""
+    guard = make_guard(hard_stop=False)
+    steps = run_script(guard, _fix_attempts(["SECRET-TOKEN-42 failed"] * 8))
+    warned = [s.decision for s in steps if s.decision.code == "stagnation_warn"]
+    assert warned and all("SECRET" not in d.message and "python t.py" not in d.message for d in warned)
+    assert "7 more times" in warned[-1].message
+
+
+def test_codes_are_loop_codes() -> None:
+    assert {"stagnation_warn", "stagnation_reject", "stagnation_block"} <= LOOP_CODES
+
+
+def test_thresholds_are_validated() -> None:
+    """warn_after.stagnation must not come after hard_stop_after.stagnation; both >= 1."""
+    with pytest.raises(ConfigError, match="warn_after.stagnation"):
+        GuardConfig.from_mapping({"warn_after": {"stagnation": 20}})
+    with pytest.raises(ConfigError, match="hard_stop_after.stagnation"):
+        GuardConfig.from_mapping({"hard_stop_after": {"stagnation": 0}})
+    config = GuardConfig.from_mapping({"warn_after": {"stagnation": 2}, "hard_stop_after": {"stagnation": 3}})
+    assert (config.warn_after["stagnation"], config.hard_stop_after["stagnation"]) == (2, 3)
