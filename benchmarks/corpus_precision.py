@@ -12,11 +12,16 @@ ground truth comes from the run's own record: whether it solved its task (the so
 * harmful halts: a run that solved its task and did not end at its limit was halted; and of them, the
   halts that came after a refusal (``reject``) in the run, which the recorded model never read;
 * harmless halts: a solved run that ended at its limit anyway (the fix came first) was halted;
-* stuck runs (unsolved, ended at the limit): the share halted (recall), the share of their calls
-  that came after the halting call (calls saved), and the share refused at least once or halted;
-* solved runs (not at their limit) that had a call refused: the run goes on, but the model was told no;
-* warnings per 1,000 calls in solved runs and in all runs; calls read against calls the runs recorded;
-  input errors.
+* stuck runs (unsolved, ended at the limit): the share halted, the share intervened (refused at
+  least once or halted), and the share of their calls that came after the halting call (calls saved);
+* harmful refusals: solved runs (not at their limit) that had a call refused: the run goes on, but the
+  model was told no;
+* warnings per 1,000 calls and warned streaks per 1,000 calls (a streak warned at every count of its
+  detector is one), in solved runs and in all runs; calls read against calls the runs recorded; input
+  errors.
+
+A replayed model never reads a refusal, so a replay shows the most a model might persist: the figures
+are the guard's worst case on these runs.
 
 The corpus is third-party data kept outside this repository (see docs/replay.md, "The regression
 corpus"): ``$OTELGUARD_CORPUS``, else a ``shared/corpus`` folder beside the checkout or one of its
@@ -43,6 +48,7 @@ import yaml
 from benchmarks.run_records import RunRecord, run_records
 from otelguard import GuardConfig
 from otelguard.config.environment import OTELGUARD_CORPUS
+from otelguard.core.decisions import Decision
 from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.replay import ReplayReport, ReplayRunner, expand_paths, replay_bytes, replay_inputs
 
@@ -83,6 +89,9 @@ class Run:
     halt: Halt | None
     refused: bool = False
     """At least one call was refused (``reject``: it did not run, the turn went on)."""
+    streaks: int = 0
+    """Warned streaks: warnings of one detector on one tool whose counts follow each other are one
+    streak (a detector that warns at every count from its threshold on warns one streak, not many)."""
 
     @property
     def stuck(self) -> bool:
@@ -119,6 +128,10 @@ class SourceResult:
         return sum(r.warnings for r in self.runs)
 
     @property
+    def streaks(self) -> int:
+        return sum(r.streaks for r in self.runs)
+
+    @property
     def halted_runs(self) -> int:
         return len(self.halts)
 
@@ -147,8 +160,13 @@ class SourceResult:
         return sum(r.halt is not None for r in stuck) / len(stuck) if stuck else 0.0
 
     @property
+    def stuck_halted(self) -> float:
+        """The share of stuck runs halted (the same as ``stuck_recall``)."""
+        return self.stuck_recall
+
+    @property
     def stuck_answered(self) -> float:
-        """The share of stuck runs refused at least once or halted."""
+        """The share of stuck runs intervened: refused at least once or halted."""
         stuck = self.stuck
         return sum(r.halt is not None or r.refused for r in stuck) / len(stuck) if stuck else 0.0
 
@@ -157,6 +175,11 @@ class SourceResult:
         """Solved runs that did not end at their limit and had a call refused (not a halt: the run
         goes on, but the model was told no)."""
         return sum(1 for r in self.runs if r.solved and not r.at_limit and r.refused)
+
+    @property
+    def harmful_refusals(self) -> int:
+        """Solved runs not ending at their limit that had a call refused (``solved_refused``)."""
+        return self.solved_refused
 
     @property
     def calls_saved(self) -> float:
@@ -180,6 +203,26 @@ class SourceResult:
     def warnings_per_1000(self) -> float:
         return 1000 * self.warnings / self.tool_calls if self.tool_calls else 0.0
 
+    @property
+    def solved_streaks_per_1000(self) -> float:
+        calls = self.solved_calls
+        streaks = sum(r.streaks for r in self.runs if r.solved)
+        return 1000 * streaks / calls if calls else 0.0
+
+    @property
+    def streaks_per_1000(self) -> float:
+        return 1000 * self.streaks / self.tool_calls if self.tool_calls else 0.0
+
+    @property
+    def stuck_calls(self) -> int:
+        return sum(r.calls for r in self.stuck)
+
+    @property
+    def stuck_calls_saved(self) -> int:
+        """The stuck runs' calls made after their halting call (``calls_saved`` as a count, so that
+        sources can be pooled)."""
+        return sum(r.calls - r.halt.call for r in self.stuck if r.halt is not None)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.name,
@@ -194,12 +237,20 @@ class SourceResult:
             "harmful_halts_after_refusal": len(self.harmful_halts_after_refusal),
             "harmless_halts": len(self.harmless_halts),
             "stuck_recall": round(self.stuck_recall, 4),
+            "stuck_halted": round(self.stuck_halted, 4),
+            "stuck_intervened": round(self.stuck_answered, 4),
             "stuck_calls_saved": round(self.calls_saved, 4),
+            "stuck_calls": self.stuck_calls,
+            "stuck_calls_saved_count": self.stuck_calls_saved,
             "stuck_refused_or_halted": round(self.stuck_answered, 4),
             "solved_runs_refused": self.solved_refused,
+            "harmful_refusals": self.harmful_refusals,
             "warnings": self.warnings,
             "warnings_per_1000_calls": round(self.warnings_per_1000, 2),
             "solved_warnings_per_1000_calls": round(self.solved_warnings_per_1000, 2),
+            "warned_streaks": self.streaks,
+            "warned_streaks_per_1000_calls": round(self.streaks_per_1000, 2),
+            "solved_warned_streaks_per_1000_calls": round(self.solved_streaks_per_1000, 2),
             "input_errors": len(self.errors),
             "decisions": dict(sorted(self.decisions.items())),
             "halts": [vars(h) for h in self.halts],
@@ -279,6 +330,30 @@ class Positions:
         return sum(turns[: turn - 1]) + call
 
 
+class StreakRunner(ReplayRunner):
+    """The replay runner, also counting each session's warned streaks.
+
+    A warning continues a streak when the same detector warned on the same tool with the count just
+    before (a detector warning at every count from its threshold on is one streak); any other warning
+    starts a new one."""
+
+    def __init__(self, config: GuardConfig) -> None:
+        super().__init__(config)
+        self.streaks: Counter[tuple[str, str]] = Counter()
+        self._last: dict[tuple[str, str, str, str], int] = {}
+
+    def _note(self, session: Any, call: ToolCall, decision: Decision) -> bool:
+        if decision.action == "warn":
+            report = session.report
+            run = (report.path, report.session_id)
+            key = (*run, decision.code, call.tool_name)
+            last = self._last.get(key)
+            if last is None or decision.count != last + 1:
+                self.streaks[run] += 1
+            self._last[key] = decision.count
+        return super()._note(session, call, decision)
+
+
 Truth = dict[str, Any]
 """Archive path -> solved (``true``/``false``/``null``), or, for a file of several runs, a mapping of
 session id -> solved."""
@@ -288,22 +363,22 @@ def measure_source(source: Path) -> SourceResult:
     truth: Truth = read_yaml(source / GROUND_TRUTH)["runs"]
     provenance = read_yaml(source / PROVENANCE) or {}
     budget = provenance.get("budget") or {}
-    runner = ReplayRunner(config())
+    runner = StreakRunner(config())
     positions = Positions(runner)
     records: dict[tuple[str, str | None], RunRecord] = {}
     for name, data in archive_members(source):
         replay_bytes(name, data, "auto", positions)
         for session_id, record in run_records(data, budget).items():
             records[(name, session_id)] = record
-    return score_report(source.name, runner.finish(), truth, records, positions)
+    return score_report(source.name, runner.finish(), truth, records, positions, runner.streaks)
 
 
 def measure_files(name: str, folder: Path) -> SourceResult:
     """Transcripts on disk with no ground truth (every run's outcome unknown)."""
-    runner = ReplayRunner(config())
+    runner = StreakRunner(config())
     positions = Positions(runner)
     replay_inputs(expand_paths([str(folder)]), "auto", positions)
-    return score_report(name, runner.finish(), {}, {}, positions)
+    return score_report(name, runner.finish(), {}, {}, positions, runner.streaks)
 
 
 def _verdict(truth: Truth, path: str, session_id: str) -> bool | None:
@@ -319,6 +394,7 @@ def score_report(
     truth: Truth,
     records: dict[tuple[str, str | None], RunRecord],
     positions: Positions,
+    streaks: Counter[tuple[str, str]] | None = None,
 ) -> SourceResult:
     result = SourceResult(name)
     rejects = {code for code, actions in report.actions.items() if "reject" in actions}
@@ -340,6 +416,7 @@ def score_report(
         recorded = record.calls if record is not None else None
         refused = any(code in rejects for code in session.decisions)
         run = Run(run_name, solved, at_limit, session.tool_calls, recorded, session.warnings, halt, refused)
+        run.streaks = (streaks or Counter())[(session.path, session.session_id)]
         result.runs.append(run)
         result.decisions.update(session.decisions)
     result.errors = [(e.path, e.line, e.reason) for e in report.errors]
@@ -374,12 +451,14 @@ COLUMNS: Final = (
     ("of them after a refusal", lambda r: str(len(r.harmful_halts_after_refusal))),
     ("harmless", lambda r: str(len(r.harmless_halts))),
     ("halted", lambda r: str(r.halted_runs)),
-    ("stuck recall", lambda r: f"{100 * r.stuck_recall:.1f}%"),
+    ("stuck halted", lambda r: f"{100 * r.stuck_halted:.1f}%"),
+    ("stuck intervened", lambda r: f"{100 * r.stuck_answered:.1f}%"),
     ("calls saved", lambda r: f"{100 * r.calls_saved:.1f}%"),
-    ("stuck refused|halted", lambda r: f"{100 * r.stuck_answered:.1f}%"),
-    ("solved refused", lambda r: str(r.solved_refused)),
+    ("harmful refusals", lambda r: str(r.harmful_refusals)),
     ("warn/1k solved", lambda r: f"{r.solved_warnings_per_1000:.2f}"),
     ("warn/1k all", lambda r: f"{r.warnings_per_1000:.2f}"),
+    ("streaks/1k solved", lambda r: f"{r.solved_streaks_per_1000:.2f}"),
+    ("streaks/1k all", lambda r: f"{r.streaks_per_1000:.2f}"),
     ("errors", lambda r: str(len(r.errors))),
 )
 

@@ -28,6 +28,7 @@ from benchmarks.corpus_precision import (
     TOTAL,
     Positions,
     SourceResult,
+    StreakRunner,
     config,
     corpus_sources,
     find_corpus,
@@ -324,3 +325,41 @@ def test_a_halt_with_no_refusal_before_it_is_not_after_a_refusal() -> None:
     [halt] = result.harmful_halts
     assert (halt.code, halt.call, halt.after_refusal) == ("identical_call_halt", 5, False)
     assert result.harmful_halts_after_refusal == []
+
+
+def _replay_failing_checks(commands: list[str]) -> SourceResult:
+    """One solved run, not at its limit, sending each shell command in turn; every one fails the same
+    way."""
+    runner = StreakRunner(config())
+    positions = Positions(runner)
+    key = SessionKey("run.json", "s")
+    positions.begin_session(key)
+    positions.start_turn(key)
+    for index, command in enumerate(commands):
+        call = ToolCall(
+            f"c{index}", "bash", {"command": command}, 1, result="error 1", failed=True, has_result=True
+        )
+        positions.tool_call(key, call)
+    positions.end_session(key)
+    return score_report("source", runner.finish(), {"run.json": True}, {}, positions, runner.streaks)
+
+
+def test_a_streak_warned_at_every_count_is_one_warned_streak() -> None:
+    """The same failing check sent four times is warned at its 2nd, 3rd and 4th count: three warnings,
+    one streak. Another check failing after it starts a streak of its own (its count starts again), and
+    the shell failing with two checks is a third (``same_tool_failure``)."""
+    one = _replay_failing_checks(["make"] * 4)
+    assert (one.warnings, one.streaks) == (3, 1)
+    two = _replay_failing_checks(["make"] * 4 + ["pytest"] * 3)
+    assert dict(two.decisions) == {"exact_failure_warn": 5, "same_tool_failure_warn": 1}
+    assert (two.warnings, two.streaks) == (6, 3)
+    assert two.solved_streaks_per_1000 == 1000 * 3 / 7
+    assert two.to_json()["solved_warned_streaks_per_1000_calls"] == round(1000 * 3 / 7, 2)
+
+
+def test_a_refusal_in_a_solved_run_is_a_harmful_refusal_and_a_stuck_run_refused_is_intervened() -> None:
+    """``identical_call`` refuses the 5th of twelve identical writes: in a solved run that did not end
+    at its limit, a harmful refusal (and a harmful halt at the 12th)."""
+    result = _replay_identical_writes(12, config())
+    assert (result.harmful_refusals, len(result.harmful_halts)) == (1, 1)
+    assert result.to_json()["harmful_refusals"] == 1
