@@ -7,8 +7,9 @@ A run ended at its budget limit when the agent did not stop by itself:
   then, so ``info.exit_status`` may still say ``submitted``), or the exit status names such a limit;
 * mini-swe-agent: ``info.exit_status`` is ``LimitsExceeded`` (or another limit it names);
 * OpenHands: the run reached its iteration limit (``Agent reached maximum iteration`` in an event or
-  in the output's ``error``); a completion log (``fncall_messages``) made as many model calls as the
-  source's ``budget.model_calls`` and its last call is not ``finish``;
+  in the output's ``error``); a completion log (``fncall_messages``, or ``messages`` + ``response`` in
+  the older shape) made as many model calls as the source's ``budget.model_calls`` and its last call
+  is not ``finish``;
 * tau-bench: the agent took the source's ``budget.steps`` actions and the user never said
   ``###STOP###`` (its calls: the tool calls, or the text agents' ``Action:`` JSON naming a tool other
   than ``respond``);
@@ -64,6 +65,9 @@ def run_records(data: bytes, budget: dict[str, Any] | None = None) -> dict[str |
         return {}
     if isinstance(doc.get("fncall_messages"), list):
         return {None: _openhands_completion(doc, int(budget.get("model_calls", 0)))}
+    if _older_completion_log(doc):
+        older = {"fncall_messages": doc["messages"], "fncall_response": doc["response"]}
+        return {None: _openhands_completion(older, int(budget.get("model_calls", 0)))}
     if isinstance(doc.get("trajectory"), list) and doc.get("trajectory_format") is None:
         return {None: _swe_agent(doc)}
     if isinstance(doc.get("messages"), list) and isinstance(doc.get("info"), dict):
@@ -110,6 +114,16 @@ def _openhands_completion(doc: dict[str, Any], model_calls: int) -> RunRecord:
     finished = any(_name(c) == "finish" for c in final)
     at_limit = bool(model_calls) and len(messages) + 1 >= model_calls and not finished
     return RunRecord(at_limit, calls + len(final))
+
+
+def _older_completion_log(doc: dict[str, Any]) -> bool:
+    """An OpenHands completion log of the older shape: ``{"messages", "response", "args", "kwargs",
+    "timestamp", "cost"}``."""
+    return (
+        isinstance(doc.get("messages"), list)
+        and isinstance(doc.get("response"), dict)
+        and any(mark in doc for mark in ("kwargs", "args", "cost", "timestamp"))
+    )
 
 
 def _openhands_events(events: list[Any]) -> RunRecord:

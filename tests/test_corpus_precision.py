@@ -363,3 +363,17 @@ def test_a_refusal_in_a_solved_run_is_a_harmful_refusal_and_a_stuck_run_refused_
     result = _replay_identical_writes(12, config())
     assert (result.harmful_refusals, len(result.harmful_halts)) == (1, 1)
     assert result.to_json()["harmful_refusals"] == 1
+
+
+def test_an_older_openhands_completion_log_at_its_iteration_budget() -> None:
+    """``{messages, response, args, kwargs, timestamp, cost}``: the same record as a log of the newer
+    shape, from the request's ``messages`` and the ``response``."""
+    call = {"id": "c", "type": "function", "function": {"name": "execute_bash", "arguments": "{}"}}
+    messages = [
+        {"role": "user", "content": "task"},
+        {"role": "assistant", "content": "", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c", "content": "x"},
+    ]
+    reply = {"role": "assistant", "content": "", "tool_calls": [call]}
+    log = {"messages": messages, "response": {"choices": [{"message": reply}]}, "kwargs": {}, "cost": 0.1}
+    assert run_records(_json(log), {"model_calls": 2}) == {None: RunRecord(at_limit=True, calls=2)}

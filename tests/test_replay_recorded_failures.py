@@ -187,3 +187,98 @@ def test_tau_bench_error_answers_are_failures() -> None:
     assert failed.count("book_reservation") >= 5
     assert {c.failed for c in sink.calls if c.tool_name == "calculate"} == {None}
     assert all(str(c.result).startswith("Error: ") for c in sink.calls if c.failed)
+
+
+def _older_completion_log(messages: list[dict[str, Any]], reply: dict[str, Any]) -> dict[str, Any]:
+    """An OpenHands LLM completion log of the older shape: the request's ``messages`` with the calls
+    as the model made them, the model's ``response``, and the call's ``args``, ``kwargs``, time and
+    cost beside them (synthesised in that layout)."""
+    return {
+        "messages": messages,
+        "response": {"id": "r1", "choices": [{"finish_reason": "tool_calls", "index": 0, "message": reply}]},
+        "args": [],
+        "kwargs": {"tools": [], "tool_choice": "auto"},
+        "timestamp": 1731456000.5,
+        "cost": 0.012,
+    }
+
+
+def _older_log_conversation() -> list[dict[str, Any]]:
+    def call(call_id: str, name: str, arguments: dict[str, Any]) -> dict[str, Any]:
+        return {
+            "id": call_id,
+            "type": "function",
+            "function": {"name": name, "arguments": json.dumps(arguments)},
+        }
+
+    def result(call_id: str, name: str, text: str) -> dict[str, Any]:
+        return {
+            "role": "tool",
+            "tool_call_id": call_id,
+            "name": name,
+            "content": [{"type": "text", "text": text}],
+        }
+
+    return [
+        {"role": "system", "content": [{"type": "text", "text": "You are OpenHands agent"}]},
+        {"role": "user", "content": [{"type": "text", "text": "Fix the issue"}]},
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call("t1", "execute_bash", {"command": "python r.py"})],
+        },
+        result("t1", "execute_bash", "Traceback ...\nValueError\n[Command finished with exit code 1]"),
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call("t2", "str_replace_editor", {"command": "view"})],
+        },
+        result("t2", "str_replace_editor", "ERROR:\nInvalid `path` parameter: /workspace/nope.py."),
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call("t3", "execute_bash", {"command": "sleep 999"})],
+        },
+        result("t3", "execute_bash", "still running\n[Command finished with exit code -1]"),
+        {
+            "role": "assistant",
+            "content": "",
+            "tool_calls": [call("t4", "execute_bash", {"command": "python r.py"})],
+        },
+        result("t4", "execute_bash", "ok\n[Command finished with exit code 0]"),
+    ]
+
+
+def test_an_older_openhands_completion_log_reads_exit_codes_and_editor_errors(tmp_path: Path) -> None:
+    """``{messages, response, args, kwargs, timestamp, cost}``: read as an OpenHands completion log, not
+    as plain chat, so a non-zero exit code and the editor's ``ERROR:`` are failures (-1: no exit code
+    yet, not judged), and the reply's call is the one the log ends on (in progress)."""
+    finish = {"id": "t5", "type": "function", "function": {"name": "finish", "arguments": "{}"}}
+    log = _older_completion_log(
+        _older_log_conversation(), {"role": "assistant", "content": "", "tool_calls": [finish]}
+    )
+    for indent in (2, None):
+        path = tmp_path / "claude-3-5-sonnet-20241022-1731456000.5.json"
+        path.write_text(json.dumps(log, indent=indent))
+        sink = read(path)
+        assert sink.errors == []
+        assert [(c.tool_name, c.failed) for c in sink.calls] == [
+            ("execute_bash", True),
+            ("str_replace_editor", True),
+            ("execute_bash", None),
+            ("execute_bash", False),
+            ("finish", None),
+        ]
+        assert sink.calls[-1].in_progress
+
+
+def test_a_plain_chat_request_with_a_response_is_not_a_completion_log(tmp_path: Path) -> None:
+    """A chat body with ``messages`` and ``response`` but none of the log's own fields stays plain chat:
+    its results' text is not judged."""
+    log = _older_completion_log(_older_log_conversation(), {"role": "assistant", "content": "done"})
+    for mark in ("args", "kwargs", "timestamp", "cost"):
+        del log[mark]
+    path = tmp_path / "chat.json"
+    path.write_text(json.dumps(log))
+    sink = read(path)
+    assert [c.failed for c in sink.calls] == [None, None, None, None]

@@ -25,8 +25,10 @@ Two layouts of OpenAI messages written by agent harnesses are read too:
 * OpenHands LLM completion logs (``{"messages", "fncall_messages", "fncall_response"}``): the
   conversation with the calls as the model made them is ``fncall_messages`` (``messages`` holds it
   rewritten as text for a model without function calling), and the model's last reply is
-  ``fncall_response.choices[0].message``. A result is failed when the shell's output ends with a
-  non-zero ``[Command finished with exit code N]`` or the editor answered ``ERROR:``.
+  ``fncall_response.choices[0].message``. Logs of the older shape (``{"messages", "response", "args",
+  "kwargs", "timestamp", "cost"}``) keep the conversation in ``messages`` and the reply in
+  ``response.choices[0].message``. A result is failed when the shell's output ends with a non-zero
+  ``[Command finished with exit code N]`` or the editor answered ``ERROR:``.
 """
 
 from __future__ import annotations
@@ -39,6 +41,7 @@ import orjson
 from otelguard.readers.claude_code_results import add_tool_result
 from otelguard.readers.events import EventSink, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, input_ending, result_text, type_name
+from otelguard.readers.openhands import completion_log_fields
 from otelguard.readers.recorded_failures import openhands_result_failed, tau_bench_result_failed
 
 __all__ = ["ChatReader"]
@@ -247,8 +250,8 @@ class ChatReader:
     def feed(self, line: int, record: Any) -> None:
         if isinstance(record, dict) and isinstance(record.get("simulations"), list):
             self._simulations(line, record["simulations"])
-        elif isinstance(record, dict) and isinstance(record.get("fncall_messages"), list):
-            self._completion_log(line, record)
+        elif isinstance(record, dict) and (fields := completion_log_fields(record)) is not None:
+            self._completion_log(line, record, *fields)
         elif isinstance(record, dict) and "messages" in record and "role" not in record:
             self._conversation(line, record, record["messages"], "messages")
         elif isinstance(record, dict) and "traj" in record and "role" not in record:
@@ -299,10 +302,10 @@ class ChatReader:
                 continue
             self._conversation(line, simulation, simulation.get("messages"), f"{where}.messages")
 
-    def _completion_log(self, line: int, record: dict[str, Any]) -> None:
+    def _completion_log(self, line: int, record: dict[str, Any], conversation: str, reply_field: str) -> None:
         """An OpenHands completion log: the function-calling conversation, then the model's reply."""
-        messages = list(record["fncall_messages"])
-        response = record.get("fncall_response")
+        messages = list(record[conversation])
+        response = record.get(reply_field)
         choices = response.get("choices") if isinstance(response, dict) else None
         if isinstance(choices, list) and choices and isinstance(choices[0], dict):
             reply = choices[0].get("message")
@@ -311,7 +314,7 @@ class ChatReader:
         # the log was written when the model replied: the reply's calls ran after it, so they are the
         # calls a transcript ends on (in progress), whether the file is one line or a document
         with input_ending():
-            self._conversation(line, record, messages, "fncall_messages", openhands_result_failed)
+            self._conversation(line, record, messages, conversation, openhands_result_failed)
 
     def _toolbench(self, line: int, answer: dict[str, Any]) -> None:
         """A ToolBench answer: ``train_messages`` holds the conversation as it grew, step by step;

@@ -28,7 +28,7 @@ from otelguard.readers.events import EventSink, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, result_text, type_name
 from otelguard.readers.times import parse_time
 
-__all__ = ["OPENHANDS", "OpenHandsReader"]
+__all__ = ["OPENHANDS", "OpenHandsReader", "completion_log_fields", "is_openhands_event"]
 
 OPENHANDS: Final = "openhands"
 _ANSWERED_BY_DESIGN: Final = frozenset({"finish", "message", "reject"})
@@ -40,6 +40,30 @@ _REMEMBERED_CALL_IDS: Final = 4096
 _SDK_CALLS: Final = frozenset({"ActionEvent", "NonExecutableActionEvent"})
 _SDK_ANSWERS: Final = frozenset({"ObservationEvent", "AgentErrorEvent", "UserRejectObservation"})
 _SDK_KINDS: Final = _SDK_CALLS | _SDK_ANSWERS | {"MessageEvent", "SystemPromptEvent"}
+
+
+_COMPLETION_LOG_MARKS: Final = ("kwargs", "args", "cost", "timestamp")
+"""Fields an OpenHands LLM completion log of the older shape records beside the request's
+``messages`` and the model's ``response`` (a plain chat request body has none of them)."""
+
+
+def completion_log_fields(record: Any) -> tuple[str, str] | None:
+    """Where an OpenHands LLM completion log keeps its conversation and the model's reply:
+    ``("fncall_messages", "fncall_response")`` in the newer shape, ``("messages", "response")`` in the
+    older one (``{"messages", "response", "args", "kwargs", "timestamp", "cost"}``); ``None`` for any
+    other record."""
+    if not isinstance(record, dict):
+        return None
+    if isinstance(record.get("fncall_messages"), list):
+        return ("fncall_messages", "fncall_response")
+    if (
+        isinstance(record.get("messages"), list)
+        and isinstance(record.get("response"), dict)
+        and "role" not in record
+        and any(mark in record for mark in _COMPLETION_LOG_MARKS)
+    ):
+        return ("messages", "response")
+    return None
 
 
 def is_openhands_event(record: Any) -> bool:

@@ -22,7 +22,7 @@ from otelguard.readers.events import EventSink
 from otelguard.readers.feed import input_ending
 from otelguard.readers.lines import MAX_LINE_BYTES, LineSplitter, open_nonblocking, read_chunks
 from otelguard.readers.mini_swe_agent import MINI_SWE_AGENT, MiniSweAgentReader, is_mini_swe_agent_messages
-from otelguard.readers.openhands import OPENHANDS, OpenHandsReader, is_openhands_event
+from otelguard.readers.openhands import OPENHANDS, OpenHandsReader, completion_log_fields, is_openhands_event
 from otelguard.readers.swe_agent import SWE_AGENT, SweAgentReader, is_swe_agent_trajectory
 
 __all__ = [
@@ -62,6 +62,8 @@ def detect_format(record: Any) -> str | None:
         return None
     if ("history" in record and "instance_id" in record) or is_openhands_event(record):
         return OPENHANDS
+    if completion_log_fields(record) is not None:  # read as chat, whatever its messages look like
+        return "chat"
     if "messages" in record and "role" not in record and _is_mini_swe_agent_run(record):
         return MINI_SWE_AGENT
     if isinstance(record.get("trajectory"), list) and is_swe_agent_trajectory(record):
