@@ -80,26 +80,26 @@ def _fix_attempts(results: list[str]) -> list[tuple[Any, ...]]:
     return script
 
 
-def test_warns_from_the_sixth_repeat_and_only_warns_without_hard_stop() -> None:
-    """The count is the runs returning a result already returned: the 7th run of the same failure is
-    the 6th repeat, and warns; with hard_stop off it never refuses or stops."""
+def test_warns_from_the_eighth_repeat_and_only_warns_without_hard_stop() -> None:
+    """The count is the runs returning a result already returned: the 9th run of the same failure is
+    the 8th repeat, and warns; with hard_stop off it never refuses or stops."""
     guard = make_guard(hard_stop=False)
     steps = run_script(guard, _fix_attempts([_traceback(i) for i in range(40)]))
     checks = steps[::2]
-    assert "stagnation_warn" not in codes(checks[:6])
-    assert checks[6].decision.code == "stagnation_warn" and checks[6].decision.count == 6
+    assert "stagnation_warn" not in codes(checks[:8])
+    assert checks[8].decision.code == "stagnation_warn" and checks[8].decision.count == 8
     assert all(s.before.allows_execution and not s.decision.should_halt for s in steps)
 
 
 def test_a_new_result_resets_the_count() -> None:
     """A check whose result changes before the warning count is never warned: a new result is progress."""
     results = [
-        f"NameError: name 'helper_{chr(97 + block)}' is not defined" for block in range(8) for _ in range(6)
+        f"NameError: name 'helper_{chr(97 + block)}' is not defined" for block in range(8) for _ in range(8)
     ]
     steps = run_script(make_guard(mode="unattended", hard_stop=None), _fix_attempts(results))
     assert "stagnation_warn" not in codes(steps)
     assert all(s.before.allows_execution for s in steps)
-    longer = results[:6] + results[:1]  # a seventh run of the same failure: the count was not reset
+    longer = results[:8] + results[:1]  # a ninth run of the same failure: the count was not reset
     assert "stagnation_warn" in codes(run_script(make_guard(hard_stop=False), _fix_attempts(longer)))
 
 
@@ -107,7 +107,7 @@ def test_other_commands_between_do_not_reset_a_check() -> None:
     """Counting is per command: different commands between two runs of the check change nothing."""
     guard = make_guard(hard_stop=False)
     script: list[tuple[Any, ...]] = []
-    for i in range(8):
+    for i in range(10):
         script.append(("bash", {"command": "python reproduce.py"}, _traceback(i), True))
         script.append(("bash", {"command": f"cat lib_{i}.py"}, f"def f_{i}(): pass", False))
     got = codes(run_script(guard, script))
@@ -160,10 +160,10 @@ def test_memory_is_bounded_in_commands_and_results() -> None:
 def test_the_message_carries_no_result_text() -> None:
     """The warning says what repeats and how often, never what the result was."""
     guard = make_guard(hard_stop=False)
-    steps = run_script(guard, _fix_attempts(["SECRET-TOKEN-42 failed"] * 8))
+    steps = run_script(guard, _fix_attempts(["SECRET-TOKEN-42 failed"] * 10))
     warned = [s.decision for s in steps if s.decision.code == "stagnation_warn"]
     assert warned and all("SECRET" not in d.message and "python t.py" not in d.message for d in warned)
-    assert "7 more times" in warned[-1].message
+    assert "9 more times" in warned[-1].message
 
 
 def test_codes_are_loop_codes() -> None:
