@@ -9,6 +9,8 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from otelguard import ConfigError, GuardConfig
 from otelguard.core.decisions import LOOP_CODES, Signature
@@ -172,9 +174,24 @@ def test_codes_are_loop_codes() -> None:
 
 def test_thresholds_are_validated() -> None:
     """warn_after.stagnation must not come after hard_stop_after.stagnation; both >= 1."""
-    with pytest.raises(ConfigError, match="warn_after.stagnation"):
+    with pytest.raises(ConfigError, match=r"warn_after\.stagnation"):
         GuardConfig.from_mapping({"warn_after": {"stagnation": 20}})
-    with pytest.raises(ConfigError, match="hard_stop_after.stagnation"):
+    with pytest.raises(ConfigError, match=r"hard_stop_after\.stagnation"):
         GuardConfig.from_mapping({"hard_stop_after": {"stagnation": 0}})
     config = GuardConfig.from_mapping({"warn_after": {"stagnation": 2}, "hard_stop_after": {"stagnation": 3}})
     assert (config.warn_after["stagnation"], config.hard_stop_after["stagnation"]) == (2, 3)
+
+
+@given(
+    st.one_of(
+        st.text(),
+        st.binary(),
+        st.recursive(
+            st.none() | st.integers() | st.text(), lambda c: st.lists(c) | st.dictionaries(st.text(), c)
+        ),
+    )
+)
+def test_sketch_never_raises(result: Any) -> None:
+    """Any result a shell could report is sketched: a digest and at most _SKETCH shingle hashes."""
+    digest, small = sketch(result)
+    assert isinstance(digest, int) and 1 <= len(small) <= stagnation._SKETCH
