@@ -21,7 +21,6 @@ from otelguard.core import decisions as codes
 from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary, new_signature
-from otelguard.core.detectors.stagnation import ResultSketch, sketch
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
@@ -367,13 +366,13 @@ def _refusal(
 
 def _result_keys(
     results: ResultMemory, result: Any, tool_class: ToolClass, outcome: Outcome
-) -> tuple[int | None, ResultSketch | None]:
-    """A failed call's error fingerprint (else ``None``), and a shell result's sketch, what stagnation
-    compares (``None`` for any other call)."""
+) -> tuple[int | None, Any]:
+    """A failed call's error fingerprint (else ``None``), and a shell's result, what stagnation
+    compares (``None`` for any other call; sketched only when the command runs again)."""
     error = results.error_fingerprint(result) if outcome == "failed" else None
     if tool_class != "shell" or result is None or (outcome != "ok" and outcome != "failed"):
         return error, None
-    return error, sketch(result)
+    return error, result
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

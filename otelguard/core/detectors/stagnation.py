@@ -112,9 +112,18 @@ class StagnationMemory:
     def __init__(self) -> None:
         self.checks: BoundedMap[Signature, _Check] = BoundedMap(_CHECKS)
 
-    def record(self, sig: Signature, result: ResultSketch) -> int:
-        """Count a run of the command ``sig`` that returned ``result``; returns its stale count."""
-        check = self.checks.touch(sig, _Check)
+    def record(self, sig: Signature, raw: Any) -> int:
+        """Count a run of the command ``sig`` that returned ``raw``; returns its stale count.
+
+        A command's first run is only noted: most commands run once, and sketching a result costs
+        more than the rest of the call. So the count starts with the second run's result, one run
+        later than if the first had been sketched (the thresholds were measured this way)."""
+        check = self.checks.get(sig)
+        if check is None:
+            self.checks.touch(sig, _Check)
+            return 0
+        self.checks.move_to_end(sig)
+        result = sketch(raw)
         if any(_near(result, seen) for seen in check.results):
             check.stale += 1
         else:

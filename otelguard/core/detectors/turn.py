@@ -8,14 +8,14 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from otelguard.core import decisions as codes
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.core.detectors.messages import SHELL_IDENTICAL_REJECT, SHELL_LATER_FAILURE_WARN, decision
 from otelguard.core.detectors.repetition import Cycle
-from otelguard.core.detectors.stagnation import ResultSketch, StagnationMemory
+from otelguard.core.detectors.stagnation import StagnationMemory
 from otelguard.core.detectors.state import FailureCounts, SessionMemory, SignatureState, new_state, renewed
 
 if TYPE_CHECKING:
@@ -261,14 +261,14 @@ class TurnDetectors:
         refusal: str | None,
         same_result: bool,
         error: int | None = None,
-        progress: ResultSketch | None = None,
+        progress: Any = None,
     ) -> Decision | None:
         """Update every detector with the call's outcome; return the first decision that fires, if any.
 
         ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
         signature's previous ok call returned; ``error`` is a failed call's error fingerprint
         (``None`` for a failure without a result, which no error count can match); ``progress`` a
-        shell call's result sketch (``stagnation.sketch``), ``None`` for any other call.
+        shell call's result, ``None`` for any other call.
         """
         ok = outcome == "ok"
         same_errors = 0
