@@ -72,9 +72,12 @@ class SessionWriter:
         self._line("user", done, {"role": "user", "content": [answer]})
         self.calls.append((done, tool))
 
+    def text(self) -> str:
+        return "".join(json.dumps(line) + "\n" for line in self.lines)
+
     def write(self, directory: Path) -> Path:
         path = directory / f"{self.session_id}.jsonl"
-        path.write_text("".join(json.dumps(line) + "\n" for line in self.lines), encoding="utf-8")
+        path.write_text(self.text(), encoding="utf-8")
         return path
 
 
@@ -150,7 +153,29 @@ def shipped_history() -> Iterator[SessionWriter]:
         yield runaway_session(f"search-{n}", morning + timedelta(minutes=20 + 3 * n), "WebSearch")
 
 
+EXAMPLES = HISTORY.parent / "examples" / "backtest"
+"""The shipped examples for the backtest (the timestamped ones; ``delegation_storm`` writes one)."""
+
+
+def delegation_storm() -> SessionWriter:
+    """The shipped ``claude-code-delegation-storm.jsonl``: one Claude Code session with a turn every
+    two and a half minutes for 20 minutes, each fanning out ``Task`` subagents with distinct prompts.
+    The first four spawn 51 and hit the turn cap of 50 subagents; by then the session has spawned
+    200, its session cap, so the next four are stopped at their first spawn (the second call shows
+    the halted turn). The runaway-delegation alert (for: 10m) fires in ``otelguard backtest``."""
+    writer = SessionWriter("delegation-storm")
+    start = DAY + timedelta(hours=14)
+    for turn in range(8):
+        moment = start + timedelta(seconds=150 * turn)
+        writer.prompt(moment, f"compare vendor batch {turn}: one subagent per vendor")
+        for index in range(RUNAWAY_CALLS if turn < 4 else 2):
+            args = {"description": f"vendor {index}", "prompt": f"research vendor {turn * 100 + index}"}
+            writer.call(moment + timedelta(seconds=1 + index * 0.9), "Task", args, f"report {turn}.{index}")
+    return writer
+
+
 if __name__ == "__main__":
+    (EXAMPLES / "claude-code-delegation-storm.jsonl").write_text(delegation_storm().text(), encoding="utf-8")
     for stale in HISTORY.glob("*.jsonl"):
         stale.unlink()
     print(f"{len(write_fleet(HISTORY, shipped_history()))} sessions written to {HISTORY}")

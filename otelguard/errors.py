@@ -16,18 +16,17 @@ framework that has no other way to end a run.
 from __future__ import annotations
 
 import reprlib
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final, Protocol
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
-
-    from otelguard.core.decisions import Decision
 
 __all__ = [
     "BacktestError",
     "ConfigError",
     "ConfigWarning",
     "GuardHalted",
+    "HaltingDecision",
     "HookPayloadError",
     "OtelGuardError",
     "UsageError",
@@ -116,14 +115,41 @@ def _with_source(problem: ConfigError, source: str) -> ConfigError:
     return named
 
 
+class HaltingDecision(Protocol):
+    """What ``GuardHalted.decision`` holds: an ``otelguard.Decision``, described by what it offers so
+    that this module imports nothing of the package (every module may import the errors)."""
+
+    @property
+    def action(self) -> str: ...
+    @property
+    def code(self) -> str: ...
+    @property
+    def message(self) -> str: ...
+    @property
+    def tool_name(self) -> str: ...
+    @property
+    def count(self) -> int: ...
+    @property
+    def limit(self) -> int: ...
+    @property
+    def cap(self) -> str | None: ...
+    @property
+    def allows_execution(self) -> bool: ...
+    @property
+    def should_halt(self) -> bool: ...
+    def to_metadata(self) -> dict[str, Any]: ...
+    def synthetic_result(self) -> str: ...
+
+
 class GuardHalted(OtelGuardError):
-    """The guard stopped the turn; ``decision`` is the ``block``/``halt`` decision that did it.
+    """The guard stopped the turn; ``decision`` is the ``block``/``halt`` decision (an
+    ``otelguard.Decision``) that did it.
 
     The message is the decision's message, written for the model and the user: it names the tool and
     the counts, never argument values or results.
     """
 
-    def __init__(self, decision: Decision) -> None:
+    def __init__(self, decision: HaltingDecision) -> None:
         self.decision = decision
         super().__init__(decision.message)
 

@@ -171,6 +171,12 @@ def observer_for(telemetry: TelemetryOption, config: GuardConfig) -> GuardObserv
     if isinstance(telemetry, Telemetry):
         # it says once, when it first exports a hash, that a random key's hashes match no other process's
         random_key = uses_random_key(config.signature_key)
-        return telemetry.bind(config.telemetry, random_signature_key=random_key)
+        caps = tuple(
+            (cap, scope)
+            for scope, limits in (("turn", config.caps.turn), ("session", config.caps.session))
+            for cap, limit in limits.items()
+            if limit > 0
+        )
+        return telemetry.bind(config.telemetry, random_signature_key=random_key, caps=caps)
     assert bind is not None
     return cast(GuardObserver, bind(config.telemetry))

@@ -339,6 +339,12 @@ def test_the_guard_and_its_wrappers_do_not_import_each_other() -> None:
     assert "otelguard.core.guard" not in _all_imports("otelguard.core.scripted")
 
 
+def test_the_error_module_imports_nothing_of_the_package() -> None:
+    """Every module may raise otelguard's errors, so ``errors`` imports no otelguard module at all,
+    not even for the type checker (``GuardHalted.decision`` is typed by a protocol)."""
+    assert _all_imports("otelguard.errors") == set()
+
+
 def test_product_code_does_not_import_the_testing_helpers() -> None:
     """Replay, the demo, the bench and the command line drive the guard through
     ``otelguard.core.scripted``; ``otelguard.testing`` is for tests of a user's own loop, and nothing

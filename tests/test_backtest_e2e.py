@@ -23,7 +23,14 @@ from typing import Any
 import pytest
 import yaml
 
-from benchmarks.backtest_fleet import DAY, SessionWriter, healthy_sessions, runaway_minutes, write_fleet
+from benchmarks.backtest_fleet import (
+    DAY,
+    SessionWriter,
+    delegation_storm,
+    healthy_sessions,
+    runaway_minutes,
+    write_fleet,
+)
 from otelguard.backtest.engine import Binaries, Engine
 from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, eval_offset
 from otelguard.backtest.run import evaluation_times
@@ -38,6 +45,7 @@ LOOP_MINUTES = 20
 SLACK = timedelta(minutes=7)
 """How long an alert may outlast its loop: the rules' 5-minute rate windows, plus an evaluation
 interval for the rule and one for the alert."""
+EXAMPLES = Path(__file__).resolve().parent.parent / "otelguard" / "data" / "examples"
 SHIPPED_RULES = (
     Path(__file__).resolve().parent.parent / "otelguard" / "data" / "prometheus" / "otelguard-rules.yaml"
 )
@@ -232,9 +240,31 @@ def test_transcripts_without_timestamps_backtest_nothing_and_are_named(
     untimed.prompt(DAY)
     untimed.call(DAY, "Read", {"file": "a"}, "text")
     path = untimed.write(tmp_path)
-    assert main(["backtest", str(path)]) == 0
+    assert main(["backtest", str(path)]) == 3  # not 0: a gate on it must not pass untested
     out = capsys.readouterr().out
-    assert "No timed events" in out and "untimed-2" in out
+    assert "Nothing was backtested" in out and "untimed-2" in out
+    assert "No alert would have fired" not in out
+
+
+def test_the_shipped_untimed_example_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> None:
+    """The OpenAI example records no times: exit 3 and a plain message, also with --json."""
+    assert main(["backtest", str(EXAMPLES / "openai-delegation-storm.jsonl")]) == 3
+    assert "Nothing was backtested" in capsys.readouterr().out
+    code, document, _ = backtest(str(EXAMPLES / "openai-delegation-storm.jsonl"))
+    assert code == 3 and document["period"] is None
+
+
+def test_the_shipped_delegation_example_fires_the_delegation_alert() -> None:
+    """``otelguard backtest`` on the shipped timestamped delegation storm: the runaway-delegation
+    alert fires on the subagents cap hits of that session, and the file is what the generator writes."""
+    path = EXAMPLES / "backtest" / "claude-code-delegation-storm.jsonl"
+    assert path.read_text(encoding="utf-8") == delegation_storm().text()
+    code, document, _ = backtest(str(path))
+    assert code == 1
+    [interval] = intervals(document, "OtelguardRunawayDelegationLoop")
+    assert interval["labels"]["cap"] == "subagents" and interval["labels"]["severity"] == "critical"
+    assert {hit["session_id"] for hit in interval["cap_hits"]} == {"delegation-storm"}
+    assert when(interval["start"]) - when(interval["pending_since"]) >= timedelta(minutes=10), "for: 10m"
 
 
 def test_promtool_accepts_the_openmetrics_file_and_keeps_every_sample(tmp_path: Path) -> None:

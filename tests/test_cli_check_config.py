@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +55,34 @@ def test_unknown_command_is_a_usage_error(capsys: pytest.CaptureFixture[str]) ->
     with pytest.raises(SystemExit) as exc:
         main(["no-such-command"])
     assert exc.value.code == 2
+
+
+LONG_CONFIG = (
+    "caps:\n  turn:\n"
+    + "".join(f"    tool_number_{n:03d}_with_a_rather_long_descriptive_name: {n + 1}\n" for n in range(150))
+    + "tool_groups:\n  web_search: ["
+    + ", ".join(f"search_{n}_{'x' * 40}" for n in range(100))
+    + ", "
+    + "y" * 300
+    + "]\n"
+)
+
+
+@pytest.mark.parametrize("text", ["{}\n", LONG_CONFIG], ids=["default", "long"])
+def test_output_to_a_pipe_keeps_every_line_short(tmp_path: Path, text: str) -> None:
+    """Redirected to a file, the table wraps its values (kilobytes of tool lists on one line before)."""
+    path = tmp_path / "otelguard.yaml"
+    path.write_text(text)
+    result = subprocess.run(
+        [sys.executable, "-m", "otelguard", "check-config", str(path)],
+        capture_output=True,
+        text=True,
+        encoding="utf-8",
+        timeout=60,
+        check=True,
+    )
+    lines = result.stdout.splitlines()
+    assert max(len(line) for line in lines) <= 120, max(lines, key=len)
+    assert "max_tracked_signatures" in result.stdout
+    if text == LONG_CONFIG:
+        assert "tool_number_149_with_a_rather_long_descriptive_name" in result.stdout  # wrapped, not cut

@@ -18,7 +18,7 @@ from hypothesis import strategies as st
 
 from otelguard.claude_code.events import TOOL_EVENTS
 from otelguard.claude_code.hook import HOOK_EVENTS
-from otelguard.claude_code.settings import settings_block
+from otelguard.claude_code.settings import hook_program, settings_block
 from otelguard.serving.http_server import HttpServer, Request, Response
 from tests.test_cli_serve import Serve, start_serve
 
@@ -46,6 +46,25 @@ def hook(
         timeout=TIMEOUT,
         env={**os.environ, **(env or {})},
     )
+
+
+@pytest.fixture(autouse=True)
+def own_cache(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Each test's hook processes remember the sessions told the guard is off in a cache of their own."""
+    cache = tmp_path / "cache"
+    monkeypatch.setenv("XDG_CACHE_HOME", str(cache))
+    return cache
+
+
+def off_notice(stdout: bytes) -> str:
+    """The ``systemMessage`` of a hook that failed open, ``""`` for no output; anything else fails."""
+    if not stdout:
+        return ""
+    output = json.loads(stdout)
+    assert list(output) == ["systemMessage"], output
+    message = output["systemMessage"]
+    assert message.startswith("otelguard is not guarding this session: ")
+    return str(message)
 
 
 @pytest.fixture
@@ -79,7 +98,8 @@ def test_a_refused_call_prints_the_deny_and_exits_0(serve: Serve) -> None:
 
 def test_a_wrong_token_fails_open(serve: Serve) -> None:
     result = hook(PRE, "--url", f"http://127.0.0.1:{serve.port}", env={"OTELGUARD_TOKEN": "wrong"})
-    assert (result.returncode, result.stdout) == (0, b"")
+    assert result.returncode == 0
+    assert "HTTP 401 (missing or wrong bearer token)" in off_notice(result.stdout)
     assert result.stderr.decode() == (
         "otelguard hook: sidecar answered HTTP 401 (missing or wrong bearer token); the call goes ahead\n"
     )
@@ -89,7 +109,7 @@ def test_a_sidecar_that_is_down_lets_the_call_go_ahead() -> None:
     from tests.e2e import free_port
 
     result = hook(PRE, "--url", f"http://127.0.0.1:{free_port()}")
-    assert (result.returncode, result.stdout) == (0, b"")
+    assert result.returncode == 0 and "unreachable" in off_notice(result.stdout)
     assert len(result.stderr.decode().splitlines()) == 1
     assert "unreachable" in result.stderr.decode()
 
@@ -97,7 +117,7 @@ def test_a_sidecar_that_is_down_lets_the_call_go_ahead() -> None:
 def test_an_error_answer_lets_the_call_go_ahead() -> None:
     with HttpServer(lambda request: Response(500, b'{"hookSpecificOutput": {}}')) as server:
         result = hook(PRE, "--url", f"http://127.0.0.1:{server.port}")
-    assert (result.returncode, result.stdout) == (0, b"")
+    assert result.returncode == 0 and "HTTP 500" in off_notice(result.stdout)
     assert result.stderr.decode() == "otelguard hook: sidecar answered HTTP 500; the call goes ahead\n"
 
 
@@ -108,14 +128,14 @@ def test_a_sidecar_slower_than_the_timeout_lets_the_call_go_ahead() -> None:
 
     with HttpServer(slow) as server:
         result = hook(PRE, "--url", f"http://127.0.0.1:{server.port}", "--timeout", "0.3")
-    assert (result.returncode, result.stdout) == (0, b"")
+    assert result.returncode == 0 and "did not answer in time" in off_notice(result.stdout)
     assert "did not answer in time" in result.stderr.decode()
 
 
 def test_bad_input_still_exits_0_and_prints_nothing() -> None:
     with HttpServer(lambda request: Response(400, b"body: malformed JSON\n")) as server:
         result = hook(b"\xff not json", "--url", f"http://127.0.0.1:{server.port}")
-    assert (result.returncode, result.stdout) == (0, b"")
+    assert (result.returncode, result.stdout) == (0, b"")  # no session id to tell: nothing
 
 
 def imported_modules(stderr: bytes) -> set[str]:
@@ -144,11 +164,16 @@ def imports_without_site(*args: str, payload: bytes = b"", signature_key: str = 
     return imported_modules(run.stderr) - imported_modules(bare.stderr)
 
 
-def test_the_hook_path_imports_only_the_standard_library() -> None:
-    from tests.e2e import free_port
+@pytest.fixture
+def answering() -> Iterator[str]:
+    """A sidecar stand-in that answers every hook with an empty 200 (nothing to say): the usual call."""
+    with HttpServer(lambda request: Response(200, b"")) as server:
+        yield f"http://127.0.0.1:{server.port}"
 
+
+def test_the_hook_path_imports_only_the_standard_library(answering: str) -> None:
     imported = imports_without_site(
-        "hook", "claude-code", "--url", f"http://127.0.0.1:{free_port()}", payload=json.dumps(PRE).encode()
+        "hook", "claude-code", "--url", answering, payload=json.dumps(PRE).encode()
     )
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
     assert ours == {
@@ -177,18 +202,16 @@ EXPECTED = {
     "collections", "functools", "operator", "keyword", "reprlib", "types", "itertools", "_operator",
     "_functools", "_collections", "warnings",
     "os", "stat", "_stat", "posixpath", "genericpath", "_collections_abc",
-    "__future__", "_socket", "time",
+    "__future__", "_socket", "time", "select",
 }  # fmt: skip
 """What ``python -m`` itself loads (runpy), what the site module would have loaded anyway (os), and
-what the hook needs: ``__future__`` and two C modules."""
+what the hook needs: ``__future__`` and three C modules (``select``: stdin read within the deadline)."""
 
 
-def test_with_a_key_the_hook_adds_only_the_session_digest_to_its_imports() -> None:
+def test_with_a_key_the_hook_adds_only_the_session_digest_to_its_imports(answering: str) -> None:
     """The affinity header costs hashlib, not the json or re modules, for Claude Code's payloads
     (session_id first)."""
-    from tests.e2e import free_port
-
-    url = f"http://127.0.0.1:{free_port()}"
+    url = answering
     payload = json.dumps(PRE).encode()
     assert payload.startswith(b'{"session_id"')
     without = imports_without_site("hook", "claude-code", "--url", url, payload=payload)
@@ -367,20 +390,22 @@ def test_print_settings_is_the_hooks_block_for_claude_settings() -> None:
     for event, (entry,) in block["hooks"].items():
         (handler,) = entry["hooks"]
         assert handler["type"] == "command"
-        assert handler["command"] == "otelguard hook claude-code --url http://10.0.0.5:9464"
+        assert handler["command"] == f"{hook_program()} hook claude-code --url http://10.0.0.5:9464"
         assert handler["timeout"] > 2  # Claude Code's own timeout above the hook's: the hook fails open
         assert ("matcher" in entry) == (
             event in ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
         )
     assert (
         json.loads(settings_block(None))["hooks"]["Stop"][0]["hooks"][0]["command"]
-        == "otelguard hook claude-code"
+        == f"{hook_program()} hook claude-code"
     )
 
 
 def assert_failed_open(result: subprocess.CompletedProcess[bytes], *named: str) -> None:
-    """Claude Code goes ahead with the call: exit 0, nothing on stdout, one line on stderr naming it."""
-    assert (result.returncode, result.stdout) == (0, b""), result.stderr
+    """Claude Code goes ahead with the call: exit 0, nothing on stdout but the once-per-session notice,
+    one line on stderr naming it."""
+    assert result.returncode == 0, result.stderr
+    off_notice(result.stdout)
     lines = result.stderr.decode().splitlines()
     assert len(lines) == 1, lines
     assert lines[0].startswith("otelguard hook: ") and lines[0].endswith("; the call goes ahead")
@@ -532,8 +557,12 @@ def test_help_and_print_settings_still_work() -> None:
 
 def test_the_settings_block_shown_in_the_docs_is_the_real_one() -> None:
     text = (Path(__file__).parent.parent / "docs" / "claude-code.md").read_text(encoding="utf-8")
-    shown = text.split("prints the block to paste:", 1)[1].split("```json", 1)[1].split("```", 1)[0]
-    assert json.loads(shown) == json.loads(settings_block(None))
+    shown = text.split("prints the block to paste", 1)[1].split("```json", 1)[1].split("```", 1)[0]
+    assert json.loads(shown) == json.loads(settings_block(None, program=DOCS_PROGRAM))
+
+
+DOCS_PROGRAM = "/home/me/.local/share/pipx/venvs/otelguard/bin/python -m otelguard"
+"""The installation the docs' example block was printed from."""
 
 
 def read_calls(url: str, results: list[object]) -> list[list[str]]:
@@ -643,3 +672,215 @@ def test_a_reduced_payload_fits_or_is_not_sent(value: object, limit: int) -> Non
     smaller = reduced(payload, limit)
     assert smaller is None or len(smaller) <= limit
     assert reduced(payload, limit) == smaller  # the same payload always reduces the same way
+
+
+# Every step of the hook is inside --timeout: it returns, failing open, long before a hang. The bound
+# below is the process timeout (subprocess raises past it): far above --timeout, far below "forever".
+HOOK_TIMEOUT = "1"
+BOUND = 1 + 5.0
+
+
+@contextmanager
+def listening(behaviour: str) -> Iterator[int]:
+    """A real TCP listener on 127.0.0.1 whose every connection gets ``behaviour``: ``silent`` (accepted,
+    never a byte: a TLS handshake stalls on it too) or ``half`` (half an answer, then silence)."""
+    import socket
+
+    listener = socket.create_server(("127.0.0.1", 0))
+    held: list[socket.socket] = []
+    stop = threading.Event()
+
+    def serve() -> None:
+        listener.settimeout(0.2)
+        while not stop.is_set():
+            try:
+                connection, _ = listener.accept()
+            except TimeoutError:
+                continue
+            except OSError:
+                return
+            held.append(connection)
+            if behaviour == "half":
+                connection.sendall(b'HTTP/1.1 200 OK\r\nContent-Length: 200\r\n\r\n{"hookSpecific')
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    try:
+        yield listener.getsockname()[1]
+    finally:
+        stop.set()
+        thread.join(5)
+        listener.close()
+        for connection in held:
+            connection.close()
+
+
+def bounded_hook(args: list[str], payload: object = PRE) -> subprocess.CompletedProcess[bytes]:
+    data = payload if isinstance(payload, bytes) else json.dumps(payload).encode()
+    return subprocess.run(
+        [sys.executable, "-m", "otelguard", "hook", "claude-code", "--timeout", HOOK_TIMEOUT, *args],
+        input=data, capture_output=True, timeout=BOUND,
+    )  # fmt: skip
+
+
+@pytest.mark.parametrize(
+    ("behaviour", "scheme"), [("silent", "http"), ("half", "http"), ("silent", "https"), ("half", "https")]
+)
+def test_a_sidecar_that_stalls_anywhere_lets_the_call_go_ahead_within_the_timeout(
+    behaviour: str, scheme: str
+) -> None:
+    """Accepted and never answered, half an answer, a TLS handshake that never completes (the listener
+    speaks no TLS: a ClientHello gets silence, or the half answer, which is no ServerHello)."""
+    with listening(behaviour) as port:
+        result = bounded_hook(["--url", f"{scheme}://127.0.0.1:{port}"])
+    assert_failed_open(result)
+    line = result.stderr.decode()
+    assert "did not answer in time" in line or (scheme == "https" and behaviour == "half"), line
+
+
+SLOW_RESOLVER = """
+import _socket, sys, time
+real = _socket.getaddrinfo
+
+def resolver(host, *args):
+    if host == b"slow.sidecar.test":
+        time.sleep(60)  # a name server that never answers
+    if host == b"fast.sidecar.test":
+        host = b"127.0.0.1"
+    return real(host, *args)
+
+_socket.getaddrinfo = resolver
+from otelguard.cli import main
+sys.exit(main(sys.argv[1:]))
+"""
+"""The real hook with a resolver that hangs for one name (getaddrinfo takes no timeout) and answers
+another with loopback: no name server, no network."""
+
+
+def test_a_name_that_resolves_slowly_lets_the_call_go_ahead_within_the_timeout() -> None:
+    result = subprocess.run(
+        [sys.executable, "-c", SLOW_RESOLVER, "hook", "claude-code", "--timeout", HOOK_TIMEOUT,
+         "--url", "http://slow.sidecar.test:9464"],
+        input=json.dumps(PRE).encode(), capture_output=True, timeout=BOUND,
+    )  # fmt: skip
+    assert_failed_open(result, "did not answer in time")
+
+
+def test_a_resolved_name_is_asked_as_before() -> None:
+    deny = b'{"hookSpecificOutput": {"hookEventName": "PreToolUse"}}'
+    with HttpServer(lambda request: Response(200, deny)) as server:
+        result = subprocess.run(
+            [sys.executable, "-c", SLOW_RESOLVER, "hook", "claude-code", "--timeout", HOOK_TIMEOUT,
+             "--url", f"http://fast.sidecar.test:{server.port}"],
+            input=json.dumps(PRE).encode(), capture_output=True, timeout=BOUND,
+        )  # fmt: skip
+    assert (result.returncode, result.stdout, result.stderr) == (0, deny, b"")
+
+
+def hook_with_stdin_left_open(data: bytes, url: str) -> tuple[int, bytes, bytes]:
+    """The hook with ``data`` written to its stdin and the pipe never closed."""
+    process = subprocess.Popen(
+        [sys.executable, "-m", "otelguard", "hook", "claude-code", "--timeout", HOOK_TIMEOUT, "--url", url],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+    )  # fmt: skip
+    assert process.stdin is not None and process.stdout is not None and process.stderr is not None
+    try:
+        process.stdin.write(data)
+        process.stdin.flush()
+        code = process.wait(timeout=BOUND)
+        return code, process.stdout.read(), process.stderr.read()
+    finally:
+        process.kill()
+        process.wait()
+        process.stdin.close()
+        process.stdout.close()
+        process.stderr.close()
+
+
+def test_a_whole_payload_on_a_stdin_left_open_is_answered() -> None:
+    deny = b'{"hookSpecificOutput": {"hookEventName": "PreToolUse"}}'
+    with HttpServer(lambda request: Response(200, deny)) as server:
+        answered = hook_with_stdin_left_open(json.dumps(PRE).encode(), f"http://127.0.0.1:{server.port}")
+    assert answered == (0, deny, b"")
+
+
+def test_half_a_payload_on_a_stdin_left_open_lets_the_call_go_ahead_within_the_timeout() -> None:
+    half = json.dumps(PRE).encode()[:40]
+    code, stdout, stderr = hook_with_stdin_left_open(half, "http://127.0.0.1:9")
+    assert (code, stdout) == (0, b"")
+    assert stderr.decode() == (
+        "otelguard hook: stdin sent no whole payload and stayed open past --timeout; the call goes ahead\n"
+    )
+    # a brace that closes no object: parsed once, found not whole, waited on to the deadline
+    code, stdout, stderr = hook_with_stdin_left_open(b'{"session_id": "}', "http://127.0.0.1:9")
+    assert (code, stdout) == (0, b"") and b"stayed open past --timeout" in stderr
+
+
+def test_the_printed_command_runs_as_printed_without_path(tmp_path: Path) -> None:
+    """The settings name this installation's interpreter, quoted for the shell Claude Code runs them
+    with: a PATH without the virtualenv (nor anything else) runs it all the same."""
+    spaced = tmp_path / "my tools"
+    spaced.mkdir()
+    python = spaced / "python3"
+    python.symlink_to(sys.executable)
+    deny = b'{"hookSpecificOutput": {"hookEventName": "PreToolUse"}}'
+    with HttpServer(lambda request: Response(200, deny)) as server:
+        printed = subprocess.run(
+            [str(python), "-m", "otelguard", "hook", "claude-code", "--print-settings",
+             "--url", f"http://127.0.0.1:{server.port}"],
+            capture_output=True, timeout=TIMEOUT, check=True,
+        )  # fmt: skip
+        command = json.loads(printed.stdout)["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
+        assert command.startswith(f"'{python}' -m otelguard hook claude-code")
+        env = {"PATH": "/nonexistent", "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path)}
+        ran = subprocess.run(
+            ["/bin/sh", "-c", command], input=json.dumps(PRE).encode(), capture_output=True,
+            timeout=TIMEOUT, env=env,
+        )  # fmt: skip
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, deny, b"")
+
+
+def test_a_guard_that_is_off_says_so_once_per_session(own_cache: Path) -> None:
+    """The sidecar down: the first call of a session tells the user (a systemMessage naming why, no
+    payload content); its next calls do not; another session is told on its own."""
+    from tests.e2e import free_port
+
+    url = f"http://127.0.0.1:{free_port()}"
+    secret = {**PRE, "session_id": "sess-raw-id-1", "tool_input": {"query": "private-words-xyz"}}
+    first = hook(secret, "--url", url)
+    message = off_notice(first.stdout)
+    assert f"sidecar at {url} unreachable (ConnectionRefusedError)" in message
+    assert "private-words-xyz" not in message and "sess-raw-id-1" not in message
+    for event in ("PostToolUse", "PreToolUse", "Stop"):
+        again = hook({**secret, "hook_event_name": event}, "--url", url)
+        assert (again.returncode, again.stdout) == (0, b"")
+        assert "unreachable" in again.stderr.decode()  # stderr still says it every time
+    # an event whose output Claude Code ignores does not use up the notice
+    other = {**secret, "session_id": "sess-raw-id-2"}
+    assert hook({**other, "hook_event_name": "SessionEnd"}, "--url", url).stdout == b""
+    assert "unreachable" in off_notice(hook(other, "--url", url).stdout)
+    remembered = own_cache / "otelguard" / "hook-notified"
+    text = remembered.read_text()
+    assert len(text.split()) == 2 and "sess-raw-id" not in text
+    assert remembered.stat().st_mode & 0o077 == 0 and remembered.parent.stat().st_mode & 0o077 == 0
+
+
+def test_the_sessions_told_are_bounded(own_cache: Path) -> None:
+    from otelguard.claude_code.off_notice import MAX_REMEMBERED, notice, notice_path
+
+    def told(session: str) -> bool:
+        return bool(notice(json.dumps({**PRE, "session_id": session}).encode(), "down"))
+
+    assert all(told(f"s{n}") for n in range(MAX_REMEMBERED + 10))
+    assert len(Path(notice_path()).read_text().split()) == MAX_REMEMBERED
+    assert not told(f"s{MAX_REMEMBERED + 9}")  # the newest are remembered
+    assert told("s0")  # the oldest were forgotten: told again
+    assert notice(b"[1]", "down") == "" and notice(b"\xff", "down") == ""
+
+
+@given(st.one_of(st.binary(max_size=200), JSON.map(lambda value: json.dumps(value).encode())))
+def test_the_notice_never_raises(payload: bytes) -> None:
+    from otelguard.claude_code.off_notice import notice
+
+    told = notice(payload, "sidecar down")
+    assert told == "" or list(json.loads(told)) == ["systemMessage"]

@@ -530,8 +530,8 @@ DEFAULT_CLASSES = {
     ],
     "write": [
         "write_file", "patch", "delete_file", "browser_click", "browser_type",
-        "browser_navigate", "delegate_task", "send_message", "git_commit", "git_push", "Edit",
-        "MultiEdit", "Write", "NotebookEdit", "Task", "Agent",
+        "browser_navigate", "send_message", "git_commit", "git_push", "Edit",
+        "MultiEdit", "Write", "NotebookEdit",
         # the coding agents' file editors
         "str_replace_editor", "str_replace_based_edit_tool", "text_editor", "edit_file", "apply_patch",
         "replace", "edit", "create", "insert",
@@ -541,7 +541,8 @@ DEFAULT_CLASSES = {
         "run_shell_command", "execute_command", "run_terminal_cmd", "exec_command",
     ],
     "poll": ["process", "build_poll", "job_get_result"],
-    "unknown": ["frobnicate", "mcp_custom_thing"],
+    # the spawn tools: a spawn is not an edit
+    "unknown": ["frobnicate", "mcp_custom_thing", "delegate_task", "spawn_agent", "Task", "Agent"],
 }  # fmt: skip
 
 

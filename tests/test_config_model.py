@@ -122,6 +122,7 @@ SECTIONS = st.fixed_dictionaries(
                 "span_mode": st.sampled_from(["auto", "own", "event", "decisions", "off"]),
                 "turn_spans": st.booleans(),
                 "max_tool_values": st.integers(1, 500),
+                "otel_metrics": st.booleans(),
             },
         ),
         "state": st.fixed_dictionaries(

@@ -403,7 +403,8 @@ def test_queries_select_and_group_only_by_labels_the_telemetry_exports(dashboard
 
 def test_the_loop_code_matcher_selects_exactly_the_loop_detector_codes() -> None:
     """The dashboard and rules select loop decisions by excluding the non-loop codes: every loop
-    detector's code (same_error included) passes, caps, turn_halted, allow and internal errors do not."""
+    detector's code (same_error included) passes; caps, turn_halted, allow, internal errors and the
+    streak warnings (long runs of distinct calls, no repeat) do not."""
     from otelguard_mixin.queries import LOOP_CODE_MATCHER
 
     from otelguard.core.decisions import CODES, LOOP_CODES
@@ -412,4 +413,5 @@ def test_the_loop_code_matcher_selects_exactly_the_loop_detector_codes() -> None
     assert pattern is not None
     excluded = re.compile(f"^(?:{pattern.group(1)})$")
     assert {"same_error_warn", "same_error_halt"} <= LOOP_CODES
-    assert {code for code in CODES if not excluded.match(code)} - {"allow"} == set(LOOP_CODES)
+    streaks = {"read_only_streak_warn", "write_streak_warn"}
+    assert {code for code in CODES if not excluded.match(code)} - {"allow"} == set(LOOP_CODES) - streaks

@@ -747,6 +747,17 @@ def test_write_streak_ignores_poll_and_unknown_calls() -> None:
     assert codes(steps) == ["allow"] * 39 + ["write_streak_warn"]
 
 
+@pytest.mark.parametrize("spawn", ["Task", "Agent", "delegate_task", "spawn_agent"])
+def test_subagent_spawns_are_not_writes(spawn: str) -> None:
+    """A spawn tool is not an edit: 60 spawns with different prompts give no write_streak_warn, and
+    spawns between writes neither count nor reset the streak."""
+    guard = make_guard(caps={"turn": {"subagents": 0}})
+    spawns = [ok(spawn, {"prompt": f"research topic {i}"}) for i in range(60)]
+    assert set(codes(run_script(guard, spawns))) == {"allow"}
+    steps = run_script(make_guard(caps={"turn": {"subagents": 0}}), [*writes(15), *spawns[:20], *writes(15)])
+    assert codes(steps) == ["allow"] * 49 + ["write_streak_warn"]
+
+
 # -- precedence of after_call decisions ----------------------------------------------------------
 
 

@@ -21,6 +21,7 @@ from prometheus_client import CollectorRegistry, Counter
 
 from otelguard.serving.http_server import HttpServer, Request, Response, ServerLimits, _head_key
 from otelguard.serving.metrics_server import serve_metrics
+from tests.e2e import wait_until
 
 GENEROUS_TIMEOUT = 30.0
 
@@ -214,6 +215,24 @@ def test_idle_connections_past_the_limit_make_room_for_new_ones() -> None:
             answer = raw(server.port, b"GET /fresh HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n")
             assert answer.endswith(b"GET /fresh 0")
             assert server.open_connections <= 10
+        finally:
+            for sock in idle:
+                sock.close()
+
+
+def test_a_new_connection_at_the_limit_closes_exactly_one_idle_connection() -> None:
+    """One idle connection makes room for one new one: the server stays full, never below."""
+    with HttpServer(echo, limits=ServerLimits(max_connections=5)) as server:
+        idle = [
+            socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) for _ in range(5)
+        ]
+        try:
+            wait_until(lambda: server.open_connections == 5, GENEROUS_TIMEOUT, 0.01, "5 connections")
+            for n in range(5):
+                idle.append(socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT))
+                assert idle[n].recv(1) == b""  # the longest idle is closed for it
+                wait_until(lambda: server.open_connections == 5, GENEROUS_TIMEOUT, 0.01, "a full server")
+            assert server.open_connections == 5
         finally:
             for sock in idle:
                 sock.close()

@@ -18,6 +18,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from otelguard import ConfigError, Guard, GuardConfig
+from otelguard.serving.http_server import HttpServer, Response, ServerLimits
 from otelguard.serving.metrics_server import render, serve_metrics
 from otelguard.telemetry import Telemetry
 from tests.e2e import free_port, http_get, self_signed_certificate
@@ -119,6 +120,29 @@ def test_tls_serves_https_and_refuses_plain_http(self_signed: tuple[Path, Path])
             http_get(server.url.replace("https://", "http://"), timeout=5)
         with pytest.raises(urllib.error.URLError, match="CERTIFICATE_VERIFY_FAILED"):  # untrusted: refused
             urllib.request.urlopen(server.url, context=ssl.create_default_context(), timeout=5)
+
+
+def test_a_tls_client_that_never_speaks_is_cut_off_at_the_handshake_deadline(
+    self_signed: tuple[Path, Path], caplog: pytest.LogCaptureFixture
+) -> None:
+    """The handshake of an accepted connection has its deadline, and a client cut off there frees its
+    place and logs nothing; a client that speaks is served all the while."""
+    cert, key = self_signed
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    limits = ServerLimits(handshake_timeout_seconds=0.3, max_connections=4)
+    with HttpServer(lambda request: Response(200, b"ok"), tls=context, limits=limits) as server:
+        silent = [socket.create_connection(("127.0.0.1", server.port), timeout=10) for _ in range(4)]
+        for sock in silent:
+            assert sock.recv(1) == b""  # closed by the server at its deadline, before the 10 s timeout
+            sock.close()
+        client = ssl.create_default_context(cafile=str(cert))
+        with urllib.request.urlopen(
+            f"https://127.0.0.1:{server.port}/", context=client, timeout=10
+        ) as answer:
+            assert answer.read() == b"ok"
+        assert not server.starting
+    assert not [record for record in caplog.records if record.levelno >= 30]
 
 
 WORKER = textwrap.dedent(

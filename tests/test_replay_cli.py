@@ -205,3 +205,18 @@ def test_progress_bar_only_when_stderr_is_a_terminal(capsys: pytest.CaptureFixtu
     assert "replaying" in run_with_stderr_on_a_terminal(["replay", fixture, "--json"])
     assert main(["replay", fixture, "--json"]) == 0
     assert "replaying" not in capsys.readouterr().err
+
+
+def test_nothing_to_replay_says_so_and_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """An empty file, or one of chat without a tool call, was read cleanly but checked nothing: a CI
+    step built on replay must not pass on it."""
+    empty = tmp_path / "empty.jsonl"
+    empty.write_text("")
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "hello"}\n')
+    for path in (empty, chat):
+        assert main(["replay", str(path), "--json"]) == 3
+        captured = capsys.readouterr()
+        assert json.loads(captured.out)["totals"]["tool_calls"] == 0
+        assert "otelguard replay: nothing to replay: the inputs hold no tool call" in captured.err
+    assert main(["replay", str(empty), str(FIXTURES / "openai" / "delegation_storm.jsonl")]) in (0, 1)

@@ -139,6 +139,40 @@ def test_follow_reads_a_huge_line_without_newline_in_bounded_memory(tmp_path: Pa
     ]
 
 
+def test_an_over_long_first_line_through_a_fifo_is_an_error_in_bounded_memory(tmp_path: Path) -> None:
+    """The first line decides a file's format, and is bounded all the same: the chunks kept to decide
+    are let go once it is past the limit, never held to its end."""
+    fifo = tmp_path / "first.jsonl"
+    os.mkfifo(fifo)
+    piece = b"x" * MiB
+    opening = b'{"type": "user", "sessionId": "a", "pad": "'
+
+    def write() -> None:
+        with fifo.open("wb") as f:
+            f.write(opening)
+            for _ in range(32):  # written lazily: the line exists whole only in the reader, if anywhere
+                f.write(piece)
+            f.write(b'"}\n' + _session_lines("b").encode())
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    runner = ReplayRunner(GuardConfig())
+    tracemalloc.start()
+    try:
+        replay_inputs([str(fifo)], "auto", runner, max_line_bytes=MiB)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+        writer.join(30)
+    report = runner.finish()
+    size = len(opening) + 32 * MiB + 2
+    assert [(e.path, e.line, e.reason) for e in report.errors] == [
+        (str(fifo), 1, f"line of {size:,} bytes exceeds the limit of {MiB:,}; line skipped")
+    ]
+    assert peak < 8 * MiB  # the line is 32 MiB
+    assert report.totals()["tool_calls"] == 2
+
+
 @needs_proc
 def test_sigterm_mid_read_of_a_huge_line_ends_follow_with_a_report(tmp_path: Path) -> None:
     path = tmp_path / "huge.jsonl"

@@ -210,9 +210,9 @@ def test_a_host_refused_or_cancelled_call_is_refunded_in_redis(redis_server: Red
     assert store.link.commands == 5  # three charges, two refunds
 
 
-def test_a_call_refused_by_a_detector_gives_its_charge_back_to_redis(redis_server: RedisServer) -> None:
-    """The session cap is charged before the hard-stop detectors look; when one refuses, the charge
-    goes back."""
+def test_a_call_refused_by_a_detector_is_never_charged_in_redis(redis_server: RedisServer) -> None:
+    """The hard-stop detectors look before the session cap is charged: a call one refuses costs no
+    charge (and no refund), only the calls that ran are counted."""
     store = store_on(redis_server)
     guard = Guard(guard_config(redis_server.url), session_id=SESSION, session_caps=store)
     failing = {"q": "same"}
@@ -225,6 +225,7 @@ def test_a_call_refused_by_a_detector_gives_its_charge_back_to_redis(redis_serve
     assert [d.code for d in decisions[5:]] == [codes.EXACT_FAILURE_REJECT] * 7 + [codes.EXACT_FAILURE_BLOCK]
     ran = sum(d.allows_execution for d in decisions)
     assert redis_server.client.hget(store.key, "web_search") == str(ran).encode()
+    assert store.link.commands == ran  # one charge per call that ran, nothing for the refused
 
 
 # -- keys and expiry -------------------------------------------------------------------------------

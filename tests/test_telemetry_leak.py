@@ -8,6 +8,8 @@ from collections.abc import Iterator
 from typing import Any
 
 import pytest
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import InMemoryMetricReader
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -130,6 +132,21 @@ def metric_texts(registry: CollectorRegistry) -> Iterator[str]:
                 yield repr(sample.exemplar.labels)
 
 
+def otel_metric_texts(reader: InMemoryMetricReader) -> Iterator[str]:
+    """Every name, attribute and exemplar attribute of the OTel metrics (``otel_metrics: true``)."""
+    data = reader.get_metrics_data()
+    assert data is not None
+    for resource_metrics in data.resource_metrics:
+        for scope_metrics in resource_metrics.scope_metrics:
+            for metric in scope_metrics.metrics:
+                yield metric.name
+                yield metric.description
+                for point in metric.data.data_points:
+                    yield repr(dict(point.attributes or {}))
+                    for exemplar in point.exemplars or ():
+                        yield repr(dict(exemplar.filtered_attributes or {}))
+
+
 @pytest.mark.parametrize("span_mode", ["own", "auto", "event", "decisions"])
 def test_no_canary_leaves_the_process(span_mode: str, caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.DEBUG)
@@ -141,16 +158,19 @@ def test_no_canary_leaves_the_process(span_mode: str, caplog: pytest.LogCaptureF
         {
             "mode": "unattended",
             "signature_key": "k",
-            "telemetry": {"span_mode": span_mode, "turn_spans": True},
+            "telemetry": {"span_mode": span_mode, "turn_spans": True, "otel_metrics": True},
         }
     )
-    telemetry = Telemetry(provider, registry)
+    reader = InMemoryMetricReader()
+    meter_provider = MeterProvider(metric_readers=[reader])
+    telemetry = Telemetry(provider, registry, meter_provider=meter_provider)
     guard = Guard(config, telemetry, agent="leak-test", observers=[ExplodingObserver()])
     decisions = run_leaky_session(guard, provider.get_tracer("host"))
 
     spans = exporter.get_finished_spans()
     exported: list[str] = [text for span in spans for text in span_texts(span)]
     exported += list(metric_texts(registry))
+    exported += list(otel_metric_texts(reader))
     with serve_metrics(port=0, registry=registry) as server:
         for accept in ("", "application/openmetrics-text; version=1.0.0"):
             exported.append(http_get(server.url, headers={"Accept": accept}).decode())
@@ -163,6 +183,8 @@ def test_no_canary_leaves_the_process(span_mode: str, caplog: pytest.LogCaptureF
     assert {"exact_failure_block", "refusal_halt", "cycle_warn", "cap_turn", "no_progress_warn"} <= codes
     assert {"same_error_warn", "same_error_halt"} <= codes and 'outcome="cancelled"' in blob
     assert len(spans) >= 1 and "otelguard_decisions_total" in blob and "# {" in blob
+    assert "otelguard.decisions" in blob and "gen_ai.execute_tool.duration" in blob
+    assert "gen_ai.evaluation.result" in blob and "gen_ai.evaluation.explanation=" in blob
     assert any(r.name == "otelguard" for r in caplog.records)
     assert registry.get_sample_value("otelguard_internal_errors_total", {"stage": "observer"})
     for name, canary in CANARIES.items():

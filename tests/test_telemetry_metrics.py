@@ -187,6 +187,47 @@ def test_loop_signature_hits_total_labels_the_args_hash_for_loop_decisions_only(
     ]
 
 
+def test_an_agents_first_call_creates_the_series_alerts_rate_at_zero() -> None:
+    """Without priming by hand: after one allowed call of a new agent, its turn outcomes, its cap
+    hits per configured cap and scope, its spawn counter and its cap usage exist at 0, so rate()
+    sees the first cap hit or halt."""
+    registry = CollectorRegistry()
+    caps = {
+        "turn": {"web_search": 5, "subagents": 3, "off": 0},
+        "session": {"web_search": 20, "subagents": 0},
+    }
+    guard = make(registry, caps=caps)
+    guard.start_turn(agent="fresh-agent")
+    call(guard, "read_file", {"p": 1})
+
+    def zero(name: str, **labels: str) -> bool:
+        return registry.get_sample_value(name, {"agent": "fresh-agent", **labels}) == 0
+
+    for outcome in ("completed", "halted", "errored"):
+        assert zero("otelguard_turns_total", outcome=outcome)
+    for cap, scope in (("web_search", "turn"), ("subagents", "turn"), ("web_search", "session")):
+        assert zero("otelguard_cap_hits_total", cap=cap, scope=scope)
+    assert zero("otelguard_subagent_spawns_total")
+    assert zero("otelguard_turn_cap_usage_ratio_count", cap="subagents")
+    # a cap switched off (0) is never hit: no series for it
+    for cap, scope in (("off", "turn"), ("subagents", "session")):
+        labels = {"agent": "fresh-agent", "cap": cap, "scope": scope}
+        assert registry.get_sample_value("otelguard_cap_hits_total", labels) is None
+
+
+def test_loop_signature_hits_total_counts_rejects_with_warns_and_blocks() -> None:
+    """Every action of a loop detector counts: the warns, the rejects and the block that ends the turn."""
+    registry = CollectorRegistry()
+    guard = make(registry)
+    codes = [call(guard, "terminal", {"c": "make"}, "Error", failed=True).code for _ in range(13)]
+    assert codes.count("exact_failure_reject") == 7
+    hits = {s.labels["code"]: s.value for s in samples(registry, "otelguard_loop_signature_hits_total")}
+    assert hits == {
+        code: float(codes.count(code))
+        for code in ("exact_failure_warn", "exact_failure_reject", "exact_failure_block")
+    }
+
+
 def test_same_error_decisions_are_loop_signature_hits() -> None:
     """same_error is a loop detector: its warn and halt land in the signature-hits counter."""
     registry = CollectorRegistry()

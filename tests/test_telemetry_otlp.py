@@ -10,6 +10,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import (
     ExportTraceServiceRequest,
     ExportTraceServiceResponse,
@@ -28,6 +32,7 @@ class Receiver(ThreadingHTTPServer):
     def __init__(self) -> None:
         super().__init__(("127.0.0.1", 0), _ReceiverHandler)
         self.requests: list[ExportTraceServiceRequest] = []
+        self.metric_requests: list[ExportMetricsServiceRequest] = []
         self.paths: list[str] = []
 
     def spans(self) -> list[tuple[dict[str, Any], Any]]:
@@ -51,11 +56,18 @@ class _ReceiverHandler(BaseHTTPRequestHandler):
             body = gzip.decompress(body)
         elif encoding == "deflate":
             body = zlib.decompress(body)
-        request = ExportTraceServiceRequest()
-        request.ParseFromString(body)
-        self.server.requests.append(request)
+        reply: bytes
+        if self.path == "/v1/metrics":
+            metrics = ExportMetricsServiceRequest()
+            metrics.ParseFromString(body)
+            self.server.metric_requests.append(metrics)
+            reply = ExportMetricsServiceResponse().SerializeToString()
+        else:
+            request = ExportTraceServiceRequest()
+            request.ParseFromString(body)
+            self.server.requests.append(request)
+            reply = ExportTraceServiceResponse().SerializeToString()
         self.server.paths.append(self.path)
-        reply = ExportTraceServiceResponse().SerializeToString()
         self.send_response(200)
         self.send_header("Content-Type", "application/x-protobuf")
         self.send_header("Content-Length", str(len(reply)))
@@ -107,7 +119,13 @@ def test_spans_arrive_at_an_otlp_http_receiver(receiver: Receiver, monkeypatch: 
     assert attributes["gen_ai.tool.name"].string_value == "read_file"
     assert attributes["otelguard.decision.code"].string_value == "no_progress_warn"
     assert attributes["otelguard.decision.count"].int_value == 2
-    assert [e.name for e in span.events] == ["otelguard.decision"]
+    assert [e.name for e in span.events] == ["otelguard.decision", "gen_ai.evaluation.result"]
+    evaluation = {a.key: a.value.string_value for a in span.events[1].attributes}
+    assert evaluation == {
+        "gen_ai.evaluation.name": "otelguard",
+        "gen_ai.evaluation.score.label": "warn",
+        "gen_ai.evaluation.explanation": "no_progress_warn",
+    }
 
 
 def test_no_otlp_variables_means_a_noop_exporter(monkeypatch: pytest.MonkeyPatch) -> None:

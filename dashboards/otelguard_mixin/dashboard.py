@@ -414,11 +414,25 @@ def _loops_row(ids: _Ids) -> list[Any]:
     ]
 
 
+def hits_in_range(series: str) -> str:
+    """A counter's hits over ``$__range``, counting the hits of a series born inside the range.
+
+    A loop that starts and ends between two scrapes makes its signature's series appear at its final
+    value and never change, and ``increase()`` counts nothing for it. So: the value at the range's
+    end less the value at its start, or all of it when the series did not exist at the start. Only a
+    series whose counter went back (a restarted process, a series evicted and born again) falls back
+    to ``increase()``, which counts across a reset where a difference would go negative.
+    """
+    last = f"last_over_time({series}[$__range])"
+    difference = f"(({last} - {series} offset $__range) or {last})"
+    return f"({difference} unless resets({series}[$__range]) > 0) or increase({series}[$__range])"
+
+
 def _signatures_table(ids: _Ids) -> table.Panel:
     # Over the whole dashboard range, not a rate: a signature that looped 20 minutes ago still matters
     # to the engineer reading this, and an instant rate would already have forgotten it.
     hits = selector(SIGNATURE_HITS, LOOP_CODE_MATCHER, tool=True)
-    expr = f"topk(20, sum by ({by(AGENT, TOOL, CODE, SIGNATURE)}) (increase({hits}[$__range]))) > 0"
+    expr = f"topk(20, sum by ({by(AGENT, TOOL, CODE, SIGNATURE)}) ({hits_in_range(hits)})) > 0"
     organize = model.DataTransformerConfig(
         id_val="organize",
         options={

@@ -7,7 +7,7 @@ reaches the dashboard, the rules and their tests at once.
 
 from __future__ import annotations
 
-from otelguard.core.decisions import NON_LOOP_CODES
+from otelguard.core.decisions import NON_LOOP_CODES, READ_ONLY_STREAK_WARN, WRITE_STREAK_WARN
 from otelguard.telemetry import attributes as attr
 
 TOOL_CALLS = f"{attr.TOOL_CALLS}_total"
@@ -36,9 +36,13 @@ STAGE = attr.LABEL_STAGE
 VERSION = attr.LABEL_VERSION
 OP = attr.LABEL_OP
 
-# The loop rate excludes the codes no loop detector makes (rather than listing the loop codes), so
-# a loop detector added later counts inside it.
-LOOP_CODE_MATCHER = f'{CODE}!~"{"|".join(NON_LOOP_CODES)}"'
+# Codes of the loop detectors that are not loops: a long run of distinct reads (a research agent
+# making 50 searches a turn) or of edits repeats no call, so it must not page as a loop rate.
+STREAK_CODES = (READ_ONLY_STREAK_WARN, WRITE_STREAK_WARN)
+# The loop rate excludes the codes that are no loop (rather than listing the loop codes), so a loop
+# detector added later counts inside it.
+NOT_LOOP_CODES = (*NON_LOOP_CODES, *STREAK_CODES)
+LOOP_CODE_MATCHER = f'{CODE}!~"{"|".join(NOT_LOOP_CODES)}"'
 
 # Labels the recording rules keep: the scrape's target plus the agent, so the dashboard's job,
 # instance and agent variables filter them exactly like the raw series.

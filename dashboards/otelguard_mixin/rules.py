@@ -147,7 +147,7 @@ def alerting_rules() -> list[dict[str, Any]]:
             "warning",
             "More than one tool call in ten of an agent gets a loop decision.",
             f"Agent {alert_label(AGENT)} on {{{{ $labels.instance }}}} (job {{{{ $labels.job }}}}) gets a loop "
-            "warning, block or halt on {{ $value | humanizePercentage }} of its tool calls, for 15 minutes.",
+            "warning, reject, block or halt on {{ $value | humanizePercentage }} of its tool calls, for 15 minutes.",
         ),
         _alert(
             "OtelguardInternalErrors",

@@ -20,7 +20,9 @@ keyed digest, for a load balancer in front of several sidecars to keep a session
 from __future__ import annotations
 
 import _socket
+import _thread
 import os
+import select
 import sys
 import time
 
@@ -29,7 +31,12 @@ from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKE
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
 if TYPE_CHECKING:
-    from typing import Final
+    from typing import Final, TypeAlias
+
+    _Address: TypeAlias = tuple[
+        int, int, int, str, "tuple[str, int] | tuple[str, int, int, int] | tuple[int, bytes]"
+    ]
+    """(family, type, proto, canonname, sockaddr), as ``getaddrinfo`` gives them."""
 
 __all__ = ["DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "HOOK_EVENTS", "endpoint", "main", "mistyped", "post"]
 
@@ -71,17 +78,43 @@ class _Options:
         self.print_config = False
 
 
+class _Read:
+    """The payload once it is read: a failure after that can name the session it turned the guard off for."""
+
+    payload: bytes | None = None
+
+
 def main(argv: list[str]) -> int:
     """Always 0: every problem is one line on stderr, and the call goes ahead."""
+    _Read.payload = None
     try:
         return _run(argv)
     except _Failed as exc:
         _problem(str(exc))
+        _say_the_guard_is_off(str(exc))
     except KeyboardInterrupt:
         _problem("interrupted")
     except Exception as exc:  # fail open whatever happened
         _problem(type(exc).__name__)
+        _say_the_guard_is_off(type(exc).__name__)
     return 0
+
+
+def _say_the_guard_is_off(reason: str) -> None:
+    """Once per session, tell the user in Claude Code (a ``systemMessage``) that this session's calls go
+    ahead unguarded, and why: the stderr line alone is seen by nobody. Never raises."""
+    payload = _Read.payload
+    if payload is None:
+        return
+    try:
+        from otelguard.claude_code.off_notice import notice  # only a failure pays for json and hashlib
+
+        message = notice(payload, reason)
+        if message:
+            sys.stdout.write(message)
+            sys.stdout.flush()
+    except Exception:  # the call goes ahead all the same
+        pass
 
 
 def mistyped(command: str) -> int:
@@ -121,7 +154,8 @@ def _run(argv: list[str]) -> int:
             sys.stdout.write(hook_settings.settings_block(url, timeout) + "\n")
         return 0
     deadline = time.monotonic() + options.timeout
-    payload = _read_payload()
+    payload = _read_payload(deadline)
+    _Read.payload = payload
     answer = post(options.url, payload, deadline, _session_affinity(payload))
     if answer:
         try:
@@ -132,13 +166,15 @@ def _run(argv: list[str]) -> int:
     return 0
 
 
-def _read_payload() -> bytes:
+def _read_payload(deadline: float) -> bytes:
     """The payload from stdin, reduced to what the sidecar takes when it is larger."""
     stdin = sys.stdin
     if stdin is None:
         raise _Failed("no stdin to read the payload from")
     try:
-        payload = stdin.buffer.read(MAX_STDIN_BYTES + 1)
+        payload = _read_stdin(stdin.fileno(), deadline)
+    except TimeoutError:
+        raise _Failed("stdin sent no whole payload and stayed open past --timeout") from None
     except (OSError, ValueError, AttributeError) as exc:
         raise _Failed(f"could not read the payload from stdin ({type(exc).__name__})") from None
     if not payload.strip():
@@ -153,6 +189,46 @@ def _read_payload() -> bytes:
             raise _Failed(f"payload over {MAX_PAYLOAD_BYTES >> 20} MiB that cannot be reduced; not sent")
         payload = smaller
     return payload
+
+
+STALL_SECONDS: Final = 0.05
+"""How long stdin may stay quiet after what looks like a whole JSON object before it is parsed to see."""
+
+
+def _read_stdin(fd: int, deadline: float) -> bytes:
+    """Stdin until it closes, or until a whole JSON document has come in and nothing more follows (a
+    writer that leaves the pipe open), within the deadline: ``TimeoutError`` past it. Claude Code
+    closes stdin, so the usual path never loads ``json``."""
+    chunks: list[bytes] = []
+    size = 0
+    parsed = False  # what came so far was parsed, and is not whole: wait for more
+    while size <= MAX_STDIN_BYTES:
+        wait = _remaining(deadline)
+        if not parsed and chunks and chunks[-1].rstrip()[-1:] in (b"}", b"]"):
+            if not select.select([fd], [], [], min(wait, STALL_SECONDS))[0]:
+                if _whole_json(b"".join(chunks)):
+                    break
+                parsed = True
+                continue
+        elif not select.select([fd], [], [], wait)[0]:
+            raise TimeoutError
+        chunk = os.read(fd, 1 << 20)
+        if not chunk:
+            break
+        chunks.append(chunk)
+        size += len(chunk)
+        parsed = False
+    return b"".join(chunks)
+
+
+def _whole_json(data: bytes) -> bool:
+    import json  # only for a writer that left stdin open
+
+    try:
+        json.loads(data)
+    except ValueError:
+        return False
+    return True
 
 
 _FLAGS: Final = {"--print-settings": "print_settings", "--http": "use_http", "--print-config": "print_config"}
@@ -283,9 +359,8 @@ def post(url: str, payload: bytes, deadline: float, session: str | None = None) 
         raise _Failed(f"sidecar at {scheme}://{hostport} unreachable ({type(exc).__name__})") from None
     try:
         if scheme == "https":
-            sock = _tls(sock, host)
-        sock.settimeout(_remaining(deadline))
-        sock.sendall(request)
+            sock = _tls(sock, host, deadline)
+        _send_all(sock, request, deadline)
         raw = _read_all(sock, deadline)
     except TimeoutError:
         raise _Failed(f"sidecar at {scheme}://{hostport} did not answer in time") from None
@@ -308,13 +383,51 @@ def endpoint(url: str) -> tuple[str, str, str]:
     return scheme, hostport, path
 
 
+def _addresses(host: str, port: int, deadline: float) -> list[_Address]:
+    """The addresses to try for ``host``, within the deadline. An IP literal or ``localhost`` needs no
+    resolver; any other name is resolved on a thread of its own, waited for only until the deadline
+    (``getaddrinfo`` itself takes no timeout, and a slow name server would hang the hook)."""
+    for family in (_socket.AF_INET, _socket.AF_INET6):
+        try:
+            _socket.inet_pton(family, host)
+        except (OSError, ValueError):
+            continue
+        address = (host, port) if family == _socket.AF_INET else (host, port, 0, 0)
+        return [(family, _socket.SOCK_STREAM, 0, "", address)]
+    if host.lower() == "localhost":
+        return [
+            (_socket.AF_INET, _socket.SOCK_STREAM, 0, "", ("127.0.0.1", port)),
+            (_socket.AF_INET6, _socket.SOCK_STREAM, 0, "", ("::1", port, 0, 0)),
+        ]
+    # the resolver encodes a str host with the idna codec, a module import; ASCII needs no codec
+    name = host.encode("ascii") if host.isascii() else host.encode("idna")
+    outcome: list[list[_Address] | BaseException] = []
+    done = _thread.allocate_lock()
+    done.acquire()
+
+    def resolve() -> None:
+        try:
+            outcome.append(_socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM))
+        except BaseException as exc:  # handed to the waiting thread
+            outcome.append(exc)
+        finally:
+            done.release()
+
+    _thread.start_new_thread(resolve, ())
+    # a thread still resolving when the hook is done does not keep the process: it is not joined
+    if not done.acquire(True, _remaining(deadline)):
+        raise TimeoutError
+    result = outcome[0]
+    if isinstance(result, BaseException):
+        raise result
+    return result
+
+
 def _connect(host: str, port: int, deadline: float) -> _socket.socket:
     """A connected TCP socket, trying each address of ``host`` in turn (what ``socket.create_connection``
     does, on the C module)."""
-    # the resolver encodes a str host with the idna codec, a module import; ASCII needs no codec
-    name = host.encode("ascii") if host.isascii() else host.encode("idna")
     failure: OSError = OSError("no address")
-    for family, kind, proto, _, address in _socket.getaddrinfo(name, port, 0, _socket.SOCK_STREAM):
+    for family, kind, proto, _, address in _addresses(host, port, deadline):
         sock = _socket.socket(family, kind, proto)
         try:
             sock.settimeout(_remaining(deadline))
@@ -326,13 +439,34 @@ def _connect(host: str, port: int, deadline: float) -> _socket.socket:
     raise failure
 
 
-def _tls(raw: _socket.socket, host: str) -> _socket.socket:
-    """The connection wrapped in TLS (only HTTPS pays for ``ssl`` and ``socket``)."""
+def _tls(raw: _socket.socket, host: str, deadline: float) -> _socket.socket:
+    """The connection wrapped in TLS, the handshake inside the deadline (only HTTPS pays for ``ssl``
+    and ``socket``). A socket rebuilt from a descriptor blocks: its timeout is set again here."""
     import socket
     import ssl
 
     plain = socket.socket(raw.family, raw.type, raw.proto, fileno=raw.detach())
-    return ssl.create_default_context().wrap_socket(plain, server_hostname=host)
+    wrapped: socket.socket = plain
+    try:
+        plain.settimeout(_remaining(deadline))
+        wrapped = ssl.create_default_context().wrap_socket(
+            plain, server_hostname=host, do_handshake_on_connect=False
+        )
+        wrapped.settimeout(_remaining(deadline))
+        wrapped.do_handshake()  # one deadline for the whole handshake, however the peer drips it
+    except BaseException:
+        wrapped.close()  # the caller closes the descriptor it no longer holds: close it here
+        raise
+    return wrapped
+
+
+def _send_all(sock: _socket.socket, data: bytes, deadline: float) -> None:
+    """``sendall`` with the deadline checked before each send (a peer that reads slowly cannot stretch it)."""
+    view = memoryview(data)
+    while view:
+        sock.settimeout(_remaining(deadline))
+        sent = sock.send(view)
+        view = view[sent:]
 
 
 def _host_port(hostport: str, default: int) -> tuple[str, int]:

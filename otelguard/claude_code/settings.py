@@ -7,23 +7,37 @@ from __future__ import annotations
 import json
 import os
 import secrets
+import shlex
+import sys
 from typing import Final
 
 from otelguard.claude_code.events import DEFAULT_TIMEOUT_SECONDS, HOOK_EVENTS, TOOL_EVENTS
 from otelguard.config.environment import OTELGUARD_TOKEN
 
-__all__ = ["STARTER_CONFIG", "http_settings_block", "settings_block", "starter_config"]
+__all__ = ["STARTER_CONFIG", "hook_program", "http_settings_block", "settings_block", "starter_config"]
 
 STARTER_CONFIG: Final = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "claude-code.yaml")
 """The starter config ``--print-config`` prints, with a fresh signature key written in."""
 
 
-def settings_block(url: str | None, timeout: float | None = None) -> str:
+def hook_program() -> str:
+    """This installation's otelguard as a shell word: its own interpreter, absolute, with ``-m
+    otelguard``. Claude Code runs the hook command through a shell whose ``PATH`` need not hold a
+    virtualenv's ``bin`` (a bare ``otelguard`` would then be "command not found", which Claude Code
+    takes as a non-blocking error: the guard silently off). ``-m`` rather than the ``otelguard``
+    script: the script pip writes imports ``re`` before otelguard runs, the costlier start."""
+    if not sys.executable:  # an embedded interpreter that cannot name itself
+        return "otelguard"
+    return f"{shlex.quote(os.path.abspath(sys.executable))} -m otelguard"
+
+
+def settings_block(url: str | None, timeout: float | None = None, program: str | None = None) -> str:
     """The ``hooks`` block for ``.claude/settings.json``: every event the guard needs, one command.
-    ``url``/``timeout``: written into the command when given (``None``: the command's defaults)."""
-    command = "otelguard hook claude-code"
+    ``url``/``timeout``: written into the command when given (``None``: the command's defaults).
+    ``program``: what runs otelguard (``None``: ``hook_program()``, this installation)."""
+    command = f"{program or hook_program()} hook claude-code"
     if url is not None:
-        command += f" --url {url}"
+        command += f" --url {shlex.quote(url)}"
     if timeout is not None:
         command += f" --timeout {timeout:g}"
     else:

@@ -37,7 +37,8 @@ EXIT_CODES = {
     "--port in use)",
     "replay": "0 every input read; 1 input errors (malformed lines, unreadable files, a directory with no "
     "transcript) or an output that could not be written (--html, --openmetrics, --pushgateway), the "
-    "report printed all the same; 2 usage or configuration error",
+    "report printed all the same; 2 usage or configuration error; 3 nothing to replay (no tool call in the "
+    "inputs)",
     "backtest": "0 no alert would have fired; 1 an alert would have fired; 2 usage or configuration "
     "error, or Prometheus could not run; 130 interrupted",
     "serve": "0 stopped by SIGINT or SIGTERM; 2 usage or configuration error (a bad config, --port in use)",

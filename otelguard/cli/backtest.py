@@ -1,7 +1,8 @@
 """`otelguard backtest PATH...`: which alerts would have fired on recorded transcripts (docs/backtest.md).
 
 Exit codes: 0 no alert would have fired, 1 at least one would have, 2 a usage or configuration error,
-a missing ``prometheus``/``promtool`` or an engine failure, 130 interrupted. Input errors are reported
+a missing ``prometheus``/``promtool`` or an engine failure, 3 nothing was backtested (no transcript
+recorded when its calls happened), 130 interrupted. Input errors are reported
 and do not change the exit code. ``--json`` prints exactly one JSON document on stdout; progress goes
 to stderr. Whatever happens, the server is stopped and the temporary directory removed.
 """
@@ -48,6 +49,8 @@ from otelguard.replay import STDIN, expand_paths
 from otelguard.replay.timeline import Timelines
 
 _INTERRUPTED = 130
+# Not 0: a CI gate built on the backtest must not pass when nothing was checked.
+_NOTHING_BACKTESTED = 3
 _LISTED = 20
 _SHOWN_APART = frozenset({"alertname", "job", "instance"})
 _ENDING_SIGNALS = (signal.SIGTERM, signal.SIGHUP)
@@ -107,6 +110,8 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps(report.to_json(), indent=2))
     else:
         _render(report, cli_console())
+    if report.period_start is None:
+        return _NOTHING_BACKTESTED
     return 1 if report.fired else 0
 
 
@@ -196,7 +201,9 @@ def _moment(seconds: float, same_day_as: str = "") -> str:
 def _render(report: BacktestReport, console: Console) -> None:
     if report.period_start is None or report.period_end is None:
         console.print(
-            "No timed events: no transcript recorded when its calls happened; nothing was backtested."
+            "Nothing was backtested: no transcript recorded when its calls happened, so no alert was "
+            "checked (exit 3). Backtest transcripts with timestamps, such as Claude Code's.",
+            markup=False,
         )
     else:
         console.print(
@@ -227,11 +234,12 @@ def _render(report: BacktestReport, console: Console) -> None:
             )  # names from input: never markup, escaped
     if report.fired:
         console.print(table)
-    else:
+    elif report.period_start is not None:
         console.print("No alert would have fired.")
-    console.print("Quiet:" if report.quiet else "Quiet: none", markup=False)
-    for outcome in report.quiet:  # why each stayed quiet: its for: against how long it held
-        console.print(f"  {outcome.rule.name}: {outcome.why_quiet()}", markup=False)
+    if report.period_start is not None:  # with nothing backtested no alert was quiet either
+        console.print("Quiet:" if report.quiet else "Quiet: none", markup=False)
+        for outcome in report.quiet:  # why each stayed quiet: its for: against how long it held
+            console.print(f"  {outcome.rule.name}: {outcome.why_quiet()}", markup=False)
     if report.untimed_sessions_total:
         names = ", ".join(
             f"{printable(k.path)} ({printable(k.session_id)})" for k in report.untimed_sessions[:_LISTED]

@@ -12,6 +12,10 @@ from otelguard import ConfigError
 from otelguard.cli.config_messages import load_config, print_config_error
 from otelguard.cli.output import cli_console
 
+PIPE_WIDTH = 100
+"""The table's width in a file or a pipe: a value (the tool lists, say) is kilobytes on one line, so
+there it is indented JSON and wraps in its column, as it does on a terminal."""
+
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
     parser.add_argument("file", help="YAML config file")
@@ -32,10 +36,15 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(effective, indent=2, sort_keys=True))
         return 0
-    table = Table(title=Text(f"effective config: {args.file}"), show_header=True)
+    table = Table(show_header=True)
     table.add_column("key")
     table.add_column("value")
     for key, value in effective.items():
-        table.add_row(Text(key), Text(json.dumps(value)))  # values come from the file: never markup
-    cli_console().print(table)
+        shown = (
+            json.dumps(value, indent=2) if isinstance(value, (dict, list)) and value else json.dumps(value)
+        )
+        table.add_row(Text(key), Text(shown))  # values come from the file: never markup
+    console = cli_console(pipe_width=PIPE_WIDTH)
+    console.print(Text(f"effective config: {args.file}"), soft_wrap=True)  # a path is never split
+    console.print(table)
     return 0

@@ -7,7 +7,10 @@ import sys
 
 from otelguard import ConfigError, GuardConfig
 
-__all__ = ["load_config", "option_problem", "print_config_error"]
+__all__ = ["PORT_RANGE", "load_config", "option_problem", "port_problem", "print_config_error"]
+
+PORT_RANGE = "expected an integer from 0 to 65535"
+"""What a port option takes, in the words every command uses (the server's own check says the same)."""
 
 _OPTIONS = ("port", "addr", "certfile", "keyfile")
 """Keys of the server settings a command takes as options of the same name: a problem names the option."""
@@ -26,6 +29,13 @@ def option_problem(exc: ConfigError) -> str:
     if exc.key in _OPTIONS and exc.source is None and len(exc.errors) == 1:
         return f"--{exc.key} {exc.value}: {exc.allowed}"
     return " ".join(str(exc).split())
+
+
+def port_problem(option: str, port: int | None) -> str | None:
+    """A port option out of range, worded alike by every command that listens; ``None`` when fine."""
+    if port is None or 0 <= port <= 65535:
+        return None
+    return f"{option} {port}: {PORT_RANGE}"
 
 
 def load_config(command: str, path: str | None) -> GuardConfig | None:

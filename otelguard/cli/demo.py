@@ -19,7 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from otelguard import ConfigError, GuardConfig
-from otelguard.cli.config_messages import load_config, option_problem
+from otelguard.cli.config_messages import load_config, option_problem, port_problem
 from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY
 from otelguard.core.scripted import ScriptedCall
 from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
@@ -125,9 +125,7 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
         return f"--agents: {args.agents} is not allowed; expected an integer >= 1"
     if args.duration is not None and args.duration < 0:
         return f"--duration: {args.duration} is not allowed; expected seconds >= 0"
-    if not 0 <= args.port <= 65535:
-        return f"--port: {args.port} is not allowed; expected 0 to 65535"
-    return None
+    return port_problem("--port", args.port)
 
 
 def _demo_config(path: str | None) -> GuardConfig | None:

@@ -14,8 +14,9 @@ PIPE_WIDTH: Final = 10_000
 """The width of output that is not a terminal: wide enough that no line of a report wraps."""
 
 
-def cli_console(*, stderr: bool = False) -> Console:
-    """A console on stdout (or stderr) that wraps only on a terminal."""
+def cli_console(*, stderr: bool = False, pipe_width: int = PIPE_WIDTH) -> Console:
+    """A console on stdout (or stderr) that wraps only on a terminal; elsewhere at ``pipe_width``
+    (by default so wide nothing wraps: a command whose cells can be kilobytes long passes less)."""
     stream = sys.stderr if stderr else sys.stdout
     try:
         terminal = stream.isatty()
@@ -23,4 +24,4 @@ def cli_console(*, stderr: bool = False) -> Console:
         terminal = False
     if terminal:
         return Console(stderr=stderr)
-    return Console(stderr=stderr, width=PIPE_WIDTH, soft_wrap=True)
+    return Console(stderr=stderr, width=pipe_width, soft_wrap=pipe_width == PIPE_WIDTH)

@@ -1,7 +1,7 @@
 """`otelguard replay PATH...`: run recorded agent transcripts through the guard (docs/replay.md).
 
 Exit codes: 0 success, 1 the replay ran but inputs had errors (or the push failed), 2 usage or
-configuration error. ``--json`` prints exactly one JSON document on stdout; progress goes to stderr.
+configuration error, 3 nothing to replay (the inputs were read and hold no tool call). ``--json`` prints exactly one JSON document on stdout; progress goes to stderr.
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from rich.console import Console
 from rich.progress import BarColumn, DownloadColumn, Progress, TextColumn, TimeRemainingColumn
 
 from otelguard import ConfigError, GuardConfig
-from otelguard.cli.config_messages import load_config
+from otelguard.cli.config_messages import load_config, port_problem
 from otelguard.cli.output import cli_console
 from otelguard.cli.replay_tables import render_report
 from otelguard.readers.lines import MAX_LINE_BYTES
@@ -47,6 +47,8 @@ from otelguard.replay.report import MAX_DETAILED_SESSIONS
 from otelguard.replay.timed import TimedRun
 from otelguard.replay.timeline import Timelines
 
+NOTHING_TO_REPLAY = 3
+"""The exit code of a replay that read its inputs cleanly and found no tool call in them."""
 DEFAULT_JOB = "otelguard_replay"
 DEFAULT_INSTANCE = "replay"
 DEFAULT_SCRAPE_INTERVAL = "15s"
@@ -219,7 +221,13 @@ def run(args: argparse.Namespace) -> int:
                 server.shutdown()
             if workdir is not None:
                 shutil.rmtree(workdir, ignore_errors=True)
-    return 1 if report.errors_total or empty or not pushed or not written or not exported else 0
+    if report.errors_total or empty or not pushed or not written or not exported:
+        return 1
+    if report.totals()["tool_calls"] == 0 and not args.follow and not stop.is_set():
+        # a CI step fed an empty or truncated file must not pass as if a replay had checked it
+        print("otelguard replay: nothing to replay: the inputs hold no tool call (exit 3)", file=sys.stderr)
+        return NOTHING_TO_REPLAY
+    return 0
 
 
 def _empty_directories(paths: list[str]) -> list[str]:
@@ -228,6 +236,9 @@ def _empty_directories(paths: list[str]) -> list[str]:
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
+    port = port_problem("--serve", args.serve)
+    if port is not None:
+        return port
     if args.job is not None and args.pushgateway is None and args.openmetrics is None:
         return "--job needs --pushgateway URL or --openmetrics FILE"
     if args.openmetrics is None and any(

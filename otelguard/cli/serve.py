@@ -6,17 +6,19 @@ Exit codes: 0 after SIGINT/SIGTERM, 2 usage or configuration error (bad config, 
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import signal
 import sys
 import threading
 from collections.abc import Callable
 from types import FrameType
+from urllib.parse import urlsplit
 
 from prometheus_client import REGISTRY
 
 from otelguard import ConfigError
-from otelguard.cli.config_messages import load_config, option_problem
+from otelguard.cli.config_messages import load_config, option_problem, port_problem
 from otelguard.config import StateSettings, mask_url
 from otelguard.config.environment import OTELGUARD_STATE_URL, OTELGUARD_TOKEN
 from otelguard.core.sessions import DEFAULT_IDLE_SECONDS, DEFAULT_MAX_SESSIONS, DEFAULT_MAX_SIGNATURES
@@ -24,7 +26,14 @@ from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note, us
 from otelguard.serving.metrics_server import bind, tls_context
 from otelguard.serving.sidecar import Sidecar
 from otelguard.telemetry import Telemetry
-from otelguard.telemetry.tracer_setup import OTLP_ENDPOINT_VARIABLES, SpanExport, span_export_from_env
+from otelguard.telemetry.tracer_setup import (
+    OTLP_ENDPOINT_VARIABLES,
+    OTLP_METRICS_ENDPOINT_VARIABLES,
+    MetricExport,
+    SpanExport,
+    metric_export,
+    span_export_from_env,
+)
 
 
 def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
@@ -54,15 +63,47 @@ def add_arguments(parser: argparse.ArgumentParser, name: str) -> None:
         help=f"share session caps with other replicas through Redis: redis://host:6379/0, rediss://..., "
         f"unix:///path (default: ${OTELGUARD_STATE_URL}, then the config's state.url; none: in memory)",
     )  # fmt: skip
+    parser.add_argument(
+        "--otlp-endpoint", metavar="URL",
+        help="also send spans and the OpenTelemetry metrics over OTLP/HTTP to this collector, e.g. "
+        "http://127.0.0.1:4318 (the otlp extra; default: the OTEL_EXPORTER_OTLP_* variables; none: "
+        "/metrics only)",
+    )  # fmt: skip
     parser.add_argument("--certfile", help="PEM certificate: serve HTTPS")
     parser.add_argument("--keyfile", help="PEM key of --certfile")
 
 
-def _span_export() -> SpanExport | None:
-    """Spans over OTLP when ``OTEL_EXPORTER_OTLP_*`` says where; otherwise metrics only (no span cost)."""
-    if any(os.environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
-        return span_export_from_env("otelguard-serve")
+def _otlp_endpoint_problem(value: str | None) -> str | None:
+    """What is wrong with ``--otlp-endpoint`` (an http(s) URL with a host), never repeating the
+    value, which may hold credentials; ``None`` when nothing is."""
+    if value is None:
+        return None
+    parts = urlsplit(value)
+    if parts.scheme not in ("http", "https") or not parts.hostname:
+        return "--otlp-endpoint: expected the collector's http:// or https:// URL with a host"
+    if not _otlp_extra_installed():
+        return "--otlp-endpoint needs the otlp extra: pip install 'otelguard[otlp]'"
     return None
+
+
+def _span_export(endpoint: str | None) -> SpanExport | None:
+    """Spans over OTLP when ``--otlp-endpoint`` or ``OTEL_EXPORTER_OTLP_*`` says where; otherwise
+    metrics only (no span cost)."""
+    if endpoint is not None or any(os.environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
+        return span_export_from_env("otelguard-serve", endpoint=endpoint)
+    return None
+
+
+def _metric_export(endpoint: str | None) -> MetricExport | None:
+    """The OpenTelemetry metrics over OTLP when ``--otlp-endpoint`` or ``OTEL_EXPORTER_OTLP_*`` says
+    where (``telemetry.otel_metrics`` is then on for every guard of this process)."""
+    if endpoint is not None or any(os.environ.get(name) for name in OTLP_METRICS_ENDPOINT_VARIABLES):
+        return metric_export("otelguard-serve", endpoint)
+    return None
+
+
+def _otlp_extra_installed() -> bool:
+    return importlib.util.find_spec("opentelemetry.exporter.otlp.proto.http") is not None
 
 
 def _check_state(state: StateSettings, telemetry: Telemetry) -> Callable[[], bool]:
@@ -98,10 +139,22 @@ def _check_state(state: StateSettings, telemetry: Telemetry) -> Callable[[], boo
 
 
 def run(args: argparse.Namespace) -> int:
+    problem = port_problem("--port", args.port)
+    if problem is not None:  # before the config is read or the state asked
+        print(f"otelguard serve: {problem}", file=sys.stderr)
+        return 2
     config = load_config("otelguard serve", args.config)
     if config is None:
         return 2
-    spans = _span_export()
+    endpoint = args.otlp_endpoint
+    problem = _otlp_endpoint_problem(endpoint)
+    if problem is not None:
+        print(f"otelguard serve: {problem}", file=sys.stderr)
+        return 2
+    spans = _span_export(endpoint)
+    otel_metrics = _metric_export(endpoint)
+    if endpoint is not None:
+        print(f"otelguard serve: spans and metrics over OTLP to {mask_url(endpoint)}", file=sys.stderr)
     if args.state:
         # every guard of this process reads the URL from here: the flag wins over the variable and
         # the config alike
@@ -111,7 +164,12 @@ def run(args: argparse.Namespace) -> int:
         if uses_random_key(config.signature_key) and claim_random_key_note():
             # sessions are compared by their hashes across restarts and replicas: say it at startup
             print(f"otelguard serve: {RANDOM_KEY_NOTE}", file=sys.stderr)
-        telemetry = Telemetry(tracer_provider=spans.provider if spans else None, registry=REGISTRY)
+        telemetry = Telemetry(
+            tracer_provider=spans.provider if spans else None,
+            registry=REGISTRY,
+            meter_provider=otel_metrics.provider if otel_metrics else None,
+            otel_metrics=True if otel_metrics else None,
+        )
         # before listening: the state metrics exist from the first scrape
         state_up = _check_state(state, telemetry) if state.url is not None else None
         sidecar = Sidecar(
@@ -130,8 +188,7 @@ def run(args: argparse.Namespace) -> int:
         )  # fmt: skip
     except ConfigError as exc:
         print(f"otelguard serve: {option_problem(exc)}", file=sys.stderr)
-        if spans is not None:
-            spans.shutdown()
+        _shutdown(spans, otel_metrics)
         return 2
     stop = threading.Event()
 
@@ -150,6 +207,13 @@ def run(args: argparse.Namespace) -> int:
     while not stop.wait(3600):
         pass
     server.shutdown()
-    if spans is not None:
-        spans.shutdown()  # flushes what is queued, within a time bound
+    _shutdown(spans, otel_metrics)
     return 0
+
+
+def _shutdown(spans: SpanExport | None, otel_metrics: MetricExport | None) -> None:
+    """Flush what is queued (spans) and export the metrics a last time, each within a time bound."""
+    if spans is not None:
+        spans.shutdown()
+    if otel_metrics is not None:
+        otel_metrics.shutdown()

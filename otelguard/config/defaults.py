@@ -77,13 +77,16 @@ DEFAULT_READ_TOOLS: Final = (
     # SWE-agent's own searches
     "search_file", "search_dir", "find_file", "filemap",
 )  # fmt: skip
+# The spawn tools (DEFAULT_SPAWN_TOOLS) are in no class: a spawn is not an edit, so 30 of them in a
+# row are not "changing calls without reading anything back"; as `unknown` they neither count nor
+# reset the streaks, and identical_call and cycle still see a spawn resent with the same prompt.
 DEFAULT_WRITE_TOOLS: Final = (
     "write_file", "patch", "edit_file", "delete_file", "move_file",
     "create_directory", "browser_click", "browser_type", "browser_navigate", "browser_press",
-    "browser_scroll", "delegate_task", "spawn_agent", "send_message", "memory", "cronjob",
+    "browser_scroll", "send_message", "memory", "cronjob",
     "git_*", "mcp_*_write_*", "mcp_*_create_*", "mcp_*_update_*", "mcp_*_delete_*",
     # Claude Code
-    "Edit", "MultiEdit", "Write", "NotebookEdit", "Task", "Agent",
+    "Edit", "MultiEdit", "Write", "NotebookEdit",
     # the file editors of the coding agents: OpenHands and SWE-agent, Anthropic's text editor tool,
     # Codex, Gemini CLI, SWE-agent's own commands
     "str_replace_editor", "str_replace_based_edit_tool", "text_editor", "apply_patch", "replace",

@@ -1,5 +1,5 @@
-"""The ``telemetry:`` section of the config (docs/telemetry.md): span mode and the bounds on labels
-and series. ``Telemetry(...)`` keyword arguments override it."""
+"""The ``telemetry:`` section of the config (docs/telemetry.md): span mode, the bounds on labels
+and series, and whether the OpenTelemetry metrics are on. ``Telemetry(...)`` keyword arguments override it."""
 
 from __future__ import annotations
 
@@ -22,11 +22,14 @@ class TelemetrySettings:
     max_tool_values: int = 100
     max_signature_series: int = 200
     max_series_per_metric: int = 2000
+    otel_metrics: bool = False
+    """Also count through the OpenTelemetry Metrics API (docs/telemetry.md); off: nothing extra runs."""
 
     def __post_init__(self) -> None:
         problems = Problems()
         problems.attempt(choice, "telemetry.span_mode", self.span_mode, SPAN_MODES, fallback="")
         problems.attempt(boolean, "telemetry.turn_spans", self.turn_spans, fallback=False)
+        problems.attempt(boolean, "telemetry.otel_metrics", self.otel_metrics, fallback=False)
         for name in ("max_tool_values", "max_signature_series", "max_series_per_metric"):
             problems.attempt(integer, f"telemetry.{name}", getattr(self, name), 1, fallback=1)
         problems.raise_any()

@@ -143,19 +143,47 @@ class CapLedger:
 
         When it exceeds none, the session caps are charged already (atomically with their check:
         another guard of the session may charge them at the same moment); the turn caps are charged
-        by ``charge`` once the call is allowed, and a call refused in between gets ``refund_session``.
+        by ``charge`` once the call is allowed. Only for a call nothing else may refuse: one a
+        detector refuses asks ``check_turn`` and ``session_hit``, which charge nothing.
         """
+        decision = self.check_turn(sig, turn_caps, requested)
+        if decision is None and session_caps:
+            return self.charge_session(sig, session_caps, requested)
+        return decision
+
+    def charge_session(
+        self, sig: Signature, session_caps: Sequence[tuple[str, int]], requested: int
+    ) -> Decision | None:
+        """Charge the session caps in one atomic step with their check; the cap refusing, if any."""
+        refusal, fell_back = self.session.charge(session_caps, requested)
+        if fell_back:
+            self.fell_back = True
+        if refusal is not None:
+            return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
+        return None
+
+    def check_turn(
+        self, sig: Signature, turn_caps: Sequence[tuple[str, int]], requested: int
+    ) -> Decision | None:
+        """The first turn cap this call would exceed; charges nothing (the turn is the guard's alone)."""
         turn = self.turn
         for key, limit in turn_caps:
             used = turn.get(key, 0)
             if used + requested > limit:
                 return self._hit(sig, "turn", key, used, limit, requested)
-        if session_caps:
-            refusal, fell_back = self.session.charge(session_caps, requested)
-            if fell_back:
-                self.fell_back = True
-            if refusal is not None:
-                return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
+        return None
+
+    def session_hit(
+        self, sig: Signature, session_caps: Sequence[tuple[str, int]], requested: int
+    ) -> Decision | None:
+        """The first session cap this call would exceed, read from the store's usage and charging
+        nothing: for a call refused anyway, whether the cap is what to report. (A store outside the
+        process answers with the counts this process last saw.)"""
+        usage = self.session.usage() if session_caps else {}
+        for key, limit in session_caps:
+            used = usage.get(key, 0)
+            if used + requested > limit:
+                return self._hit(sig, "session", key, used, limit, requested)
         return None
 
     def charge(

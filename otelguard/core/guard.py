@@ -25,7 +25,7 @@ from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.observers import GuardObserver, ObserverGroup, TelemetryBinder, TurnInfo, call_event
 from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
-from otelguard.core.results import ResultMemory
+from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
 
@@ -36,6 +36,8 @@ DEFAULT_AGENT: Final = "default"
 
 _MAX: Final = MAX_NAME_CHARS  # the names the guard takes as they come
 _NO_TOKENS: Final[list[object]] = []  # shared and never filled: no observer wants call starts
+HELD_BYTES_PER_SIGNATURE: Final = 256
+"""Results a guard holds before fingerprinting them, per signature it tracks (at most 1 MiB)."""
 
 
 class Guard:
@@ -64,7 +66,7 @@ class Guard:
         self.agent = _agent_name(agent) or DEFAULT_AGENT
         self.session_id = session_id
         self._hasher = ArgsHasher(resolve_signature_key(self.config.signature_key))
-        self._results = ResultMemory(self.config.volatile_result_keys)
+        self._results = ResultMemory(self.config.volatile_result_keys, _held_bytes(self.config))
         self._catalog = catalog_for(self.config)
         self._known_facts = self._catalog.known_facts
         if session_caps is None:
@@ -95,13 +97,13 @@ class Guard:
         """The store of this session's cap counters (shared with the session's other guards)."""
         return self._caps.session
 
-    def subagent_guard(self, agent: str | None = None) -> Guard:
+    def subagent_guard(self, agent: str | None = None, config: GuardConfig | None = None) -> Guard:
         """A guard for a subagent of this guard's session: its own turns and detector state, the same
-        config, telemetry, observers and session, and the same session cap counters (a session cap
-        holds across the main agent and all its subagents, charged atomically between them)."""
+        config (or ``config``: a host's smaller budget), telemetry, observers, session and session cap
+        counters (a session cap holds across the main agent and its subagents, charged atomically)."""
         telemetry, observers = self._made_with
         return Guard(
-            self.config,
+            config if config is not None else self.config,
             telemetry,
             agent=agent or self.agent,
             observers=observers,
@@ -340,6 +342,12 @@ class Guard:
         return Decision(action="allow", code=codes.INTERNAL_ERROR, tool_name=name)
 
 
+def _held_bytes(config: GuardConfig) -> int:
+    """The results a guard holds unfingerprinted, in proportion to the signatures it tracks (1 MiB
+    at the default 4,096): a session host's small share holds little."""
+    return min(DEFAULT_HELD_BYTES, config.max_tracked_signatures * HELD_BYTES_PER_SIGNATURE)
+
+
 def _agent_name(agent: Any) -> Any:
     """An agent name bounded as tool names are (anything else is kept: telemetry exports it as ``_other``)."""
     return bounded_name(agent) if isinstance(agent, str) else agent
@@ -352,13 +360,27 @@ def _no_turn(agent: str) -> TurnSummary:
 def _refusal(
     caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int
 ) -> Decision | None:
-    """What refuses a call of a turn not yet halted: a cap (which, when none refuses, charges the
-    session caps), then a hard-stop detector (a call it refuses gets its session charge back)."""
-    decision = None
-    if facts.caps_turn or facts.caps_session:
-        decision = caps.check(sig, facts.caps_turn, facts.caps_session, units)
-    if decision is None and turn.detectors.hard_stop:
-        decision = turn.detectors.refuse_before(sig, facts.tool_class)
+    """What refuses a call of a turn not yet halted: a turn cap, a session cap, a hard-stop detector,
+    in that order. A call is charged to the session caps only once no detector would refuse it: a
+    refused call never holds a charge, not even for a moment (another guard of the session would
+    see the session one call fuller). For a call a detector refuses, the session usage is only read,
+    to report the cap when it would refuse the call too."""
+    detectors = turn.detectors
+    decision = caps.check_turn(sig, facts.caps_turn, units) if facts.caps_turn else None
+    if decision is not None:
+        return decision
+    if detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class):
+        decision = caps.session_hit(sig, facts.caps_session, units) if facts.caps_session else None
+        if decision is None:
+            decision = detectors.refuse_before(sig, facts.tool_class)
+        if decision is not None:
+            return decision
+    if facts.caps_session:
+        decision = caps.charge_session(sig, facts.caps_session, units)
+        if decision is not None:
+            return decision
+    if detectors.hard_stop:
+        decision = detectors.refuse_before(sig, facts.tool_class)  # ``None``: ``would_refuse`` said so
         if decision is not None and facts.caps_session:
             caps.refund_session(facts.caps_session, units)
     return decision

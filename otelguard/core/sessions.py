@@ -30,9 +30,11 @@ __all__ = [
     "DEFAULT_MAX_SIGNATURES",
     "DEFAULT_SESSION",
     "MAX_SUBAGENTS_PER_SESSION",
+    "MIN_SIGNATURES_PER_SUBAGENT",
     "Session",
     "SessionHost",
     "SessionPool",
+    "subagent_budget",
 ]
 
 DEFAULT_MAX_SESSIONS: Final = 10_000
@@ -44,7 +46,9 @@ DEFAULT_IDLE_SECONDS: Final = 3600.0
 DEFAULT_SESSION: Final = "default"
 """The session id of a host that gets none (a framework run without a conversation id)."""
 MAX_SUBAGENTS_PER_SESSION: Final = 64
-"""Subagents of one session held at once; the least recently active is ended first."""
+"""Subagents of one session held at most at once; the least recently active is ended first. A
+session whose budget is smaller holds fewer (see ``subagent_budget``)."""
+MIN_SIGNATURES_PER_SUBAGENT: Final = 16
 
 T = TypeVar("T")
 
@@ -144,15 +148,36 @@ class Session:
     recently active ended first.
     """
 
-    __slots__ = ("_lock", "_subagents", "_unsettled", "main", "run", "session_id", "turns")
+    __slots__ = (
+        "_lock",
+        "_subagent_config",
+        "_subagents",
+        "_unsettled",
+        "main",
+        "run",
+        "session_id",
+        "turns",
+    )
 
-    def __init__(self, main: Guard, max_subagents: int = MAX_SUBAGENTS_PER_SESSION) -> None:
+    def __init__(
+        self,
+        main: Guard,
+        max_subagents: int | None = None,
+        subagent_config: GuardConfig | None = None,
+    ) -> None:
+        """``max_subagents`` and ``subagent_config``: by default ``subagent_budget(main.config)`` (a
+        host making many sessions passes the ones it computed once)."""
         self.main = main
         self.session_id = main.session_id
         self.run: object = None
         self.turns = 0
         self._unsettled = False
         self._lock = threading.Lock()
+        if max_subagents is None or subagent_config is None:
+            held, config = subagent_budget(main.config)
+            max_subagents = held if max_subagents is None else max_subagents
+            subagent_config = config if subagent_config is None else subagent_config
+        self._subagent_config = subagent_config
         self._subagents: BoundedMap[str, Guard] = BoundedMap(max_subagents)
 
     # the main agent's turns ------------------------------------------------------------------
@@ -225,7 +250,7 @@ class Session:
             guard = self._subagents.use(agent_id)
             if guard is not None:
                 return guard
-            guard = self.main.subagent_guard(agent)
+            guard = self.main.subagent_guard(agent, config=self._subagent_config)
             evicted = self._subagents.put(agent_id, guard)
         for _agent_id, dropped in evicted:
             dropped.end_turn()
@@ -288,6 +313,7 @@ class SessionHost:
         self.telemetry = telemetry
         self.agent = agent or DEFAULT_AGENT
         self.max_sessions = max_sessions
+        self._max_subagents, self._subagent_config = subagent_budget(self.config)
         self._session_caps = session_caps
         self._pool: SessionPool[Session] = SessionPool(
             self._new_session,
@@ -303,7 +329,7 @@ class SessionHost:
         shared_id = None if session_id == DEFAULT_SESSION else session_id
         caps = self._session_caps(shared_id) if self._session_caps is not None else None
         guard = Guard(self.config, self.telemetry, agent=self.agent, session_id=shared_id, session_caps=caps)
-        return Session(guard)
+        return Session(guard, self._max_subagents, self._subagent_config)
 
     def session(self, session_id: object = None) -> Session:
         """The session ``session_id`` (``None``: the host's one default session), made on first use."""
@@ -349,6 +375,19 @@ def _within_budget(config: GuardConfig, max_signatures: int | None, max_sessions
     if share >= config.max_tracked_signatures:
         return config
     return config.with_changes(max_tracked_signatures=share)
+
+
+def subagent_budget(config: GuardConfig) -> tuple[int, GuardConfig]:
+    """How many subagents a session whose main guard has ``config`` holds at once, and the config
+    of each: together they track no more signatures than the main guard, so a whole session tracks
+    at most twice ``max_tracked_signatures`` (with its results held in proportion: see ``Guard``)
+    whatever the number of subagent ids. Each tracks ``max_tracked_signatures // 64`` signatures
+    but at least 16, and the session holds as many such subagents as fit, 64 at most (64 of 64 with
+    the default 4,096; 6 of 16 with the sidecar's share of 100)."""
+    share = config.max_tracked_signatures
+    each = max(MIN_SIGNATURES_PER_SUBAGENT, share // MAX_SUBAGENTS_PER_SESSION)
+    held = max(1, min(MAX_SUBAGENTS_PER_SESSION, share // each))
+    return held, config if each >= share else config.with_changes(max_tracked_signatures=each)
 
 
 def _key(session_id: object) -> str:

@@ -26,8 +26,8 @@
 * Hosted tools (``WebSearchTool``, ``FileSearchTool``, ``CodeInterpreterTool``, …) run at the
   provider, so they cannot be guarded.
 * Only the SDK's public API, but for two functions of ``agents.tool`` that the package root does
-  not re-export and the agent behind a ``handoff(...)`` object (``SUPPORTED_SDK_VERSIONS`` names
-  the versions they are pinned for).
+  not re-export and the agent behind a ``handoff(...)`` object, all three in one shim,
+  ``_openai_agents_sdk`` (``SUPPORTED_SDK_VERSIONS`` names the versions they are pinned for).
 """
 
 from __future__ import annotations
@@ -70,21 +70,17 @@ try:
         ToolOutputGuardrailData,
     )
 
-    # Not re-exported by the package root: the one way to give a tool a failure function after it
-    # was made, and the SDK's own failure handling of a tool (pinned by SUPPORTED_SDK_VERSIONS).
-    from agents.tool import (
-        maybe_invoke_function_tool_failure_error_function,
-        set_function_tool_failure_error_function,
+    # what the SDK's public API does not offer, named in one shim pinned by a test per version
+    from otelguard.integrations._openai_agents_sdk import (
+        SUPPORTED_SDK_VERSIONS,
+        handoff_agent,
+        invoke_failure_function,
+        set_failure_function,
     )
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("openai-agents", "openai-agents") from exc
 
 __all__ = ["SUPPORTED_SDK_VERSIONS", "GuardRunHooks", "guard_agent", "unguard_agent"]
-
-SUPPORTED_SDK_VERSIONS: Final = ("0.24.0",)
-"""The ``openai-agents`` versions the adapter is tested against: the two ``agents.tool`` functions
-it imports are not re-exported by the SDK's package root, and a ``Handoff`` names its agent only in
-a private weak reference."""
 
 SessionKey = Callable[[RunContextWrapper[Any]], object]
 _GUARDRAIL_NAME: Final = "otelguard"
@@ -127,7 +123,9 @@ def unguard_agent(agent: Agent[Any]) -> Agent[Any]:
 
 
 def _handoff_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
-    """``root`` and the agents of its handoffs, transitively."""
+    """``root`` and the agents of its handoffs, transitively. A handoff's agent is guarded here,
+    not at its handoff: changing its tools then, while other runs may use it, is what the SDK
+    refuses with a ``UserError``."""
     seen: set[int] = set()
     pending: list[Agent[Any]] = [root]
     while pending:
@@ -137,18 +135,9 @@ def _handoff_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
         seen.add(id(agent))
         yield agent
         for entry in agent.handoffs:
-            target = _handoff_agent(entry) if isinstance(entry, Handoff) else entry
+            target = handoff_agent(entry) if isinstance(entry, Handoff) else entry
             if isinstance(target, Agent):
                 pending.append(target)
-
-
-def _handoff_agent(handoff: Handoff[Any, Any]) -> object:
-    """The agent behind a ``handoff(agent, ...)`` object. The SDK names it in no public attribute
-    before the handoff happens, only in a weak reference of its own (pinned for the versions in
-    ``SUPPORTED_SDK_VERSIONS``). Guarding the agent at its handoff instead would change its tools
-    while other runs may use it, which the SDK refuses with a ``UserError``."""
-    ref = handoff._agent_ref  # noqa: SLF001
-    return ref() if ref is not None else None
 
 
 @dataclass(eq=False)
@@ -378,7 +367,7 @@ class _ToolGuard:
             *(original.tool_output_guardrails or ()),
             ToolOutputGuardrail(guardrail_function=self.check_output, name=_GUARDRAIL_NAME),
         ]
-        self.tool = set_function_tool_failure_error_function(tool, self.failure)
+        self.tool = set_failure_function(tool, self.failure)
 
     def add_owner(self, hooks: GuardRunHooks) -> None:
         with self._lock:
@@ -427,9 +416,7 @@ class _ToolGuard:
         # The original tool is untouched: the SDK's handling of it is what the model would get
         # without otelguard (the default message and the run config's ``tool_error_formatter``,
         # a failure function the tool had, or ``None`` to re-raise).
-        result = await maybe_invoke_function_tool_failure_error_function(
-            function_tool=self.original, context=context, error=error
-        )
+        result = await invoke_failure_function(function_tool=self.original, context=context, error=error)
         if result is None:
             # No message for the model: the SDK re-raises as before and no later hook of this call
             # or of its run follows, so the failure, and the run's end, are recorded here.

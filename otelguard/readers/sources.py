@@ -309,6 +309,11 @@ def _feed_file(source: InputFile, chunks: Iterator[bytes], progress: Callable[[i
         )
         if first_line is not None:
             break
+        if splitter.pending_bytes > splitter.limit:
+            # the first line is over the limit: it is no document's opening, and the chunks kept
+            # to decide that are dropped; its length alone is counted on, as for any other line
+            _feed_over_long_first_line(source, head, chunks, progress)
+            return
     if first_line is None:
         first_line = next(splitter.finish(), None)  # the whole input, ended without a newline
     document_suffix = source.path.endswith(_DOCUMENT_SUFFIXES)
@@ -318,6 +323,22 @@ def _feed_file(source: InputFile, chunks: Iterator[bytes], progress: Callable[[i
             progress(size)
         return
     _feed_stream(source, _chain(head, chunks), progress)
+
+
+def _feed_over_long_first_line(
+    source: InputFile, head: list[bytes], chunks: Iterator[bytes], progress: Callable[[int], None] | None
+) -> None:
+    """JSON lines whose first non-blank line is already over the line limit: the kept chunks are
+    pushed through the source's own splitter (which keeps only the length of a line past the limit),
+    then let go, and the rest streams as usual."""
+    size = 0
+    while head:
+        chunk = head.pop(0)
+        size += len(chunk)
+        source.feed_chunk(chunk)
+    if progress is not None:
+        progress(size)
+    _feed_stream(source, chunks, progress)
 
 
 def _chain(head: list[bytes], chunks: Iterator[bytes]) -> Iterator[bytes]:

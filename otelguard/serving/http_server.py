@@ -7,12 +7,20 @@ threads, open connections (the longest-idle connection makes room for a new one)
 bytes, the time a connection may sit idle, the time a started request may take to arrive and the
 time a client may take to read its answer. A real listen backlog absorbs bursts of scrapers.
 Loopback by default; TLS when given a context (its handshake has a deadline too).
+
+Open files bound connections too: the server raises its soft open-file limit toward the hard one as
+far as its connection bound needs, keeps the bound under the limit it has (with room for the
+process's other files), and when accepting still runs out of descriptors it closes the longest-idle
+connections, lowers its bound to what fits, pauses accepting for a moment, and says so once.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import errno
+import logging
+import os
 import re
 import socket
 import ssl
@@ -29,6 +37,17 @@ import h11
 
 __all__ = ["HttpServer", "Request", "Response", "ServerLimits"]
 
+logger = logging.getLogger("otelguard")
+
+_FILE_HEADROOM: Final = 64
+"""Descriptors kept free beyond the connections: the listening socket, Redis, files, worker pipes."""
+_OUT_OF_FILES: Final = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_EVICT_BATCH: Final = 16
+"""Idle connections closed at once when accepting runs out of descriptors."""
+_ACCEPT_PAUSE_SECONDS: Final = 0.1
+_SHORTAGE_LOG_SECONDS: Final = 60.0
+"""A shortage of descriptors is logged at most once this often (with how many times it recurred)."""
+
 _MAX_DISCARD_BYTES: Final = 64 << 20
 _CONTINUE: Final = b"HTTP/1.1 100 Continue\r\n\r\n"
 _FEED_BYTES: Final = 16 * 1024
@@ -42,6 +61,35 @@ _ANY_LENGTH: Final = b"\x01"
 """Keys of heads known whatever their one ``Content-Length`` value; other keys start with ``_EXACT``."""
 _EXACT: Final = b"\x00"
 _MAX_KNOWN_HEADS: Final = 256
+
+
+def _files_in_use() -> int:
+    """Descriptors this process has open now (0 where the system does not say)."""
+    try:
+        return len(os.listdir("/proc/self/fd"))
+    except OSError:
+        return 0
+
+
+def open_file_room(wanted: int) -> int:
+    """Raise the soft open-file limit toward the hard one, as far as ``wanted`` more descriptors need
+    (never lowering it); returns how many connections fit under the limit then in force."""
+    try:
+        import resource
+    except ImportError:  # no rlimits here (Windows): the connection bound alone applies
+        return wanted
+    in_use = _files_in_use()
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    needed = in_use + wanted + _FILE_HEADROOM
+    if soft != resource.RLIM_INFINITY and soft < needed:
+        target = needed if hard == resource.RLIM_INFINITY else min(needed, hard)
+        if target > soft:
+            with contextlib.suppress(ValueError, OSError):  # not allowed here: keep the soft limit
+                resource.setrlimit(resource.RLIMIT_NOFILE, (target, hard))
+                soft = target
+    if soft == resource.RLIM_INFINITY:
+        return wanted
+    return max(1, min(wanted, soft - in_use - _FILE_HEADROOM))
 
 
 def _parser(limits: ServerLimits) -> h11.Connection:
@@ -132,8 +180,15 @@ class HttpServer:
         self.heads: dict[bytes, _KnownHead] = {}
         """Heads h11 has read and this server accepted, by their exact bytes (see ``_Connection``)."""
         self.connections: dict[_Connection, None] = {}
+        self.max_connections = open_file_room(self.limits.max_connections)
+        """The connection bound in force: the configured one, or less when open files allow less."""
+        self.starting: set[asyncio.Task[None]] = set()  # accepted, their transport (or handshake) not ready
         self.stopping = False
-        self._server: asyncio.base_events.Server | None = None
+        self.accepting = False
+        self._shortage_logged_at: float | None = None
+        self._shortages = 0  # shortages since the last log line
+        self._waiting: list[socket.socket] = []  # at most one: accepted, waiting for a starting one
+        self._paused = False  # out of descriptors: accepting resumes after a pause
         self._ready = threading.Event()
         self._startup_error: BaseException | None = None
         self._thread = threading.Thread(target=self._run, name=f"{name}-loop", daemon=True)
@@ -150,15 +205,10 @@ class HttpServer:
     def _run(self) -> None:
         asyncio.set_event_loop(self.loop)
         try:
-            self._server = self.loop.run_until_complete(
-                self.loop.create_server(
-                    lambda: _Connection(self),
-                    sock=self._socket,
-                    ssl=self._tls,
-                    ssl_handshake_timeout=self.limits.handshake_timeout_seconds if self._tls else None,
-                    backlog=self.limits.backlog,
-                )
-            )
+            # accepted here, not by asyncio's server: its retry after running out of descriptors
+            # logs a traceback per attempt and multiplies its own retries
+            self._socket.setblocking(False)
+            self._accept_again()
         except BaseException as exc:  # reported to the constructor's caller
             self._startup_error = exc
             self._ready.set()
@@ -193,12 +243,14 @@ class HttpServer:
         self.stopping = True
         # Stop accepting first, and let connections already accepted reach connection_made (where
         # they see ``stopping`` and abort): closing the asyncio server before that would leak them.
-        with contextlib.suppress(Exception):
-            self.loop.remove_reader(self._socket.fileno())
+        self._stop_accepting()
         for _ in range(5):
             await asyncio.sleep(0)
-        if self._server is not None:
-            self._server.close()
+        for task in list(self.starting):
+            task.cancel()
+        for sock in self._waiting:
+            sock.close()
+        self._socket.close()
         for connection in list(self.connections):
             connection.abort()
         await asyncio.sleep(0)
@@ -221,13 +273,116 @@ class HttpServer:
 
     def make_room(self) -> bool:
         """At the connection limit, close the connection idle the longest; False when none is idle."""
-        if len(self.connections) < self.limits.max_connections:
+        if len(self.connections) + len(self.starting) < self.max_connections:
             return True
-        idle = [c for c in self.connections if c.idle_since is not None]
-        if not idle:
-            return False
-        min(idle, key=lambda c: c.idle_since or 0.0).abort()
-        return True
+        return self._close_idle(1) > 0
+
+    def _close_idle(self, count: int) -> int:
+        """Close up to ``count`` connections, the longest idle first; how many were closed."""
+        idle = sorted(
+            (c for c in self.connections if c.idle_since is not None), key=lambda c: c.idle_since or 0.0
+        )
+        for connection in idle[:count]:
+            connection.abort()
+        return min(count, len(idle))
+
+    # accepting -----------------------------------------------------------------------------------
+
+    def _resume(self) -> None:
+        self._paused = False
+        self._accept_again()
+
+    def _accept_again(self) -> None:
+        if not self.stopping and not self.accepting and not self._waiting:
+            self.loop.add_reader(self._socket.fileno(), self._accept)
+            self.accepting = True
+
+    def _stop_accepting(self) -> None:
+        if self.accepting:
+            self.accepting = False
+            with contextlib.suppress(Exception):
+                self.loop.remove_reader(self._socket.fileno())
+
+    def _accept(self) -> None:
+        """Every connection waiting, up to a backlog's worth per wake-up."""
+        for _ in range(self.limits.backlog):
+            try:
+                sock, _ = self._socket.accept()
+            except (BlockingIOError, InterruptedError):
+                return
+            except OSError as exc:
+                if exc.errno in _OUT_OF_FILES:
+                    self._out_of_files()
+                    return
+                continue  # one connection that failed (reset before it was accepted): the next
+            full = len(self.connections) + len(self.starting) >= self.max_connections
+            room = not self.stopping and (not full or self.make_room())
+            if not room and not self.stopping and self.starting:
+                # the bound is held by connections still starting, not yet idle or busy: this one
+                # waits (accepted already) until one of them is ready
+                self._waiting.append(sock)
+                self._stop_accepting()
+                return
+            if not room:
+                sock.close()  # shutting down, or every connection is busy: refused
+                continue
+            self._begin_start(sock)
+            if full:
+                return  # the idle connection closed frees its descriptor on the next loop turn: the
+                # rest are accepted then, so descriptors in use never overshoot the bound by a batch
+
+    def _begin_start(self, sock: socket.socket) -> None:
+        sock.setblocking(False)
+        task = self.loop.create_task(self._start(sock))
+        self.starting.add(task)
+        task.add_done_callback(self._started)
+
+    def _started(self, task: asyncio.Task[None]) -> None:
+        """A connection is ready (or failed to start): one waiting for room is looked at again."""
+        self.starting.discard(task)
+        if self._waiting and not self.stopping:
+            sock = self._waiting.pop()
+            if len(self.connections) + len(self.starting) < self.max_connections or self.make_room():
+                self._begin_start(sock)
+            else:
+                sock.close()  # every connection is busy: refused
+            if not self._paused:
+                self._accept_again()
+
+    async def _start(self, sock: socket.socket) -> None:
+        """One accepted socket's transport (after its TLS handshake, within its deadline)."""
+        try:
+            await self.loop.connect_accepted_socket(
+                lambda: _Connection(self),
+                sock,
+                ssl=self._tls,
+                ssl_handshake_timeout=self.limits.handshake_timeout_seconds if self._tls else None,
+            )
+        except (OSError, asyncio.TimeoutError, ssl.SSLError, asyncio.CancelledError):
+            sock.close()  # a failed or timed-out handshake, a client gone, or shutting down
+
+    def _out_of_files(self) -> None:
+        """Accepting ran out of descriptors: make room by closing the longest-idle connections, hold
+        the bound under what fits, and accept again after a pause (not in a busy loop)."""
+        self._stop_accepting()
+        open_now = len(self.connections) + len(self.starting)
+        closed = self._close_idle(_EVICT_BATCH)
+        self.max_connections = max(1, min(self.max_connections, open_now - _EVICT_BATCH))
+        self._shortages += 1
+        now = self.loop.time()
+        if self._shortage_logged_at is None or now - self._shortage_logged_at >= _SHORTAGE_LOG_SECONDS:
+            again = (
+                f" ({self._shortages - 1} more times since)" if self._shortage_logged_at is not None else ""
+            )
+            logger.warning(
+                "otelguard: out of open files with %d connections open%s; closed %d idle ones, "
+                "now holding at most %d (raise the open-file limit to hold more)",
+                open_now, again, closed, self.max_connections,
+            )  # fmt: skip
+            self._shortage_logged_at = now
+            self._shortages = 0
+        self._paused = True
+        self.loop.call_later(_ACCEPT_PAUSE_SECONDS, self._resume)
 
 
 @dataclass(frozen=True, slots=True)
@@ -305,7 +460,7 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
-        if self.server.stopping or not self.server.make_room():
+        if self.server.stopping:  # room was made when it was accepted
             transport.abort()
             return
         self.server.connections[self] = None

@@ -1,23 +1,14 @@
 """Span names, attribute names and metric names otelguard emits (docs/telemetry.md).
 
-The GenAI names follow the OpenTelemetry GenAI semantic conventions; they are spelled out here
-rather than imported so otelguard does not depend on the (unstable) semantic-conventions package.
+The GenAI semantic-convention names are in ``otelguard.telemetry.genai``, the one module that
+spells ``gen_ai.*`` names.
 """
 
 from __future__ import annotations
 
 from typing import Final
 
-# GenAI semantic conventions
-GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
-GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
-GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
-GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
-ERROR_TYPE: Final = "error.type"
-OP_EXECUTE_TOOL: Final = "execute_tool"
-OP_INVOKE_AGENT: Final = "invoke_agent"
-
-# otelguard's own attributes
+# otelguard's own attributes (the OTel metrics' names are in otel_metrics)
 ARGS_HASH: Final = "otelguard.args_hash"
 TOOL_CLASS: Final = "otelguard.tool.class"
 OUTCOME: Final = "otelguard.outcome"

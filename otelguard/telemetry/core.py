@@ -15,7 +15,8 @@ from dataclasses import replace
 from typing import TYPE_CHECKING, Any, Final, cast
 
 from opentelemetry import context as otel_context
-from opentelemetry import trace
+from opentelemetry import metrics, trace
+from opentelemetry.metrics import MeterProvider
 from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
 from prometheus_client import REGISTRY, CollectorRegistry
 
@@ -25,16 +26,18 @@ from otelguard.core.decisions import CAP_SESSION, CAP_TURN, LOOP_CODES, TURN_OUT
 from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.core.signatures import MAX_NAME_CHARS, RANDOM_KEY_NOTE, bounded_name, claim_random_key_note
 from otelguard.telemetry import attributes as attr
+from otelguard.telemetry import genai
 from otelguard.telemetry.metrics import LabelSpace, families_for, valid_utf8
 from otelguard.telemetry.tallies import Exemplar
 
 if TYPE_CHECKING:
     from otelguard.state.reports import StateReport
+    from otelguard.telemetry.otel_metrics import OtelInstruments, OtelSpace
 
-__all__ = ["GuardTelemetry", "Telemetry"]
+__all__ = ["GuardTelemetry", "MeteredGuardTelemetry", "Telemetry"]
 
 _REFUSING_ACTIONS: Final = frozenset(("block", "halt", "reject"))
-_LOOP_ACTIONS: Final = frozenset(("warn", "block", "halt"))
+_LOOP_ACTIONS: Final = frozenset(("warn", "reject", "block", "halt"))  # every action but allow
 _RAN: Final = frozenset(("ok", "failed"))
 _CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session"}
 # A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
@@ -61,9 +64,10 @@ _default_lock = threading.Lock()
 class Telemetry:
     """Spans and metrics for every guard decision.
 
-    ``tracer_provider``/``registry`` default to the global OTel provider and prometheus_client's
-    default registry. Keyword settings left at ``None`` come from the guard config's ``telemetry:``
-    section (see docs/configuration.md). Never installs a global provider.
+    ``tracer_provider``/``registry``/``meter_provider`` default to the global OTel providers and
+    prometheus_client's default registry. Keyword settings left at ``None`` come from the guard
+    config's ``telemetry:`` section (see docs/configuration.md). Never installs a global provider.
+    The meter provider is used only by guards with ``telemetry.otel_metrics`` on.
     """
 
     def __init__(
@@ -71,6 +75,8 @@ class Telemetry:
         tracer_provider: TracerProvider | None = None,
         registry: CollectorRegistry | None = None,
         *,
+        meter_provider: MeterProvider | None = None,
+        otel_metrics: bool | None = None,
         span_mode: str | None = None,
         turn_spans: bool | None = None,
         max_tool_values: int | None = None,
@@ -83,6 +89,7 @@ class Telemetry:
             "max_tool_values": max_tool_values,
             "max_signature_series": max_signature_series,
             "max_series_per_metric": max_series_per_metric,
+            "otel_metrics": otel_metrics,
         }
         self._overrides = {k: v for k, v in overrides.items() if v is not None}
         TelemetrySettings(**self._overrides)  # raises ConfigError naming telemetry.<key>
@@ -90,6 +97,10 @@ class Telemetry:
         self.registry: CollectorRegistry = registry if registry is not None else REGISTRY
         self._families = families_for(self.registry)
         self._spaces: dict[tuple[int, int], LabelSpace] = {}
+        self._meter_provider = meter_provider
+        self._instruments: OtelInstruments | None = None
+        self._otel_spaces: dict[tuple[int, int], OtelSpace] = {}
+        self._lock = threading.Lock()
 
     @classmethod
     def default(cls) -> Telemetry:
@@ -106,16 +117,27 @@ class Telemetry:
         return replace(settings or TelemetrySettings(), **self._overrides)
 
     def bind(
-        self, settings: TelemetrySettings | None = None, *, random_signature_key: bool = False
+        self,
+        settings: TelemetrySettings | None = None,
+        *,
+        random_signature_key: bool = False,
+        caps: tuple[tuple[str, str], ...] = (),
     ) -> GuardTelemetry:
         """A per-guard observer (the guard calls this once with ``config.telemetry``).
 
         ``random_signature_key``: the guard hashes with the process's random key, so its hashes match
         no other process's; the first time one is exported (on a recording span, or as a looping
         signature's series) that is said once on the ``otelguard`` logger, with how to set a key.
+        ``caps``: the guard's ``(cap, scope)`` pairs with a limit; the observer creates their hit
+        series at 0, with the agent's other alerting series, the first time it sees an agent.
         """
         effective = self.settings(settings)
-        observer = GuardTelemetry(self._tracer, self._space(effective), effective)
+        space = self._space(effective)
+        observer: GuardTelemetry
+        if effective.otel_metrics:
+            observer = MeteredGuardTelemetry(self._tracer, space, effective, self._otel_space(space), caps)
+        else:  # no OTel metrics: not one extra step per call
+            observer = GuardTelemetry(self._tracer, space, effective, caps)
         observer.unkeyed = random_signature_key
         return observer
 
@@ -127,21 +149,29 @@ class Telemetry:
         per-agent histograms, and ``outcome="ok"`` of each of ``tools`` (the other outcomes of a tool
         appear with their first call: no alert selects on them)."""
         space = self._space(self.settings())
-        for turn_outcome in TURN_OUTCOMES:
-            space.turns(agent, turn_outcome)
-        space.per_agent("subagent_spawns", agent)
-        space.per_agent("turn_tool_calls", agent)
+        _prime(space, agent, tuple((cap, scope) for cap in caps for scope in ("turn", "session")))
         for tool in tools:
             space.tool_calls(agent, tool, "ok")
-        for cap in caps:
-            space.cap_usage(agent, cap)
-            for scope in ("turn", "session"):
-                space.cap_hits(agent, cap, scope)
 
     def state_reported(self, report: StateReport) -> None:
         """Count a use of the shared store: the listener a host wires a shared session-cap backend to
         (``otelguard.hosting``), and ``otelguard serve``'s check of it at start."""
         self._families.state().record(report)
+
+    def _otel_space(self, space: LabelSpace) -> OtelSpace:
+        """The OTel attribute space sharing ``space``'s name bounds (instruments made on first use:
+        a process that never turns ``otel_metrics`` on never creates a meter)."""
+        from otelguard.telemetry.otel_metrics import OtelInstruments, OtelSpace  # only when turned on
+
+        with self._lock:
+            if self._instruments is None:
+                meter = metrics.get_meter("otelguard", __version__, meter_provider=self._meter_provider)
+                self._instruments = OtelInstruments(meter)
+            key = (id(space.agent), id(space.tool))
+            otel = self._otel_spaces.get(key)
+            if otel is None:
+                otel = self._otel_spaces[key] = OtelSpace(self._instruments, space)
+            return otel
 
     def _space(self, settings: TelemetrySettings) -> LabelSpace:
         key = (settings.max_tool_values, settings.max_series_per_metric)
@@ -154,8 +184,18 @@ class Telemetry:
 class GuardTelemetry(GuardObserver):
     """The observer one guard reports to (``GuardObserver``). Safe to call from many threads."""
 
-    def __init__(self, tracer: trace.Tracer, space: LabelSpace, settings: TelemetrySettings) -> None:
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        space: LabelSpace,
+        settings: TelemetrySettings,
+        caps: tuple[tuple[str, str], ...] = (),
+    ) -> None:
         self._tracer = tracer
+        self._caps = caps
+        self._primed: str | None = None
+        """The agent whose alerting series were last created (priming again is harmless, so one
+        name is memory enough: a guard mostly serves one agent)."""
         self._space = space
         self.settings = settings
         self._mode = settings.span_mode
@@ -172,17 +212,19 @@ class GuardTelemetry(GuardObserver):
 
     # -- turns ---------------------------------------------------------------------------------
     def on_turn_start(self, turn: TurnInfo) -> None:
+        if turn.agent != self._primed:
+            self._prime(turn.agent)
         if not self._turn_spans:
             return
         self._end_turn_span(None)  # a turn that was never ended
         current = trace.get_current_span()
         self._turn_parent_span_id = current.get_span_context().span_id if current.is_recording() else 0
         self._turn_span = self._tracer.start_span(
-            f"{attr.OP_INVOKE_AGENT} {_clip(turn.agent)}",
+            f"{genai.OP_INVOKE_AGENT} {_clip(turn.agent)}",
             kind=SpanKind.INTERNAL,
             attributes={
-                attr.GEN_AI_OPERATION_NAME: attr.OP_INVOKE_AGENT,
-                attr.GEN_AI_AGENT_NAME: _clip(turn.agent),
+                genai.GEN_AI_OPERATION_NAME: genai.OP_INVOKE_AGENT,
+                genai.GEN_AI_AGENT_NAME: _clip(turn.agent),
             },
         )
 
@@ -225,14 +267,23 @@ class GuardTelemetry(GuardObserver):
             if summary.halt_decision is not None:
                 span.set_attribute(attr.TURN_HALT_CODE, summary.halt_decision.code)
                 span.set_status(Status(StatusCode.ERROR))
-                span.set_attribute(attr.ERROR_TYPE, summary.halt_decision.code)
+                span.set_attribute(genai.ERROR_TYPE, summary.halt_decision.code)
             elif summary.errored:
                 span.set_status(Status(StatusCode.ERROR))
-                span.set_attribute(attr.ERROR_TYPE, attr.RUN_ERROR)
+                span.set_attribute(genai.ERROR_TYPE, attr.RUN_ERROR)
         span.end()
 
     def on_internal_error(self, stage: str) -> None:
         self._space.families.internal_error(stage)
+
+    def _prime(self, agent: object) -> None:
+        """Create at 0 the series of a newly seen agent that alerts and panels rate (``_prime``), so
+        that ``rate()`` counts its first cap hit or halted turn."""
+        try:
+            _prime(self._space, _name(agent), tuple((_name(cap), scope) for cap, scope in self._caps))
+        except Exception as exc:
+            self._step_failed("prime", exc)
+        self._primed = agent if isinstance(agent, str) else None
 
     # -- calls ---------------------------------------------------------------------------------
     # Span work happens when a call ends: an own span is created then, with every attribute at once
@@ -261,6 +312,8 @@ class GuardTelemetry(GuardObserver):
         outcome = call.outcome or "ok"
         agent, tool = call.agent, call.tool_name
         agent = agent if isinstance(agent, str) else attr.OTHER  # what _name does, on every call
+        if agent != self._primed:
+            self._prime(agent)
         try:
             if not isinstance(tool, str):
                 tool = attr.OTHER
@@ -316,8 +369,8 @@ class GuardTelemetry(GuardObserver):
         tool = call.tool_name
         span_name, tool_name = self._tools.get(tool) or self._tool_names(tool)
         attributes: dict[str, Any] = {
-            attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
-            attr.GEN_AI_TOOL_NAME: tool_name,
+            genai.GEN_AI_OPERATION_NAME: genai.OP_EXECUTE_TOOL,
+            genai.GEN_AI_TOOL_NAME: tool_name,
             attr.ARGS_HASH: call.signature.args_hash,
             attr.TOOL_CLASS: call.tool_class,
             attr.OUTCOME: outcome,
@@ -327,11 +380,11 @@ class GuardTelemetry(GuardObserver):
         }
         call_id = call.call_id
         if call_id is not None:
-            attributes[attr.GEN_AI_TOOL_CALL_ID] = call_id if _plain(call_id) else _clip(call_id)
+            attributes[genai.GEN_AI_TOOL_CALL_ID] = call_id if _plain(call_id) else _clip(call_id)
         if call.state_fallback:
             attributes[attr.STATE] = attr.STATE_FALLBACK
         if error_type is not None:
-            attributes[attr.ERROR_TYPE] = error_type
+            attributes[genai.ERROR_TYPE] = error_type
         span = self._tracer.start_span(
             span_name,
             context=context if self._turn_span is None else self._under_turn(context),
@@ -367,7 +420,7 @@ class GuardTelemetry(GuardObserver):
         if counted:
             self._add_decision_events(call, host, before_counts)
         if error_type is not None:
-            host.set_attribute(attr.ERROR_TYPE, error_type)
+            host.set_attribute(genai.ERROR_TYPE, error_type)
             host.set_status(_ERROR)
         return host.get_span_context() if counted else None
 
@@ -378,13 +431,13 @@ class GuardTelemetry(GuardObserver):
 
     def _start_attributes(self, call: CallEvent) -> dict[str, Any]:
         attributes: dict[str, Any] = {
-            attr.GEN_AI_OPERATION_NAME: attr.OP_EXECUTE_TOOL,
-            attr.GEN_AI_TOOL_NAME: self._tool_names(call.tool_name)[1],
+            genai.GEN_AI_OPERATION_NAME: genai.OP_EXECUTE_TOOL,
+            genai.GEN_AI_TOOL_NAME: self._tool_names(call.tool_name)[1],
             attr.ARGS_HASH: call.signature.args_hash,
             attr.TOOL_CLASS: call.tool_class,
         }
         if call.call_id is not None:
-            attributes[attr.GEN_AI_TOOL_CALL_ID] = _clip(call.call_id)
+            attributes[genai.GEN_AI_TOOL_CALL_ID] = _clip(call.call_id)
         return attributes
 
     def _tool_names(self, tool: str) -> tuple[str, str]:
@@ -392,7 +445,7 @@ class GuardTelemetry(GuardObserver):
         names = self._tools.get(tool)
         if names is None:
             clipped = _clip(tool)
-            names = (f"{attr.OP_EXECUTE_TOOL} {clipped}", clipped)
+            names = (f"{genai.OP_EXECUTE_TOOL} {clipped}", clipped)
             if len(self._tools) < 4 * self.settings.max_tool_values:
                 self._tools[tool] = names
         return names
@@ -415,8 +468,10 @@ class GuardTelemetry(GuardObserver):
         decision = call.decision
         if before_counts:
             span.add_event(attr.DECISION_EVENT, _event_attributes(call.before))
+            span.add_event(genai.EVALUATION_RESULT, _evaluation_attributes(call.before))
         if decision.action != "allow":
             span.add_event(attr.DECISION_EVENT, _event_attributes(decision))
+            span.add_event(genai.EVALUATION_RESULT, _evaluation_attributes(decision))
 
     def _record_decision(self, call: CallEvent, decision: Decision, exemplar: Exemplar) -> None:
         space = self._space
@@ -437,6 +492,58 @@ class GuardTelemetry(GuardObserver):
                 self._max_signature_series,
                 exemplar,
             )
+
+
+def _prime(space: LabelSpace, agent: str, caps: tuple[tuple[str, str], ...]) -> None:
+    """Create at 0 an agent's series that alerts and dashboards rate: every turn outcome, the hits of
+    each ``(cap, scope)``, the usage of each cap, spawns and tool calls per turn. Within the label
+    bounds, like every series: past them the agent is ``_other``."""
+    for turn_outcome in TURN_OUTCOMES:
+        space.turns(agent, turn_outcome)
+    space.per_agent("subagent_spawns", agent)
+    space.per_agent("turn_tool_calls", agent)
+    for cap in dict.fromkeys(cap for cap, _ in caps):
+        space.cap_usage(agent, cap)
+    for cap, scope in caps:
+        space.cap_hits(agent, cap, scope)
+
+
+class MeteredGuardTelemetry(GuardTelemetry):
+    """The observer of a guard with ``telemetry.otel_metrics`` on: everything ``GuardTelemetry``
+    records, then the same counts through the OTel Metrics API (a subclass, so a guard without them
+    pays nothing for them)."""
+
+    def __init__(
+        self,
+        tracer: trace.Tracer,
+        space: LabelSpace,
+        settings: TelemetrySettings,
+        otel: OtelSpace,
+        caps: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        super().__init__(tracer, space, settings, caps)
+        self._otel = otel
+
+    def on_call_end(self, call: CallEvent, token: object) -> None:
+        super().on_call_end(call, token)
+        try:
+            outcome = call.outcome or "ok"
+            decision = call.decision
+            error_type = (
+                None
+                if decision.action == "allow" and outcome == "ok"
+                else _error_type(decision, outcome, call.refusal)
+            )
+            self._otel.call_ended(call, outcome, error_type)
+        except Exception as exc:
+            self._step_failed("on_call_end", exc)
+
+    def on_turn_end(self, summary: TurnSummary) -> None:
+        super().on_turn_end(summary)
+        try:
+            self._otel.turn_ended(summary)
+        except Exception as exc:
+            self._step_failed("on_turn_end", exc)
 
 
 def _error_type(decision: Decision, outcome: str, refusal: str | None) -> str | None:
@@ -482,6 +589,16 @@ def _end_attributes(call: CallEvent, outcome: str) -> dict[str, Any]:
     if call.state_fallback:
         attributes[attr.STATE] = attr.STATE_FALLBACK
     return attributes
+
+
+def _evaluation_attributes(decision: Decision) -> dict[str, Any]:
+    """The GenAI evaluation event of a decision: its action as the label, its code as the
+    explanation (never its message, which may quote a host-chosen value)."""
+    return {
+        genai.EVALUATION_NAME: genai.EVALUATOR,
+        genai.EVALUATION_SCORE_LABEL: decision.action,
+        genai.EVALUATION_EXPLANATION: decision.code,
+    }
 
 
 def _event_attributes(decision: Decision) -> dict[str, Any]:

@@ -9,6 +9,7 @@ import inspect
 import json
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,6 +21,7 @@ pytest.importorskip("agents")
 from agents import (
     Agent,
     FunctionTool,
+    Handoff,
     RunConfig,
     Runner,
     WebSearchTool,
@@ -536,18 +538,39 @@ def test_an_agent_behind_a_handoff_object_is_guarded_and_unguarded_with_its_root
 
 
 def test_the_installed_sdk_is_a_version_the_adapter_is_pinned_for() -> None:
-    """Two functions of ``agents.tool`` that the SDK's package root does not re-export give a guarded
-    copy its failure function and run the original tool's failure handling, and a ``Handoff`` names
-    its agent only in a private weak reference: pinned here, with the shape the adapter uses, for
-    each version in ``SUPPORTED_SDK_VERSIONS``."""
+    """What the SDK's public API does not offer is named in one shim (``_openai_agents_sdk``): two
+    functions of ``agents.tool`` that the package root does not re-export (they give a guarded copy
+    its failure function and run the original tool's failure handling), and the agent behind a
+    ``handoff(agent)``. Pinned here, with the shape the shim uses, for each version in
+    ``SUPPORTED_SDK_VERSIONS``, which are the versions the ``openai-agents`` extra allows."""
     import agents.tool
 
-    specialist = Agent(name="specialist")
-    assert handoff(specialist)._agent_ref() is specialist  # type: ignore[misc]
+    from otelguard.integrations import _openai_agents_sdk as shim
 
-    assert importlib.metadata.version("openai-agents") in SUPPORTED_SDK_VERSIONS
-    set_failure = inspect.signature(agents.tool.set_function_tool_failure_error_function)
+    specialist = Agent(name="specialist")
+    assert shim.handoff_agent(handoff(specialist)) is specialist
+    made_by_hand = Handoff(
+        tool_name="t", tool_description="d", input_json_schema={}, on_invoke_handoff=_never, agent_name="x"
+    )
+    assert shim.handoff_agent(made_by_hand) is None
+
+    installed = importlib.metadata.version("openai-agents")
+    assert installed in SUPPORTED_SDK_VERSIONS
+    extra = next(
+        line
+        for line in (Path(__file__).resolve().parents[2] / "pyproject.toml").read_text().splitlines()
+        if line.startswith("openai-agents =")
+    )
+    assert '"openai-agents>=0.24,<0.25"' in extra
+    assert all(version.startswith("0.24.") for version in SUPPORTED_SDK_VERSIONS)
+    assert shim.set_failure_function is agents.tool.set_function_tool_failure_error_function
+    assert shim.invoke_failure_function is agents.tool.maybe_invoke_function_tool_failure_error_function
+    set_failure = inspect.signature(shim.set_failure_function)
     assert list(set_failure.parameters) == ["function_tool", "failure_error_function"]
-    invoke_failure = inspect.signature(agents.tool.maybe_invoke_function_tool_failure_error_function)
+    invoke_failure = inspect.signature(shim.invoke_failure_function)
     assert list(invoke_failure.parameters) == ["function_tool", "context", "error"]
     assert all(p.kind is inspect.Parameter.KEYWORD_ONLY for p in invoke_failure.parameters.values())
+
+
+async def _never(context: Any, arguments: str) -> Agent[Any]:
+    raise AssertionError("a handoff is never invoked here")

@@ -137,6 +137,34 @@ class TurnDetectors:
             return self._refuse_tool(sig)
         return None
 
+    def would_refuse(self, sig: Signature, tool_class: ToolClass) -> bool:
+        """Whether ``refuse_before`` would refuse the call, without counting a reject or touching any
+        state: the guard asks this before charging a session cap, so a refused call never holds one."""
+        if not self.hard_stop:
+            return False
+        stop = self.stop_after
+        state = self.signatures.get(sig)
+        if state is not None and self._exact_failures(state) >= stop["exact_failure"]:
+            return True
+        if tool_class != "poll" and self.memory.turns_failed(sig) >= stop["cross_turn_failure"]:
+            return True
+        if state is not None:
+            if tool_class == "read" and state.no_progress >= stop["no_progress"]:
+                return True
+            limit, count = stop["identical_call"], self.identical_count
+            if self.identical_sig == sig and limit - 1 <= count < limit:
+                allowed = self.pattern_rejects if tool_class == "shell" else self.rejects_before_stop
+                if self._valid_rejects(state) < allowed:
+                    return True
+        if tool_class != "poll":
+            rejected = self.cycle_rejected
+            if self.cycle.would_continue(sig, stop["cycle"])[0] or (
+                self.cycle_rejects and rejected is not None and rejected[0] == sig
+            ):
+                return True
+        rejects = self.tool_rejects.get(sig.tool_name) if self.tool_rejects else None
+        return rejects is not None and rejects < self.pattern_rejects
+
     def _refuse_tool(self, sig: Signature) -> Decision | None:
         """same_tool_failure: once the tool's failures have reached the stop with rejects to give (see
         ``_tool_rejects_spent``), its next call is rejected with a message (``pattern_rejects``);

@@ -1,0 +1,160 @@
+"""The OpenTelemetry metrics (``telemetry.otel_metrics: true``): otelguard's counts through the OTel
+Metrics API, for deployments that read an OpenTelemetry Collector and no Prometheus scrape
+(docs/telemetry.md).
+
+Attribute values are bounded exactly as the Prometheus labels are: the same ``LabelBound`` objects
+map a tool or agent name to itself or to ``_other``, and each instrument holds at most
+``telemetry.max_series_per_metric`` attribute sets (``SeriesBound``), so an OTLP backend and
+``/metrics`` show the same names and the same counts.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Mapping
+from typing import Final
+
+from opentelemetry.metrics import Counter, Histogram, Meter
+
+from otelguard.core.decisions import Decision, TurnSummary
+from otelguard.core.observers import CallEvent
+from otelguard.telemetry import attributes as attr
+from otelguard.telemetry import genai
+from otelguard.telemetry.metrics import LabelBound, LabelSpace, SeriesBound
+
+__all__ = ["DECISIONS", "TOOL_CALLS", "TURNS", "OtelInstruments", "OtelSpace"]
+
+DECISIONS: Final = "otelguard.decisions"
+TOOL_CALLS: Final = "otelguard.tool_calls"
+TURNS: Final = "otelguard.turns"
+
+_RAN: Final = frozenset(("ok", "failed"))
+_NONE: Final = ""
+"""An absent attribute (``error.type`` of a call that did not fail) in a bounded attribute set."""
+
+Attributes = Mapping[str, str]
+
+
+class OtelInstruments:
+    """The five instruments of one ``Telemetry``, created on the first guard that turns them on."""
+
+    def __init__(self, meter: Meter) -> None:
+        self.decisions: Counter = meter.create_counter(
+            DECISIONS, unit="{decision}", description="Non-allow guard decisions."
+        )
+        self.tool_calls: Counter = meter.create_counter(
+            TOOL_CALLS, unit="{tool_call}", description="Guarded tool calls, by outcome."
+        )
+        self.turns: Counter = meter.create_counter(
+            TURNS, unit="{turn}", description="Guarded turns, by outcome."
+        )
+        self.duration: Histogram = meter.create_histogram(
+            genai.EXECUTE_TOOL_DURATION,
+            unit=genai.EXECUTE_TOOL_DURATION_UNIT,
+            description="Duration of a tool call that ran.",
+            explicit_bucket_boundaries_advisory=genai.DURATION_BUCKETS,
+        )
+        self.turn_tool_calls: Histogram = meter.create_histogram(
+            genai.INVOKE_AGENT_TOOL_CALLS,
+            unit=genai.INVOKE_AGENT_TOOL_CALLS_UNIT,
+            description="Tool calls in one guarded turn.",
+            explicit_bucket_boundaries_advisory=attr.TURN_TOOL_CALLS_BUCKETS,
+        )
+
+
+class OtelSpace:
+    """Bounded attribute sets for the instruments, sharing one ``LabelSpace``'s name bounds.
+
+    An attribute set is cached by the raw values only while every value is within its bound, so
+    the cache is as bounded as the attribute sets themselves.
+    """
+
+    def __init__(self, instruments: OtelInstruments, space: LabelSpace) -> None:
+        self.instruments = instruments
+        self._space = space
+        self._series = {
+            name: SeriesBound() for name in ("decisions", "tool_calls", "turns", "duration", "agent")
+        }
+        self._cache: dict[tuple[str, ...], Attributes] = {}
+        self._lock = threading.Lock()
+
+    def call_ended(self, call: CallEvent, outcome: str, error_type: str | None) -> None:
+        """Count one call, its decisions, and (when it ran) how long it took; ``error_type`` is the
+        call span's (``tool_error``, or the code of a block/halt after it ran), ``None`` when it passed."""
+        ended = time.time_ns()
+        agent, tool = _name(call.agent), _name(call.tool_name)
+        space, instruments = self._space, self.instruments
+        bounds = (space.agent, space.tool)
+        instruments.tool_calls.add(
+            1,
+            self._attributes(
+                "tool_calls", (genai.GEN_AI_AGENT_NAME, genai.GEN_AI_TOOL_NAME, attr.OUTCOME), bounds,
+                (agent, tool), (outcome,),
+            ),
+        )  # fmt: skip
+        decision, before = call.decision, call.before
+        if before.action != "allow" and before is not decision and before != decision:
+            self._count_decision(agent, tool, before)
+        if decision.action != "allow":
+            self._count_decision(agent, tool, decision)
+        if outcome in _RAN and call.start_time_ns:
+            instruments.duration.record(
+                max(0, ended - call.start_time_ns) / 1e9,
+                self._attributes(
+                    "duration", (genai.GEN_AI_TOOL_NAME, genai.ERROR_TYPE), (space.tool,), (tool,),
+                    (error_type or _NONE,),
+                ),
+            )  # fmt: skip
+
+    def turn_ended(self, summary: TurnSummary) -> None:
+        agent = _name(summary.agent)
+        bounds = (self._space.agent,)
+        self.instruments.turns.add(
+            1,
+            self._attributes(
+                "turns", (genai.GEN_AI_AGENT_NAME, attr.TURN_OUTCOME), bounds, (agent,), (summary.outcome,)
+            ),
+        )
+        self.instruments.turn_tool_calls.record(
+            summary.tool_calls, self._attributes("agent", (genai.GEN_AI_AGENT_NAME,), bounds, (agent,), ())
+        )
+
+    def _count_decision(self, agent: str, tool: str, decision: Decision) -> None:
+        self.instruments.decisions.add(
+            1,
+            self._attributes(
+                "decisions",
+                (genai.GEN_AI_AGENT_NAME, genai.GEN_AI_TOOL_NAME, attr.DECISION_ACTION, attr.DECISION_CODE),
+                (self._space.agent, self._space.tool),
+                (agent, tool),
+                (decision.action, decision.code),
+            ),
+        )
+
+    def _attributes(
+        self,
+        instrument: str,
+        keys: tuple[str, ...],
+        bounds: tuple[LabelBound, ...],
+        host_chosen: tuple[str, ...],
+        constants: tuple[str, ...],
+    ) -> Attributes:
+        """The attribute set: host-chosen values bounded, then code constants, within the
+        instrument's series bound (``SeriesBound``: past it the host-chosen values are ``_other``)."""
+        key = (instrument, *host_chosen, *constants)
+        cached = self._cache.get(key)
+        if cached is not None:
+            return cached
+        bounded = tuple(bound(value) for bound, value in zip(bounds, host_chosen, strict=True))
+        values = self._series[instrument].admit((*bounded, *constants), len(bounded), self._space.max_series)
+        attributes = {name: value for name, value in zip(keys, values, strict=True) if value != _NONE}
+        if values == (*host_chosen, *constants):
+            with self._lock:
+                self._cache[key] = attributes
+        return attributes
+
+
+def _name(value: object) -> str:
+    """A host-chosen name as exported: a string as it is, anything else ``_other``."""
+    return value if isinstance(value, str) else attr.OTHER
