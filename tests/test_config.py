@@ -25,7 +25,7 @@ DEFAULT_WARN_AFTER = {
     "write_streak": 30,
     "same_error": 3,
     "cross_turn_failure": 4,
-    "stagnation": 8,
+    "stagnation": 11,
 }
 DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,

@@ -43,7 +43,7 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "write_streak": 30,
         "same_error": 3,
         "cross_turn_failure": 4,
-        "stagnation": 8,
+        "stagnation": 11,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(

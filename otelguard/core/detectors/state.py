@@ -24,12 +24,15 @@ class FailureCounts(NamedTuple):
 class SignatureState(ResultSlot):
     """What a turn remembers about one signature (its previous result: see ``ResultSlot``)."""
 
-    __slots__ = ("exact_epoch", "exact_failures", "no_progress", "reject_epoch", "rejects")
+    __slots__ = ("exact_epoch", "exact_failures", "no_progress", "reject_epoch", "rejects", "shell_first")
     exact_failures: int
     exact_epoch: int
     no_progress: int
     rejects: int
     reject_epoch: int
+    # stagnation: the raw digest of a shell command's first result this turn (-1: it had none), None
+    # before its first run; its later runs are counted in ``StagnationMemory``
+    shell_first: int | None
 
     def __init__(self) -> None:
         renewed(self)
@@ -44,6 +47,7 @@ def renewed(state: SignatureState) -> SignatureState:
     those given to this call since it last ran; they lapse when a write or shell succeeds."""
     state.raw = state.fingerprint = state.held = None  # ResultSlot's, set here directly
     state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
+    state.shell_first = None
     return state
 
 

@@ -66,7 +66,7 @@ class TurnDetectors:
         self.cycle_rejected: tuple[Signature, int, int] | None = None  # its last: (call, count, period)
         self.read_streak = 0
         self.write_streak = 0
-        self.stagnation = StagnationMemory()
+        self.stagnation = StagnationMemory(capacity)
         self._quiet_stagnation = self.warn_after["stagnation"]
 
     def state(self, sig: Signature) -> SignatureState:
@@ -156,6 +156,10 @@ class TurnDetectors:
                 allowed = self.pattern_rejects if tool_class == "shell" else self.rejects_before_stop
                 if self._valid_rejects(state) < allowed:
                     return True
+        if tool_class == "shell" and self.stagnation.checks:
+            check = self.stagnation.stale(sig)  # a reject or the block: it refuses from its stop on
+            if check is not None and check.stale >= stop["stagnation"]:
+                return True
         if tool_class != "poll":
             rejected = self.cycle_rejected
             if self.cycle.would_continue(sig, stop["cycle"])[0] or (
@@ -323,7 +327,16 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
-        stale = self.stagnation.record(sig, progress) if progress is not None else 0
+        stale = 0
+        if progress is not None:  # a shell's result: see stagnation.py
+            # its raw digest, already made: by ``same_as_previous`` for a success, the error's for a failure
+            key = (state.raw if state.raw is not None else state.fingerprint) if ok else error
+            first = state.shell_first
+            if first is None:  # a command's first run: most run once, its digest is all it leaves
+                state.shell_first = -1 if key is None else key
+            else:
+                rerun = self.cycle.second == sig
+                stale = self.stagnation.record(sig, None if first < 0 else first, key, progress, rerun, ok)
         cycle = self.cycle
         if (
             ok
