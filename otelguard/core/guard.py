@@ -390,7 +390,8 @@ def _result_keys(
     results: ResultMemory, result: Any, tool_class: ToolClass, outcome: Outcome
 ) -> tuple[int | None, Any]:
     """A failed call's error fingerprint (else ``None``), and a shell's result, what stagnation
-    compares (``None`` for any other call; sketched only when the command runs again)."""
+    compares (``None`` for any other call; looked at only when the command runs again and returns
+    something it has not returned before)."""
     error = results.error_fingerprint(result) if outcome == "failed" else None
     if tool_class != "shell" or result is None or (outcome != "ok" and outcome != "failed"):
         return error, None

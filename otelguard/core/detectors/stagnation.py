@@ -38,7 +38,7 @@ _CHECKS: Final = 256  # commands tracked per turn
 _KEPT: Final = 8  # results kept per command
 _SKETCH: Final = 16  # shingle hashes per result
 _NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
-_HEAD: Final = 4096  # characters read from each end of a long result: a traceback ends at the bottom
+_HEAD: Final = 2048  # characters read from each end of a long result: a traceback ends at the bottom
 
 # Each of the first three runs only when the text holds its first characters (a substring test costs
 # next to nothing; a regular expression tried at every position of a 4 KB result costs more than the
