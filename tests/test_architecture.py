@@ -538,7 +538,7 @@ def test_everything_the_guard_loads_is_core() -> None:
     included), is core: none of telemetry, state backends, servers, readers, adapters or the CLI."""
     graph = _graph()
     reached = _reach("otelguard.core.guard", graph)
-    assert "otelguard.core.detectors" in reached
+    assert "otelguard.core.detectors.turn" in reached
     assert sorted(m for m in reached if not _in_core(m)) == []
     edge_users = {module for library in EDGE_LIBRARIES for module in _importers_of(library, everywhere=True)}
     assert sorted(edge_users & (reached | {"otelguard.core.guard"})) == []

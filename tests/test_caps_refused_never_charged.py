@@ -152,7 +152,9 @@ _STEP = st.tuples(
     st.sampled_from(["same", "same", "other", "failed-a", "failed-a", "failed-b", "turn"]),
 )
 _LOW = {"exact_failure": 2, "cross_turn_failure": 2, "no_progress": 2, "identical_call": 3, "cycle": 2}
+_LOW |= {"stagnation": 2}
 _LOWER = {"exact_failure": 1, "cross_turn_failure": 1, "no_progress": 1, "identical_call": 2, "cycle": 2}
+_LOWER |= {"stagnation": 1}
 
 
 @settings(max_examples=300, deadline=None)
@@ -162,6 +164,9 @@ _LOWER = {"exact_failure": 1, "cross_turn_failure": 1, "no_progress": 1, "identi
 @example([("read_file", 0, "same")] * 6)  # no_progress
 @example([("write_file", 0, "same"), ("write_file", 1, "same")] * 4)  # cycle, then its reject resent:
 @example([("Bash", n, f"failed-{n}") for n in range(6)])  # same_tool_failure
+@example(
+    [s for n in range(8) for s in [("Bash", 0, "failed-a"), ("write_file", n + 2, "other")]]
+)  # stagnation
 @example([("write_file", 0, "same"), ("write_file", 1, "same")] * 2 + [("write_file", 0, "same")] * 2)
 def test_the_detectors_side_effect_free_answer_is_the_refusal_they_give(
     steps: list[tuple[str, int, str]],

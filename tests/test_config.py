@@ -26,6 +26,7 @@ DEFAULT_WARN_AFTER = {
     "write_streak": 30,
     "same_error": 3,
     "cross_turn_failure": 4,
+    "stagnation": 11,
 }
 DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,
@@ -36,6 +37,7 @@ DEFAULT_HARD_STOP_AFTER = {
     "cycle": 3,
     "same_error": 6,
     "cross_turn_failure": 7,
+    "stagnation": 12,
 }
 DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
 

@@ -43,6 +43,7 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "write_streak": 30,
         "same_error": 3,
         "cross_turn_failure": 4,
+        "stagnation": 11,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -55,6 +56,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cycle": 3,
         "same_error": 6,
         "cross_turn_failure": 7,
+        "stagnation": 12,
     }
 )
 # How many times one repeated call is refused before sending it again stops the turn. A refused call

@@ -16,7 +16,20 @@ from typing import Any, TypeVar
 
 T = TypeVar("T")
 
-__all__ = ["positional_factory"]
+__all__ = ["ResultSlot", "positional_factory"]
+
+
+class ResultSlot:
+    """The previous ok result of one signature: raw digest, content fingerprint (``None`` until it
+    is needed) and, while the fingerprint is unknown, the result itself. Its owner may reset it for
+    another signature (``TurnDetectors.state`` does, once its map is full): see ``ResultMemory._hold`` in ``results.py``; it lives here, a leaf module, so that the detectors' state reaches it in one import."""
+
+    __slots__ = ("fingerprint", "held", "raw")
+
+    def __init__(self) -> None:
+        self.raw: int | None = None
+        self.fingerprint: int | None = None
+        self.held: Any = None
 
 
 def positional_factory(cls: type[T], fixed: Mapping[str, object] | None = None) -> Callable[..., T]:

@@ -72,6 +72,9 @@ DELEGATION_DEPTH: Final = "delegation_depth"
 DELEGATION_CYCLE_WARN: Final = "delegation_cycle_warn"
 DELEGATION_CYCLE_REJECT: Final = "delegation_cycle_reject"
 DELEGATION_CYCLE_BLOCK: Final = "delegation_cycle_block"
+STAGNATION_WARN: Final = "stagnation_warn"
+STAGNATION_REJECT: Final = "stagnation_reject"
+STAGNATION_BLOCK: Final = "stagnation_block"
 
 CODES: Final = (
     ALLOW,
@@ -108,6 +111,9 @@ CODES: Final = (
     DELEGATION_CYCLE_WARN,
     DELEGATION_CYCLE_REJECT,
     DELEGATION_CYCLE_BLOCK,
+    STAGNATION_WARN,
+    STAGNATION_REJECT,
+    STAGNATION_BLOCK,
 )
 """Every decision code, stable: they are metric label values."""
 

@@ -19,8 +19,9 @@ from otelguard.config import GuardConfig
 from otelguard.core import decisions as codes
 from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
-from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
-from otelguard.core.detectors import SessionMemory, TurnDetectors
+from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary, new_signature
+from otelguard.core.detectors.state import SessionMemory
+from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
 from otelguard.core.observers import GuardObserver, ObserverGroup, TurnInfo, call_event
 from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
@@ -287,7 +288,7 @@ class Guard:
                 outcome = _outcome(result, failed, refusal, tool_class == "shell")
                 if refusal is not None and not isinstance(refusal, str):
                     refusal = str(refusal)
-            error = self._results.error_fingerprint(result) if outcome == "failed" else None
+            error, gist = _result_keys(self._results, result, tool_class, outcome)  # outside the lock
             verdict = None
             with self._lock:
                 pending = self._pending.take(
@@ -307,7 +308,7 @@ class Guard:
                         and self._results.same_as_previous(state, result)
                     )
                     verdict = turn.detectors.record_after(
-                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error
+                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error, gist
                     )
                 if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
                     decision = pending.before if pending is not None else codes.allow_decision(name, sig)
@@ -459,6 +460,18 @@ def _refusal(
                 caps.refund_session(facts.caps_session, units, tree_caps)
             return decision
     return cycle  # a warning, or None
+
+
+def _result_keys(
+    results: ResultMemory, result: Any, tool_class: ToolClass, outcome: Outcome
+) -> tuple[int | None, Any]:
+    """A failed call's error fingerprint (else ``None``), and a shell's result, what stagnation
+    compares (``None`` for any other call; looked at only when the command runs again and returns
+    something it has not returned before)."""
+    error = results.error_fingerprint(result) if outcome == "failed" else None
+    if tool_class != "shell" or result is None or (outcome != "ok" and outcome != "failed"):
+        return error, None
+    return error, result
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

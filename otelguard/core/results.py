@@ -21,6 +21,7 @@ from typing import Any, Final
 
 import xxhash
 
+from otelguard.core._slots import ResultSlot
 from otelguard.core.signatures import ResultFingerprinter
 
 __all__ = ["DEFAULT_HELD_BYTES", "ResultMemory", "ResultSlot"]
@@ -30,19 +31,6 @@ _JSON_OPENERS: Final = (b"{", b"[")
 _xxh3: Final = xxhash.xxh3_128_intdigest
 _ERROR_CACHE_SIZE: Final = 256
 _ENTRY_OVERHEAD: Final = 200  # the queue entry itself, so many tiny results stay bounded too
-
-
-class ResultSlot:
-    """The previous ok result of one signature: raw digest, content fingerprint (``None`` until it
-    is needed) and, while the fingerprint is unknown, the result itself. Its owner may reset it for
-    another signature (``TurnDetectors.state`` does, once its map is full): see ``ResultMemory._hold``."""
-
-    __slots__ = ("fingerprint", "held", "raw")
-
-    def __init__(self) -> None:
-        self.raw: int | None = None
-        self.fingerprint: int | None = None
-        self.held: Any = None
 
 
 _BARE_EXIT_STATUS = re.compile(

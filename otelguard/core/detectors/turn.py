@@ -1,4 +1,5 @@
-"""The loop detectors (docs/detectors.md): per-turn state, ``before_call`` refusals and ``after_call`` verdicts.
+"""``TurnDetectors``: all detector state of one turn, its ``before_call`` refusals and ``after_call``
+verdicts, in the order ``precedence.py`` lists.
 
 Pure and single-threaded: the guard serialises access under its lock. Memory is bounded: state per
 signature, per tool, per (tool, refusal category) and per error fingerprint lives in LRU maps of
@@ -7,165 +8,20 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from otelguard.core import decisions as codes
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
-from otelguard.core.results import ResultSlot
+from otelguard.core.detectors.messages import SHELL_IDENTICAL_REJECT, SHELL_LATER_FAILURE_WARN, decision
+from otelguard.core.detectors.repetition import Cycle
+from otelguard.core.detectors.stagnation import StagnationMemory
+from otelguard.core.detectors.state import FailureCounts, SessionMemory, SignatureState, new_state, renewed
 
 if TYPE_CHECKING:
     from otelguard.config import GuardConfig
 
-__all__ = ["SessionMemory", "SignatureState", "TurnDetectors"]
-
-_CYCLE_PERIODS: Final = (2, 3, 4)
-
-
-class _FailureCounts(NamedTuple):
-    """How many failures the call just recorded has counted, per failure detector."""
-
-    tool_failures: int  # same_tool_failure: failures and refusals of the tool
-    refusals: int  # refusal: refusals of the (tool, category)
-    same_errors: int  # same_error: failures with this call's error fingerprint
-    turns_failed: int  # cross_turn_failure: turns in which this call failed with this same error
-
-
-class SignatureState(ResultSlot):
-    """What a turn remembers about one signature (its previous result: see ``ResultSlot``)."""
-
-    __slots__ = ("exact_epoch", "exact_failures", "no_progress", "reject_epoch", "rejects")
-    exact_failures: int
-    exact_epoch: int
-    no_progress: int
-    rejects: int
-    reject_epoch: int
-
-    def __init__(self) -> None:
-        _renewed(self)
-
-
-_new_state: Final = object.__new__
-
-
-def _renewed(state: SignatureState) -> SignatureState:
-    """``state`` with every field as a new state has it: one made without the call to its
-    ``__init__`` (a new signature on most calls), or the one a full map drops, reused. ``rejects``:
-    those given to this call since it last ran; they lapse when a write or shell succeeds."""
-    state.raw = state.fingerprint = state.held = None  # ResultSlot's, set here directly
-    state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
-    return state
-
-
-_TURN_BITS: Final = 32
-_TURN_MASK: Final = (1 << _TURN_BITS) - 1
-
-
-class SessionMemory:
-    """What a session (one ``Guard``) remembers across its turns: the calls that keep failing the same
-    way, turn after turn (``cross_turn_failure``). Bounded by ``max_tracked_signatures`` entries, least
-    recently used dropped first; ``start_turn`` only advances the turn number.
-
-    Each entry is one int: the call's error fingerprint, the turns it failed in with that error and
-    the last of them (``error << 64 | turns << 32 | last turn``), a third of the bytes of an object
-    holding the three (a session keeps thousands)."""
-
-    __slots__ = ("failures", "turn")
-
-    def __init__(self, capacity: int) -> None:
-        self.failures: BoundedMap[Signature, int] = BoundedMap(capacity)
-        self.turn = 0
-
-    def next_turn(self) -> None:
-        self.turn += 1
-
-    def turns_failed(self, sig: Signature) -> int:
-        """The turns in which ``sig`` has failed with one same error (0 when it is not failing)."""
-        entry = self.failures.get(sig) if self.failures else None
-        return (entry >> _TURN_BITS) & _TURN_MASK if entry is not None else 0
-
-    def record(self, sig: Signature, outcome: Outcome, error: int | None) -> int:
-        """Count a call's outcome; returns the turns it has now failed in with this same error (0 for
-        anything but a failure). A success of the call, or a failure with another error or with no
-        error to compare (an exception, a bare exit status), ends its record; a refusal leaves it."""
-        if outcome == "ok" or (outcome == "failed" and error is None):
-            if self.failures:
-                self.failures.pop(sig, None)
-            return 0
-        if outcome != "failed" or error is None:
-            return 0
-        turn = self.turn & _TURN_MASK
-        entry = self.failures.get(sig)
-        if entry is None or entry >> (2 * _TURN_BITS) != error:
-            turns = 1
-        elif entry & _TURN_MASK != turn:  # several failures in one turn count as one turn
-            turns = ((entry >> _TURN_BITS) & _TURN_MASK) + 1
-        else:
-            turns = (entry >> _TURN_BITS) & _TURN_MASK
-        self.failures.put(sig, (error << (2 * _TURN_BITS)) | (min(turns, _TURN_MASK) << _TURN_BITS) | turn)
-        return turns
-
-
-class _Cycle:
-    """Back-to-back repeats of a period of 2–4 signatures, tracked incrementally in O(1) per call.
-
-    ``last``, ``second``, ``third``, ``fourth``: the last four signatures, newest first (``None``
-    before there are four). ``run2``, ``run3``, ``run4``: for each period p, the consecutive
-    positions i with seq[i] == seq[i - p]. Plain attributes, not a list and a dict: this runs on
-    every call."""
-
-    __slots__ = ("fourth", "last", "run2", "run3", "run4", "second", "third")
-
-    def __init__(self) -> None:
-        self.last: Signature | None = None
-        self.second: Signature | None = None
-        self.third: Signature | None = None
-        self.fourth: Signature | None = None
-        self.run2 = self.run3 = self.run4 = 0
-
-    def push(self, sig: Signature) -> None:
-        second, third = self.second, self.third
-        self.run2 = self.run2 + 1 if second == sig else 0
-        self.run3 = self.run3 + 1 if third == sig else 0
-        fourth = self.fourth
-        self.run4 = self.run4 + 1 if fourth == sig else 0
-        self.fourth = third  # one at a time: four at once would build a tuple
-        self.third = second
-        self.second = self.last
-        self.last = sig
-
-    def runs_any(self) -> bool:
-        return bool(self.run2 or self.run3 or self.run4)
-
-    def _run(self, period: int) -> int:
-        return self.run2 if period == 2 else self.run3 if period == 3 else self.run4
-
-    def _recent(self, period: int) -> tuple[Signature | None, ...]:
-        """The last ``period`` signatures, newest first."""
-        return (self.last, self.second, self.third, self.fourth)[:period]
-
-    def best(self) -> tuple[int, int]:
-        """``(count, period)`` of the strongest current cycle; count 0 when there is none."""
-        best_count, best_period = 0, 0
-        for period in _CYCLE_PERIODS:
-            run = self._run(period)
-            if run == 0:
-                continue
-            count = (run + period) // period
-            if count > best_count and len(set(self._recent(period))) >= 2:
-                best_count, best_period = count, period
-        return best_count, best_period
-
-    def would_continue(self, sig: Signature, threshold: int) -> tuple[int, int]:
-        """``(count, period)`` of a cycle of at least ``threshold`` repeats that ``sig`` would continue."""
-        for period in _CYCLE_PERIODS:
-            run = self._run(period)
-            count = (run + period) // period
-            if run and count >= threshold:
-                recent = self._recent(period)
-                if recent[-1] == sig and len(set(recent)) >= 2:
-                    return count, period
-        return 0, 0
+__all__ = ["TurnDetectors"]
 
 
 class TurnDetectors:
@@ -205,11 +61,13 @@ class TurnDetectors:
         self._quiet_write_streak = self.warn_after["write_streak"]
         self.identical_sig: Signature | None = None  # of the last ok write/unknown call
         self.identical_count = 0
-        self.cycle = _Cycle()
+        self.cycle = Cycle()
         self.cycle_rejects = 0  # rejects given to the current cycle
         self.cycle_rejected: tuple[Signature, int, int] | None = None  # its last: (call, count, period)
         self.read_streak = 0
         self.write_streak = 0
+        self.stagnation = StagnationMemory(capacity)
+        self._quiet_stagnation = self.warn_after["stagnation"]
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used.
@@ -225,10 +83,10 @@ class TurnDetectors:
             signatures.move_to_end(sig)
             return state
         if len(signatures) < self._capacity:
-            state = _new_state(SignatureState)
+            state = new_state(SignatureState)
         else:
             state = signatures.popitem(False)[1]  # positional: no keyword parsing
-        signatures[sig] = state = _renewed(state)  # the bound is kept above
+        signatures[sig] = state = renewed(state)  # the bound is kept above
         return state
 
     # before_call -----------------------------------------------------------------------------
@@ -267,6 +125,10 @@ class TurnDetectors:
             refused = self._refuse_identical(sig, state, tool_class)
             if refused is not None:
                 return refused
+        if tool_class == "shell" and self.stagnation.checks:
+            refused = self._refuse_stagnation(sig)
+            if refused is not None:
+                return refused
         if tool_class != "poll":
             refused = self._refuse_cycle(sig)
             if refused is not None:
@@ -294,6 +156,10 @@ class TurnDetectors:
                 allowed = self.pattern_rejects if tool_class == "shell" else self.rejects_before_stop
                 if self._valid_rejects(state) < allowed:
                     return True
+        if tool_class == "shell" and self.stagnation.checks:
+            check = self.stagnation.stale(sig)  # a reject or the block: it refuses from its stop on
+            if check is not None and check.stale >= stop["stagnation"]:
+                return True
         if tool_class != "poll":
             rejected = self.cycle_rejected
             if self.cycle.would_continue(sig, stop["cycle"])[0] or (
@@ -314,7 +180,21 @@ class TurnDetectors:
         self.tool_rejects[tool] = rejects + 1
         limit = self.stop_after["same_tool_failure"]
         count = self.tool_failures.get(tool, limit)
-        return _decision("reject", codes.SAME_TOOL_FAILURE_REJECT, sig, count, limit)
+        return decision("reject", codes.SAME_TOOL_FAILURE_REJECT, sig, count, limit)
+
+    def _refuse_stagnation(self, sig: Signature) -> Decision | None:
+        """stagnation: a shell command that has returned what it already returned ``hard_stop_after``
+        times is rejected, ``rejects_before_stop`` times; sent again after that, it stops the turn.
+        Its rejects are its own (an edit between two sends does not renew them: edits that do not
+        change the check's result are the loop), and end when the command returns something new."""
+        check = self.stagnation.stale(sig)
+        limit = self.stop_after["stagnation"]
+        if check is None or check.stale < limit:
+            return None
+        if check.rejects < self.rejects_before_stop:
+            check.rejects += 1
+            return decision("reject", codes.STAGNATION_REJECT, sig, check.stale, limit)
+        return decision("block", codes.STAGNATION_BLOCK, sig, check.stale, limit)
 
     def _refuse_cycle(self, sig: Signature) -> Decision | None:
         """cycle: the call continuing the cycle is rejected, and taken as part of the sequence (the model
@@ -328,11 +208,11 @@ class TurnDetectors:
         if not count:
             return None
         if self.cycle_rejects >= self.pattern_rejects:
-            return _decision("block", codes.CYCLE_BLOCK, sig, count, limit, period=period)
+            return decision("block", codes.CYCLE_BLOCK, sig, count, limit, period=period)
         self.cycle_rejects += 1
         self.cycle_rejected = (sig, count, period)
         self.cycle.push(sig)
-        return _decision("reject", codes.CYCLE_REJECT, sig, count, limit, period=period)
+        return decision("reject", codes.CYCLE_REJECT, sig, count, limit, period=period)
 
     def _refuse_identical(
         self, sig: Signature, state: SignatureState, tool_class: ToolClass
@@ -351,8 +231,8 @@ class TurnDetectors:
             return None
         self._count_reject(state)
         code = codes.IDENTICAL_CALL_REJECT
-        message = _SHELL_IDENTICAL_REJECT if shell else None
-        return _decision("reject", code, sig, count, limit, message=message)
+        message = SHELL_IDENTICAL_REJECT if shell else None
+        return decision("reject", code, sig, count, limit, message=message)
 
     def _refuse(
         self,
@@ -367,8 +247,8 @@ class TurnDetectors:
         """A reject while the call has rejects left, else the ``block`` that stops the turn."""
         if self._valid_rejects(state) < self.rejects_before_stop:
             self._count_reject(state)
-            return _decision("reject", reject_code, sig, count, limit, period=period)
-        return _decision("block", stop_code, sig, count, limit, period=period)
+            return decision("reject", reject_code, sig, count, limit, period=period)
+        return decision("block", stop_code, sig, count, limit, period=period)
 
     def _valid_rejects(self, state: SignatureState) -> int:
         return state.rejects if state.reject_epoch == self.write_epoch else 0
@@ -413,12 +293,14 @@ class TurnDetectors:
         refusal: str | None,
         same_result: bool,
         error: int | None = None,
+        progress: Any = None,
     ) -> Decision | None:
         """Update every detector with the call's outcome; return the first decision that fires, if any.
 
         ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
         signature's previous ok call returned; ``error`` is a failed call's error fingerprint
-        (``None`` for a failure without a result, which no error count can match).
+        (``None`` for a failure without a result, which no error count can match); ``progress`` a
+        shell call's result, ``None`` for any other call.
         """
         ok = outcome == "ok"
         same_errors = 0
@@ -445,6 +327,16 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        stale = 0
+        if progress is not None:  # a shell's result: see stagnation.py
+            # its raw digest, already made: by ``same_as_previous`` for a success, the error's for a failure
+            key = (state.raw if state.raw is not None else state.fingerprint) if ok else error
+            first = state.shell_first
+            if first is None:  # a command's first run: most run once, its digest is all it leaves
+                state.shell_first = -1 if key is None else key
+            else:
+                rerun = self.cycle.second == sig
+                stale = self.stagnation.record(sig, None if first < 0 else first, key, progress, rerun, ok)
         cycle = self.cycle
         if (
             ok
@@ -453,10 +345,11 @@ class TurnDetectors:
             and self.read_streak < self._quiet_read_streak
             and self.write_streak < self._quiet_write_streak
             and not (cycle.run2 or cycle.run3 or cycle.run4)  # cycle.runs_any(), on every call
+            and stale < self._quiet_stagnation
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
-        failures = _FailureCounts(tool_failures, refusals, same_errors, across)
-        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class)
+        failures = FailureCounts(tool_failures, refusals, same_errors, across)
+        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class, stale)
 
     def _track_progress(
         self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
@@ -573,147 +466,59 @@ class TurnDetectors:
         sig: Signature,
         state: SignatureState,
         failure_tolerant: bool,
-        failures: _FailureCounts,
+        failures: FailureCounts,
         identical: int,
         tool_class: ToolClass,
+        stale: int = 0,
     ) -> Decision | None:
         warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
         tool_failures, refusals, same_errors, turns_failed = failures
         if hard and refusals >= stop["refusal"]:
-            return _decision("halt", codes.REFUSAL_HALT, sig, refusals, stop["refusal"])
+            return decision("halt", codes.REFUSAL_HALT, sig, refusals, stop["refusal"])
         if (
             hard
             and not failure_tolerant
             and tool_failures >= stop["same_tool_failure"]
             and self._tool_rejects_spent(sig.tool_name, tool_failures)
         ):
-            return _decision(
+            return decision(
                 "halt", codes.SAME_TOOL_FAILURE_HALT, sig, tool_failures, stop["same_tool_failure"]
             )
         # failure_tolerant does not exempt: the very same error from tool after tool is a loop
         if hard and same_errors >= stop["same_error"]:
-            return _decision("halt", codes.SAME_ERROR_HALT, sig, same_errors, stop["same_error"])
+            return decision("halt", codes.SAME_ERROR_HALT, sig, same_errors, stop["same_error"])
         if hard and identical >= stop["identical_call"] and tool_class != "shell":
-            return _decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
+            return decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
         if not self.config.warnings:
             return None
         exact = self._exact_failures(state)
         if exact and exact >= warn["exact_failure"]:
-            return _decision("warn", codes.EXACT_FAILURE_WARN, sig, exact, warn["exact_failure"])
+            return decision("warn", codes.EXACT_FAILURE_WARN, sig, exact, warn["exact_failure"])
         if turns_failed and turns_failed >= warn["cross_turn_failure"]:
-            return _decision(
+            return decision(
                 "warn", codes.CROSS_TURN_FAILURE_WARN, sig, turns_failed, warn["cross_turn_failure"]
             )
         if refusals and refusals >= warn["refusal"]:
-            return _decision("warn", codes.REFUSAL_WARN, sig, refusals, warn["refusal"])
-        tool_warn = warn["same_tool_failure"] + (_SHELL_LATER_FAILURE_WARN if tool_class == "shell" else 0)
+            return decision("warn", codes.REFUSAL_WARN, sig, refusals, warn["refusal"])
+        tool_warn = warn["same_tool_failure"] + (SHELL_LATER_FAILURE_WARN if tool_class == "shell" else 0)
         if tool_failures and tool_failures >= tool_warn:
-            return _decision("warn", codes.SAME_TOOL_FAILURE_WARN, sig, tool_failures, tool_warn)
+            return decision("warn", codes.SAME_TOOL_FAILURE_WARN, sig, tool_failures, tool_warn)
         if same_errors and same_errors >= warn["same_error"]:
-            return _decision("warn", codes.SAME_ERROR_WARN, sig, same_errors, warn["same_error"])
+            return decision("warn", codes.SAME_ERROR_WARN, sig, same_errors, warn["same_error"])
         if tool_class == "read" and state.no_progress >= warn["no_progress"]:
-            return _decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
+            return decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
         if identical and identical >= warn["identical_call"] and not self._refusal_pending(identical):
-            return _decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
+            return decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
+        if stale and stale >= warn["stagnation"]:
+            return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"])
         if tool_class != "poll" and self.cycle.runs_any():
             count, period = self.cycle.best()
             if count >= warn["cycle"]:
-                return _decision("warn", codes.CYCLE_WARN, sig, count, warn["cycle"], period=period)
+                return decision("warn", codes.CYCLE_WARN, sig, count, warn["cycle"], period=period)
         if tool_class == "read" and self.read_streak >= warn["read_only_streak"]:
-            return _decision(
+            return decision(
                 "warn", codes.READ_ONLY_STREAK_WARN, sig, self.read_streak, warn["read_only_streak"]
             )
         if tool_class == "write" and self.write_streak >= warn["write_streak"]:
-            return _decision("warn", codes.WRITE_STREAK_WARN, sig, self.write_streak, warn["write_streak"])
+            return decision("warn", codes.WRITE_STREAK_WARN, sig, self.write_streak, warn["write_streak"])
         return None
-
-
-# A shell's failure is an exit status: grep finding nothing, a failing test, a probe of the
-# environment. A few different commands failing in a row is how an agent explores, so a shell's
-# same_tool_failure warns one failure later than another tool's (measured on real runs of shell agents).
-_SHELL_LATER_FAILURE_WARN: Final = 1
-
-_MESSAGES: Final = {
-    codes.EXACT_FAILURE_WARN: "{tool} failed {count} times in a row with the same arguments. Do not retry it "
-    "unchanged: read the error, change the arguments or the approach, or report the problem.",
-    codes.EXACT_FAILURE_BLOCK: "Not run: {tool} already failed {count} times in a row with these same "
-    "arguments. Change the arguments or the approach, or stop and report the problem.",
-    codes.EXACT_FAILURE_REJECT: "Not run: {tool} already failed {count} times in a row with these same "
-    "arguments. Change the arguments or the approach; if you keep sending this same call, the turn stops.",
-    codes.CROSS_TURN_FAILURE_WARN: "{tool} has failed the same way with the same arguments in {count} "
-    "turns. Retrying it unchanged will not help: change the arguments or the approach, or tell the user "
-    "what the error is.",
-    codes.CROSS_TURN_FAILURE_REJECT: "Not run: {tool} failed the same way with these same arguments in "
-    "{count} turns. Change the arguments or the approach, or tell the user what the error is; if you "
-    "keep sending this same call, the turn stops.",
-    codes.CROSS_TURN_FAILURE_BLOCK: "Not run: {tool} failed the same way with these same arguments in "
-    "{count} turns and was sent again after being refused. Tell the user what the error is.",
-    codes.SAME_TOOL_FAILURE_WARN: "{tool} has failed {count} times this turn, with different arguments or "
-    "errors. Diagnose the cause before calling it again.",
-    codes.SAME_TOOL_FAILURE_REJECT: "Not run: {tool} already failed {count} times this turn (limit "
-    "{limit}), with different arguments or errors. Find the cause before using it again: read the "
-    "errors, check the inputs, or change the approach; if its next call fails too, the turn stops.",
-    codes.SAME_TOOL_FAILURE_HALT: "Stopping this turn: {tool} failed {count} times (limit {limit}). "
-    "Tell the user what went wrong instead of calling more tools.",
-    codes.REFUSAL_WARN: "{tool} was refused {count} times by a policy or permission gate. Retrying will not "
-    "help: ask the user for permission or take another approach.",
-    codes.REFUSAL_HALT: "Stopping this turn: {tool} was refused {count} times (limit {limit}). Ask the user "
-    "for permission instead of retrying.",
-    codes.NO_PROGRESS_WARN: "{tool} returned the same result {count} times for the same arguments. You "
-    "already have this result: use it instead of calling again.",
-    codes.NO_PROGRESS_BLOCK: "Not run: {tool} already returned the same result {count} times for these "
-    "arguments. Use the result you have.",
-    codes.NO_PROGRESS_REJECT: "Not run: {tool} already returned the same result {count} times for these "
-    "arguments. Use the result you have; if you keep sending this same call, the turn stops.",
-    codes.IDENTICAL_CALL_REJECT: "Not run: {tool} was called {count} times in a row with the same "
-    "arguments and got the same result each time. Use the result you have or try something different; "
-    "if you keep sending it, the turn stops.",
-    codes.IDENTICAL_CALL_WARN: "{tool} was called {count} times in a row with the same arguments and got the "
-    "same result. Stop repeating it.",
-    codes.IDENTICAL_CALL_HALT: "Stopping this turn: {tool} was repeated {count} times in a row with the same "
-    "result (limit {limit}).",
-    codes.CYCLE_WARN: "Your last calls repeat the same cycle of {period} calls ({count} times in a row, "
-    "ending with {tool}). Break the cycle: try something different or report back.",
-    codes.CYCLE_BLOCK: "Not run: this call to {tool} would continue a cycle of {period} calls already "
-    "repeated {count} times. Try something different or report back.",
-    codes.CYCLE_REJECT: "Not run: this call to {tool} would continue a cycle of {period} calls already "
-    "repeated {count} times. Try something different or report back; continuing the cycle stops the turn.",
-    codes.SAME_ERROR_WARN: "{count} calls failed with the very same error since the last successful "
-    "change (the last: {tool}). Changing the tool or the arguments does not fix it: read the error "
-    "and fix its cause first.",
-    codes.SAME_ERROR_HALT: "Stopping this turn: {count} calls failed with the very same error (limit "
-    "{limit}, the last: {tool}). Tell the user what the error is instead of calling more tools.",
-    codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row (the last: {tool}) without changing "
-    "anything. Act on what you found or report back.",
-    codes.WRITE_STREAK_WARN: "{count} changing calls in a row (the last: {tool}) without reading anything "
-    "back. Check the results of your changes.",
-}
-
-
-_SHELL_IDENTICAL_REJECT: Final = (
-    "Not run: {tool} ran this same command {count} times in a row with the same output. Use the output "
-    "you have, or change something before running it again."
-)
-
-
-def _decision(
-    action: codes.Action,
-    code: str,
-    sig: Signature,
-    count: int,
-    limit: int,
-    *,
-    period: int = 0,
-    message: str | None = None,
-) -> Decision:
-    template = _MESSAGES[code] if message is None else message
-    message = template.format(tool=sig.tool_name, count=count, limit=limit, period=period)
-    return Decision(
-        action=action,
-        code=code,
-        message=message,
-        tool_name=sig.tool_name,
-        count=count,
-        limit=limit,
-        signature=sig,
-    )

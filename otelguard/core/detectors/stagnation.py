@@ -1,0 +1,175 @@
+"""Stagnation: a shell command that keeps returning what it already returned.
+
+An agent stuck on a task reruns the same check (``python reproduce.py``, the tests) after each edit
+and gets the same failure back in other words; or it lists the same directory again and again. No
+exact rule sees it when the output differs in a timestamp, an address or a line number, or when an
+edit comes between two runs. Here each run of a shell command from its second on is compared with
+the results that command gave earlier in the turn: first by the raw digest the guard already made
+of the result (the very same output: nothing more to do), else by its normalised text (ANSI codes,
+hex addresses, temporary paths and free-standing numbers out, whitespace collapsed) and a bottom-k sketch of
+its word shingles (an estimate of their Jaccard similarity). ``StagnationMemory.record`` says which
+runs count: a check failing the same way across fix attempts, and identical calls returning the
+very same output back to back.
+
+Cheap when nothing repeats: a command's first run only leaves its raw digest in its signature's
+state; only a result new for the command is normalised and sketched, by C-level string, map and set
+operations. Bounded and private: per turn at most ``_CHECKS`` commands (fewer for a guard tracking
+fewer signatures), each keeping its last ``_KEPT`` results as a raw digest and a sketch of
+``_SKETCH`` 64-bit shingle digests (no text), digests that never leave the process; only the count
+and the code leave it, in the decision.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Iterable
+from heapq import nsmallest
+from typing import Any, Final
+
+import xxhash
+
+from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.decisions import Signature
+
+__all__ = ["ResultSketch", "StagnationMemory", "normalised", "sketch"]
+
+_CHECKS: Final = 256  # commands tracked per turn
+_KEPT: Final = 8  # results kept per command
+_SKETCH: Final = 16  # shingle hashes per result
+_NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
+_HEAD: Final = 2048  # characters read from each end of a long result: a traceback ends at the bottom
+
+# Each of the first three runs only when the text holds its first characters (a substring test costs
+# next to nothing; a regular expression tried at every position of a 4 KB result costs more than the
+# rest of the call). The numbers' starts at a digit, so the engine skips to the digits in C.
+_ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
+_HEX: Final = re.compile(rb"0[xX][0-9a-fA-F]+")
+_TEMP: Final = re.compile(rb"(?:/tmp|/var/folders|/private/var)/\S+")
+# a number, with the hex digits and dots that follow it (durations, pids, counters, line numbers,
+# versions, ids starting with a digit, a timestamp's parts): not one inside a name (test_3, py3),
+# except after a timestamp's T
+_NUMBER: Final = re.compile(rb"\d(?<![A-SU-Za-z_0-9]\d)[0-9a-fA-F.]*")
+
+_hash64: Final = xxhash.xxh3_64_intdigest
+_join: Final = b" ".join
+# A result of _FILTERED words has about as many shingles, an eighth of them below _LOW: the _SKETCH
+# smallest are among those but once in over a million results
+_FILTERED: Final = 512
+_LOW: Final = 1 << 61
+
+ResultSketch = tuple[int, tuple[int, ...]]
+"""A result as compared here: the digest of its normalised text and its shingle sketch."""
+
+
+def _text(result: Any) -> str:
+    if isinstance(result, str):
+        text = result
+    elif isinstance(result, (bytes, bytearray)):
+        text = bytes(result).decode("utf-8", "replace")
+    else:
+        try:
+            text = json.dumps(result, sort_keys=True, default=str)
+        except (TypeError, ValueError, RecursionError):
+            text = repr(result)
+    if len(text) > 2 * _HEAD:
+        text = text[:_HEAD] + " " + text[-_HEAD:]
+    return text
+
+
+def _words(result: Any) -> list[bytes]:
+    """The result's UTF-8 words with its volatile parts out."""
+    data = _text(result).encode("utf-8", "surrogatepass")
+    if b"\x1b" in data:
+        data = _ANSI.sub(b" ", data)
+    if b"0x" in data or b"0X" in data:
+        data = _HEX.sub(b" ", data)
+    if b"/tmp/" in data or b"/var/" in data:
+        data = _TEMP.sub(b" ", data)
+    return _NUMBER.sub(b"", data).split()
+
+
+def normalised(result: Any) -> str:
+    """The result's text with its volatile parts out and its whitespace collapsed."""
+    return b" ".join(_words(result)).decode("utf-8", "surrogatepass")
+
+
+def sketch(result: Any) -> ResultSketch:
+    """The digest of the normalised result and the ``_SKETCH`` smallest digests of its three-word
+    shingles, built by C-level maps, filters and sets (no Python loop over the words)."""
+    words = _words(result)
+    digest = _hash64(b" ".join(words))
+    if len(words) <= 3:
+        return digest, (digest,)
+    hashes: Iterable[int] = set(map(_hash64, map(_join, zip(words, words[1:], words[2:], strict=False))))
+    if len(words) >= _FILTERED:  # the smallest are below an eighth of the range: skip the rest in C
+        hashes = filter(_LOW.__gt__, hashes)
+    return digest, tuple(sorted(nsmallest(_SKETCH, hashes)))
+
+
+def _near(a: ResultSketch, b: ResultSketch) -> bool:
+    if a[0] == b[0]:
+        return True
+    small_a, small_b = a[1], b[1]
+    union = nsmallest(_SKETCH, set(small_a) | set(small_b))
+    shared = set(small_a) & set(small_b)
+    return sum(1 for h in union if h in shared) >= _NEAR * len(union)
+
+
+class _Check:
+    __slots__ = ("keys", "rejects", "sketches", "stale")
+
+    def __init__(self, first: int | None) -> None:
+        self.keys: tuple[int, ...] = () if first is None else (first,)  # raw digests, newest last
+        self.sketches: tuple[ResultSketch, ...] = ()  # of the results that were new by raw digest
+        self.stale = 0  # runs returning a result the command already returned, since a new one
+        self.rejects = 0  # rejects given since then
+
+
+class StagnationMemory:
+    """Per turn: the results each shell command returned, and how often it returned one again."""
+
+    __slots__ = ("checks",)
+
+    def __init__(self, max_checks: int = _CHECKS) -> None:
+        """``max_checks``: commands tracked, at most ``_CHECKS`` (a subagent tracking few signatures
+        tracks as few commands, so a session's subagents stay within its budget)."""
+        self.checks: BoundedMap[Signature, _Check] = BoundedMap(max(1, min(_CHECKS, max_checks)))
+
+    def record(
+        self, sig: Signature, first: int | None, key: int | None, raw: Any, rerun: bool, ok: bool
+    ) -> int:
+        """Count a run (the second or a later one) of the command ``sig`` that returned ``raw``, whose
+        raw digest is ``key`` (``None``: none made); returns its stale count. ``first``: the raw
+        digest of the command's first run; ``rerun``: the command's previous run was the call just
+        before this one; ``ok``: the run succeeded.
+
+        What counts: a failed run returning the very same output as an earlier run, or the same
+        failure in other words with another call since the command's previous run (the check failing
+        the same way across fix attempts); a successful run returning the very same output as the
+        command's run just before it (a loop of identical calls). A result new for the command resets
+        the count; any other run neither counts nor resets it: a check passing with the same output
+        after an edit is not a failure repeated, and a rerun right after itself whose output moves
+        only in its volatile parts (a build or a server being waited on) is not stuck by itself."""
+        check = self.checks.get(sig)
+        if check is None:
+            check = self.checks.touch(sig, lambda: _Check(first))
+        else:
+            self.checks.move_to_end(sig)
+        if key is not None and key in check.keys:  # the very same output: no text to look at
+            if rerun or not ok:
+                check.stale += 1
+            return check.stale
+        result = sketch(raw)
+        if any(_near(result, seen) for seen in check.sketches):
+            if not (rerun or ok):
+                check.stale += 1
+        else:
+            check.stale = check.rejects = 0
+        if key is not None:
+            check.keys = (*check.keys[-(_KEPT - 1) :], key)
+        check.sketches = (*check.sketches[-(_KEPT - 1) :], result)
+        return check.stale
+
+    def stale(self, sig: Signature) -> _Check | None:
+        return self.checks.get(sig) if self.checks else None

@@ -1,0 +1,31 @@
+"""The detectors' precedence table is the order the docs give (docs/detectors.md, "Ordering")."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from otelguard.core.decisions import CODES
+from otelguard.core.detectors.precedence import AFTER_CALL, BEFORE_CALL
+
+DOCS = Path(__file__).resolve().parent.parent / "docs" / "detectors.md"
+
+
+def _ordering() -> str:
+    text = DOCS.read_text(encoding="utf-8")
+    return text[text.index("## Ordering") :].split("\n## ", 1)[0]
+
+
+def test_after_call_order_is_the_documented_one() -> None:
+    section = _ordering()
+    paragraph = section[section.index("`after_call` records the outcome") :].split("\n\n", 1)[0]
+    documented = tuple(re.findall(r"`([a-z_]+_(?:warn|halt))`", paragraph))
+    assert documented == AFTER_CALL
+    assert set(AFTER_CALL) <= set(CODES)
+
+
+def test_before_call_order_is_the_documented_one() -> None:
+    section = _ordering()
+    item = section[section.index("3. the hard-stop refusals") :].split("\n\n", 1)[0]
+    documented = tuple(name for name in re.findall(r"`([a-z_]+)`", item) if not name.endswith("_reject"))
+    assert documented == BEFORE_CALL
