@@ -277,7 +277,12 @@ def touched_families(families: MetricFamilies) -> dict[str, tuple[Collector, ...
     them at every scrape costs more than the whole replay). ``decisions`` is what a call with a
     non-allow decision adds to ``call``; a test checks these cover every family of the registry."""
     return {
-        "call": (families.tool_calls, families.subagent_spawns),
+        "call": (
+            families.tool_calls,
+            families.subagent_spawns,
+            families.delegations,
+            families.delegation_depth,
+        ),
         "decisions": (families.decisions, families.cap_hits, families.loop_signature_hits),
         "turn": (families.turns, families.turn_tool_calls, families.turn_cap_usage_ratio),
         "internal_error": (families.internal_errors,),
