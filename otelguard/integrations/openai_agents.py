@@ -33,17 +33,22 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import itertools
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.errors import GuardHalted
 from otelguard.hosting import TelemetryOption, session_host
 from otelguard.integrations._protocol import (
     CallMemory,
@@ -51,6 +56,7 @@ from otelguard.integrations._protocol import (
     error_result,
     guidance,
     missing_framework,
+    raised,
     refusal,
     stop_if_halted,
 )
@@ -68,6 +74,7 @@ try:
         ToolInputGuardrailData,
         ToolOutputGuardrail,
         ToolOutputGuardrailData,
+        handoff,
     )
 
     # what the SDK's public API does not offer, named in one shim pinned by a test per version
@@ -148,6 +155,8 @@ class _Guarded:
     original: list[Tool]
     guarded: list[Tool]
     given: tuple[Tool, ...]  # what ``guarded`` held then
+    handoffs: list[Any] = field(default_factory=list)  # the handoff list it had
+    guarded_handoffs: list[Any] = field(default_factory=list)  # the one it was given
 
     def unchanged(self, agent: Agent[Any]) -> bool:
         return (
@@ -163,6 +172,7 @@ class _Installation:
 
     agents: dict[int, _Guarded] = field(default_factory=dict)
     copies: dict[int, FunctionTool] = field(default_factory=dict)  # id of the original -> its copy
+    handoff_copies: dict[int, Handoff[Any, Any]] = field(default_factory=dict)
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -197,12 +207,34 @@ class _Installation:
                 tools = done.guarded
             else:
                 tools = [self._copy(tool) if isinstance(tool, FunctionTool) else tool for tool in agent.tools]
-                self.agents[id(agent)] = _Guarded(weakref.ref(agent), agent.tools, tools, tuple(tools))
+                handoffs = [self._copy_handoff(entry) for entry in agent.handoffs]
+                self.agents[id(agent)] = _Guarded(
+                    weakref.ref(agent), agent.tools, tools, tuple(tools), agent.handoffs, handoffs
+                )
                 agent.tools = tools
+                agent.handoffs = handoffs
+            handoffs = self.agents[id(agent)].guarded_handoffs
         for tool in tools:
             tool_guard = _guard_of(tool)
             if tool_guard is not None:
                 tool_guard.add_owner(hooks)
+        for entry in handoffs:
+            if isinstance(entry, _GuardedHandoff):
+                entry.guard.add_owner(hooks)
+
+    def _copy_handoff(self, entry: Any) -> Any:
+        """A handoff (or an agent, as the SDK's ``handoff(agent)`` would make it) that asks the
+        guard first: its copy, made once per handoff."""
+        if isinstance(entry, _GuardedHandoff):
+            return entry
+        if isinstance(entry, Agent):
+            entry = handoff(entry)
+        if not isinstance(entry, Handoff):
+            return entry
+        copied = self.handoff_copies.get(id(entry))
+        if copied is None:
+            copied = self.handoff_copies[id(entry)] = _HandoffGuard(entry).handoff
+        return copied
 
     def _copy(self, tool: FunctionTool) -> FunctionTool:
         if _guard_of(tool) is not None:  # already a guarded copy
@@ -222,10 +254,13 @@ class _Installation:
             self.closed = True
             guarded, self.agents = list(self.agents.values()), {}
             self.copies.clear()
+            self.handoff_copies.clear()
         for each in guarded:
             agent = each.agent()
             if agent is None:
                 continue
+            if agent.handoffs is each.guarded_handoffs:
+                agent.handoffs = each.handoffs
             if each.unchanged(agent):
                 agent.tools = each.original
             else:  # the list was changed or replaced since: keep the change, drop the copies
@@ -244,6 +279,37 @@ def _forget(key: int, installation: _Installation) -> None:
             del _INSTALLATIONS[key]
 
 
+class _Run:
+    """One live run: its session, its turn token, and the guard of the agent running now (the
+    session's main guard, or, in a delegation tree, the guard one level down per handoff)."""
+
+    __slots__ = ("agent", "guard", "session", "token")
+
+    def __init__(self, session: Session, token: object) -> None:
+        self.session = session
+        self.token = token
+        self.guard: Guard = session.main
+        self.agent: Any = None  # the SDK agent running now (told by ``on_agent_start``)
+
+    def hand_off(self, agent: Any) -> None:
+        """A handoff to ``agent`` ran: in a delegation tree its calls go to a guard one level below
+        the agent that handed off (a turn of its own); outside a tree they stay with the main guard."""
+        self.agent = agent
+        previous = self.guard
+        if previous.delegation_tree is None:
+            return
+        self.guard = previous.subagent_guard(getattr(agent, "name", None) or previous.agent)
+        self.guard.start_turn()
+        if previous is not self.session.main:
+            previous.end_turn()
+
+    def end_delegated(self) -> None:
+        """End the turn of the agent the run was handed to, if any (the main turn ends with the run)."""
+        guard, self.guard = self.guard, self.session.main
+        if guard is not self.session.main:
+            guard.end_turn()
+
+
 class GuardRunHooks(RunHooks[Any]):
     """The ``RunHooks`` that ``guard_agent`` returns: turns, results and halts of guarded runs."""
 
@@ -253,10 +319,10 @@ class GuardRunHooks(RunHooks[Any]):
         self._lock = threading.Lock()
         # One entry per live run, keyed by its usage object (shared by every context of one run,
         # tool contexts included); dropped when the run's usage is garbage collected.
-        self._runs: BoundedMap[int, tuple[Session, object]] = BoundedMap(sessions.max_sessions)
+        self._runs: BoundedMap[int, _Run] = BoundedMap(sessions.max_sessions)
         # Runs whose usage was freed, for the next event to settle: a finalizer runs inside the
         # garbage collector, maybe in a thread holding a lock it would need, so it only appends.
-        self._freed: deque[tuple[int, Session, object]] = deque()
+        self._freed: deque[tuple[int, _Run]] = deque()
 
     def knows_run(self, context: RunContextWrapper[Any]) -> bool:
         if self._freed:
@@ -266,9 +332,13 @@ class GuardRunHooks(RunHooks[Any]):
 
     def session_for(self, context: RunContextWrapper[Any]) -> Session:
         """The session of the run ``context`` belongs to; the first call of a run starts its turn."""
-        return self._run(context)[0]
+        return self.run_of(context).session
 
-    def _run(self, context: RunContextWrapper[Any]) -> tuple[Session, object]:
+    def guard_for(self, context: RunContextWrapper[Any]) -> Guard:
+        """The guard of the agent running now in the run ``context`` belongs to."""
+        return self.run_of(context).guard
+
+    def run_of(self, context: RunContextWrapper[Any]) -> _Run:
         if self._freed:
             self._settle_freed()
         usage = context.usage
@@ -278,11 +348,11 @@ class GuardRunHooks(RunHooks[Any]):
         if run is not None:
             return run
         session_id = self._session_key(context) if self._session_key is not None else None
-        run = (self.sessions.session(session_id), object())
+        run = _Run(self.sessions.session(session_id), object())
         with self._lock:
             self._runs.put(key, run)
-        weakref.finalize(usage, self._freed.append, (key, *run)).atexit = False
-        run[0].enter_run(run[1])
+        weakref.finalize(usage, self._freed.append, (key, run)).atexit = False
+        run.session.enter_run(run.token)
         return run
 
     def _settle_freed(self) -> None:
@@ -290,32 +360,39 @@ class GuardRunHooks(RunHooks[Any]):
         ``on_agent_end``, so its run ended in an exception (``leave_run`` is a no-op otherwise)."""
         while self._freed:
             try:
-                key, session, token = self._freed.popleft()
+                key, run = self._freed.popleft()
             except IndexError:  # another thread settled it
                 return
             with self._lock:
-                run = self._runs.get(key)
-                if run is not None and run[1] is token:
+                if self._runs.get(key) is run:
                     del self._runs[key]
-            session.leave_run(token, errored=True)
+            run.end_delegated()
+            run.session.leave_run(run.token, errored=True)
 
     def end_failed_run(self, context: RunContextWrapper[Any], error: Exception) -> None:
         """A tool's exception is leaving the run (the SDK raises it to the caller): the turn is over."""
-        session, token = self._run(context)
-        end_run(session, token, error)
+        run = self.run_of(context)
+        run.end_delegated()
+        end_run(run.session, run.token, error)
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
-        self._run(context)
+        self.run_of(context).agent = agent
 
     async def on_llm_start(
         self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
-        session, token = self._run(context)
-        stop_if_halted(session, token)
+        run = self.run_of(context)
+        halt = run.guard.halt_decision
+        if halt is not None and run.guard is not run.session.main:
+            run.end_delegated()
+            run.session.leave_run(run.token)
+            raise GuardHalted(halt)
+        stop_if_halted(run.session, run.token)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
-        session, token = self._run(context)
-        session.leave_run(token)
+        run = self.run_of(context)
+        run.end_delegated()
+        run.session.leave_run(run.token)
 
     async def on_tool_end(
         self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
@@ -334,7 +411,7 @@ class GuardRunHooks(RunHooks[Any]):
         call_id = _call_id(context)
         error = tool_guard.failed.take(call_id)
         return guidance(
-            self.session_for(context).main,
+            self.guard_for(context),
             tool_guard.tool_name,
             getattr(context, "tool_arguments", None),
             result if error is None else error,  # the real error, not the SDK's generic message
@@ -389,7 +466,7 @@ class _ToolGuard:
         if hooks is None:
             return ToolGuardrailFunctionOutput.allow()
         context = data.context
-        guard = hooks.session_for(context).main
+        guard = hooks.guard_for(context)
         refused = refusal(guard, context.tool_name, context.tool_arguments, context.tool_call_id)
         if refused is None:
             return ToolGuardrailFunctionOutput.allow()
@@ -425,6 +502,85 @@ class _ToolGuard:
                 hooks.after_call(context, self, None)
                 hooks.end_failed_run(context, error)
         return result
+
+
+class _HandoffGuard:
+    """The guarded copy of one ``Handoff`` (``handoff``): a handoff is a delegation to its agent
+    (``delegate_to``), asked of the guard of the agent handing off before the SDK runs it. A refused
+    handoff does not happen: the agent handing off stays, and the refusal is the handoff call's result
+    the model reads. One that runs is recorded at once (a cycle's warning goes into its result), and
+    in a delegation tree the agent it reaches gets a guard one level down."""
+
+    def __init__(self, original: Handoff[Any, Any]) -> None:
+        self.original = original
+        self._owners: list[weakref.ref[GuardRunHooks]] = []
+        self._lock = threading.Lock()
+        values = {each.name: getattr(original, each.name) for each in dataclasses.fields(original)}
+        inits = {each.name for each in dataclasses.fields(original) if each.init}
+        self.handoff = _GuardedHandoff(**{k: v for k, v in values.items() if k in inits})
+        for name, value in values.items():  # the SDK's own bookkeeping fields (the agent's weak ref)
+            if name not in inits:
+                object.__setattr__(self.handoff, name, value)
+        self.handoff.guard = self
+        self.handoff.on_invoke_handoff = self.invoke
+
+    def add_owner(self, hooks: GuardRunHooks) -> None:
+        with self._lock:
+            self._owners = [ref for ref in self._owners if ref() is not None]
+            if all(ref() is not hooks for ref in self._owners):
+                self._owners.append(weakref.ref(hooks))
+
+    def owner_for(self, context: RunContextWrapper[Any]) -> GuardRunHooks | None:
+        with self._lock:
+            owners = [hooks for ref in self._owners if (hooks := ref()) is not None]
+        for hooks in owners:
+            if hooks.knows_run(context):
+                return hooks
+        return owners[0] if owners else None
+
+    async def invoke(self, context: RunContextWrapper[Any], input_json: str) -> Any:
+        hooks = self.owner_for(context)
+        if hooks is None:
+            return await self.original.on_invoke_handoff(context, input_json)
+        run = hooks.run_of(context)
+        guard, name = run.guard, self.original.tool_name
+        args = input_json or "{}"
+        call_id = f"handoff-{next(_HANDOFF_CALLS)}"  # the SDK gives the handoff hook no call id
+        decision = guard.before_call(name, args, call_id=call_id, delegate_to=self.original.agent_name)
+        if not decision.allows_execution and run.agent is not None:
+            _TRANSFER.set(decision.synthetic_result())
+            return run.agent  # the agent handing off stays; the model reads why
+        try:
+            target = await self.original.on_invoke_handoff(context, input_json)
+        except Exception as error:
+            raised(guard, name, args, error, call_id)
+            raise
+        message = self.original.get_transfer_message(target)
+        note = guidance(guard, name, args, message, failed=False, call_id=call_id)
+        _TRANSFER.set(message if note is None else note.annotate(message))
+        run.hand_off(target)
+        return target
+
+
+@dataclasses.dataclass
+class _GuardedHandoff(Handoff[Any, Any]):
+    """A ``Handoff`` whose call result is the guard's word: the refusal, or the transfer message
+    with a cycle's warning appended."""
+
+    guard: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    def get_transfer_message(self, agent: Any) -> str:
+        told = _TRANSFER.get()
+        if told is not None:
+            _TRANSFER.set(None)
+            return told
+        return super().get_transfer_message(agent)
+
+
+_TRANSFER: ContextVar[str | None] = ContextVar("otelguard_handoff_result", default=None)
+"""What the handoff that just ran (or was refused) answers the model: set by ``invoke``, read by the
+SDK's ``get_transfer_message`` right after it in the same task."""
+_HANDOFF_CALLS: Final = itertools.count()
 
 
 def _guard_of(tool: Tool) -> _ToolGuard | None:

@@ -1,0 +1,179 @@
+"""OpenAI Agents SDK handoffs in a delegation tree: a real ``Runner`` loop, the SDK's scripted model,
+a supervisor and a worker handing one task back and forth."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import pytest
+
+pytest.importorskip("agents")
+
+from agents import Agent, RunConfig, Runner, handoff, set_tracing_disabled
+from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+
+from otelguard import GuardConfig, GuardHalted, Telemetry
+from otelguard.integrations.openai_agents import guard_agent
+from tests.integrations.conftest import Rig
+
+set_tracing_disabled(True)  # the SDK's own trace exporter would try the network
+NO_TRACING = RunConfig(tracing_disabled=True)
+
+
+def _items(call: ModelCall) -> list[dict[str, Any]]:
+    return (
+        [i if isinstance(i, dict) else i.model_dump() for i in call.input]
+        if isinstance(call.input, list)
+        else []
+    )
+
+
+def outputs(items: list[dict[str, Any]]) -> list[str]:
+    return [str(i.get("output")) for i in items if i.get("type") == "function_call_output"]
+
+
+class HandsBack:
+    """A model that hands the task to ``target`` at every step, until a call result it reads
+    says the handoff was not run (then it answers); ``seen`` gets the results it was shown."""
+
+    def __init__(self, target: str, seen: list[str]) -> None:
+        self.target = target
+        self.seen = seen
+        self.calls = 0
+
+    def model(self) -> ScriptedModel:
+        return ScriptedModel([ModelStep.respond(self.respond) for _ in range(50)])
+
+    def respond(self, call: ModelCall) -> Sequence[Any]:
+        results = outputs(_items(call))
+        self.seen.extend(results[len(self.seen) :])
+        self.calls += 1
+        if results and "Not run" in results[-1]:
+            return [assistant_message("did it myself")]
+        return [function_call(f"transfer_to_{self.target}", {}, call_id=f"{self.target}{self.calls}")]
+
+
+def ping_pong(seen: list[str], *, answer_after_refusal: bool = False) -> tuple[Agent[Any], Agent[Any]]:
+    supervisor_model = HandsBack("worker", seen)
+    worker_model = HandsBack("supervisor", seen)
+    if not answer_after_refusal:
+        supervisor_model.respond = _always(supervisor_model)  # type: ignore[method-assign]
+        worker_model.respond = _always(worker_model)  # type: ignore[method-assign]
+    supervisor = Agent(name="supervisor", model=supervisor_model.model())
+    worker = Agent(name="worker", model=worker_model.model())
+    supervisor.handoffs = [handoff(worker)]
+    worker.handoffs = [handoff(supervisor)]
+    return supervisor, worker
+
+
+def _always(model: HandsBack) -> Any:
+    def respond(call: ModelCall) -> Sequence[Any]:
+        results = outputs(_items(call))
+        model.seen.extend(results[len(model.seen) :])
+        model.calls += 1
+        return [function_call(f"transfer_to_{model.target}", {}, call_id=f"{model.target}{model.calls}")]
+
+    return respond
+
+
+def run(agent: Agent[Any], hooks: Any) -> Any:
+    return asyncio.run(Runner.run(agent, "go", hooks=hooks, run_config=NO_TRACING, max_turns=50))
+
+
+def decisions(rig: Rig, agent: str, code: str, tool: str, action: str) -> float:
+    return rig.sample("otelguard_decisions_total", agent=agent, tool=tool, action=action, code=code)
+
+
+def tree_config(**delegation: Any) -> GuardConfig:
+    return GuardConfig.from_mapping(
+        {
+            "signature_key": "tests",
+            "mode": "unattended",
+            "caps": {"tree": {"transfer_to_*": 100}},
+            "delegation": {"max_depth": 8, **delegation},
+        }
+    )
+
+
+def test_a_handoff_ping_pong_is_warned_then_refused_then_stopped(rig: Rig) -> None:
+    """supervisor -> worker runs; worker -> supervisor goes back to an agent on the path (warned, and
+    the warning is in the handoff's result); supervisor -> worker again would go back a second time
+    (refused once: the supervisor stays and reads why); its next try stops the run."""
+    seen: list[str] = []
+    supervisor, _worker = ping_pong(seen)
+    hooks = guard_agent(supervisor, tree_config(), telemetry=rig.telemetry("own"))
+    with pytest.raises(GuardHalted) as halted:
+        run(supervisor, hooks)
+    assert halted.value.decision.code == "delegation_cycle_block"
+    assert decisions(rig, "worker", "delegation_cycle_warn", "transfer_to_supervisor", "warn") == 1
+    assert decisions(rig, "supervisor", "delegation_cycle_reject", "transfer_to_worker", "reject") == 1
+    assert decisions(rig, "supervisor", "delegation_cycle_block", "transfer_to_worker", "block") == 1
+    assert json_agent(seen[0]) == "worker"  # the first handoff: the SDK's own transfer message
+    assert json_agent(seen[1].split("\n")[0]) == "supervisor" and "delegation" in seen[1]  # warned
+    assert "Not run" in seen[2] and "delegation_cycle_reject" in seen[2]  # refused, the model reads why
+    assert len(seen) == 3  # the stop ended the run before the model was called again
+    # each agent of the path its own turn: the root's and the supervisor's second turn halted
+    assert rig.sample("otelguard_turns_total", agent="supervisor", outcome="halted") == 1
+    assert rig.sample("otelguard_turns_total", agent="worker", outcome="completed") == 1
+
+
+def json_agent(text: str) -> str:
+    import json
+
+    return str(json.loads(text)["assistant"])
+
+
+def test_without_cycle_detection_the_depth_limit_refuses_only_the_handoff(rig: Rig) -> None:
+    """With cycles off the ping-pong goes on until an agent at ``delegation.max_depth`` hands off:
+    only that handoff is refused (``delegation_depth``), and that agent goes on and answers."""
+    seen: list[str] = []
+    supervisor, _worker = ping_pong(seen, answer_after_refusal=True)
+    hooks = guard_agent(supervisor, tree_config(max_depth=3, cycles=False), telemetry=rig.telemetry())
+    result = run(supervisor, hooks)
+    assert result.final_output == "did it myself"
+    assert result.last_agent.name == "worker"  # depth 3: S W S W; W's handoff was refused
+    assert [json_agent(text) for text in seen[:3]] == ["worker", "supervisor", "worker"]
+    assert "Not run" in seen[3] and "delegation_depth" in seen[3]
+    assert decisions(rig, "worker", "delegation_depth", "transfer_to_supervisor", "reject") == 1
+
+
+def test_the_tree_cap_counts_handoffs_across_every_agent_of_the_tree(rig: Rig) -> None:
+    """``caps.tree`` holds across the agents the task is handed between: the third handoff of the
+    tree is refused (``cap_tree``, ``caps.on_hit: reject``) though no agent made more than two."""
+    seen: list[str] = []
+    supervisor, _worker = ping_pong(seen, answer_after_refusal=True)
+    config = GuardConfig.from_mapping(
+        {
+            "signature_key": "tests",
+            "mode": "unattended",
+            "caps": {"on_hit": "reject", "tree": {"transfer_to_*": 2}},
+            "delegation": {"max_depth": 8, "cycles": False},
+        }
+    )
+    hooks = guard_agent(supervisor, config, telemetry=rig.telemetry())
+    result = run(supervisor, hooks)
+    assert result.final_output == "did it myself"
+    assert len(seen) == 3 and "2 of its 2" in seen[2]
+    assert decisions(rig, "supervisor", "cap_tree", "transfer_to_worker", "reject") == 1
+    assert rig.sample("otelguard_cap_hits_total", agent="supervisor", cap="transfer_to_*", scope="tree") == 1
+
+
+def test_the_handed_off_agents_turns_are_one_trace(rig: Rig) -> None:
+    """Every agent the task was handed to has its ``invoke_agent`` span, all in the trace current
+    around the run (the SDK traces with its own tracer, not OpenTelemetry)."""
+    seen: list[str] = []
+    supervisor, _worker = ping_pong(seen)
+    telemetry = Telemetry(
+        tracer_provider=rig.provider, registry=rig.registry, span_mode="own", turn_spans=True
+    )
+    hooks = guard_agent(supervisor, tree_config(), telemetry=telemetry)
+    with rig.provider.get_tracer("test").start_as_current_span("request"), pytest.raises(GuardHalted):
+        run(supervisor, hooks)
+    spans = rig.exporter.get_finished_spans()
+    agents = [s.name for s in spans if s.name.startswith("invoke_agent")]
+    assert sorted(agents) == sorted(
+        ["invoke_agent supervisor", "invoke_agent worker", "invoke_agent supervisor"]
+    )
+    assert len({s.context.trace_id for s in spans}) == 1
