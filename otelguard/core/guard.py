@@ -216,7 +216,7 @@ class Guard:
             sig = new_signature((name, args_hash))
             requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
-            depth = _delegation_depth(self._caps.tree, facts, delegate_to)  # None: not a delegation
+            delegation = _delegation(self._caps.tree, facts, delegate_to)  # None: not a delegation
             with self._lock:
                 turn.tool_calls += 1
                 decision = _decide(self._caps, turn, sig, facts, requested or 1, delegate_to)
@@ -229,7 +229,7 @@ class Guard:
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     at = time.time_ns() if self._observed else 0
                     pending = new_pending(
-                        (sig, turn, charges, requested, decision, at, tokens, fallback, depth)
+                        (sig, turn, charges, requested, decision, at, tokens, fallback, delegation)
                     )
                     self._pending.add(  # found by call id, or by (tool, id(args)): args never kept alive
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
@@ -242,7 +242,7 @@ class Guard:
                 if record is None:  # refused: it ends here
                     outcome = "rejected" if decision.action == "reject" else "blocked"
                     record = new_pending(
-                        (sig, turn, (), requested, decision, time.time_ns(), [], fallback, depth)
+                        (sig, turn, (), requested, decision, time.time_ns(), [], fallback, delegation)
                     )
                 event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
                 started = self._observers.call_started(event)
@@ -332,7 +332,7 @@ class Guard:
 
     def _notify_turn_start(self, turn: TurnState) -> None:
         if self._observed:
-            self._observers.turn_started(TurnInfo(turn_id=turn.turn_id, agent=turn.agent))
+            self._observers.turn_started(TurnInfo(turn.turn_id, turn.agent, self.delegation_tree))
 
     # internal errors -------------------------------------------------------------------------
 
@@ -376,12 +376,13 @@ def _no_turn(agent: str) -> TurnSummary:
     return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
 
 
-def _delegation_depth(tree: TreeLedger | None, facts: ToolFacts, delegate_to: str | None) -> int | None:
+def _delegation(tree: TreeLedger | None, facts: ToolFacts, delegate_to: str | None) -> DelegationTree | None:
     """For a delegation by a guard in a tree (a spawn tool, or a call naming the agent it delegates
-    to), the depth of the agent it starts; ``None`` for any other call."""
+    to), the place of the agent it starts (its digest ``""`` when not named); ``None`` for any other
+    call."""
     if tree is None or (facts.spawn_arg is False and delegate_to is None):
         return None
-    return tree.tree.depth + 1
+    return tree.subagent(delegate_to) if delegate_to is not None else tree.tree.child("", tree.max_depth)
 
 
 def _decide(

@@ -17,6 +17,7 @@ from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, Tu
 if TYPE_CHECKING:
     from otelguard.config import TelemetrySettings
     from otelguard.core.pending_calls import PendingCall, TurnState
+    from otelguard.core.tree import DelegationTree
 
 __all__ = [
     "CallEvent",
@@ -36,6 +37,9 @@ logger = logging.getLogger("otelguard")
 class TurnInfo:
     turn_id: str | None
     agent: str
+    tree: DelegationTree | None = None
+    """The agent's place in a delegation tree (``None``: in none); telemetry parents a delegated
+    agent's turn span under the delegating call's span with it. Never exported as such."""
 
 
 @dataclass(frozen=True, slots=True)
@@ -66,10 +70,11 @@ class CallEvent:
     state_fallback: bool = False
     """The session caps of this call were decided without the shared store (``state.url``), which
     did not answer: from the process's own counts."""
-    delegation_depth: int | None = None
+    delegation: DelegationTree | None = None
     """For a delegation by a guard in a delegation tree (a spawn tool, or a call with ``delegate_to``),
-    the depth of the agent it starts (the delegating agent's depth + 1), whether or not it was
-    refused; ``None`` for any other call."""
+    the place of the agent it starts, whether or not it was refused (its depth: the delegating
+    agent's + 1; its path ends with the agent's digest, or ``""`` when the call does not name it);
+    ``None`` for any other call."""
 
 
 class GuardObserver:
@@ -211,7 +216,7 @@ def _wants_call_start(observer: object) -> bool:
 
 new_call_event = positional_factory(CallEvent)
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
-refusal, spawn_count, start_time_ns, state_fallback, delegation_depth)``: a ``CallEvent`` built for the hot path."""
+refusal, spawn_count, start_time_ns, state_fallback, delegation)``: a ``CallEvent`` built for the hot path."""
 
 
 def call_event(
@@ -240,5 +245,5 @@ def call_event(
         record.spawn_count,
         record.start_time_ns,
         record.state_fallback,
-        record.delegation_depth,
+        record.delegation,
     )

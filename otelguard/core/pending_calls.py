@@ -20,6 +20,7 @@ from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name
 if TYPE_CHECKING:
     from otelguard.core.caps import Charge
     from otelguard.core.detectors import TurnDetectors
+    from otelguard.core.tree import DelegationTree
 
 __all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "new_pending", "unrecorded"]
 
@@ -61,13 +62,13 @@ class PendingCall(NamedTuple):
     tokens: list[object]
     state_fallback: bool = False
     """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
-    delegation_depth: int | None = None
-    """The depth of the agent this call delegates to (see ``CallEvent.delegation_depth``)."""
+    delegation: DelegationTree | None = None
+    """The place of the agent this call delegates to (see ``CallEvent.delegation``)."""
 
 
 new_pending: Final[Callable[[tuple[Any, ...]], PendingCall]] = partial(tuple.__new__, PendingCall)
 """``new_pending((sig, turn, charges, spawn_count, before, start_time_ns, tokens, state_fallback,
-delegation_depth))``: a
+delegation))``: a
 ``PendingCall`` built without the named tuple's Python-level ``__new__`` (every field given)."""
 
 

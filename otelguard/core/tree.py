@@ -239,7 +239,9 @@ class TreeLedger:
 
     def subagent(self, agent: str) -> DelegationTree:
         """Where a subagent ``agent`` of this guard's agent sits: one level down."""
-        return self.tree.child(agent_digest(agent, self.key), self.max_depth)
+        return self.tree.child(
+            agent_digest(agent if type(agent) is str else str(agent), self.key), self.max_depth
+        )
 
     def depth_refusal(self, sig: Signature) -> Decision | None:
         """The refusal of a spawn by an agent at the depth limit (only the spawn: ``reject``)."""

@@ -22,6 +22,8 @@ TURN_TOOL_CALLS: Final = "otelguard.turn.tool_calls"
 TURN_HALTED: Final = "otelguard.turn.halted"
 TURN_HALT_CODE: Final = "otelguard.turn.halt_code"
 TURN_OUTCOME: Final = "otelguard.turn.outcome"
+DELEGATION_DEPTH: Final = "otelguard.delegation.depth"
+"""On a turn span of an agent in a delegation tree: its depth (the root is 0)."""
 STATE: Final = "otelguard.state"
 STATE_FALLBACK: Final = "fallback"
 """``otelguard.state`` of a call whose session caps were decided without the shared store."""
@@ -40,6 +42,8 @@ SUBAGENT_SPAWNS: Final = "otelguard_subagent_spawns"
 TURN_TOOL_CALLS_HISTOGRAM: Final = "otelguard_turn_tool_calls"
 TURN_CAP_USAGE_RATIO: Final = "otelguard_turn_cap_usage_ratio"
 LOOP_SIGNATURE_HITS: Final = "otelguard_loop_signature_hits"
+DELEGATIONS: Final = "otelguard_delegations"
+DELEGATION_DEPTH_HISTOGRAM: Final = "otelguard_delegation_depth"
 INTERNAL_ERRORS: Final = "otelguard_internal_errors"
 BUILD_INFO: Final = "otelguard_build_info"
 STATE_ERRORS: Final = "otelguard_state_errors"
@@ -61,6 +65,9 @@ LABEL_OP: Final = "op"
 
 TURN_TOOL_CALLS_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 CAP_USAGE_BUCKETS: Final = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
+DELEGATION_DEPTH_BUCKETS: Final = (0, 1, 2, 3, 4, 5, 6, 7, 8)
+DELEGATION_OUTCOMES: Final = ("started", "refused")
+"""``outcome`` of ``otelguard_delegations_total``: the delegation ran, or a rule or the host refused it."""
 
 STAGES: Final = ("before_call", "after_call", "start_turn", "end_turn", "observer")
 """Guard stages that report internal errors; each has a series at 0 from the start."""

@@ -17,11 +17,20 @@ from typing import TYPE_CHECKING, Any, Final, cast
 from opentelemetry import context as otel_context
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider
-from opentelemetry.trace import Span, SpanKind, Status, StatusCode, TracerProvider
+from opentelemetry.trace import (
+    NonRecordingSpan,
+    Span,
+    SpanContext,
+    SpanKind,
+    Status,
+    StatusCode,
+    TracerProvider,
+)
 from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
 from otelguard.config.telemetry import TelemetrySettings
+from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import (
     CAP_SESSION,
     CAP_TREE,
@@ -39,10 +48,11 @@ from otelguard.telemetry.metrics import LabelSpace, families_for, valid_utf8
 from otelguard.telemetry.tallies import Exemplar
 
 if TYPE_CHECKING:
+    from otelguard.core.tree import DelegationTree
     from otelguard.state.reports import StateReport
     from otelguard.telemetry.otel_metrics import OtelInstruments, OtelSpace
 
-__all__ = ["GuardTelemetry", "MeteredGuardTelemetry", "Telemetry"]
+__all__ = ["DelegationParents", "GuardTelemetry", "MeteredGuardTelemetry", "Telemetry"]
 
 _REFUSING_ACTIONS: Final = frozenset(("block", "halt", "reject"))
 _LOOP_ACTIONS: Final = frozenset(("warn", "reject", "block", "halt"))  # every action but allow
@@ -52,6 +62,42 @@ _CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session", CAP_TREE: "tree"
 _CATEGORY: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _REFUSED_FALLBACK: Final = "refused"
 _ERROR: Final = Status(StatusCode.ERROR)
+MAX_DELEGATION_PARENTS: Final = 1024
+"""Delegating calls whose span a ``Telemetry`` remembers for the turn spans of the agents they start."""
+
+
+class DelegationParents:
+    """The span of each recent delegating call, by the place in the tree of the agent it starts, so
+    that agent's ``invoke_agent`` span starts under it (the delegating call's span never becomes
+    current: its ``before_call`` and ``after_call`` may run in different contexts). Bounded: the
+    least recently used are dropped. Keyed by digests only; nothing of it is exported."""
+
+    __slots__ = ("_lock", "_spans")
+
+    def __init__(self) -> None:
+        self._spans: BoundedMap[DelegationTree, SpanContext] = BoundedMap(MAX_DELEGATION_PARENTS)
+        self._lock = threading.Lock()
+
+    def put(self, place: DelegationTree, span: SpanContext) -> None:
+        if span.is_valid:
+            with self._lock:
+                self._spans.put(place, span)
+
+    def parent(self, tree: DelegationTree) -> SpanContext | None:
+        """The span of the call that delegated to the agent at ``tree``: one that named the agent,
+        else the latest of its delegator that named none."""
+        unnamed = tree._replace(path=(*tree.path[:-1], ""))
+        with self._lock:
+            return self._spans.use(tree) or self._spans.use(unnamed)
+
+
+class _OwnSpan:
+    """The token of a delegating call whose own span started at ``before_call`` (ended at its end)."""
+
+    __slots__ = ("span",)
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
 
 
 def refusal_category(refusal: str | None) -> str:
@@ -109,6 +155,7 @@ class Telemetry:
         self._instruments: OtelInstruments | None = None
         self._otel_spaces: dict[tuple[int, int], OtelSpace] = {}
         self._lock = threading.Lock()
+        self._parents = DelegationParents()  # shared by every guard bound here: a tree's guards
 
     @classmethod
     def default(cls) -> Telemetry:
@@ -143,9 +190,10 @@ class Telemetry:
         space = self._space(effective)
         observer: GuardTelemetry
         if effective.otel_metrics:
-            observer = MeteredGuardTelemetry(self._tracer, space, effective, self._otel_space(space), caps)
+            otel = self._otel_space(space)
+            observer = MeteredGuardTelemetry(self._tracer, space, effective, otel, caps, self._parents)
         else:  # no OTel metrics: not one extra step per call
-            observer = GuardTelemetry(self._tracer, space, effective, caps)
+            observer = GuardTelemetry(self._tracer, space, effective, caps, self._parents)
         observer.unkeyed = random_signature_key
         return observer
 
@@ -198,9 +246,11 @@ class GuardTelemetry(GuardObserver):
         space: LabelSpace,
         settings: TelemetrySettings,
         caps: tuple[tuple[str, str], ...] = (),
+        parents: DelegationParents | None = None,
     ) -> None:
         self._tracer = tracer
         self._caps = caps
+        self._parents = parents if parents is not None else DelegationParents()
         self._primed: str | None = None
         """The agent whose alerting series were last created (priming again is harmless, so one
         name is memory enough: a guard mostly serves one agent)."""
@@ -227,13 +277,22 @@ class GuardTelemetry(GuardObserver):
         self._end_turn_span(None)  # a turn that was never ended
         current = trace.get_current_span()
         self._turn_parent_span_id = current.get_span_context().span_id if current.is_recording() else 0
+        attributes: dict[str, Any] = {
+            genai.GEN_AI_OPERATION_NAME: genai.OP_INVOKE_AGENT,
+            genai.GEN_AI_AGENT_NAME: _clip(turn.agent),
+        }
+        context = None  # the current one
+        tree = turn.tree
+        if tree is not None:
+            attributes[attr.DELEGATION_DEPTH] = tree.depth
+            parent = self._parents.parent(tree) if tree.depth else None
+            if parent is not None:  # a delegated agent: under the call that delegated to it
+                context = trace.set_span_in_context(NonRecordingSpan(parent))
         self._turn_span = self._tracer.start_span(
             f"{genai.OP_INVOKE_AGENT} {_clip(turn.agent)}",
+            context=context,
             kind=SpanKind.INTERNAL,
-            attributes={
-                genai.GEN_AI_OPERATION_NAME: genai.OP_INVOKE_AGENT,
-                genai.GEN_AI_AGENT_NAME: _clip(turn.agent),
-            },
+            attributes=attributes,
         )
 
     def on_turn_end(self, summary: TurnSummary) -> None:
@@ -307,6 +366,8 @@ class GuardTelemetry(GuardObserver):
         if mode in ("off", "decisions"):
             return None
         context = otel_context.get_current()
+        if call.delegation is not None:
+            return self._delegating(call, context)
         if mode == "own":
             return context
         current = trace.get_current_span(context)
@@ -314,6 +375,34 @@ class GuardTelemetry(GuardObserver):
             return (context, None)
         current.set_attributes(self._start_attributes(call))  # now, in case the host ends it first
         return (context, current)
+
+    def _delegating(self, call: CallEvent, context: otel_context.Context) -> object:
+        """The token of a delegating call: its span exists from ``before_call`` on (the host's span
+        it annotates, else its own, started now), remembered as the parent of the agent it starts."""
+        place = cast("DelegationTree", call.delegation)
+        current = trace.get_current_span(context)
+        if self._mode != "own" and current.is_recording():
+            current.set_attributes(self._start_attributes(call))
+            self._parents.put(place, current.get_span_context())
+            return (context, current)
+        if self._mode == "event":
+            return (context, None)
+        span = self._tracer.start_span(
+            self._tool_names(call.tool_name)[0],
+            context=context if self._turn_span is None else self._under_turn(context),
+            kind=SpanKind.INTERNAL,
+            attributes=self._start_attributes(call),
+            start_time=call.start_time_ns or None,
+        )
+        self._parents.put(place, span.get_span_context())
+        return _OwnSpan(span)
+
+    def _delegated(self, agent: str, delegation: DelegationTree, outcome: str) -> None:
+        """Count a delegation (``cancelled``: it never ran, nor was it refused) and its depth."""
+        if outcome != "cancelled":
+            space = self._space
+            space.delegations(agent, "started" if outcome in _RAN else "refused").inc()
+            space.per_agent("delegation_depth", agent).observe(delegation.depth)
 
     def on_call_end(self, call: CallEvent, token: object) -> None:
         # Each step on its own: a call is counted even when its span or its decision cannot be.
@@ -332,6 +421,8 @@ class GuardTelemetry(GuardObserver):
                 add()
             if call.spawn_count and outcome in _RAN:
                 self._space.per_agent("subagent_spawns", agent).inc(call.spawn_count)
+            if call.delegation is not None:
+                self._delegated(agent, call.delegation, outcome)
         except Exception as exc:
             self._step_failed("on_call_end", exc)
         decision, before = call.decision, call.before
@@ -339,7 +430,7 @@ class GuardTelemetry(GuardObserver):
         before_counts = before.action != "allow" and before is not decision and before != decision
         counted = before_counts or decision.action != "allow"
         exemplar: Exemplar = None
-        if self._every_call_spans or (counted and self._mode == "decisions"):
+        if self._every_call_spans or (counted and self._mode == "decisions") or type(token) is _OwnSpan:
             try:
                 exemplar = self._span_work(call, outcome, counted, before_counts, token)
             except Exception as exc:
@@ -363,6 +454,12 @@ class GuardTelemetry(GuardObserver):
             error_type = None
         else:
             error_type = _error_type(decision, outcome, call.refusal)
+        if type(token) is _OwnSpan:  # a delegating call's own span, started at before_call
+            span = token.span
+            recording = span.is_recording()
+            exemplar = self._annotate(span, call, outcome, counted, before_counts, error_type)
+            span.end()
+            return exemplar if recording else None
         if self._mode == "own" or token is None:
             context = cast("otel_context.Context | None", token)
         else:
@@ -528,8 +625,9 @@ class MeteredGuardTelemetry(GuardTelemetry):
         settings: TelemetrySettings,
         otel: OtelSpace,
         caps: tuple[tuple[str, str], ...] = (),
+        parents: DelegationParents | None = None,
     ) -> None:
-        super().__init__(tracer, space, settings, caps)
+        super().__init__(tracer, space, settings, caps, parents)
         self._otel = otel
 
     def on_call_end(self, call: CallEvent, token: object) -> None:

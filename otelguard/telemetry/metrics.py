@@ -171,6 +171,19 @@ class MetricFamilies:
             (attr.LABEL_AGENT, attr.LABEL_TOOL, attr.LABEL_CODE, attr.LABEL_SIGNATURE),
             registry,
         )
+        self.delegations = Counter(
+            attr.DELEGATIONS,
+            "Delegations by agents in a delegation tree (spawns and named handoffs), started or refused.",
+            (attr.LABEL_AGENT, attr.LABEL_OUTCOME),
+            registry=registry,
+        )
+        self.delegation_depth = Histogram(
+            attr.DELEGATION_DEPTH_HISTOGRAM,
+            "Depth of the agent each delegation starts (or would have started, when refused).",
+            (attr.LABEL_AGENT,),
+            buckets=attr.DELEGATION_DEPTH_BUCKETS,
+            registry=registry,
+        )
         self.internal_errors = Counter(
             attr.INTERNAL_ERRORS,
             "Internal guard errors (the call was allowed).",
@@ -207,6 +220,8 @@ _BOUNDED_FAMILIES: Final = (
     "subagent_spawns",
     "turn_tool_calls",
     "turn_cap_usage_ratio",
+    "delegations",
+    "delegation_depth",
 )
 """Families labelled by host-chosen values; the signature family has its own (smaller) bound."""
 
@@ -366,6 +381,9 @@ class LabelSpace:
 
     def cap_hits(self, agent: str, cap: str, scope: str) -> Series:
         return cast("Series", self._child("cap_hits", (self.agent, self.cap), (agent, cap), (scope,)))
+
+    def delegations(self, agent: str, outcome: str) -> Any:
+        return self._child("delegations", (self.agent,), (agent,), (outcome,))
 
     def cap_usage(self, agent: str, cap: str) -> Any:
         return self._child("turn_cap_usage_ratio", (self.agent, self.cap), (agent, cap), ())
