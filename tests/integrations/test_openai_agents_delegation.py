@@ -160,20 +160,32 @@ def test_the_tree_cap_counts_handoffs_across_every_agent_of_the_tree(rig: Rig) -
     assert rig.sample("otelguard_cap_hits_total", agent="supervisor", cap="transfer_to_*", scope="tree") == 1
 
 
-def test_the_handed_off_agents_turns_are_one_trace(rig: Rig) -> None:
-    """Every agent the task was handed to has its ``invoke_agent`` span, all in the trace current
-    around the run (the SDK traces with its own tracer, not OpenTelemetry)."""
+def test_the_handoffs_make_one_trace_each_agent_under_the_handoff_that_started_it(rig: Rig) -> None:
+    """Every agent the task was handed to has its ``invoke_agent`` span, with its depth, under the
+    span of the handoff call that started it: one trace for the whole tree."""
     seen: list[str] = []
     supervisor, _worker = ping_pong(seen)
     telemetry = Telemetry(
         tracer_provider=rig.provider, registry=rig.registry, span_mode="own", turn_spans=True
     )
     hooks = guard_agent(supervisor, tree_config(), telemetry=telemetry)
-    with rig.provider.get_tracer("test").start_as_current_span("request"), pytest.raises(GuardHalted):
+    with pytest.raises(GuardHalted):
         run(supervisor, hooks)
     spans = rig.exporter.get_finished_spans()
-    agents = [s.name for s in spans if s.name.startswith("invoke_agent")]
-    assert sorted(agents) == sorted(
-        ["invoke_agent supervisor", "invoke_agent worker", "invoke_agent supervisor"]
-    )
     assert len({s.context.trace_id for s in spans}) == 1
+    turns = sorted(
+        (s for s in spans if s.name.startswith("invoke_agent")),
+        key=lambda s: (s.attributes or {})["otelguard.delegation.depth"],
+    )
+    assert [(s.name, (s.attributes or {})["otelguard.delegation.depth"]) for s in turns] == [
+        ("invoke_agent supervisor", 0),
+        ("invoke_agent worker", 1),
+        ("invoke_agent supervisor", 2),
+    ]
+    handoffs = {s.context.span_id: s for s in spans if s.name.startswith("execute_tool transfer_to_")}
+    assert turns[0].parent is None
+    for delegated, delegator in ((turns[1], turns[0]), (turns[2], turns[1])):
+        assert delegated.parent is not None
+        call = handoffs[delegated.parent.span_id]  # under the handoff call that started it
+        assert call.name == f"execute_tool transfer_to_{delegated.name.split()[-1]}"
+        assert call.parent is not None and call.parent.span_id == delegator.context.span_id
