@@ -57,9 +57,9 @@ from otelguard.integrations._protocol import (
     guidance,
     missing_framework,
     raised,
-    refusal,
     stop_if_halted,
 )
+from otelguard.propagation import use_tree
 
 try:
     from agents import (
@@ -76,6 +76,7 @@ try:
         ToolOutputGuardrailData,
         handoff,
     )
+    from agents.tool_context import ToolContext
 
     # what the SDK's public API does not offer, named in one shim pinned by a test per version
     from otelguard.integrations._openai_agents_sdk import (
@@ -87,7 +88,14 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("openai-agents", "openai-agents") from exc
 
-__all__ = ["SUPPORTED_SDK_VERSIONS", "GuardRunHooks", "guard_agent", "unguard_agent"]
+__all__ = [
+    "SUPPORTED_SDK_VERSIONS",
+    "GuardRunHooks",
+    "agent_of_tool",
+    "agent_tool",
+    "guard_agent",
+    "unguard_agent",
+]
 
 SessionKey = Callable[[RunContextWrapper[Any]], object]
 _GUARDRAIL_NAME: Final = "otelguard"
@@ -145,6 +153,47 @@ def _handoff_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
             target = handoff_agent(entry) if isinstance(entry, Handoff) else entry
             if isinstance(target, Agent):
                 pending.append(target)
+        for tool in agent.tools:
+            called = agent_of_tool(tool)
+            if called is not None:
+                pending.append(called)
+
+
+def agent_tool(
+    agent: Agent[Any], tool_name: str | None = None, tool_description: str | None = None, **as_tool: Any
+) -> FunctionTool:
+    """``agent.as_tool(tool_name, tool_description, **as_tool)``, known to otelguard as a delegation:
+    a guarded agent's call of it is a delegation to ``agent`` (asked with ``delegate_to``), and the
+    run it starts is a run of its own, one level down in the delegation tree, whose halts end it
+    (the SDK's ``as_tool`` marks its tools in no public attribute, so ``guard_agent`` cannot tell an
+    agent tool made by ``as_tool`` alone from any other function tool)."""
+    if "hooks" in as_tool:
+        raise TypeError("agent_tool: the nested run's hooks are otelguard's; guard its agent instead")
+    tool = agent.as_tool(tool_name, tool_description, hooks=_NESTED_HOOKS, **as_tool)
+    with _AGENT_TOOLS_LOCK:
+        _AGENT_TOOLS[id(tool)] = (weakref.ref(tool), agent)
+    weakref.finalize(tool, _forget_agent_tool, id(tool)).atexit = False
+    return tool
+
+
+def agent_of_tool(tool: object) -> Agent[Any] | None:
+    """The agent an ``agent_tool`` (or its guarded copy) runs; ``None`` for any other tool."""
+    if isinstance(tool, FunctionTool):
+        tool = _original_of(tool)
+    with _AGENT_TOOLS_LOCK:
+        known = _AGENT_TOOLS.get(id(tool))
+    return known[1] if known is not None and known[0]() is tool else None
+
+
+_AGENT_TOOLS: dict[int, tuple[weakref.ref[FunctionTool], Agent[Any]]] = {}
+_AGENT_TOOLS_LOCK: Final = threading.Lock()
+
+
+def _forget_agent_tool(key: int) -> None:
+    with _AGENT_TOOLS_LOCK:
+        known = _AGENT_TOOLS.get(key)
+        if known is not None and known[0]() is None:
+            del _AGENT_TOOLS[key]
 
 
 @dataclass(eq=False)
@@ -339,6 +388,9 @@ class GuardRunHooks(RunHooks[Any]):
         return self.run_of(context).guard
 
     def run_of(self, context: RunContextWrapper[Any]) -> _Run:
+        nested = _NESTED.get()
+        if nested is not None and nested.hooks is self:
+            return nested.run()  # a run an agent tool started: one of its own, one level down
         if self._freed:
             self._settle_freed()
         usage = context.usage
@@ -445,6 +497,11 @@ class _ToolGuard:
             ToolOutputGuardrail(guardrail_function=self.check_output, name=_GUARDRAIL_NAME),
         ]
         self.tool = set_failure_function(tool, self.failure)
+        called = agent_of_tool(original)
+        self.delegates_to: str | None = None if called is None else called.name
+        if called is not None:
+            self._invoke = tool.on_invoke_tool
+            self.tool.on_invoke_tool = self.invoke_agent
 
     def add_owner(self, hooks: GuardRunHooks) -> None:
         with self._lock:
@@ -467,12 +524,32 @@ class _ToolGuard:
             return ToolGuardrailFunctionOutput.allow()
         context = data.context
         guard = hooks.guard_for(context)
-        refused = refusal(guard, context.tool_name, context.tool_arguments, context.tool_call_id)
-        if refused is None:
+        refused = guard.before_call(
+            context.tool_name, context.tool_arguments, context.tool_call_id, delegate_to=self.delegates_to
+        )
+        if refused.allows_execution:
             return ToolGuardrailFunctionOutput.allow()
         return ToolGuardrailFunctionOutput.reject_content(
             refused.synthetic_result(), output_info=refused.to_metadata()
         )
+
+    async def invoke_agent(self, context: ToolContext[Any], input_json: str) -> Any:
+        """Run the agent tool's nested run as a run of its own: in a delegation tree, the agent it
+        runs gets a guard one level below the caller's (its turn, its halts), and the tree is current
+        while it runs."""
+        hooks = self.owner_for(context)
+        caller = hooks.run_of(context) if hooks is not None else None
+        if hooks is None or caller is None or caller.guard.delegation_tree is None:
+            return await self._invoke(context, input_json)
+        delegator = caller.guard
+        nested = _Nested(hooks, caller.session, delegator, self.delegates_to or delegator.agent)
+        token = _NESTED.set(nested)
+        try:
+            with use_tree(delegator.delegation_tree):
+                return await self._invoke(context, input_json)
+        finally:
+            _NESTED.reset(token)
+            nested.close()
 
     async def check_output(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
         """Record how the call ended; a warning is appended to a text result (the model reads it)."""
@@ -576,6 +653,66 @@ class _GuardedHandoff(Handoff[Any, Any]):
             return told
         return super().get_transfer_message(agent)
 
+
+class _Nested:
+    """One call of an agent tool by a guarded run in a delegation tree: the nested run it starts
+    (sharing the caller's usage object, so not told apart by it) is a run of its own, whose guard
+    is one level below the calling agent's."""
+
+    __slots__ = ("_run", "agent", "delegator", "hooks", "session")
+
+    def __init__(self, hooks: GuardRunHooks, session: Session, delegator: Guard, agent: str) -> None:
+        self.hooks = hooks
+        self.session = session
+        self.delegator = delegator
+        self.agent = agent
+        self._run: _Run | None = None
+
+    def run(self) -> _Run:
+        if self._run is None:
+            run = _Run(self.session, object())
+            run.guard = self.delegator.subagent_guard(self.agent)
+            run.guard.start_turn()
+            self._run = run
+        return self._run
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.end_delegated()
+
+
+class _NestedRunHooks(RunHooks[Any]):
+    """The hooks of every ``agent_tool``'s nested run: they hand its events to the guarded run
+    that called the tool (none when it was called by a run otelguard does not guard)."""
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_agent_start(context, agent)
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_agent_end(context, agent, output)
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
+    ) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_tool_end(context, agent, tool, result)
+
+
+_NESTED: ContextVar[_Nested | None] = ContextVar("otelguard_agent_tool_run", default=None)
+"""The agent tool call whose nested run is running here (set around the tool's invocation)."""
+_NESTED_HOOKS: Final = _NestedRunHooks()
 
 _TRANSFER: ContextVar[str | None] = ContextVar("otelguard_handoff_result", default=None)
 """What the handoff that just ran (or was refused) answers the model: set by ``invoke``, read by the

@@ -11,11 +11,11 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, handoff, set_tracing_disabled
+from agents import Agent, FunctionTool, RunConfig, Runner, handoff, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from otelguard import GuardConfig, GuardHalted, Telemetry
-from otelguard.integrations.openai_agents import guard_agent
+from otelguard.integrations.openai_agents import agent_of_tool, agent_tool, guard_agent
 from tests.integrations.conftest import Rig
 
 set_tracing_disabled(True)  # the SDK's own trace exporter would try the network
@@ -189,3 +189,110 @@ def test_the_handoffs_make_one_trace_each_agent_under_the_handoff_that_started_i
         call = handoffs[delegated.parent.span_id]  # under the handoff call that started it
         assert call.name == f"execute_tool transfer_to_{delegated.name.split()[-1]}"
         assert call.parent is not None and call.parent.span_id == delegator.context.span_id
+
+
+# -- an agent calling itself as a tool (``agent_tool``, the SDK's ``as_tool``) --------------------
+
+
+def asks_itself(*, persist: bool) -> ScriptedModel:
+    """A researcher's model: with no result yet it asks itself (its agent tool); told ``Not run`` it
+    asks again (``persist``) or answers; any other result it answers with."""
+
+    def respond(call: ModelCall) -> Sequence[Any]:
+        results = outputs(_items(call))
+        if not results or (persist and "Not run" in results[-1]):
+            return [function_call("ask_researcher", {"input": "dig"}, call_id=f"r{len(results)}")]
+        if "Not run" in results[-1]:
+            return [assistant_message("did it myself")]
+        return [assistant_message(f"answer: {results[-1][:400]}")]
+
+    return ScriptedModel([ModelStep.respond(respond) for _ in range(50)])
+
+
+def self_calling(persist: bool) -> Agent[Any]:
+    researcher = Agent(name="researcher", model=asks_itself(persist=persist))
+    researcher.tools = [agent_tool(researcher, "ask_researcher", "Ask a researcher.")]
+    return researcher
+
+
+def test_an_agent_calling_itself_as_a_tool_is_warned_then_its_copy_is_refused_then_stopped(
+    rig: Rig,
+) -> None:
+    """researcher(0) asks itself: a delegation back to an agent on the path (warned: the call runs).
+    researcher(1) asks itself again: the path would go back a second time (refused, the model reads
+    why); asking once more stops researcher(1)'s run. researcher(0) gets that as the tool's error
+    and goes on."""
+    researcher = self_calling(persist=True)
+    telemetry = Telemetry(
+        tracer_provider=rig.provider, registry=rig.registry, span_mode="own", turn_spans=True
+    )
+    hooks = guard_agent(researcher, tree_config(), telemetry=telemetry)
+    result = run(researcher, hooks)
+    assert decisions(rig, "researcher", "delegation_cycle_warn", "ask_researcher", "warn") == 1
+    assert decisions(rig, "researcher", "delegation_cycle_reject", "ask_researcher", "reject") == 1
+    assert decisions(rig, "researcher", "delegation_cycle_block", "ask_researcher", "block") == 1
+    assert result.final_output.startswith("answer: ") and "delegation" in result.final_output
+    assert rig.sample("otelguard_turns_total", agent="researcher", outcome="halted") == 1  # the copy
+    assert rig.sample("otelguard_turns_total", agent="researcher", outcome="completed") == 1  # the root
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="researcher", tool="ask_researcher", outcome="failed")
+        == 1
+    )
+    spans = rig.exporter.get_finished_spans()
+    assert len({s.context.trace_id for s in spans}) == 1
+    root, copy = sorted(
+        (s for s in spans if s.name == "invoke_agent researcher"),
+        key=lambda s: (s.attributes or {})["otelguard.delegation.depth"],
+    )
+    assert (root.attributes or {})["otelguard.delegation.depth"] == 0
+    assert (copy.attributes or {})["otelguard.delegation.depth"] == 1
+    assert copy.parent is not None
+    call = next(s for s in spans if s.context.span_id == copy.parent.span_id)
+    assert call.name == "execute_tool ask_researcher"  # the call that started it
+    assert call.parent is not None and call.parent.span_id == root.context.span_id
+
+
+def test_recursion_as_a_tool_stops_at_the_depth_limit_and_only_the_deepest_call_is_refused(
+    rig: Rig,
+) -> None:
+    """With cycles off, researcher(2) (at ``max_depth: 2``) may not ask itself: only that call is
+    refused (``delegation_depth``); it answers, and the answers go back up."""
+    researcher = self_calling(persist=False)
+    hooks = guard_agent(researcher, tree_config(max_depth=2, cycles=False), telemetry=rig.telemetry())
+    result = run(researcher, hooks)
+    assert result.final_output.startswith("answer: answer: did it myself")
+    assert decisions(rig, "researcher", "delegation_depth", "ask_researcher", "reject") == 1
+    assert rig.sample("otelguard_turns_total", agent="researcher", outcome="completed") == 3
+
+
+def test_the_tree_cap_holds_across_the_recursive_copies(rig: Rig) -> None:
+    """Two agent-tool calls for the whole tree: researcher(2)'s is refused (``cap_tree``)."""
+    researcher = self_calling(persist=False)
+    config = GuardConfig.from_mapping(
+        {
+            "signature_key": "tests",
+            "mode": "unattended",
+            "caps": {"on_hit": "reject", "tree": {"ask_*": 2}},
+            "delegation": {"max_depth": 8, "cycles": False},
+        }
+    )
+    result = run(researcher, guard_agent(researcher, config, telemetry=rig.telemetry()))
+    assert result.final_output.startswith("answer: answer: did it myself")
+    assert decisions(rig, "researcher", "cap_tree", "ask_researcher", "reject") == 1
+    assert rig.sample("otelguard_cap_hits_total", agent="researcher", cap="ask_*", scope="tree") == 1
+
+
+def test_agent_tool_is_the_sdks_as_tool_and_outside_a_tree_nothing_changes(rig: Rig) -> None:
+    """An ``agent_tool`` is the SDK's own agent tool; a guard in no tree sees a plain call."""
+    researcher = self_calling(persist=False)
+    tool = researcher.tools[0]
+    assert isinstance(tool, FunctionTool) and tool.name == "ask_researcher"
+    assert agent_of_tool(tool) is researcher
+    config = GuardConfig.from_mapping(
+        {"signature_key": "tests", "caps": {"on_hit": "reject", "session": {"ask_*": 2}}}
+    )
+    result = run(researcher, guard_agent(researcher, config, telemetry=rig.telemetry()))
+    assert result.final_output.startswith("answer: answer: did it myself")
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="researcher", tool="ask_researcher", outcome="ok") == 2
+    )
