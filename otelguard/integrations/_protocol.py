@@ -59,9 +59,12 @@ def missing_framework(framework: str, extra: str) -> ImportError:
     )
 
 
-def refusal(guard: Guard, tool_name: str, args: Any, call_id: str | None) -> Decision | None:
-    """Ask before a call runs: ``None`` to run it, else the decision that refuses it."""
-    decision = guard.before_call(tool_name, args, call_id=call_id)
+def refusal(
+    guard: Guard, tool_name: str, args: Any, call_id: str | None, delegate_to: str | None = None
+) -> Decision | None:
+    """Ask before a call runs: ``None`` to run it, else the decision that refuses it.
+    ``delegate_to``: the agent the call runs, when the framework tells (a delegation)."""
+    decision = guard.before_call(tool_name, args, call_id=call_id, delegate_to=delegate_to)
     return None if decision.allows_execution else decision
 
 
