@@ -23,7 +23,7 @@ learns and a later hook of the same call needs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
 from typing import Any, Final, Generic, TypeVar
 
 from otelguard.core.bounded_map import BoundedMap
@@ -33,8 +33,10 @@ from otelguard.core.sessions import Session
 from otelguard.errors import GuardHalted
 
 __all__ = [
+    "DELEGATES_TO",
     "MAX_TRACKED_CALLS",
     "CallMemory",
+    "delegate_of",
     "end_run",
     "error_result",
     "errored",
@@ -45,6 +47,10 @@ __all__ = [
     "refusal",
     "stop_if_halted",
 ]
+
+DELEGATES_TO: Final = "otelguard.delegates_to"
+"""The key of a tool's metadata (where the framework gives tools metadata) naming the agent the tool
+runs: each of its calls is a delegation to that agent (``before_call(..., delegate_to=...)``)."""
 
 MAX_TRACKED_CALLS: Final = 4096
 """Calls an adapter remembers between two hooks of the same call."""
@@ -86,6 +92,12 @@ def guidance(
 def raised(guard: Guard, tool_name: str, args: Any, error: BaseException, call_id: str | None) -> None:
     """Record a tool's exception as the call's failure."""
     guard.after_call(tool_name, args, error_result(error), failed=True, call_id=call_id)
+
+
+def delegate_of(metadata: object) -> str | None:
+    """The agent a tool runs, from its metadata (``DELEGATES_TO``), or ``None``."""
+    agent = metadata.get(DELEGATES_TO) if isinstance(metadata, Mapping) else None
+    return agent if isinstance(agent, str) and agent else None
 
 
 def error_result(error: BaseException) -> str:

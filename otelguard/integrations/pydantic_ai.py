@@ -34,7 +34,9 @@ from otelguard.core.sessions import Session
 from otelguard.errors import GuardHalted
 from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
+    DELEGATES_TO,
     CallMemory,
+    delegate_of,
     end_run,
     guidance,
     missing_framework,
@@ -69,8 +71,6 @@ except ImportError as exc:  # pragma: no cover - exercised in a subprocess witho
 
 __all__ = ["DELEGATES_TO", "GuardCapability"]
 
-DELEGATES_TO: Final = "otelguard.delegates_to"
-"""The key of a tool's ``metadata`` naming the agent the tool runs (its calls are delegations)."""
 
 _NOT_RUN: Final = (SkipToolExecution, CallDeferred, ApprovalRequired)
 
@@ -117,7 +117,7 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
     ) -> Any:
         guard = self._session(ctx).main
         name, call_id = call.tool_name, call.tool_call_id
-        refused = refusal(guard, name, args, call_id, _delegate_of(tool_def))
+        refused = refusal(guard, name, args, call_id, delegate_of(tool_def.metadata))
         if refused is not None:
             raise ToolFailed(refused.synthetic_result())
         try:
@@ -155,11 +155,6 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
     ) -> Any:
         self._recovered.add(call.tool_call_id, True)
         raise error
-
-
-def _delegate_of(tool_def: ToolDefinition) -> str | None:
-    agent = (tool_def.metadata or {}).get(DELEGATES_TO)
-    return agent if isinstance(agent, str) and agent else None
 
 
 def _annotate_part(part: Any, guard: Guard, name: str, args: Any, call_id: str) -> None:
