@@ -16,6 +16,7 @@ from langchain_core.language_models import BaseChatModel
 from langchain_core.messages import AIMessage, BaseMessage, HumanMessage, ToolMessage
 from langchain_core.outputs import ChatGeneration, ChatResult
 from langchain_core.tools import BaseTool, StructuredTool
+from langgraph.graph import END, START, MessagesState, StateGraph
 
 from otelguard import GuardConfig, Telemetry
 from otelguard.integrations.langchain import DELEGATES_TO, GuardMiddleware
@@ -81,9 +82,12 @@ def delegating_tool(name: str, agent: str, run: Any, arun: Any) -> BaseTool:
     )
 
 
-def ping_pong(config: GuardConfig, telemetry: Any, *, persist: bool, seen: list[str]) -> Any:
+def ping_pong(
+    config: GuardConfig, telemetry: Any, *, persist: bool, seen: list[str], subgraph: bool = False
+) -> Any:
     """A supervisor whose tool invokes the worker agent, whose tool invokes the supervisor agent;
-    each agent's ``GuardMiddleware`` labels it with its name."""
+    each agent's ``GuardMiddleware`` labels it with its name. ``subgraph``: the supervisor's tool
+    invokes a graph that holds the worker agent as a subgraph node."""
     agents: dict[str, Any] = {}
 
     def last(state: dict[str, Any]) -> str:
@@ -105,6 +109,12 @@ def ping_pong(config: GuardConfig, telemetry: Any, *, persist: bool, seen: list[
             middleware=[GuardMiddleware(config, telemetry=telemetry, agent=name)],
             name=name,
         )
+    if subgraph:
+        team = StateGraph(MessagesState)
+        team.add_node("worker", agents["worker"])
+        team.add_edge(START, "worker")
+        team.add_edge("worker", END)
+        agents["worker"] = team.compile()
     return agents["supervisor"]
 
 
@@ -112,7 +122,7 @@ def decisions(rig: Rig, agent: str, code: str, tool: str, action: str) -> float:
     return rig.sample("otelguard_decisions_total", agent=agent, tool=tool, action=action, code=code)
 
 
-@pytest.mark.parametrize("mode", ["sync", "async"])
+@pytest.mark.parametrize("mode", ["sync", "async", "subgraph"])
 def test_tools_handing_a_task_back_and_forth_are_warned_then_refused_then_stopped(
     rig: Rig, mode: str
 ) -> None:
@@ -121,9 +131,11 @@ def test_tools_handing_a_task_back_and_forth_are_warned_then_refused_then_stoppe
     why); its next try stops supervisor(2)'s run, whose last message says why: the worker reads it
     as its tool's result, with the cycle warning, and the root supervisor goes on."""
     seen: list[str] = []
-    supervisor = ping_pong(tree_config(), rig.telemetry(), persist=True, seen=seen)
+    supervisor = ping_pong(
+        tree_config(), rig.telemetry(), persist=True, seen=seen, subgraph=mode == "subgraph"
+    )
     go = {"messages": [HumanMessage("go")]}
-    state = supervisor.invoke(go) if mode == "sync" else asyncio.run(supervisor.ainvoke(go))
+    state = asyncio.run(supervisor.ainvoke(go)) if mode == "async" else supervisor.invoke(go)
     assert decisions(rig, "worker", "delegation_cycle_warn", "ask_supervisor", "warn") == 1
     assert decisions(rig, "supervisor", "delegation_cycle_reject", "ask_worker", "reject") == 1
     assert decisions(rig, "supervisor", "delegation_cycle_block", "ask_worker", "block") == 1
