@@ -106,7 +106,8 @@ class HermesGuardPlugin(SessionHosted):
         return session
 
     def on_pre_llm_call(self, *, session_id: str = "", turn_id: str = "", **_: Any) -> None:
-        self._session_for_turn(session_id, turn_id)
+        if self._child(session_id) is None:  # a child's turn runs from its start to its stop
+            self._session_for_turn(session_id, turn_id)
 
     def on_pre_tool_call(
         self,

@@ -624,7 +624,9 @@ class _HandoffGuard:
         args = input_json or "{}"
         call_id = f"handoff-{next(_HANDOFF_CALLS)}"  # the SDK gives the handoff hook no call id
         decision = guard.before_call(name, args, call_id=call_id, delegate_to=self.original.agent_name)
-        if not decision.allows_execution and run.agent is not None:
+        if not decision.allows_execution:
+            if run.agent is None:  # hooks not passed to this run: no agent to stay with, as before
+                return await self.original.on_invoke_handoff(context, input_json)
             _TRANSFER.set(decision.synthetic_result())
             return run.agent  # the agent handing off stays; the model reads why
         try:

@@ -93,6 +93,13 @@ def test_the_tree_cap_counts_every_childs_spawns(tree_run: dict[str, Any]) -> No
     assert _sample(metrics, "otelguard_cap_hits_total", agent="hermes", cap="subagents", scope="tree") == 1
 
 
+def test_a_childs_own_model_calls_and_run_end_start_no_session_of_its_own(tree_run: dict[str, Any]) -> None:
+    """hermes fires ``pre_llm_call`` and ``on_session_end`` under a child's session id too: the
+    child's turn is its start to its stop, so they make no second session (nor a tree of its own)."""
+    metrics = tree_run["metrics"]
+    assert _sample(metrics, "otelguard_turns_total", agent="hermes") == 1  # the root's turn alone
+
+
 def test_the_tree_is_one_trace_each_child_under_the_delegate_task_call_that_started_it(
     tree_run: dict[str, Any],
 ) -> None:

@@ -114,23 +114,28 @@ def read(session: str, call_id: str) -> str:
     return result
 
 
+def llm_call(session: str) -> None:
+    plugins.invoke_hook(
+        "pre_llm_call",
+        session_id=session,
+        task_id=session,
+        turn_id="t1",
+        user_message="",
+        conversation_history=[],
+        is_first_turn=True,
+        model="scripted",
+        platform="cli",
+        sender_id="",
+    )
+
+
 (work / "notes.txt").write_text("notes\n")
-plugins.invoke_hook(
-    "pre_llm_call",
-    session_id="root",
-    task_id="root",
-    turn_id="t1",
-    user_message="",
-    conversation_history=[],
-    is_first_turn=True,
-    model="scripted",
-    platform="cli",
-    sender_id="",
-)
+llm_call("root")
 out: dict[str, Any] = {}
 # root(0) -> orchestrator c1(1) -> orchestrator c2(2): back to a role on the path (warned)
 out["root_to_c1"] = delegate("root", "d1", {"goal": "plan", "role": "orchestrator"})
 start("root", "c1", "orchestrator")
+llm_call("c1")  # a child's own model calls and run end: its turn is its start to its stop
 out["c1_read"] = read("c1", "r1")
 out["c1_to_c2"] = delegate("c1", "d2", {"goal": "plan more", "role": "orchestrator"})
 start("c1", "c2", "orchestrator")
@@ -145,6 +150,10 @@ out["c3_to_c4"] = delegate("c3", "d6", {"goal": "dig deeper"})
 start("c3", "c4", "leaf")
 out["c4_batch"] = delegate("c4", "d7", {"tasks": [{"goal": "a"}, {"goal": "b"}]})
 out["c4_read"] = read("c4", "r2")
+llm_call("c4")
+plugins.invoke_hook(
+    "on_session_end", session_id="c4", task_id="c4", turn_id="t1", completed=True, interrupted=False
+)
 stop("c3", "c4", "leaf")
 stop("c1", "c3", "leaf")
 stop("root", "c1", "orchestrator")
