@@ -40,16 +40,23 @@ class SessionWriter:
     lines: list[dict[str, Any]] = field(default_factory=list)
     calls: list[tuple[datetime, str]] = field(default_factory=list)
     _serial: int = 0
+    sidechain: str | None = None
+    """A subagent's conversation inside the session: its lines are ``isSidechain`` and chained by
+    ``parentUuid`` (the first to ``parent``), their uuids prefixed with this name."""
+    parent: str | None = None
 
     def _line(self, kind: str, moment: datetime, message: dict[str, Any]) -> None:
         self._serial += 1
+        prefix = self.session_id if self.sidechain is None else f"{self.session_id}-{self.sidechain}"
         line: dict[str, Any] = {
             "type": kind,
             "sessionId": self.session_id,
-            "uuid": f"{self.session_id}-{self._serial}",
-            "isSidechain": False,
+            "uuid": f"{prefix}-{self._serial}",
+            "isSidechain": self.sidechain is not None,
             "message": message,
         }
+        if self.sidechain is not None:
+            line["parentUuid"] = self.lines[-1]["uuid"] if self.lines else self.parent
         if self.timestamps:
             line["timestamp"] = stamp(moment)
         self.lines.append(line)
@@ -58,9 +65,16 @@ class SessionWriter:
         self._line("user", moment, {"role": "user", "content": text})
 
     def call(
-        self, moment: datetime, tool: str, args: dict[str, Any], result: str, *, error: bool = False
+        self,
+        moment: datetime,
+        tool: str,
+        args: dict[str, Any],
+        result: str,
+        *,
+        error: bool = False,
+        took: float = 1,
     ) -> None:
-        call_id = f"toolu_{self.session_id[:8]}_{self._serial:05d}"
+        call_id = f"toolu_{self.sidechain or ''}{self.session_id[:8]}_{self._serial:05d}"
         use = {"type": "tool_use", "id": call_id, "name": tool, "input": args}
         self._line(
             "assistant",
@@ -68,7 +82,7 @@ class SessionWriter:
             {"id": f"msg_{call_id}", "role": "assistant", "content": [use]},
         )
         answer = {"type": "tool_result", "tool_use_id": call_id, "content": result, "is_error": error}
-        done = moment + timedelta(seconds=1)
+        done = moment + timedelta(seconds=took)
         self._line("user", done, {"role": "user", "content": [answer]})
         self.calls.append((done, tool))
 
@@ -174,7 +188,74 @@ def delegation_storm() -> SessionWriter:
     return writer
 
 
+TREES = HISTORY.parent / "examples" / "delegation-tree"
+"""The shipped delegation-tree histories and the config that gives their conversations a tree cap."""
+TREE_CONFIG = """\
+# The config the delegation-tree histories are backtested with: a budget of 30 subagents across each
+# conversation's whole delegation tree (the main session and every subagent it starts).
+caps:
+  tree: {subagents: 30}
+"""
+
+
+def tree_conversation(session_id: str, start: datetime, spawns: int, nested: int) -> list[dict[str, Any]]:
+    """One Claude Code conversation as one file: the main agent starts ``spawns`` subagents (``Task``)
+    one after the other, and each subagent (a sidechain) starts ``nested`` subagents of its own. Every
+    agent stays far below its own caps (turn and session: 50 and 200 subagents)."""
+    main = SessionWriter(session_id)
+    main.prompt(start, "audit every supplier; split the work")
+    lines: list[dict[str, Any]] = []
+    moment = start
+    for spawn in range(spawns):
+        moment += timedelta(seconds=2)
+        took = 1 + 1.2 * nested  # its result comes once its subagent is done
+        task = {"description": f"audit part {spawn}", "prompt": f"part {spawn}"}
+        main.call(moment, "Task", task, "done", took=took)
+        sub = SessionWriter(session_id, sidechain=f"sub{spawn}", parent=main.lines[-2]["uuid"])
+        sub.prompt(moment + timedelta(milliseconds=100), f"part {spawn}")
+        for index in range(nested):
+            sub.call(
+                moment + timedelta(seconds=0.2 + 1.2 * index),  # each answered before the next
+                "Task",
+                {"description": f"supplier {spawn}.{index}", "prompt": f"audit supplier {spawn}.{index}"},
+                f"report {spawn}.{index}",
+            )
+        lines += sub.lines
+        moment += timedelta(seconds=took)
+    lines += main.lines
+    return sorted(lines, key=lambda line: line["timestamp"])
+
+
+def tree_history(runaway: bool) -> dict[str, str]:
+    """The conversations of a tree history, by file name: one a minute from 15:00 to 15:05.
+    Runaway: each starts 4 subagents that start 10 each, so the tree's 31st and 32nd subagents are
+    refused by its tree cap of 30, in every conversation: ``OtelguardRunawayDelegationTree`` (for: 5m)
+    fires; the alerts with a longer ``for:`` (10m and more) stay quiet. Healthy: 2 subagents that
+    start 5 each, 12 in a tree: nothing is refused."""
+    start = DAY + timedelta(hours=15)
+    files = {}
+    for n in range(6):
+        session_id = f"{'runaway' if runaway else 'healthy'}-tree-{n}"
+        shape = (4, 10) if runaway else (2, 5)
+        lines = tree_conversation(session_id, start + timedelta(minutes=n), *shape)
+        files[f"{session_id}.jsonl"] = "".join(json.dumps(line) + "\n" for line in lines)
+    return files
+
+
+def write_trees() -> None:
+    TREES.mkdir(parents=True, exist_ok=True)
+    (TREES / "otelguard.yaml").write_text(TREE_CONFIG, encoding="utf-8")
+    for runaway in (True, False):
+        directory = TREES / ("runaway" if runaway else "healthy")
+        directory.mkdir(exist_ok=True)
+        for stale in directory.glob("*.jsonl"):
+            stale.unlink()
+        for name, text in tree_history(runaway).items():
+            (directory / name).write_text(text, encoding="utf-8")
+
+
 if __name__ == "__main__":
+    write_trees()
     (EXAMPLES / "claude-code-delegation-storm.jsonl").write_text(delegation_storm().text(), encoding="utf-8")
     for stale in HISTORY.glob("*.jsonl"):
         stale.unlink()

@@ -55,6 +55,7 @@ def test_workload_option_runs_every_configuration_on_that_workload(
         f"{prefix}_distinct"
         for prefix in (
             "guard_alone",
+            "guard_in_tree",
             "guard_metrics",
             "guard_metrics_spans_own",
             "guard_metrics_spans_auto",

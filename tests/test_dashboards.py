@@ -202,6 +202,10 @@ REQUIRED_PANELS = {
     "top looping signatures (table)": "Top looping signatures",
     "subagent spawns rate": "Subagent spawns per minute by agent",
     "internal errors": "Internal errors per minute by stage",
+    "delegations per minute by outcome": "Delegations per minute by outcome",
+    "delegation depth distribution": "Delegation depth distribution",
+    "tree cap hits": "Tree cap hits per minute by cap",
+    "delegation cycles": "Delegation cycles per minute by code",
 }
 
 
@@ -211,6 +215,7 @@ def test_spec_panels_are_present(dashboard: dict[str, Any]) -> None:
         assert title in titles, what
     assert titles["Top looping signatures"]["type"] == "table"
     assert titles["Cap usage distribution"]["type"] == "heatmap"
+    assert titles["Delegation depth distribution"]["type"] == "heatmap"
     quantiles = [t["legendFormat"] for t in titles["Tool calls per turn (p50 / p95 / p99)"]["targets"]]
     assert quantiles == ["p50", "p95", "p99"]
 
@@ -234,7 +239,8 @@ def test_panels_read_without_a_legend_hunt(dashboard: dict[str, Any]) -> None:
             continue
         assert panel.get("description"), panel["title"]
         if panel["type"] == "heatmap":
-            assert panel["options"]["yAxis"]["unit"] == "percentunit"
+            units = {"Cap usage distribution": "percentunit", "Delegation depth distribution": "none"}
+            assert panel["options"]["yAxis"]["unit"] == units[panel["title"]]
             continue  # colours come from its scheme, not from thresholds
         defaults = panel["fieldConfig"]["defaults"]
         if panel["type"] in ("stat", "timeseries"):

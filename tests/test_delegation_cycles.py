@@ -7,7 +7,7 @@ from __future__ import annotations
 import uuid
 from typing import Any
 
-from hypothesis import given
+from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelguard import Guard, GuardConfig, propagation
@@ -198,3 +198,25 @@ def test_a_guard_in_no_tree_and_a_call_without_a_target_see_no_cycle() -> None:
         plain.after_call("transfer_to_a", {"n": n}, "ok", failed=False, call_id=f"t{n}")
     a = root(config())
     assert a.before_call("transfer_to_a", {}, call_id="x").code == "allow"  # no target named
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.one_of(st.text(max_size=300), st.integers(), st.none(), st.binary(max_size=20), st.floats()),
+        max_size=12,
+    ),
+    st.booleans(),
+)
+def test_any_delegate_to_never_raises_and_never_fails_open(targets: list[Any], unattended: bool) -> None:
+    """Whatever a host passes as ``delegate_to`` (text of any kind, a number, bytes, ``None``), the
+    guard decides: never an exception, never ``internal_error``."""
+    guard = root(config(mode="unattended" if unattended else "interactive"))
+    for n, target in enumerate(targets):
+        decision = guard.before_call("transfer", {"n": n}, call_id=f"c{n}", delegate_to=target)
+        assert decision.code != codes.INTERNAL_ERROR
+        if decision.allows_execution:
+            after = guard.after_call("transfer", {"n": n}, "ok", failed=False, call_id=f"c{n}")
+            assert after.code != codes.INTERNAL_ERROR
+        if decision.should_halt:
+            guard.start_turn()

@@ -24,6 +24,7 @@ KEY = "replica-key"
 LIMIT = 40
 CONFIG = (
     f"signature_key: {KEY}\n"
+    "mode: unattended\n"  # hard stops on: a cycle is refused, then stopped
     "caps:\n"
     "  on_hit: reject\n"
     "  turn: {web_search: 0}\n"
@@ -118,3 +119,37 @@ def test_a_guard_in_a_tree_falls_back_to_its_own_counts_when_redis_is_down(redis
     redis_server.kill()
     codes = [guard.subagent_guard("w").before_call("web_search", {"q": n}).code for n in range(1, 5)]
     assert codes == ["allow", "allow", "cap_tree", "cap_tree"]
+
+
+def test_a_handoff_ping_pong_across_two_replicas_is_warned_refused_then_stopped(
+    replicas: tuple[Serve, Serve],
+) -> None:
+    """``delegate_to`` on ``/v1/before_call``: the path in the baggage shows the cycle, whichever
+    replica serves the agent that closes it."""
+    config = GuardConfig(signature_key=KEY, caps={"tree": {"web_search": LIMIT}})
+    planner = Guard(config, agent="planner", session_id="cycle-conversation")
+    headers: dict[str, str] = {"content-type": "application/json"}
+    propagation.inject(headers, planner)  # the planner's tree: its path is [planner]
+
+    def handoff(serve: Serve, session: str, to: str, n: int, sent: dict[str, str]) -> str:
+        body = {
+            "session_id": session,
+            "tool_name": f"transfer_to_{to}",
+            "call_id": f"h{n}",
+            "delegate_to": to,
+        }
+        decision: dict[str, Any] = serve.post("/v1/before_call", body, headers=sent)
+        return str(decision["code"])
+
+    # the agent served by replica 0 is one level below the planner: handing back to it is the first return
+    assert handoff(replicas[0], "cycle-researcher", "planner", 0, headers) == "delegation_cycle_warn"
+    with propagation.extract(headers):
+        researcher = Guard(config, agent="researcher", session_id="cycle-local")
+    back: dict[str, str] = {"content-type": "application/json"}
+    propagation.inject(back, researcher.subagent_guard("planner"))  # the path: planner, researcher, planner
+    assert handoff(replicas[1], "cycle-planner-2", "researcher", 1, back) == "delegation_cycle_reject"
+    assert handoff(replicas[1], "cycle-planner-2", "researcher", 2, back) == "delegation_cycle_block"
+    status, _ = replicas[0].request(
+        "POST", "/v1/before_call", {"session_id": "x", "tool_name": "t", "delegate_to": 7}, headers
+    )
+    assert status == 400  # a delegate_to that is not a string is named, never served

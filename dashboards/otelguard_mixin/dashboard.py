@@ -36,6 +36,8 @@ from .queries import (
     CAP_USAGE_BUCKET,
     CODE,
     DECISIONS,
+    DELEGATION_DEPTH_BUCKET,
+    DELEGATIONS,
     INTERNAL_ERRORS,
     LOOP_CODE_MATCHER,
     OP,
@@ -65,6 +67,7 @@ DATASOURCE = model.DataSourceRef(type_val="prometheus", uid="${datasource}")
 
 Steps = list[tuple[float | None, str]]
 HALTED = f'{OUTCOME}="halted"'
+TREE_SCOPE = f'{SCOPE}="tree"'
 # A ratio panel reads a recording rule: empty means "rules not loaded" (or no traffic), never 0.
 NO_RULES = "no data (rules loaded?)"
 # "Any at all" thresholds: the smallest rate a real event produces is far above 0.001 per minute.
@@ -350,6 +353,83 @@ def _caps_row(ids: _Ids) -> list[Any]:
     ]
 
 
+def _delegation_row(ids: _Ids) -> list[Any]:
+    cycles = selector(DECISIONS, f'{CODE}=~"delegation_cycle_.*"', tool=True)
+    return [
+        _row(ids, "Delegation trees: how far, how deep, refused"),
+        _timeseries(
+            ids,
+            "Delegations per minute by outcome",
+            "Delegations by agents in a delegation tree (spawns, and handoffs or agents called as tools "
+            "that name their agent): started, or refused by the depth limit, a tree cap, a cycle or "
+            "the host.",
+            "cpm",
+            [_query(f"sum by ({OUTCOME}) ({rate(selector(DELEGATIONS))}) * 60", legend(OUTCOME))],
+            width=12,
+            stacked=True,
+        ),
+        _depth_heatmap(ids),
+        _timeseries(
+            ids,
+            "Tree cap hits per minute by cap",
+            "Calls refused by a cap across a whole delegation tree (caps.tree), by cap key, and spawns "
+            "refused at the depth limit. Refusals in every window for 5 minutes page "
+            "OtelguardRunawayDelegationTree. Exemplars link to the trace.",
+            "cpm",
+            [
+                _query(
+                    f"sum by ({CAP}) ({rate(selector(CAP_HITS, TREE_SCOPE))}) * 60",
+                    legend(CAP),
+                    exemplar=True,
+                ),
+                _query(
+                    f"sum({selector(rules.TREE_REFUSALS_RATE)}) * 60",
+                    "tree refusals (alert rule)",
+                    ref="B",
+                ),
+            ],
+            width=12,
+        ),
+        _timeseries(
+            ids,
+            "Delegation cycles per minute by code",
+            "Delegations back to an agent already on the tree's path (a handoff ping-pong, an agent "
+            "calling itself): warned, refused once, then the turn stopped. Exemplars link to the trace.",
+            "cpm",
+            [_query(f"sum by ({CODE}) ({rate(cycles)}) * 60", legend(CODE), exemplar=True)],
+            width=12,
+        ),
+    ]
+
+
+def _depth_heatmap(ids: _Ids) -> heatmap.Panel:
+    return (
+        heatmap.Panel()
+        .id(ids.next())
+        .title("Delegation depth distribution")
+        .description(
+            "Delegations by the depth of the agent they start (the root is 0), started and refused: "
+            "a band near delegation.max_depth means trees grow as deep as they may."
+        )
+        .datasource(DATASOURCE)
+        .with_target(
+            _query(
+                f"sum by (le) ({rate(selector(DELEGATION_DEPTH_BUCKET))})",
+                "{{le}}",
+                fmt=PromQueryFormat.HEATMAP,
+            )
+        )
+        .height(8)
+        .span(12)
+        .calculate(False)
+        .y_axis(heatmap.YAxisConfig().unit("none").decimals(0))
+        .cell_values(heatmap.CellValues().unit("cps"))
+        .color(heatmap.HeatmapColorOptions().mode(heatmap_model.HeatmapColorMode.SCHEME).scheme("Purples"))
+        .rows_frame(heatmap.RowsHeatmapOptions().layout(common.HeatmapCellLayout.LE))
+        .show_legend()
+    )
+
+
 def _cap_usage_heatmap(ids: _Ids, usage: str) -> heatmap.Panel:
     return (
         heatmap.Panel()
@@ -628,7 +708,7 @@ def build_dashboard() -> dash.Dashboard:
     )
     for panel in _top_row(ids):
         builder = builder.with_panel(panel)
-    for section in (_halts_row, _caps_row, _loops_row, _traffic_row, _health_row):
+    for section in (_halts_row, _caps_row, _delegation_row, _loops_row, _traffic_row, _health_row):
         for item in section(ids):
             builder = builder.with_row(item) if isinstance(item, dash.Row) else builder.with_panel(item)
     return builder

@@ -25,6 +25,7 @@ __all__ = ["FIGURE_NAMES", "TARGETS", "BenchOptions", "run_bench"]
 FIGURE_NAMES: Final = (
     "guard_alone_mixed",
     "guard_alone_large",
+    "guard_in_tree_mixed",
     "guard_metrics_mixed",
     "guard_metrics_spans_own_mixed",
     "guard_metrics_spans_auto_mixed",

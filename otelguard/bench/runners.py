@@ -10,6 +10,7 @@ from __future__ import annotations
 import hashlib
 import json
 import time
+import uuid
 from collections.abc import Callable, Sequence
 from typing import Final, Protocol
 
@@ -28,6 +29,7 @@ from otelguard.telemetry import Telemetry
 __all__ = [
     "BENCH_KEY",
     "CONFIGURATIONS",
+    "TREE_CONFIGURATION",
     "TURNS_PER_SESSION",
     "FloorRunner",
     "GuardRunner",
@@ -40,6 +42,7 @@ __all__ = [
     "metrics_guard",
     "run_turn",
     "runners_for",
+    "tree_guard_factory",
 ]
 
 BENCH_KEY: Final = "otelguard-bench-signature-key"
@@ -49,9 +52,13 @@ TURNS_PER_SESSION: Final = 20
 """A new Guard every 20 turns (1,000 calls): one Guard is one session, as in a real host, so the
 default session caps (200 web searches) are never what the bench measures."""
 
+TREE_CONFIGURATION: Final = "guard_in_tree"
+"""The guard alone, one level down in a delegation tree with tree caps on web searches and subagents."""
+
 CONFIGURATIONS: Final = (
     # (figure prefix, span_mode or None for no telemetry at all)
     ("guard_alone", None),
+    (TREE_CONFIGURATION, None),
     ("guard_metrics", "off"),
     ("guard_metrics_spans_own", "own"),
     ("guard_metrics_spans_auto", "auto"),
@@ -156,6 +163,14 @@ def make_guard_factory(span_mode: str | None, spans: SpanPipeline | None) -> Cal
     return lambda: Guard(config, telemetry)
 
 
+def tree_guard_factory() -> Callable[[], Guard]:
+    """Guards one level down in a delegation tree, each in a tree of its own (a new conversation's),
+    with ``web_search`` and ``subagents`` tree caps the workload never reaches: what a tree costs a call."""
+    tree_caps = {"web_search": 10**9, "subagents": 10**9}
+    config = GuardConfig.from_mapping({"signature_key": BENCH_KEY, "caps": {"tree": tree_caps}})
+    return lambda: Guard(config, session_id=uuid.uuid4().hex).subagent_guard("subagent")
+
+
 class GuardRunner:
     """A guard configuration; ``host_spans`` puts each call under a recording span of the host's."""
 
@@ -223,7 +238,8 @@ def runners_for(workload: str, prefixes: Sequence[str], spans: SpanPipeline) -> 
             continue
         host = spans.host_tracer if span_mode == "auto" else None
         flush = spans.provider.force_flush if span_mode not in (None, "off") else None
-        runners.append(GuardRunner(f"{prefix}_{workload}", make_guard_factory(span_mode, spans), host, flush))
+        make = tree_guard_factory() if prefix == TREE_CONFIGURATION else make_guard_factory(span_mode, spans)
+        runners.append(GuardRunner(f"{prefix}_{workload}", make, host, flush))
     return runners
 
 

@@ -216,7 +216,7 @@ class Guard:
             sig = new_signature((name, args_hash))
             requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
-            delegation = _delegation(self._caps.tree, facts, delegate_to)  # None: not a delegation
+            delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
                 decision = _decide(self._caps, turn, sig, facts, requested or 1, delegate_to)

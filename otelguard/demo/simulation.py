@@ -1,8 +1,9 @@
 """Simulated agents for ``otelguard demo``: realistic turns run through a real ``Guard``.
 
 Each agent is a thread that plays scenarios (a healthy turn, a failing test loop, a model re-reading
-one file, a denial storm, an A→B→A→B cycle, a runaway web search, a delegation storm, edits of
-files never read that all fail with the same error...) the way a host would: ``before_call``, run
+one file, a denial storm, an A→B→A→B cycle, a runaway web search, a delegation storm, a delegation
+tree running away across agents, edits of files never read that all fail with the same error...) the
+way a host would: ``before_call``, run
 the fake tool unless refused, ``after_call``, and stop the turn when the guard halts it. The first pass plays the loop scenarios in an order that shows every kind
 of decision within seconds; then scenarios are drawn at random (``seed``), mostly healthy.
 """
@@ -23,8 +24,9 @@ from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
 from otelguard.core.scripted import ScriptedCall, play_call
 from otelguard.hosting import TelemetryOption
+from otelguard.propagation import use_tree
 
-__all__ = ["AGENT_NAMES", "SCENARIOS", "DemoStats", "SimulatedAgent"]
+__all__ = ["AGENT_NAMES", "SCENARIOS", "TREE_SCENARIO", "DemoStats", "SimulatedAgent", "tree_config"]
 
 AGENT_NAMES: Final = ("support-bot", "research-agent", "coder", "ops-cron", "sales-assistant", "triage")
 TURNS_PER_SESSION: Final = 8
@@ -108,6 +110,43 @@ def delegation_storm(rng: random.Random) -> Iterator[ScriptedCall]:
         yield ScriptedCall("delegate_task", {"tasks": tasks}, _json(success=True, completed=len(tasks)))
 
 
+TREE_SCENARIO: Final = "runaway_tree"
+HANDOFF: Final = "handoff"
+"""The tool an agent of the tree hands its task to another agent with (the call names that agent)."""
+TREE_CAP: Final = 30
+"""The demo's ``caps.tree`` on subagents when the config sets none: one conversation's whole tree."""
+
+
+def runaway_tree(rng: random.Random) -> Iterator[ScriptedCall]:
+    """One conversation whose delegation tree runs away, in three branches. The calls are those of the
+    agent at hand: each ``handoff`` starts the next agent (its own guard, one level down in the tree).
+
+    A reviewer and a writer hand one draft back and forth (a cycle: warned, refused, then stopped);
+    a chain of specialists delegates down to the depth limit; then the root fans out batch after
+    batch of subagents until the tree cap refuses one. No agent is near its own caps."""
+    for name in ("reviewer", "writer", "reviewer", "writer", "writer"):
+        yield ScriptedCall(HANDOFF, {"to": name}, _json(handed_to=name))
+    yield ScriptedCall(HANDOFF, {"to": "root"}, _json(back=True))  # back to the root: a new branch
+    for name in ("planner", "researcher", "analyst", "summarizer", "checker"):
+        yield ScriptedCall(HANDOFF, {"to": name}, _json(handed_to=name))
+    yield ScriptedCall(HANDOFF, {"to": "root"}, _json(back=True))
+    for i in range(6):
+        tasks = [{"goal": f"audit supplier {i * 8 + j}"} for j in range(8)]
+        yield ScriptedCall("delegate_task", {"tasks": tasks}, _json(success=True, completed=len(tasks)))
+
+
+def tree_config(config: GuardConfig) -> GuardConfig:
+    """The config of a tree's guards: ``config``, with a tree cap on subagents when it sets none."""
+    if config.caps.tree:
+        return config
+    return config.with_changes(caps={**_caps_mapping(config), "tree": {"subagents": TREE_CAP}})
+
+
+def _caps_mapping(config: GuardConfig) -> dict[str, Any]:
+    caps = config.caps
+    return {"on_hit": caps.on_hit, "turn": dict(caps.turn), "session": dict(caps.session)}
+
+
 def flaky_fetch(rng: random.Random) -> Iterator[ScriptedCall]:
     """One tool failing again and again with different URLs and different errors."""
     for i in range(10):
@@ -137,6 +176,7 @@ Scenario = Callable[[random.Random], Iterator[ScriptedCall]]
 SCENARIOS: Final[dict[str, Scenario]] = {
     "runaway_search": runaway_search,
     "delegation_storm": delegation_storm,
+    TREE_SCENARIO: runaway_tree,
     "denial_storm": denial_storm,
     "failing_terminal": failing_terminal,
     "healthy": healthy,
@@ -233,6 +273,7 @@ class SimulatedAgent:
         self.stop = stop
         self.interval = interval
         self.rng = random.Random(None if seed is None else seed * 1000 + index)
+        self.tree_config = tree_config(config)
         # agents start at different places of the first pass so every loop shows up early
         offset = (2 * index) % len(_FIRST_PASS)
         self._first_pass = list(_FIRST_PASS[offset:] + _FIRST_PASS[:offset])
@@ -253,6 +294,9 @@ class SimulatedAgent:
         return self.rng.choices(names, weights=[_WEIGHTS[n] for n in names])[0]
 
     def run_turn(self, guard: Guard, scenario: str) -> None:
+        if scenario == TREE_SCENARIO:
+            self.run_tree()
+            return
         self._turns += 1
         guard.start_turn(turn_id=f"{self.name}-{self._turns}")
         # Some hosts ignore a halt once before giving up: that shows the `turn_halted` refusal.
@@ -267,6 +311,44 @@ class SimulatedAgent:
                 stubborn = False
         summary = guard.end_turn()
         self.stats.record_turn(summary.halted)
+
+    def run_tree(self) -> None:
+        """``runaway_tree``: a new conversation (its root guard, in a tree of its own); each handoff
+        makes the next agent's guard one level down, as a service handed the tree's baggage would."""
+        self._turns += 1
+        root = Guard(self.tree_config, telemetry=self.telemetry, agent=self.name)
+        root.start_turn(turn_id=f"{self.name}-{self._turns}")
+        current, opened = root, [root]
+        for number, call in enumerate(runaway_tree(self.rng)):
+            if self.stop.wait(self.interval) or root.halt_decision is not None:
+                break
+            call_id = f"call_{self._turns}_{number}"
+            if call.tool_name != HANDOFF:
+                self.play(current, TREE_SCENARIO, call, call_id)
+            elif call.args["to"] == "root":
+                current = root
+            elif current.halt_decision is None:
+                current = self.hand_off(current, call, call_id, opened)
+        for guard in reversed(opened):
+            self.stats.record_turn(guard.end_turn().halted)
+
+    def hand_off(self, guard: Guard, call: ScriptedCall, call_id: str, opened: list[Guard]) -> Guard:
+        """``guard``'s agent hands the task to the agent the call names: that agent's guard, or
+        ``guard`` again when the handoff was refused."""
+        self.stats.record_call()
+        name = call.args["to"]
+        decision = guard.before_call(HANDOFF, call.args, call_id=call_id, delegate_to=name)
+        if not decision.allows_execution:
+            self.stats.record_decision(guard.agent, TREE_SCENARIO, decision)
+            return guard
+        with use_tree(guard.delegation_tree):  # the next agent runs inside the handoff
+            child = Guard(self.tree_config, telemetry=self.telemetry, agent=name)
+            child.start_turn(turn_id=f"{self.name}-{self._turns}-{len(opened)}")
+        opened.append(child)
+        decision = guard.after_call(HANDOFF, call.args, call.result, failed=False, call_id=call_id)
+        if decision.action != "allow":
+            self.stats.record_decision(guard.agent, TREE_SCENARIO, decision)
+        return child
 
     def play(self, guard: Guard, scenario: str, call: ScriptedCall, call_id: str) -> None:
         self.stats.record_call()

@@ -6,6 +6,11 @@ every later call of that turn. A well-behaved host stops the turn there, so the 
 it to the guard (feeding them would only add ``turn_halted`` decisions and blocked-call metrics that
 no live run would have produced). A ``halt`` from ``after_call`` came after its call ran: that call
 is not prevented.
+
+A subagent's own conversation (a Claude Code sidechain, read as the session ``<session>:<root>``)
+is replayed by a guard one level below its parent session's in the delegation tree, when the
+parent's guard is in one (a config with ``caps.tree``): the tree's caps hold across the parent and
+its subagents as they would live. Each keeps its own session caps, as the replay always did.
 """
 
 from __future__ import annotations
@@ -16,6 +21,7 @@ from otelguard import Decision, Guard, GuardConfig
 from otelguard.core import decisions as codes
 from otelguard.core.scripted import play_call
 from otelguard.hosting import TelemetryOption
+from otelguard.propagation import use_tree
 from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.replay.report import (
     MAX_DETAILED_SESSIONS,
@@ -87,7 +93,10 @@ class ReplayRunner:
         if key in self._open:  # the same id again in the same file: close the earlier one first
             self.end_session(key)
         self._seq += 1
-        guard = Guard(self._config, self._telemetry, agent=self._agent)
+        parent_id, sidechain, _root = key.session_id.rpartition(":")
+        parent = self._open.get(SessionKey(key.path, parent_id)) if sidechain else None
+        with use_tree(parent.guard.delegation_tree if parent is not None else None):
+            guard = Guard(self._config, self._telemetry, agent=self._agent)
         report = SessionReport(session_id=key.session_id, path=key.path, seq=self._seq)
         marks = None if self.timelines is None else SessionMarks()
         self._open[key] = _Session(self._seq, guard, report, marks=marks)

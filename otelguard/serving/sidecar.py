@@ -224,9 +224,11 @@ class Sidecar:
 
     def _before_call(self, body: Mapping[str, Any]) -> Response:
         tool_name = required_text(body, "tool_name", limit=None)
-        call_id = optional_text(body, "call_id")
+        call_id, delegate_to = optional_text(body, "call_id"), optional_text(body, "delegate_to")
         guard = self._guard(body)
-        return _decision(guard.before_call(tool_name, body.get("args"), call_id=call_id))
+        return _decision(
+            guard.before_call(tool_name, body.get("args"), call_id=call_id, delegate_to=delegate_to)
+        )
 
     def _after_call(self, body: Mapping[str, Any]) -> Response:
         tool_name = required_text(body, "tool_name", limit=None)
