@@ -16,7 +16,9 @@ from tests.e2e import free_port
 from tests.integrations.test_hermes import _sample
 from tests.side_venvs import hermes_python
 
-SCRIPT = Path(__file__).resolve().parent.parent / "side" / "hermes_delegation_run.py"
+SIDE = Path(__file__).resolve().parent.parent / "side"
+SCRIPT = SIDE / "hermes_delegation_run.py"
+LOOP_SCRIPT = SIDE / "hermes_delegate_loop_run.py"
 CONFIG = """\
 mode: unattended
 caps:
@@ -26,12 +28,11 @@ telemetry: {turn_spans: true}
 """
 
 
-@pytest.fixture(scope="module")
-def tree_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def side_run(script: Path, config_text: str, work: Path) -> dict[str, Any]:
+    """Run ``script`` in the hermes side venv with the otelguard config ``config_text``."""
     python = hermes_python()
-    work = tmp_path_factory.mktemp("hermes-tree")
     config = work / "otelguard.yaml"
-    config.write_text(CONFIG)
+    config.write_text(config_text)
     env = {
         **os.environ,
         "OTELGUARD_CONFIG": str(config),
@@ -40,11 +41,16 @@ def tree_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
         "PYTHONPATH": "",
     }
     done = subprocess.run(
-        [str(python), str(SCRIPT), str(work)], env=env, capture_output=True, text=True, timeout=300
+        [str(python), str(script), str(work)], env=env, capture_output=True, text=True, timeout=300
     )
     assert done.returncode == 0, done.stderr[-3000:]
     result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
     return result
+
+
+@pytest.fixture(scope="module")
+def tree_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return side_run(SCRIPT, CONFIG, tmp_path_factory.mktemp("hermes-tree"))
 
 
 def code(directive: Any) -> str | None:
@@ -118,3 +124,55 @@ def test_the_tree_is_one_trace_each_child_under_the_delegate_task_call_that_star
         call = by_id[child["parent"]]
         assert call["tool"] == "delegate_task"  # under the delegating call's span
         assert by_id[call["parent"]]["depth"] == child["depth"] - 1  # which is under its delegator
+
+
+# -- a real hermes AIAgent loop: each orchestrator child delegates the task on -----------------
+
+LOOP_CONFIG = """\
+mode: unattended
+caps:
+  tree: {subagents: 50}
+delegation: {max_depth: %d, cycles: %s}
+"""
+
+
+@pytest.fixture(scope="module")
+def loop_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return side_run(LOOP_SCRIPT, LOOP_CONFIG % (3, "true"), tmp_path_factory.mktemp("hermes-loop"))
+
+
+@pytest.fixture(scope="module")
+def deep_run(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+    return side_run(LOOP_SCRIPT, LOOP_CONFIG % (2, "false"), tmp_path_factory.mktemp("hermes-deep"))
+
+
+def test_a_real_delegate_task_loop_is_warned_then_refused_then_stopped(loop_run: dict[str, Any]) -> None:
+    """A real hermes run whose model delegates to an orchestrator that delegates to an orchestrator
+    again and again: the second orchestrator's delegation goes back to a role on the path (warned,
+    it runs); the third would go back a second time (refused: its model reads why), and its next try
+    stops that child's turn. The first orchestrator gets its child's summary and answers."""
+    metrics = loop_run["metrics"]
+    orchestrator = {"agent": "hermes/orchestrator", "tool": "delegate_task"}
+    assert _sample(metrics, "otelguard_decisions_total", code="delegation_cycle_warn", **orchestrator) == 1
+    assert _sample(metrics, "otelguard_decisions_total", code="delegation_cycle_reject", **orchestrator) == 1
+    assert _sample(metrics, "otelguard_decisions_total", code="delegation_cycle_block", **orchestrator) == 1
+    shown = loop_run["shown"]
+    assert any("delegation_cycle_reject" in text for text in shown)  # the refusal reached the model
+    assert any("delegation_cycle_block" in text for text in shown)
+    assert any('"summary": "done 2"' in text for text in shown)  # orchestrator(1) read its child's answer
+    assert _sample(metrics, "otelguard_turns_total", agent="hermes/orchestrator", outcome="halted") == 1
+    assert _sample(metrics, "otelguard_turns_total", agent="hermes/orchestrator", outcome="completed") == 1
+
+
+def test_a_real_delegate_task_loop_stops_at_the_depth_limit(deep_run: dict[str, Any]) -> None:
+    """With cycles off, the orchestrator at ``max_depth: 2`` may not delegate (only that call is
+    refused: ``delegation_depth``); it answers, and its delegator gets the answer."""
+    metrics = deep_run["metrics"]
+    assert (
+        _sample(metrics, "otelguard_decisions_total", agent="hermes/orchestrator", code="delegation_depth")
+        == 1
+    )
+    shown = deep_run["shown"]
+    assert any("delegation_depth" in text for text in shown)
+    assert any('"summary": "done 2"' in text for text in shown)
+    assert _sample(metrics, "otelguard_turns_total", agent="hermes/orchestrator", outcome="completed") == 2
