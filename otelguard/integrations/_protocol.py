@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Hashable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final, Generic, TypeVar
 
 from otelguard.core.bounded_map import BoundedMap
@@ -31,6 +32,7 @@ from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
 from otelguard.core.sessions import Session
 from otelguard.errors import GuardHalted
+from otelguard.propagation import use_tree
 
 __all__ = [
     "DELEGATES_TO",
@@ -42,6 +44,7 @@ __all__ = [
     "errored",
     "guidance",
     "halt_of",
+    "in_tree",
     "missing_framework",
     "raised",
     "refusal",
@@ -98,6 +101,17 @@ def delegate_of(metadata: object) -> str | None:
     """The agent a tool runs, from its metadata (``DELEGATES_TO``), or ``None``."""
     agent = metadata.get(DELEGATES_TO) if isinstance(metadata, Mapping) else None
     return agent if isinstance(agent, str) and agent else None
+
+
+def in_tree(guard: Guard) -> AbstractContextManager[object]:
+    """Around a tool's run: the guard's place in its delegation tree is current, so an agent the
+    tool runs joins the tree one level down (``otelguard.propagation``). A guard in no tree gets a
+    shared no-op (no context switch; measured in docs/delegation-trees.md)."""
+    tree = guard.delegation_tree
+    return _NO_TREE if tree is None else use_tree(tree)
+
+
+_NO_TREE: Final = nullcontext()
 
 
 def error_result(error: BaseException) -> str:

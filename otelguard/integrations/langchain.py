@@ -51,11 +51,12 @@ from otelguard.integrations._protocol import (
     errored,
     guidance,
     halt_of,
+    in_tree,
     missing_framework,
     raised,
     refusal,
 )
-from otelguard.propagation import current_tree, use_tree
+from otelguard.propagation import current_tree
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
@@ -198,7 +199,7 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
-            with self._running(call), use_tree(call.guard.delegation_tree):
+            with self._running(call), in_tree(call.guard):
                 result = handler(request)
             return call.finish(result)
 
@@ -210,7 +211,7 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
-            with self._running(call), use_tree(call.guard.delegation_tree):
+            with self._running(call), in_tree(call.guard):
                 result = await handler(request)
             return call.finish(result)
 

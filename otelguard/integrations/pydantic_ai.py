@@ -39,12 +39,12 @@ from otelguard.integrations._protocol import (
     delegate_of,
     end_run,
     guidance,
+    in_tree,
     missing_framework,
     raised,
     refusal,
     stop_if_halted,
 )
-from otelguard.propagation import use_tree
 
 try:
     from pydantic_ai import RunContext
@@ -121,7 +121,7 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
         if refused is not None:
             raise ToolFailed(refused.synthetic_result())
         try:
-            with use_tree(guard.delegation_tree):  # an agent run by the tool joins the tree
+            with in_tree(guard):  # an agent run by the tool joins the tree
                 result = await handler(args)
         except GuardHalted as halted:  # an agent this tool ran was stopped; this one goes on
             raised(guard, name, args, halted, call_id)
