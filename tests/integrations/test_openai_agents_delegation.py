@@ -11,11 +11,12 @@ import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, FunctionTool, RunConfig, Runner, handoff, set_tracing_disabled
+from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, handoff, set_tracing_disabled
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from otelguard import GuardConfig, GuardHalted, Telemetry
-from otelguard.integrations.openai_agents import agent_of_tool, agent_tool, guard_agent
+from otelguard.integrations._openai_agents_sdk import handoff_agent
+from otelguard.integrations.openai_agents import agent_of_tool, agent_tool, guard_agent, unguard_agent
 from tests.integrations.conftest import Rig
 
 set_tracing_disabled(True)  # the SDK's own trace exporter would try the network
@@ -296,3 +297,23 @@ def test_agent_tool_is_the_sdks_as_tool_and_outside_a_tree_nothing_changes(rig: 
     assert (
         rig.sample("otelguard_tool_calls_total", agent="researcher", tool="ask_researcher", outcome="ok") == 2
     )
+
+
+def test_guarded_handoffs_are_copies_and_unguard_agent_gives_the_lists_back() -> None:
+    """``guard_agent`` gives each agent a new handoff list of guarded copies (the SDK's ``Handoff``
+    with its own fields: the same tool name, target and agent behind it); ``unguard_agent`` gives
+    each agent back the list it had."""
+    seen: list[str] = []
+    supervisor, worker = ping_pong(seen)
+    lists = (supervisor.handoffs, worker.handoffs)
+    originals = (supervisor.handoffs[0], worker.handoffs[0])
+    guard_agent(supervisor, tree_config())
+    assert supervisor.handoffs is not lists[0] and worker.handoffs is not lists[1]
+    copy = supervisor.handoffs[0]
+    assert isinstance(copy, Handoff) and copy is not originals[0]
+    assert (copy.tool_name, copy.agent_name) == (originals[0].tool_name, originals[0].agent_name)
+    assert copy.input_json_schema == originals[0].input_json_schema
+    assert handoff_agent(copy) is worker  # the SDK's own record of the agent behind it, kept
+    unguard_agent(supervisor)
+    assert (supervisor.handoffs, worker.handoffs) == lists
+    assert supervisor.handoffs is lists[0] and worker.handoffs is lists[1]
