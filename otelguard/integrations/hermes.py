@@ -189,9 +189,9 @@ class HermesGuardPlugin(SessionHosted):
     ) -> None:
         """A child of ``delegate_task`` starts: in a delegation tree, its guard is one level below
         its parent's (a child of a child below that child's)."""
-        if not child_session_id:
+        if not child_session_id or not isinstance(child_session_id, str):
             return
-        parent_id = parent_session_id or ""
+        parent_id = parent_session_id if isinstance(parent_session_id, str) else ""
         parent = self._child(parent_id) or self.sessions.session(parent_id or None).main
         if parent.delegation_tree is None:
             return  # no tree: the child is a session of its own, as before
@@ -203,15 +203,15 @@ class HermesGuardPlugin(SessionHosted):
             dropped.end_turn()
 
     def on_subagent_stop(self, *, child_session_id: str | None = None, **_: Any) -> None:
-        if not child_session_id:
+        if not child_session_id or not isinstance(child_session_id, str):
             return
         with self._children_lock:
             child = self._children.pop(child_session_id, None)
         if child is not None:
             child.end_turn()
 
-    def _child(self, session_id: str) -> Guard | None:
-        if not session_id:
+    def _child(self, session_id: object) -> Guard | None:
+        if not session_id or not isinstance(session_id, str):
             return None
         with self._children_lock:
             return self._children.get(session_id)

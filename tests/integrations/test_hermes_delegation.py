@@ -11,9 +11,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
+from otelguard import GuardConfig
+from otelguard.integrations.hermes import HermesGuardPlugin
 from tests.e2e import free_port
-from tests.integrations.test_hermes import _sample
+from tests.integrations.test_hermes import _Hooks, _sample
 from tests.side_venvs import hermes_python
 
 SIDE = Path(__file__).resolve().parent.parent / "side"
@@ -176,3 +180,58 @@ def test_a_real_delegate_task_loop_stops_at_the_depth_limit(deep_run: dict[str, 
     assert any("delegation_depth" in text for text in shown)
     assert any('"summary": "done 2"' in text for text in shown)
     assert _sample(metrics, "otelguard_turns_total", agent="hermes/orchestrator", outcome="completed") == 2
+
+
+# -- in process: the hooks hermes hands anything ---------------------------------------------
+
+TREE = GuardConfig.from_mapping(
+    {"signature_key": "k", "mode": "unattended", "caps": {"tree": {"subagents": 3}}}
+)
+anything = st.one_of(st.none(), st.text(max_size=8), st.integers(), st.lists(st.text(max_size=3), max_size=2))
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    parent=anything,
+    child=anything,
+    role=anything,
+    args=st.one_of(anything, st.dictionaries(st.text(max_size=5), anything, max_size=3)),
+)
+def test_the_delegation_hooks_never_raise_whatever_hermes_sends(
+    parent: Any, child: Any, role: Any, args: Any
+) -> None:
+    plugin = HermesGuardPlugin(TREE)
+    registry = _Hooks()
+    plugin.register(registry)
+    hooks = registry.hooks
+    hooks["pre_llm_call"](session_id="root", turn_id="t")
+    hooks["subagent_start"](parent_session_id=parent, child_session_id=child, child_role=role)
+    session = child if isinstance(child, str) else ""
+    hooks["pre_tool_call"](
+        tool_name="delegate_task", args=args, session_id=session, tool_call_id="c", turn_id="t"
+    )
+    hooks["post_tool_call"](
+        tool_name="delegate_task", args=args, result="{}", session_id=session, tool_call_id="c", status="ok"
+    )
+    hooks["subagent_stop"](child_session_id=child)
+
+
+def test_children_beyond_the_bound_have_their_turns_ended_first_started_first() -> None:
+    """At most ``MAX_CHILDREN`` children held: past it the least recently started child's turn
+    ends (counted) and its guard is forgotten."""
+    from prometheus_client import CollectorRegistry
+
+    from otelguard import Telemetry
+    from otelguard.integrations import hermes
+
+    registry = CollectorRegistry()
+    plugin = HermesGuardPlugin(TREE, telemetry=Telemetry(registry=registry))
+    plugin.on_pre_llm_call(session_id="root", turn_id="t")
+    for i in range(hermes.MAX_CHILDREN + 1):
+        plugin.on_subagent_start(parent_session_id="root", child_session_id=f"c{i}", child_role="leaf")
+    ended = registry.get_sample_value(
+        "otelguard_turns_total", {"agent": "hermes/leaf", "outcome": "completed"}
+    )
+    assert ended == 1  # the first child's turn, ended when the bound was passed
+    assert plugin._child("c0") is None
+    assert plugin._child(f"c{hermes.MAX_CHILDREN}") is not None
