@@ -137,6 +137,7 @@ mode: unattended
 caps:
   tree: {subagents: 50}
 delegation: {max_depth: %d, cycles: %s}
+telemetry: {turn_spans: true}
 """
 
 
@@ -235,3 +236,17 @@ def test_children_beyond_the_bound_have_their_turns_ended_first_started_first() 
     assert ended == 1  # the first child's turn, ended when the bound was passed
     assert plugin._child("c0") is None
     assert plugin._child(f"c{hermes.MAX_CHILDREN}") is not None
+
+
+def test_a_real_delegate_task_loop_is_one_trace(loop_run: dict[str, Any]) -> None:
+    """hermes runs the children in its thread pool (the top-level delegation in the background):
+    each child's ``invoke_agent`` span is still under the ``delegate_task`` call that started it."""
+    spans = loop_run["spans"]
+    assert len({s["trace_id"] for s in spans}) == 1
+    by_id = {s["span_id"]: s for s in spans}
+    children = [s for s in spans if s["name"].startswith("invoke_agent") and s["depth"]]
+    assert sorted(s["depth"] for s in children) == [1, 2]  # the third was refused
+    for child in children:
+        call = by_id[child["parent"]]
+        assert call["tool"] == "delegate_task"
+        assert by_id[call["parent"]]["depth"] == child["depth"] - 1

@@ -21,6 +21,16 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 
+from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+spans = InMemorySpanExporter()
+provider = TracerProvider()
+provider.add_span_processor(SimpleSpanProcessor(spans))
+trace.set_tracer_provider(provider)  # the plugin's Telemetry.default() uses the global provider
+
 work = Path(sys.argv[1])
 home = work / "hermes-home"
 home.mkdir(parents=True, exist_ok=True)
@@ -147,4 +157,15 @@ server.shutdown()
 port = os.environ["OTELGUARD_METRICS_PORT"]
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
 final = result.get("final_response") if isinstance(result, dict) else str(result)
-print(json.dumps({"final": final, "shown": shown, "metrics": metrics}))
+finished = [
+    {
+        "name": span.name,
+        "trace_id": span.context.trace_id,
+        "span_id": span.context.span_id,
+        "parent": span.parent.span_id if span.parent is not None else None,
+        "depth": (span.attributes or {}).get("otelguard.delegation.depth"),
+        "tool": (span.attributes or {}).get("gen_ai.tool.name"),
+    }
+    for span in spans.get_finished_spans()
+]
+print(json.dumps({"final": final, "shown": shown, "metrics": metrics, "spans": finished}))
