@@ -389,7 +389,7 @@ class GuardRunHooks(RunHooks[Any]):
 
     def run_of(self, context: RunContextWrapper[Any]) -> _Run:
         nested = _NESTED.get()
-        if nested is not None and nested.hooks is self:
+        if nested is not None and nested.hooks is self and context is not nested.call:
             return nested.run()  # a run an agent tool started: one of its own, one level down
         if self._freed:
             self._settle_freed()
@@ -542,7 +542,7 @@ class _ToolGuard:
         if hooks is None or caller is None or caller.guard.delegation_tree is None:
             return await self._invoke(context, input_json)
         delegator = caller.guard
-        nested = _Nested(hooks, caller.session, delegator, self.delegates_to or delegator.agent)
+        nested = _Nested(hooks, context, caller.session, delegator, self.delegates_to or delegator.agent)
         token = _NESTED.set(nested)
         try:
             with use_tree(delegator.delegation_tree):
@@ -661,10 +661,15 @@ class _Nested:
     (sharing the caller's usage object, so not told apart by it) is a run of its own, whose guard
     is one level below the calling agent's."""
 
-    __slots__ = ("_run", "agent", "delegator", "hooks", "session")
+    __slots__ = ("_run", "agent", "call", "delegator", "hooks", "session")
 
-    def __init__(self, hooks: GuardRunHooks, session: Session, delegator: Guard, agent: str) -> None:
+    def __init__(
+        self, hooks: GuardRunHooks, call: object, session: Session, delegator: Guard, agent: str
+    ) -> None:
         self.hooks = hooks
+        self.call = call
+        """The calling run's context of the agent tool's call: the tool's own failure handling,
+        which runs inside the call, is the caller's (the nested run's contexts are others)."""
         self.session = session
         self.delegator = delegator
         self.agent = agent

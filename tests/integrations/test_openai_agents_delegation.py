@@ -12,6 +12,7 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, FunctionTool, Handoff, RunConfig, Runner, handoff, set_tracing_disabled
+from agents.exceptions import UserError
 from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
 
 from otelguard import GuardConfig, GuardHalted, Telemetry
@@ -317,3 +318,78 @@ def test_guarded_handoffs_are_copies_and_unguard_agent_gives_the_lists_back() ->
     unguard_agent(supervisor)
     assert (supervisor.handoffs, worker.handoffs) == lists
     assert supervisor.handoffs is lists[0] and worker.handoffs is lists[1]
+
+
+def test_a_stop_deep_in_the_recursion_is_the_failure_of_the_call_that_started_that_run(rig: Rig) -> None:
+    """researcher(2) is stopped by the tree cap (``caps.on_hit: block``): its run ends, and the
+    ``GuardHalted`` is the failure of researcher(1)'s call, recorded by researcher(1)'s guard, whose
+    delegating span then ends (a call recorded by another guard would leave it open)."""
+    researcher = self_calling(persist=False)
+    config = GuardConfig.from_mapping(
+        {
+            "signature_key": "tests",
+            "mode": "unattended",
+            "caps": {"on_hit": "block", "tree": {"ask_*": 2}},
+            "delegation": {"max_depth": 8, "cycles": False},
+        }
+    )
+    telemetry = Telemetry(
+        tracer_provider=rig.provider, registry=rig.registry, span_mode="own", turn_spans=True
+    )
+    result = run(researcher, guard_agent(researcher, config, telemetry=telemetry))
+    assert result.final_output.startswith("answer: answer: ")
+    assert decisions(rig, "researcher", "cap_tree", "ask_researcher", "block") == 1
+    outcomes = {
+        outcome: rig.sample(
+            "otelguard_tool_calls_total", agent="researcher", tool="ask_researcher", outcome=outcome
+        )
+        for outcome in ("ok", "failed", "blocked")
+    }
+    assert outcomes == {"ok": 1, "failed": 1, "blocked": 1}
+    spans = rig.exporter.get_finished_spans()
+    calls = [s for s in spans if s.name == "execute_tool ask_researcher"]
+    assert len(calls) == 3  # each call's span ended: researcher(0)'s, researcher(1)'s, the refused one
+    turns = {
+        (s.attributes or {})["otelguard.delegation.depth"]: s
+        for s in spans
+        if s.name.startswith("invoke_agent")
+    }
+    assert sorted(turns) == [0, 1, 2]
+    assert (turns[2].attributes or {})["otelguard.turn.outcome"] == "halted"
+
+
+def test_a_stop_raised_through_agent_tools_without_failure_handling_ends_every_run_it_leaves(
+    rig: Rig,
+) -> None:
+    """With ``failure_error_function=None`` the SDK raises a tool's exception out of the run: the
+    ``GuardHalted`` of researcher(2) leaves researcher(1)'s run and researcher(0)'s, each call
+    recorded as failed by the guard that allowed it (its span ends) and each run's turn ended."""
+    researcher = Agent(name="researcher", model=asks_itself(persist=False))
+    researcher.tools = [
+        agent_tool(researcher, "ask_researcher", "Ask a researcher.", failure_error_function=None)
+    ]
+    config = GuardConfig.from_mapping(
+        {
+            "signature_key": "tests",
+            "mode": "unattended",
+            "caps": {"on_hit": "block", "tree": {"ask_*": 2}},
+            "delegation": {"max_depth": 8, "cycles": False},
+        }
+    )
+    telemetry = Telemetry(
+        tracer_provider=rig.provider, registry=rig.registry, span_mode="own", turn_spans=True
+    )
+    with pytest.raises(UserError, match="delegation tree already used 2 of its 2"):  # the SDK's wrap
+        run(researcher, guard_agent(researcher, config, telemetry=telemetry))
+    spans = rig.exporter.get_finished_spans()
+    assert len([s for s in spans if s.name == "execute_tool ask_researcher"]) == 3
+    turns = {
+        (s.attributes or {})["otelguard.delegation.depth"]: s
+        for s in spans
+        if s.name.startswith("invoke_agent")
+    }
+    assert sorted(turns) == [0, 1, 2]
+    assert (
+        rig.sample("otelguard_tool_calls_total", agent="researcher", tool="ask_researcher", outcome="failed")
+        == 2
+    )
