@@ -23,7 +23,8 @@ learns and a later hook of the same call needs.
 from __future__ import annotations
 
 import threading
-from collections.abc import Hashable
+from collections.abc import Hashable, Mapping
+from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final, Generic, TypeVar
 
 from otelguard.core.bounded_map import BoundedMap
@@ -31,20 +32,28 @@ from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
 from otelguard.core.sessions import Session
 from otelguard.errors import GuardHalted
+from otelguard.propagation import use_tree
 
 __all__ = [
+    "DELEGATES_TO",
     "MAX_TRACKED_CALLS",
     "CallMemory",
+    "delegate_of",
     "end_run",
     "error_result",
     "errored",
     "guidance",
     "halt_of",
+    "in_tree",
     "missing_framework",
     "raised",
     "refusal",
     "stop_if_halted",
 ]
+
+DELEGATES_TO: Final = "otelguard.delegates_to"
+"""The key of a tool's metadata (where the framework gives tools metadata) naming the agent the tool
+runs: each of its calls is a delegation to that agent (``before_call(..., delegate_to=...)``)."""
 
 MAX_TRACKED_CALLS: Final = 4096
 """Calls an adapter remembers between two hooks of the same call."""
@@ -59,9 +68,12 @@ def missing_framework(framework: str, extra: str) -> ImportError:
     )
 
 
-def refusal(guard: Guard, tool_name: str, args: Any, call_id: str | None) -> Decision | None:
-    """Ask before a call runs: ``None`` to run it, else the decision that refuses it."""
-    decision = guard.before_call(tool_name, args, call_id=call_id)
+def refusal(
+    guard: Guard, tool_name: str, args: Any, call_id: str | None, delegate_to: str | None = None
+) -> Decision | None:
+    """Ask before a call runs: ``None`` to run it, else the decision that refuses it.
+    ``delegate_to``: the agent the call runs, when the framework tells (a delegation)."""
+    decision = guard.before_call(tool_name, args, call_id=call_id, delegate_to=delegate_to)
     return None if decision.allows_execution else decision
 
 
@@ -83,6 +95,23 @@ def guidance(
 def raised(guard: Guard, tool_name: str, args: Any, error: BaseException, call_id: str | None) -> None:
     """Record a tool's exception as the call's failure."""
     guard.after_call(tool_name, args, error_result(error), failed=True, call_id=call_id)
+
+
+def delegate_of(metadata: object) -> str | None:
+    """The agent a tool runs, from its metadata (``DELEGATES_TO``), or ``None``."""
+    agent = metadata.get(DELEGATES_TO) if isinstance(metadata, Mapping) else None
+    return agent if isinstance(agent, str) and agent else None
+
+
+def in_tree(guard: Guard) -> AbstractContextManager[object]:
+    """Around a tool's run: the guard's place in its delegation tree is current, so an agent the
+    tool runs joins the tree one level down (``otelguard.propagation``). A guard in no tree gets a
+    shared no-op (no context switch; measured in docs/delegation-trees.md)."""
+    tree = guard.delegation_tree
+    return _NO_TREE if tree is None else use_tree(tree)
+
+
+_NO_TREE: Final = nullcontext()
 
 
 def error_result(error: BaseException) -> str:

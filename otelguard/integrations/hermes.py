@@ -11,6 +11,12 @@ plugin then answers:
   is not reported twice);
 * ``transform_tool_result`` (hermes runs it right after ``post_tool_call``) appends a warning's or
   halt's guidance to the result the model sees (``Decision.annotate``);
+* ``subagent_start``/``subagent_stop`` (hermes' ``delegate_task`` fires them per child): in a
+  delegation tree, a child's calls (its own ``session_id``) go to a guard one level below its
+  parent's (its own turn, from start to stop), labelled ``<agent>/<role>`` (``hermes/leaf``,
+  ``hermes/orchestrator``). A ``delegate_task`` call for one task is a delegation to that role's
+  agent (the depth limit, the tree caps and delegation cycles apply); a batch spawns unnamed
+  children (the depth limit and the tree caps apply);
 * ``pre_llm_call`` and a new ``turn_id`` start a turn; ``on_session_end`` (hermes fires it at the end
   of every conversation run) ends it, as ``errored`` when hermes says the run did not complete
   (``completed: false``: an API error, the iteration budget spent) and the user did not interrupt it;
@@ -31,13 +37,16 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Callable, Mapping
 from typing import Any, Final, Protocol
 
 from otelguard.config import GuardConfig
 from otelguard.config.checks import as_mapping, boolean, check_keys, integer
 from otelguard.config.environment import OTELGUARD_AGENT, OTELGUARD_CONFIG, OTELGUARD_METRICS_PORT
+from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
 from otelguard.core.sessions import Session
 from otelguard.errors import ConfigError
 from otelguard.hosting import SessionHosted
@@ -52,6 +61,12 @@ PLUGIN_BLOCK: Final = "plugin_block"
 _UNNAMED_TURN: Final = object()  # the turn of calls hermes sent without a turn id
 _CALL_MEMORY: Final = 1024
 """Calls remembered between two hooks of the same call (a refusal, a warning to annotate)."""
+MAX_CHILDREN: Final = 4096
+"""Children of ``delegate_task`` running at once whose guards the plugin holds; past it the least
+recently started child's turn is ended and its guard forgotten."""
+DELEGATE_TOOL: Final = "delegate_task"
+ROLES: Final = ("leaf", "orchestrator")
+"""hermes' child roles (any other is taken as ``leaf``, as hermes does)."""
 
 
 class HookRegistry(Protocol):
@@ -71,6 +86,8 @@ class HermesGuardPlugin(SessionHosted):
     def _set_up(self) -> None:
         self._refused: CallMemory[bool] = CallMemory(_CALL_MEMORY)
         self._to_annotate: CallMemory[Decision] = CallMemory(_CALL_MEMORY)
+        self._children: BoundedMap[str, Guard] = BoundedMap(MAX_CHILDREN)
+        self._children_lock = threading.Lock()
 
     @classmethod
     def from_environment(cls, environ: Mapping[str, str] = os.environ) -> HermesGuardPlugin:
@@ -96,7 +113,8 @@ class HermesGuardPlugin(SessionHosted):
         return session
 
     def on_pre_llm_call(self, *, session_id: str = "", turn_id: str = "", **_: Any) -> None:
-        self._session_for_turn(session_id, turn_id)
+        if self._child(session_id) is None:  # a child's turn runs from its start to its stop
+            self._session_for_turn(session_id, turn_id)
 
     def on_pre_tool_call(
         self,
@@ -108,8 +126,9 @@ class HermesGuardPlugin(SessionHosted):
         turn_id: str = "",
         **_: Any,
     ) -> dict[str, str] | None:
-        session = self._session_for_turn(session_id, turn_id)
-        refused = refusal(session.main, tool_name, args, tool_call_id or None)
+        guard = self._child(session_id) or self._session_for_turn(session_id, turn_id).main
+        delegate_to = self._delegate_of(tool_name, args) if guard.delegation_tree is not None else None
+        refused = refusal(guard, tool_name, args, tool_call_id or None, delegate_to)
         if refused is None:
             return None
         if tool_call_id:
@@ -131,7 +150,7 @@ class HermesGuardPlugin(SessionHosted):
     ) -> None:
         if status == "blocked" and tool_call_id and self._refused.take((session_id, tool_call_id)):
             return
-        guard = self._session_for_turn(session_id, turn_id).main
+        guard = self._child(session_id) or self._session_for_turn(session_id, turn_id).main
         blocked = status == "blocked"
         note = guidance(
             guard,
@@ -165,6 +184,56 @@ class HermesGuardPlugin(SessionHosted):
     def on_session_finalize(self, *, session_id: str = "", **_: Any) -> None:
         self.sessions.end_session(session_id or None)
 
+    # -- delegate_task's children ----------------------------------------------------------------
+
+    def on_subagent_start(
+        self,
+        *,
+        parent_session_id: str | None = None,
+        child_session_id: str | None = None,
+        child_role: str | None = None,
+        **_: Any,
+    ) -> None:
+        """A child of ``delegate_task`` starts: in a delegation tree, its guard is one level below
+        its parent's (a child of a child below that child's)."""
+        if not child_session_id or not isinstance(child_session_id, str):
+            return
+        parent_id = parent_session_id if isinstance(parent_session_id, str) else ""
+        parent = self._child(parent_id) or self.sessions.session(parent_id or None).main
+        if parent.delegation_tree is None:
+            return  # no tree: the child is a session of its own, as before
+        child = parent.subagent_guard(self._role_agent(child_role))
+        child.start_turn()
+        with self._children_lock:
+            evicted = self._children.put(child_session_id, child)
+        for _key, dropped in evicted:
+            dropped.end_turn()
+
+    def on_subagent_stop(self, *, child_session_id: str | None = None, **_: Any) -> None:
+        if not child_session_id or not isinstance(child_session_id, str):
+            return
+        with self._children_lock:
+            child = self._children.pop(child_session_id, None)
+        if child is not None:
+            child.end_turn()
+
+    def _child(self, session_id: object) -> Guard | None:
+        if not session_id or not isinstance(session_id, str):
+            return None
+        with self._children_lock:
+            return self._children.get(session_id)
+
+    def _role_agent(self, role: object) -> str:
+        """The agent a child of role ``role`` is (its label and its name on the tree's path)."""
+        name = role.strip().lower() if isinstance(role, str) else ""
+        return f"{self.sessions.agent}/{name if name in ROLES else ROLES[0]}"
+
+    def _delegate_of(self, tool_name: str, args: Any) -> str | None:
+        """The agent a ``delegate_task`` call for one task starts (a batch names none)."""
+        if tool_name != DELEGATE_TOOL or not isinstance(args, Mapping) or args.get("tasks"):
+            return None
+        return self._role_agent(args.get("role"))
+
     def register(self, ctx: HookRegistry) -> None:
         ctx.register_hook("pre_llm_call", self.on_pre_llm_call)
         ctx.register_hook("pre_tool_call", self.on_pre_tool_call)
@@ -172,6 +241,8 @@ class HermesGuardPlugin(SessionHosted):
         ctx.register_hook("transform_tool_result", self.on_transform_tool_result)
         ctx.register_hook("on_session_end", self.on_turn_end)
         ctx.register_hook("on_session_finalize", self.on_session_finalize)
+        ctx.register_hook("subagent_start", self.on_subagent_start)
+        ctx.register_hook("subagent_stop", self.on_subagent_stop)
 
 
 def register(ctx: HookRegistry) -> None:

@@ -19,6 +19,13 @@
   order of the middleware, the same failing call retried is refused after 5 failures. Listed first,
   the middleware sees only what a retry or fallback middleware listed after it gave up on.
 * One guard per ``thread_id`` of the run config, else one for the middleware.
+* Delegation trees: a tool runs inside its guard's tree (``otelguard.propagation``), so an agent
+  invoked from a tool (or a graph invoked there with the agent as a subgraph) is one level down in
+  the caller's tree: its guard is the thread's at that place in the tree, one level below the
+  calling agent. A tool whose ``metadata`` names the agent it runs (``{DELEGATES_TO: "worker"}``,
+  the name that agent's middleware labels it with) is a delegation to it: the depth limit and
+  delegation cycles apply to its calls. A delegated agent that is stopped ends its own run with the
+  AI message saying why, which the calling tool returns.
 * The session caps used so far also live in a private channel of the graph's state
   (``otelguard_session_caps``), so a LangGraph checkpointer carries them to whichever worker runs
   the thread next, or past a restart, without shared state. A worker takes the higher of its own
@@ -38,14 +45,18 @@ from otelguard.core.guard import Guard
 from otelguard.core.sessions import DEFAULT_SESSION, Session
 from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
+    DELEGATES_TO,
     CallMemory,
+    delegate_of,
     errored,
     guidance,
     halt_of,
+    in_tree,
     missing_framework,
     raised,
     refusal,
 )
+from otelguard.propagation import current_tree
 
 try:
     from langchain.agents.middleware import AgentMiddleware, AgentState, ToolCallRequest, hook_config
@@ -68,7 +79,7 @@ if sys.version_info >= (3, 11):
 else:  # pragma: no cover
     from typing_extensions import NotRequired
 
-__all__ = ["CAPS_CHANNEL", "GuardMiddleware", "GuardState"]
+__all__ = ["CAPS_CHANNEL", "DELEGATES_TO", "GuardMiddleware", "GuardState"]
 
 ToolResult = ToolMessage | Command[Any]
 
@@ -188,7 +199,7 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
-            with self._running(call):
+            with self._running(call), in_tree(call.guard):
                 result = handler(request)
             return call.finish(result)
 
@@ -200,7 +211,7 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
             call, refused = self._start(request, session, thread_id)
             if refused is not None:
                 return refused
-            with self._running(call):
+            with self._running(call), in_tree(call.guard):
                 result = await handler(request)
             return call.finish(result)
 
@@ -229,11 +240,13 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
         call = _Call(session.main, request.tool_call, thread_id)
         if self._paused.take(call.paused_key) is not None:
             return call, None
-        refused = refusal(call.guard, call.name, call.args, call.call_id)
+        tool = request.tool
+        delegate_to = delegate_of(tool.metadata) if tool is not None else None
+        refused = refusal(call.guard, call.name, call.args, call.call_id, delegate_to)
         return call, None if refused is None else _refused(refused, call.name, call.call_id)
 
     def _session(self, thread_id: str | None = None) -> Session:
-        return self.sessions.session(thread_id if thread_id is not None else _thread_id())
+        return self.sessions.session(_session_key(thread_id if thread_id is not None else _thread_id()))
 
 
 class _Run:
@@ -322,6 +335,18 @@ class _Call:
             return result.model_copy(update={"content": note.annotate(content)})
         block = {"type": "text", "text": note.annotate("").lstrip()}
         return result.model_copy(update={"content": [*content, block]})
+
+
+def _session_key(thread_id: str) -> str:
+    """The session of a run on ``thread_id``: the thread's, or, for an agent run inside a tool of a
+    guarded agent (its delegation tree current here), the thread's at that place in the tree. A run
+    delegated from a tool inherits the caller's run config, ``thread_id`` included; keyed by the
+    place, its guard is made there, one level below the caller, and the same place gets the same
+    guard (a new turn per run). Digests only: no agent name in the key."""
+    tree = current_tree()
+    if tree is None:
+        return thread_id
+    return f"{thread_id}#{tree.root}.{tree.depth}.{'.'.join(tree.path)}"
 
 
 def _thread_id() -> str:

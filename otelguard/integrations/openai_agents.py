@@ -33,17 +33,22 @@
 from __future__ import annotations
 
 import copy
+import dataclasses
+import itertools
 import threading
 import weakref
 from collections import deque
 from collections.abc import Callable, Iterator
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final
 
 from otelguard.config import GuardConfig
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.errors import GuardHalted
 from otelguard.hosting import TelemetryOption, session_host
 from otelguard.integrations._protocol import (
     CallMemory,
@@ -51,9 +56,10 @@ from otelguard.integrations._protocol import (
     error_result,
     guidance,
     missing_framework,
-    refusal,
+    raised,
     stop_if_halted,
 )
+from otelguard.propagation import use_tree
 
 try:
     from agents import (
@@ -68,7 +74,9 @@ try:
         ToolInputGuardrailData,
         ToolOutputGuardrail,
         ToolOutputGuardrailData,
+        handoff,
     )
+    from agents.tool_context import ToolContext
 
     # what the SDK's public API does not offer, named in one shim pinned by a test per version
     from otelguard.integrations._openai_agents_sdk import (
@@ -80,7 +88,14 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("openai-agents", "openai-agents") from exc
 
-__all__ = ["SUPPORTED_SDK_VERSIONS", "GuardRunHooks", "guard_agent", "unguard_agent"]
+__all__ = [
+    "SUPPORTED_SDK_VERSIONS",
+    "GuardRunHooks",
+    "agent_of_tool",
+    "agent_tool",
+    "guard_agent",
+    "unguard_agent",
+]
 
 SessionKey = Callable[[RunContextWrapper[Any]], object]
 _GUARDRAIL_NAME: Final = "otelguard"
@@ -138,6 +153,47 @@ def _handoff_agents(root: Agent[Any]) -> Iterator[Agent[Any]]:
             target = handoff_agent(entry) if isinstance(entry, Handoff) else entry
             if isinstance(target, Agent):
                 pending.append(target)
+        for tool in agent.tools:
+            called = agent_of_tool(tool)
+            if called is not None:
+                pending.append(called)
+
+
+def agent_tool(
+    agent: Agent[Any], tool_name: str | None = None, tool_description: str | None = None, **as_tool: Any
+) -> FunctionTool:
+    """``agent.as_tool(tool_name, tool_description, **as_tool)``, known to otelguard as a delegation:
+    a guarded agent's call of it is a delegation to ``agent`` (asked with ``delegate_to``), and the
+    run it starts is a run of its own, one level down in the delegation tree, whose halts end it
+    (the SDK's ``as_tool`` marks its tools in no public attribute, so ``guard_agent`` cannot tell an
+    agent tool made by ``as_tool`` alone from any other function tool)."""
+    if "hooks" in as_tool:
+        raise TypeError("agent_tool: the nested run's hooks are otelguard's; guard its agent instead")
+    tool = agent.as_tool(tool_name, tool_description, hooks=_NESTED_HOOKS, **as_tool)
+    with _AGENT_TOOLS_LOCK:
+        _AGENT_TOOLS[id(tool)] = (weakref.ref(tool), agent)
+    weakref.finalize(tool, _forget_agent_tool, id(tool)).atexit = False
+    return tool
+
+
+def agent_of_tool(tool: object) -> Agent[Any] | None:
+    """The agent an ``agent_tool`` (or its guarded copy) runs; ``None`` for any other tool."""
+    if isinstance(tool, FunctionTool):
+        tool = _original_of(tool)
+    with _AGENT_TOOLS_LOCK:
+        known = _AGENT_TOOLS.get(id(tool))
+    return known[1] if known is not None and known[0]() is tool else None
+
+
+_AGENT_TOOLS: dict[int, tuple[weakref.ref[FunctionTool], Agent[Any]]] = {}
+_AGENT_TOOLS_LOCK: Final = threading.Lock()
+
+
+def _forget_agent_tool(key: int) -> None:
+    with _AGENT_TOOLS_LOCK:
+        known = _AGENT_TOOLS.get(key)
+        if known is not None and known[0]() is None:
+            del _AGENT_TOOLS[key]
 
 
 @dataclass(eq=False)
@@ -148,6 +204,8 @@ class _Guarded:
     original: list[Tool]
     guarded: list[Tool]
     given: tuple[Tool, ...]  # what ``guarded`` held then
+    handoffs: list[Any] = field(default_factory=list)  # the handoff list it had
+    guarded_handoffs: list[Any] = field(default_factory=list)  # the one it was given
 
     def unchanged(self, agent: Agent[Any]) -> bool:
         return (
@@ -163,6 +221,7 @@ class _Installation:
 
     agents: dict[int, _Guarded] = field(default_factory=dict)
     copies: dict[int, FunctionTool] = field(default_factory=dict)  # id of the original -> its copy
+    handoff_copies: dict[int, Handoff[Any, Any]] = field(default_factory=dict)
     closed: bool = False
     lock: threading.Lock = field(default_factory=threading.Lock)
 
@@ -197,12 +256,34 @@ class _Installation:
                 tools = done.guarded
             else:
                 tools = [self._copy(tool) if isinstance(tool, FunctionTool) else tool for tool in agent.tools]
-                self.agents[id(agent)] = _Guarded(weakref.ref(agent), agent.tools, tools, tuple(tools))
+                handoffs = [self._copy_handoff(entry) for entry in agent.handoffs]
+                self.agents[id(agent)] = _Guarded(
+                    weakref.ref(agent), agent.tools, tools, tuple(tools), agent.handoffs, handoffs
+                )
                 agent.tools = tools
+                agent.handoffs = handoffs
+            handoffs = self.agents[id(agent)].guarded_handoffs
         for tool in tools:
             tool_guard = _guard_of(tool)
             if tool_guard is not None:
                 tool_guard.add_owner(hooks)
+        for entry in handoffs:
+            if isinstance(entry, _GuardedHandoff):
+                entry.guard.add_owner(hooks)
+
+    def _copy_handoff(self, entry: Any) -> Any:
+        """A handoff (or an agent, as the SDK's ``handoff(agent)`` would make it) that asks the
+        guard first: its copy, made once per handoff."""
+        if isinstance(entry, _GuardedHandoff):
+            return entry
+        if isinstance(entry, Agent):
+            entry = handoff(entry)
+        if not isinstance(entry, Handoff):
+            return entry
+        copied = self.handoff_copies.get(id(entry))
+        if copied is None:
+            copied = self.handoff_copies[id(entry)] = _HandoffGuard(entry).handoff
+        return copied
 
     def _copy(self, tool: FunctionTool) -> FunctionTool:
         if _guard_of(tool) is not None:  # already a guarded copy
@@ -222,10 +303,13 @@ class _Installation:
             self.closed = True
             guarded, self.agents = list(self.agents.values()), {}
             self.copies.clear()
+            self.handoff_copies.clear()
         for each in guarded:
             agent = each.agent()
             if agent is None:
                 continue
+            if agent.handoffs is each.guarded_handoffs:
+                agent.handoffs = each.handoffs
             if each.unchanged(agent):
                 agent.tools = each.original
             else:  # the list was changed or replaced since: keep the change, drop the copies
@@ -244,6 +328,37 @@ def _forget(key: int, installation: _Installation) -> None:
             del _INSTALLATIONS[key]
 
 
+class _Run:
+    """One live run: its session, its turn token, and the guard of the agent running now (the
+    session's main guard, or, in a delegation tree, the guard one level down per handoff)."""
+
+    __slots__ = ("agent", "guard", "session", "token")
+
+    def __init__(self, session: Session, token: object) -> None:
+        self.session = session
+        self.token = token
+        self.guard: Guard = session.main
+        self.agent: Any = None  # the SDK agent running now (told by ``on_agent_start``)
+
+    def hand_off(self, agent: Any) -> None:
+        """A handoff to ``agent`` ran: in a delegation tree its calls go to a guard one level below
+        the agent that handed off (a turn of its own); outside a tree they stay with the main guard."""
+        self.agent = agent
+        previous = self.guard
+        if previous.delegation_tree is None:
+            return
+        self.guard = previous.subagent_guard(getattr(agent, "name", None) or previous.agent)
+        self.guard.start_turn()
+        if previous is not self.session.main:
+            previous.end_turn()
+
+    def end_delegated(self) -> None:
+        """End the turn of the agent the run was handed to, if any (the main turn ends with the run)."""
+        guard, self.guard = self.guard, self.session.main
+        if guard is not self.session.main:
+            guard.end_turn()
+
+
 class GuardRunHooks(RunHooks[Any]):
     """The ``RunHooks`` that ``guard_agent`` returns: turns, results and halts of guarded runs."""
 
@@ -253,10 +368,10 @@ class GuardRunHooks(RunHooks[Any]):
         self._lock = threading.Lock()
         # One entry per live run, keyed by its usage object (shared by every context of one run,
         # tool contexts included); dropped when the run's usage is garbage collected.
-        self._runs: BoundedMap[int, tuple[Session, object]] = BoundedMap(sessions.max_sessions)
+        self._runs: BoundedMap[int, _Run] = BoundedMap(sessions.max_sessions)
         # Runs whose usage was freed, for the next event to settle: a finalizer runs inside the
         # garbage collector, maybe in a thread holding a lock it would need, so it only appends.
-        self._freed: deque[tuple[int, Session, object]] = deque()
+        self._freed: deque[tuple[int, _Run]] = deque()
 
     def knows_run(self, context: RunContextWrapper[Any]) -> bool:
         if self._freed:
@@ -266,9 +381,16 @@ class GuardRunHooks(RunHooks[Any]):
 
     def session_for(self, context: RunContextWrapper[Any]) -> Session:
         """The session of the run ``context`` belongs to; the first call of a run starts its turn."""
-        return self._run(context)[0]
+        return self.run_of(context).session
 
-    def _run(self, context: RunContextWrapper[Any]) -> tuple[Session, object]:
+    def guard_for(self, context: RunContextWrapper[Any]) -> Guard:
+        """The guard of the agent running now in the run ``context`` belongs to."""
+        return self.run_of(context).guard
+
+    def run_of(self, context: RunContextWrapper[Any]) -> _Run:
+        nested = _NESTED.get()
+        if nested is not None and nested.hooks is self and context is not nested.call:
+            return nested.run()  # a run an agent tool started: one of its own, one level down
         if self._freed:
             self._settle_freed()
         usage = context.usage
@@ -278,11 +400,11 @@ class GuardRunHooks(RunHooks[Any]):
         if run is not None:
             return run
         session_id = self._session_key(context) if self._session_key is not None else None
-        run = (self.sessions.session(session_id), object())
+        run = _Run(self.sessions.session(session_id), object())
         with self._lock:
             self._runs.put(key, run)
-        weakref.finalize(usage, self._freed.append, (key, *run)).atexit = False
-        run[0].enter_run(run[1])
+        weakref.finalize(usage, self._freed.append, (key, run)).atexit = False
+        run.session.enter_run(run.token)
         return run
 
     def _settle_freed(self) -> None:
@@ -290,32 +412,39 @@ class GuardRunHooks(RunHooks[Any]):
         ``on_agent_end``, so its run ended in an exception (``leave_run`` is a no-op otherwise)."""
         while self._freed:
             try:
-                key, session, token = self._freed.popleft()
+                key, run = self._freed.popleft()
             except IndexError:  # another thread settled it
                 return
             with self._lock:
-                run = self._runs.get(key)
-                if run is not None and run[1] is token:
+                if self._runs.get(key) is run:
                     del self._runs[key]
-            session.leave_run(token, errored=True)
+            run.end_delegated()
+            run.session.leave_run(run.token, errored=True)
 
     def end_failed_run(self, context: RunContextWrapper[Any], error: Exception) -> None:
         """A tool's exception is leaving the run (the SDK raises it to the caller): the turn is over."""
-        session, token = self._run(context)
-        end_run(session, token, error)
+        run = self.run_of(context)
+        run.end_delegated()
+        end_run(run.session, run.token, error)
 
     async def on_agent_start(self, context: Any, agent: Any) -> None:
-        self._run(context)
+        self.run_of(context).agent = agent
 
     async def on_llm_start(
         self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
     ) -> None:
-        session, token = self._run(context)
-        stop_if_halted(session, token)
+        run = self.run_of(context)
+        halt = run.guard.halt_decision
+        if halt is not None and run.guard is not run.session.main:
+            run.end_delegated()
+            run.session.leave_run(run.token)
+            raise GuardHalted(halt)
+        stop_if_halted(run.session, run.token)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
-        session, token = self._run(context)
-        session.leave_run(token)
+        run = self.run_of(context)
+        run.end_delegated()
+        run.session.leave_run(run.token)
 
     async def on_tool_end(
         self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
@@ -334,7 +463,7 @@ class GuardRunHooks(RunHooks[Any]):
         call_id = _call_id(context)
         error = tool_guard.failed.take(call_id)
         return guidance(
-            self.session_for(context).main,
+            self.guard_for(context),
             tool_guard.tool_name,
             getattr(context, "tool_arguments", None),
             result if error is None else error,  # the real error, not the SDK's generic message
@@ -368,6 +497,11 @@ class _ToolGuard:
             ToolOutputGuardrail(guardrail_function=self.check_output, name=_GUARDRAIL_NAME),
         ]
         self.tool = set_failure_function(tool, self.failure)
+        called = agent_of_tool(original)
+        self.delegates_to: str | None = None if called is None else called.name
+        if called is not None:
+            self._invoke = tool.on_invoke_tool
+            self.tool.on_invoke_tool = self.invoke_agent
 
     def add_owner(self, hooks: GuardRunHooks) -> None:
         with self._lock:
@@ -389,13 +523,33 @@ class _ToolGuard:
         if hooks is None:
             return ToolGuardrailFunctionOutput.allow()
         context = data.context
-        guard = hooks.session_for(context).main
-        refused = refusal(guard, context.tool_name, context.tool_arguments, context.tool_call_id)
-        if refused is None:
+        guard = hooks.guard_for(context)
+        refused = guard.before_call(
+            context.tool_name, context.tool_arguments, context.tool_call_id, delegate_to=self.delegates_to
+        )
+        if refused.allows_execution:
             return ToolGuardrailFunctionOutput.allow()
         return ToolGuardrailFunctionOutput.reject_content(
             refused.synthetic_result(), output_info=refused.to_metadata()
         )
+
+    async def invoke_agent(self, context: ToolContext[Any], input_json: str) -> Any:
+        """Run the agent tool's nested run as a run of its own: in a delegation tree, the agent it
+        runs gets a guard one level below the caller's (its turn, its halts), and the tree is current
+        while it runs."""
+        hooks = self.owner_for(context)
+        caller = hooks.run_of(context) if hooks is not None else None
+        if hooks is None or caller is None or caller.guard.delegation_tree is None:
+            return await self._invoke(context, input_json)
+        delegator = caller.guard
+        nested = _Nested(hooks, context, caller.session, delegator, self.delegates_to or delegator.agent)
+        token = _NESTED.set(nested)
+        try:
+            with use_tree(delegator.delegation_tree):
+                return await self._invoke(context, input_json)
+        finally:
+            _NESTED.reset(token)
+            nested.close()
 
     async def check_output(self, data: ToolOutputGuardrailData) -> ToolGuardrailFunctionOutput:
         """Record how the call ended; a warning is appended to a text result (the model reads it)."""
@@ -425,6 +579,152 @@ class _ToolGuard:
                 hooks.after_call(context, self, None)
                 hooks.end_failed_run(context, error)
         return result
+
+
+class _HandoffGuard:
+    """The guarded copy of one ``Handoff`` (``handoff``): a handoff is a delegation to its agent
+    (``delegate_to``), asked of the guard of the agent handing off before the SDK runs it. A refused
+    handoff does not happen: the agent handing off stays, and the refusal is the handoff call's result
+    the model reads. One that runs is recorded at once (a cycle's warning goes into its result), and
+    in a delegation tree the agent it reaches gets a guard one level down."""
+
+    def __init__(self, original: Handoff[Any, Any]) -> None:
+        self.original = original
+        self._owners: list[weakref.ref[GuardRunHooks]] = []
+        self._lock = threading.Lock()
+        values = {each.name: getattr(original, each.name) for each in dataclasses.fields(original)}
+        inits = {each.name for each in dataclasses.fields(original) if each.init}
+        self.handoff = _GuardedHandoff(**{k: v for k, v in values.items() if k in inits})
+        for name, value in values.items():  # the SDK's own bookkeeping fields (the agent's weak ref)
+            if name not in inits:
+                object.__setattr__(self.handoff, name, value)
+        self.handoff.guard = self
+        self.handoff.on_invoke_handoff = self.invoke
+
+    def add_owner(self, hooks: GuardRunHooks) -> None:
+        with self._lock:
+            self._owners = [ref for ref in self._owners if ref() is not None]
+            if all(ref() is not hooks for ref in self._owners):
+                self._owners.append(weakref.ref(hooks))
+
+    def owner_for(self, context: RunContextWrapper[Any]) -> GuardRunHooks | None:
+        with self._lock:
+            owners = [hooks for ref in self._owners if (hooks := ref()) is not None]
+        for hooks in owners:
+            if hooks.knows_run(context):
+                return hooks
+        return owners[0] if owners else None
+
+    async def invoke(self, context: RunContextWrapper[Any], input_json: str) -> Any:
+        hooks = self.owner_for(context)
+        if hooks is None:
+            return await self.original.on_invoke_handoff(context, input_json)
+        run = hooks.run_of(context)
+        guard, name = run.guard, self.original.tool_name
+        args = input_json or "{}"
+        call_id = f"handoff-{next(_HANDOFF_CALLS)}"  # the SDK gives the handoff hook no call id
+        decision = guard.before_call(name, args, call_id=call_id, delegate_to=self.original.agent_name)
+        if not decision.allows_execution:
+            if run.agent is None:  # hooks not passed to this run: no agent to stay with, as before
+                return await self.original.on_invoke_handoff(context, input_json)
+            _TRANSFER.set(decision.synthetic_result())
+            return run.agent  # the agent handing off stays; the model reads why
+        try:
+            target = await self.original.on_invoke_handoff(context, input_json)
+        except Exception as error:
+            raised(guard, name, args, error, call_id)
+            raise
+        message = self.original.get_transfer_message(target)
+        note = guidance(guard, name, args, message, failed=False, call_id=call_id)
+        _TRANSFER.set(message if note is None else note.annotate(message))
+        run.hand_off(target)
+        return target
+
+
+@dataclasses.dataclass
+class _GuardedHandoff(Handoff[Any, Any]):
+    """A ``Handoff`` whose call result is the guard's word: the refusal, or the transfer message
+    with a cycle's warning appended."""
+
+    guard: Any = dataclasses.field(default=None, repr=False, compare=False)
+
+    def get_transfer_message(self, agent: Any) -> str:
+        told = _TRANSFER.get()
+        if told is not None:
+            _TRANSFER.set(None)
+            return told
+        return super().get_transfer_message(agent)
+
+
+class _Nested:
+    """One call of an agent tool by a guarded run in a delegation tree: the nested run it starts
+    (sharing the caller's usage object, so not told apart by it) is a run of its own, whose guard
+    is one level below the calling agent's."""
+
+    __slots__ = ("_run", "agent", "call", "delegator", "hooks", "session")
+
+    def __init__(
+        self, hooks: GuardRunHooks, call: object, session: Session, delegator: Guard, agent: str
+    ) -> None:
+        self.hooks = hooks
+        self.call = call
+        """The calling run's context of the agent tool's call: the tool's own failure handling,
+        which runs inside the call, is the caller's (the nested run's contexts are others)."""
+        self.session = session
+        self.delegator = delegator
+        self.agent = agent
+        self._run: _Run | None = None
+
+    def run(self) -> _Run:
+        if self._run is None:
+            run = _Run(self.session, object())
+            run.guard = self.delegator.subagent_guard(self.agent)
+            run.guard.start_turn()
+            self._run = run
+        return self._run
+
+    def close(self) -> None:
+        if self._run is not None:
+            self._run.end_delegated()
+
+
+class _NestedRunHooks(RunHooks[Any]):
+    """The hooks of every ``agent_tool``'s nested run: they hand its events to the guarded run
+    that called the tool (none when it was called by a run otelguard does not guard)."""
+
+    async def on_agent_start(self, context: Any, agent: Any) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_agent_start(context, agent)
+
+    async def on_llm_start(
+        self, context: RunContextWrapper[Any], agent: Any, system_prompt: str | None, input_items: list[Any]
+    ) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_agent_end(context, agent, output)
+
+    async def on_tool_end(
+        self, context: RunContextWrapper[Any], agent: Any, tool: Tool, result: object
+    ) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_tool_end(context, agent, tool, result)
+
+
+_NESTED: ContextVar[_Nested | None] = ContextVar("otelguard_agent_tool_run", default=None)
+"""The agent tool call whose nested run is running here (set around the tool's invocation)."""
+_NESTED_HOOKS: Final = _NestedRunHooks()
+
+_TRANSFER: ContextVar[str | None] = ContextVar("otelguard_handoff_result", default=None)
+"""What the handoff that just ran (or was refused) answers the model: set by ``invoke``, read by the
+SDK's ``get_transfer_message`` right after it in the same task."""
+_HANDOFF_CALLS: Final = itertools.count()
 
 
 def _guard_of(tool: Tool) -> _ToolGuard | None:

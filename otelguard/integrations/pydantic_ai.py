@@ -17,6 +17,12 @@
   history, or new; a run without history is a new session).
 * Pydantic AI already traces ``execute_tool``: with ``span_mode: auto`` otelguard's attributes go
   on that span instead of a second one.
+* Delegation trees: a tool runs inside its guard's tree (``otelguard.propagation``), so an agent
+  run from a tool, guarded by a ``GuardCapability``, is one level down in the caller's tree. A tool
+  whose ``metadata`` names the agent it runs (``{DELEGATES_TO: "worker"}``, the name that agent's
+  capability labels it with) is a delegation to it: the depth limit and delegation cycles apply to
+  its calls. A ``GuardHalted`` that ends the run of an agent called from a tool reaches the calling
+  agent as that tool's failure, not as the end of its own run.
 """
 
 from __future__ import annotations
@@ -25,11 +31,15 @@ from typing import Any, Final
 
 from otelguard.core.guard import Guard
 from otelguard.core.sessions import Session
+from otelguard.errors import GuardHalted
 from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
+    DELEGATES_TO,
     CallMemory,
+    delegate_of,
     end_run,
     guidance,
+    in_tree,
     missing_framework,
     raised,
     refusal,
@@ -59,7 +69,8 @@ try:
 except ImportError as exc:  # pragma: no cover - exercised in a subprocess without the framework
     raise missing_framework("pydantic-ai", "pydantic-ai") from exc
 
-__all__ = ["GuardCapability"]
+__all__ = ["DELEGATES_TO", "GuardCapability"]
+
 
 _NOT_RUN: Final = (SkipToolExecution, CallDeferred, ApprovalRequired)
 
@@ -106,11 +117,15 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
     ) -> Any:
         guard = self._session(ctx).main
         name, call_id = call.tool_name, call.tool_call_id
-        refused = refusal(guard, name, args, call_id)
+        refused = refusal(guard, name, args, call_id, delegate_of(tool_def.metadata))
         if refused is not None:
             raise ToolFailed(refused.synthetic_result())
         try:
-            result = await handler(args)
+            with in_tree(guard):  # an agent run by the tool joins the tree
+                result = await handler(args)
+        except GuardHalted as halted:  # an agent this tool ran was stopped; this one goes on
+            raised(guard, name, args, halted, call_id)
+            raise ToolFailed(halted.decision.synthetic_result()) from halted
         except _NOT_RUN:
             # Deferred or skipped by another capability: the tool did not run (caps are refunded).
             guard.after_call(name, args, None, cancelled=True, call_id=call_id)
