@@ -19,7 +19,7 @@ from otelguard.core import decisions as codes
 from otelguard.core.decisions import Decision, Signature
 
 if TYPE_CHECKING:
-    from otelguard.core.tree import TreeLedger
+    from otelguard.core.tree_identity import DelegationTree
 
 __all__ = [
     "CapLedger",
@@ -28,6 +28,7 @@ __all__ = [
     "ChargeAnswer",
     "LocalSessionCaps",
     "SessionCapStore",
+    "TreeCaps",
 ]
 
 Scope = Literal["turn", "session", "tree"]
@@ -119,6 +120,33 @@ class LocalSessionCaps:
             return dict(self._counts)
 
 
+class TreeCaps(Protocol):
+    """A guard's part of a delegation tree, as its caps use it (``otelguard.core.tree.TreeLedger``):
+    its place, the depth limit, delegation cycles and the tree's counters. A protocol, so that the
+    ledger of the session's caps needs nothing of the tree's module."""
+
+    tree: DelegationTree
+    max_depth: int
+
+    def start_turn(self) -> None: ...
+
+    def subagent(self, agent: str) -> DelegationTree: ...
+
+    def cycle(self, sig: Signature, agent: str, hard_stop: bool) -> Decision | None: ...
+
+    def took(self, decision: Decision | None) -> None: ...
+
+    def depth_refusal(self, sig: Signature) -> Decision | None: ...
+
+    def charge(
+        self, sig: Signature, caps: Sequence[tuple[str, int]], amount: int
+    ) -> tuple[Decision | None, bool]: ...
+
+    def hit(self, sig: Signature, caps: Sequence[tuple[str, int]], amount: int) -> Decision | None: ...
+
+    def refund(self, keys: Sequence[str], amount: int) -> None: ...
+
+
 class CapLedger:
     """Usage counters: turn counters reset by ``start_turn``; session counters in the session's store."""
 
@@ -130,7 +158,7 @@ class CapLedger:
         """The last ``check`` was decided without the shared store; the guard takes it (under its
         lock) with ``take_fell_back``. Never set with an in-process store."""
         self.turn_peak_ratio: dict[str, float] = {}
-        self.tree: TreeLedger | None = None
+        self.tree: TreeCaps | None = None
         """The delegation tree's caps and depth limit, for a guard in a tree (``otelguard.core.tree``)."""
         self.tree_charged: Sequence[tuple[str, int]] = ()
         """The tree caps the last ``charge_tree`` charged: ``charge`` records them (both run under the

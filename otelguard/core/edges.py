@@ -23,7 +23,7 @@ if TYPE_CHECKING:
     from otelguard.config import GuardConfig
     from otelguard.core.caps import SessionCapStore
     from otelguard.core.observers import GuardObserver
-    from otelguard.core.tree import DelegationTree
+    from otelguard.core.tree_identity import DelegationTree
 
 __all__ = ["NO_EDGES", "Edges"]
 

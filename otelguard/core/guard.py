@@ -17,7 +17,7 @@ from typing import Any, Final, TypeVar
 
 from otelguard.config import GuardConfig
 from otelguard.core import decisions as codes
-from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore
+from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore, TreeCaps
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary, new_signature
 from otelguard.core.detectors.state import SessionMemory
@@ -28,7 +28,8 @@ from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_
 from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
-from otelguard.core.tree import DelegationTree, TreeLedger, join_tree
+from otelguard.core.tree import join_tree
+from otelguard.core.tree_identity import DelegationTree
 
 __all__ = ["Guard"]
 
@@ -386,7 +387,7 @@ def _no_turn(agent: str) -> TurnSummary:
     return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
 
 
-def _delegation(tree: TreeLedger | None, facts: ToolFacts, delegate_to: str | None) -> DelegationTree | None:
+def _delegation(tree: TreeCaps | None, facts: ToolFacts, delegate_to: str | None) -> DelegationTree | None:
     """For a delegation by a guard in a tree (a spawn tool, or a call naming the agent it delegates
     to), the place of the agent it starts (its digest ``""`` when not named); ``None`` for any other
     call."""

@@ -16,7 +16,7 @@ from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, Tu
 
 if TYPE_CHECKING:
     from otelguard.core.pending_calls import PendingCall, TurnState
-    from otelguard.core.tree import DelegationTree
+    from otelguard.core.tree_identity import DelegationTree
 
 __all__ = [
     "CallEvent",

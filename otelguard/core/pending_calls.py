@@ -20,7 +20,7 @@ from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name
 if TYPE_CHECKING:
     from otelguard.core.caps import Charge
     from otelguard.core.detectors.turn import TurnDetectors
-    from otelguard.core.tree import DelegationTree
+    from otelguard.core.tree_identity import DelegationTree
 
 __all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "new_pending", "unrecorded"]
 

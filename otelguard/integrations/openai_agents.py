@@ -472,7 +472,30 @@ class GuardRunHooks(RunHooks[Any]):
         )
 
 
-class _ToolGuard:
+class _Owned:
+    """A guarded copy shared by several ``guard_agent`` results of one agent: the hooks of each (held
+    weakly), so that each call goes to the hooks of its run."""
+
+    _owners: list[weakref.ref[GuardRunHooks]]
+    _owners_lock: threading.Lock
+
+    def add_owner(self, hooks: GuardRunHooks) -> None:
+        with self._owners_lock:
+            self._owners = [ref for ref in self._owners if ref() is not None]
+            if all(ref() is not hooks for ref in self._owners):
+                self._owners.append(weakref.ref(hooks))
+
+    def owner_for(self, context: RunContextWrapper[Any]) -> GuardRunHooks | None:
+        """The hooks whose run this is; the first owner when no owner has seen the run yet."""
+        with self._owners_lock:
+            owners = [hooks for ref in self._owners if (hooks := ref()) is not None]
+        for hooks in owners:
+            if hooks.knows_run(context):
+                return hooks
+        return owners[0] if owners else None
+
+
+class _ToolGuard(_Owned):
     """The guarded copy of one ``FunctionTool`` (``tool``): its input and output guardrails and its
     failure function. Several ``guard_agent`` results of one agent share it; each call goes to the
     hooks of its run.
@@ -482,7 +505,7 @@ class _ToolGuard:
         self.original = original
         self.tool_name = original.name
         self._owners: list[weakref.ref[GuardRunHooks]] = []
-        self._lock = threading.Lock()
+        self._owners_lock = threading.Lock()
         self.failed: CallMemory[str] = CallMemory()  # call id -> the error, from the failure function
         self.finished: CallMemory[bool] = CallMemory()  # after_call made by the output guardrail
         # The SDK's own copy (its ``__copy__`` binds the copy's invoker to the copy), given
@@ -502,21 +525,6 @@ class _ToolGuard:
         if called is not None:
             self._invoke = tool.on_invoke_tool
             self.tool.on_invoke_tool = self.invoke_agent
-
-    def add_owner(self, hooks: GuardRunHooks) -> None:
-        with self._lock:
-            self._owners = [ref for ref in self._owners if ref() is not None]
-            if all(ref() is not hooks for ref in self._owners):
-                self._owners.append(weakref.ref(hooks))
-
-    def owner_for(self, context: RunContextWrapper[Any]) -> GuardRunHooks | None:
-        """The hooks whose run this is; the first owner when no owner has seen the run yet."""
-        with self._lock:
-            owners = [hooks for ref in self._owners if (hooks := ref()) is not None]
-        for hooks in owners:
-            if hooks.knows_run(context):
-                return hooks
-        return owners[0] if owners else None
 
     async def check(self, data: ToolInputGuardrailData) -> ToolGuardrailFunctionOutput:
         hooks = self.owner_for(data.context)
@@ -581,7 +589,7 @@ class _ToolGuard:
         return result
 
 
-class _HandoffGuard:
+class _HandoffGuard(_Owned):
     """The guarded copy of one ``Handoff`` (``handoff``): a handoff is a delegation to its agent
     (``delegate_to``), asked of the guard of the agent handing off before the SDK runs it. A refused
     handoff does not happen: the agent handing off stays, and the refusal is the handoff call's result
@@ -591,7 +599,7 @@ class _HandoffGuard:
     def __init__(self, original: Handoff[Any, Any]) -> None:
         self.original = original
         self._owners: list[weakref.ref[GuardRunHooks]] = []
-        self._lock = threading.Lock()
+        self._owners_lock = threading.Lock()
         values = {each.name: getattr(original, each.name) for each in dataclasses.fields(original)}
         inits = {each.name for each in dataclasses.fields(original) if each.init}
         self.handoff = _GuardedHandoff(**{k: v for k, v in values.items() if k in inits})
@@ -600,20 +608,6 @@ class _HandoffGuard:
                 object.__setattr__(self.handoff, name, value)
         self.handoff.guard = self
         self.handoff.on_invoke_handoff = self.invoke
-
-    def add_owner(self, hooks: GuardRunHooks) -> None:
-        with self._lock:
-            self._owners = [ref for ref in self._owners if ref() is not None]
-            if all(ref() is not hooks for ref in self._owners):
-                self._owners.append(weakref.ref(hooks))
-
-    def owner_for(self, context: RunContextWrapper[Any]) -> GuardRunHooks | None:
-        with self._lock:
-            owners = [hooks for ref in self._owners if (hooks := ref()) is not None]
-        for hooks in owners:
-            if hooks.knows_run(context):
-                return hooks
-        return owners[0] if owners else None
 
     async def invoke(self, context: RunContextWrapper[Any], input_json: str) -> Any:
         hooks = self.owner_for(context)
