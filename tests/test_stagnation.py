@@ -332,22 +332,33 @@ def test_a_new_result_ends_the_unchanged_count_and_its_reject() -> None:
     memory = StagnationMemory()
     sig = Signature("bash", "c")
     counts = []
-    for i in range(4):
-        memory.edits += 1
-        memory.record(sig, None, None, _traceback(i), False, True)
+    for edits in range(1, 5):  # one edit before each run
+        memory.record(sig, None, None, _traceback(edits), False, True, 0, edits)
         counts.append(memory.unchanged)
     assert counts == [0, 1, 2, 3]  # the first result is new (nothing sketched yet)
-    memory.edits += 1
-    memory.record(sig, None, None, _traceback(9), False, False)  # the same, failing: not counted
+    memory.record(sig, None, None, _traceback(9), False, False, 0, 5)  # the same, failing: not counted
     assert memory.unchanged == 3
     check = memory.stale(sig)
     assert check is not None
     check.unchanged_rejects = 1
-    memory.edits += 1
-    memory.record(sig, None, None, "collected 3 items, all passed, nothing left to fix", False, True)
+    memory.record(sig, None, None, "collected 3 items, all passed, nothing left to fix", False, True, 0, 6)
     assert memory.unchanged == 0 and check.unchanged_rejects == 0
-    memory.record(sig, None, None, _traceback(1), False, True)  # no edit since: not counted
+    memory.record(sig, None, None, _traceback(1), False, True, 0, 6)  # no edit since: not counted
     assert memory.unchanged == 0
+    memory.record(sig, None, None, _traceback(2), False, True, 0, 7)  # an edit since: counted
+    assert memory.unchanged == 1
+
+
+def test_an_edit_before_the_second_run_counts_from_the_first() -> None:
+    """The edit count at a command's first run is kept with its first digest: the very same output
+    after an edit is counted from the second run on, and without one it is not."""
+    memory = StagnationMemory()
+    sig = Signature("bash", "c")
+    memory.record(sig, 7, 7, "same output", False, True, 0, 1)  # first run at edit count 0, then an edit
+    assert memory.unchanged == 1
+    other = StagnationMemory()
+    other.record(sig, 7, 7, "same output", False, True, 1, 1)  # first run after the same edit
+    assert other.unchanged == 0
 
 
 def test_unchanged_check_stops_at_once_without_rejects() -> None:

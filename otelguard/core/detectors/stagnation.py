@@ -134,13 +134,12 @@ class ShellCheck:
 class StagnationMemory:
     """Per turn: the results each shell command returned, and how often it returned one again."""
 
-    __slots__ = ("checks", "edits", "unchanged")
+    __slots__ = ("checks", "unchanged")
 
     def __init__(self, max_checks: int = _CHECKS) -> None:
         """``max_checks``: commands tracked, at most ``_CHECKS`` (a subagent tracking few signatures
         tracks as few commands, so a session's subagents stay within its budget)."""
         self.checks: BoundedMap[Signature, ShellCheck] = BoundedMap(max(1, min(_CHECKS, max_checks)))
-        self.edits = 0  # calls of a ``write`` tool this turn (the file editors: fix attempts)
         self.unchanged = 0  # the ``unchanged`` count of the command ``record`` last counted
 
     def record(
@@ -152,6 +151,7 @@ class StagnationMemory:
         rerun: bool,
         ok: bool,
         first_edits: int = 0,
+        edits: int = 0,
     ) -> int:
         """Count a run (the second or a later one) of the command ``sig`` that returned ``raw``, whose
         raw digest is ``key`` (``None``: none made); returns its stale count. ``first``: the raw
@@ -168,7 +168,7 @@ class StagnationMemory:
 
         Apart from that count, ``unchanged`` (left in ``self.unchanged``) counts the successful runs
         returning what the command already returned (the same output or in other words) with an
-        edit (a ``write`` call, ``edits``) since its previous run: a reproduction script that prints
+        edit (a ``write`` call: ``edits`` counts the turn's) since its previous run: a reproduction script that prints
         its error and exits 0, rerun after each fix attempt. A failure neither counts nor resets it
         (that is the count above); a result new for the command resets both. ``first_edits``: the
         turn's edit count at the command's first run."""
@@ -177,8 +177,8 @@ class StagnationMemory:
             check = self.checks.touch(sig, lambda: ShellCheck(first, first_edits))
         else:
             self.checks.move_to_end(sig)
-        edited = check.edits != self.edits
-        check.edits = self.edits
+        edited = check.edits != edits
+        check.edits = edits
         if key is not None and key in check.keys:  # the very same output: no text to look at
             if rerun or not ok:
                 check.stale += 1

@@ -69,6 +69,7 @@ class TurnDetectors:
         self.stagnation = StagnationMemory(capacity)
         self._quiet_stagnation = self.warn_after["stagnation"]
         self._quiet_unchanged = self.warn_after["unchanged_check"]
+        self.edits = 0  # write calls this turn (the file editors' fix attempts): see StagnationMemory.record
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used.
@@ -347,22 +348,22 @@ class TurnDetectors:
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
         stale = unchanged = 0
-        if tool_class == "write":
-            self.stagnation.edits += 1  # a fix attempt, for the checks' unchanged count
-        elif progress is not None:  # a shell's result: see stagnation.py
+        loud = False  # whether a stagnation count is at its warning (it is rare: one test, not two)
+        if progress is not None:  # a shell's result: see stagnation.py
             # its raw digest, already made: by ``same_as_previous`` for a success, the error's for a failure
             key = (state.raw if state.raw is not None else state.fingerprint) if ok else error
             first = state.shell_first
             if first is None:  # a command's first run: most run once, its digest is all it leaves
                 state.shell_first = -1 if key is None else key
-                state.shell_edits = self.stagnation.edits
+                state.shell_edits = self.edits
             else:
                 rerun = self.cycle.second == sig
                 memory = self.stagnation
                 stale = memory.record(
-                    sig, None if first < 0 else first, key, progress, rerun, ok, state.shell_edits
+                    sig, None if first < 0 else first, key, progress, rerun, ok, state.shell_edits, self.edits
                 )
                 unchanged = memory.unchanged
+                loud = stale >= self._quiet_stagnation or unchanged >= self._quiet_unchanged
         cycle = self.cycle
         if (
             ok
@@ -371,8 +372,7 @@ class TurnDetectors:
             and self.read_streak < self._quiet_read_streak
             and self.write_streak < self._quiet_write_streak
             and not (cycle.run2 or cycle.run3 or cycle.run4)  # cycle.runs_any(), on every call
-            and stale < self._quiet_stagnation
-            and unchanged < self._quiet_unchanged
+            and not loud
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         failures = FailureCounts(tool_failures, refusals, same_errors, across)
@@ -412,6 +412,7 @@ class TurnDetectors:
         elif tool_class == "write":
             self.write_streak += 1
             self.read_streak = 0
+            self.edits += 1  # a fix attempt, for stagnation's unchanged_check
         elif tool_class == "shell":
             # A shell may have changed something, but its calls are not a run of blind writes (a
             # shell-only agent would be warned on every call after its 30th); a successful one may
