@@ -376,3 +376,16 @@ def test_unchanged_check_thresholds_are_validated() -> None:
         {"warn_after": {"unchanged_check": 2}, "hard_stop_after": {"unchanged_check": 3}}
     )
     assert (config.warn_after["unchanged_check"], config.hard_stop_after["unchanged_check"]) == (2, 3)
+
+
+def test_a_new_turn_starts_the_unchanged_count_again() -> None:
+    """The count and the turn's edits are per turn: six runs (four counted) in one turn and six in the
+    next are never refused; in that next turn the fifth counted run goes, and the send after it is
+    refused."""
+    guard = make_guard(mode="unattended", hard_stop=None)
+    results = [_traceback(i) for i in range(6)]
+    assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
+    guard.start_turn()
+    assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
+    after = run_script(guard, _fix_attempts_passing([_traceback(9), _traceback(10)]))
+    assert after[0].before.allows_execution and after[2].before.code == "stagnation_reject"
