@@ -152,9 +152,9 @@ _STEP = st.tuples(
     st.sampled_from(["same", "same", "other", "failed-a", "failed-a", "failed-b", "turn"]),
 )
 _LOW = {"exact_failure": 2, "cross_turn_failure": 2, "no_progress": 2, "identical_call": 3, "cycle": 2}
-_LOW |= {"stagnation": 2}
+_LOW |= {"stagnation": 2, "unchanged_check": 2}
 _LOWER = {"exact_failure": 1, "cross_turn_failure": 1, "no_progress": 1, "identical_call": 2, "cycle": 2}
-_LOWER |= {"stagnation": 1}
+_LOWER |= {"stagnation": 1, "unchanged_check": 1}
 
 
 @settings(max_examples=300, deadline=None)

@@ -27,6 +27,7 @@ DEFAULT_WARN_AFTER = {
     "same_error": 3,
     "cross_turn_failure": 4,
     "stagnation": 11,
+    "unchanged_check": 5,
 }
 DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,
@@ -38,6 +39,7 @@ DEFAULT_HARD_STOP_AFTER = {
     "same_error": 6,
     "cross_turn_failure": 7,
     "stagnation": 12,
+    "unchanged_check": 5,
 }
 DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
 

@@ -209,8 +209,12 @@ def test_what_counts_by_outcome_and_by_what_came_between() -> None:
     guard = make_guard(hard_stop=False)
     script = [("bash", {"command": "make wait"}, text, True) for text in waiting]
     assert "stagnation_warn" not in codes(run_script(guard, script))
-    edited = make_guard(hard_stop=False)  # the same passing output after each of 30 edits
-    assert "stagnation_warn" not in codes(run_script(edited, _fix_attempts_passing([LISTING] * 30)))
+    # the same passing output after each of 30 edits: not this count's (it is unchanged_check's, whose
+    # own thresholds warn from the 5th), so no warning before that
+    edited = make_guard(hard_stop=False)
+    got = [s.decision for s in run_script(edited, _fix_attempts_passing([LISTING] * 30))[::2]]
+    assert all(d.code == "allow" for d in got[:5])
+    assert got[5].code == "stagnation_warn" and got[5].count == 5 and got[5].limit == 5
 
 
 def test_no_work_for_other_tools_or_a_first_run() -> None:
@@ -280,3 +284,108 @@ def test_sketch_never_raises(result: Any) -> None:
     """Any result a shell could report is sketched: a digest and at most _SKETCH shingle hashes."""
     digest, small = sketch(result)
     assert isinstance(digest, int) and 1 <= len(small) <= stagnation._SKETCH
+
+
+# -- unchanged_check: a check passing with what it already printed, after each edit -----------------
+
+
+def test_a_check_the_edits_do_not_change_is_refused_once_then_stopped() -> None:
+    """A reproduction script that prints its error and exits 0, rerun after each edit, its output the
+    same in other words: the first run is not sketched, so runs 2 to 6 are the 5 counted; the 8th
+    send is refused (one reject: ``pattern_rejects``), the 9th stops the turn. Unattended, the count
+    at its stop is not warned: the reject says it."""
+    guard = make_guard(mode="unattended", hard_stop=None)
+    steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(20)]))
+    checks = steps[::2]
+    assert all(s.before.allows_execution and s.decision.action == "allow" for s in checks[:7])
+    assert checks[6].decision.action == "allow"  # count 5, at its stop: no warning
+    assert checks[7].before.code == "stagnation_reject" and checks[7].before.count == 5
+    assert checks[8].before.code == "stagnation_block"
+    assert _first_stop(steps) == 17
+    assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_block"
+
+
+def test_a_check_the_edits_do_not_change_only_warns_without_hard_stop() -> None:
+    """With hard_stop off, the count warns from warn_after.unchanged_check (5) and never refuses."""
+    steps = run_script(make_guard(hard_stop=False), _fix_attempts_passing([_traceback(i) for i in range(12)]))
+    checks = steps[::2]
+    assert [s.decision.code for s in checks[5:8]] == ["allow", "stagnation_warn", "stagnation_warn"]
+    assert checks[6].decision.count == 5
+    assert all(s.before.allows_execution for s in steps)
+
+
+def test_a_passing_check_counts_only_with_an_edit_between() -> None:
+    """Other shell commands between two runs are not a fix attempt: a passing check rerun among them
+    is looked at, not stuck, and never refused."""
+    script: list[tuple[Any, ...]] = []
+    for i in range(20):
+        script.append(("bash", {"command": "python reproduce.py"}, _traceback(i), False))
+        script.append(("bash", {"command": f"cat lib_{i}.py"}, f"def f_{i}(): pass", False))
+    steps = run_script(make_guard(mode="unattended", hard_stop=None), script)
+    assert all(s.before.allows_execution for s in steps)
+    assert "stagnation_warn" not in codes(steps)
+
+
+def test_a_new_result_ends_the_unchanged_count_and_its_reject() -> None:
+    """A result new for the check resets the count (and the reject it was given); a failure of the
+    check in between neither counts nor resets it."""
+    memory = StagnationMemory()
+    sig = Signature("bash", "c")
+    counts = []
+    for edits in range(1, 5):  # one edit before each run
+        memory.record(sig, None, None, _traceback(edits), False, True, 0, edits)
+        counts.append(memory.unchanged)
+    assert counts == [0, 1, 2, 3]  # the first result is new (nothing sketched yet)
+    memory.record(sig, None, None, _traceback(9), False, False, 0, 5)  # the same, failing: not counted
+    assert memory.unchanged == 3
+    check = memory.stale(sig)
+    assert check is not None
+    check.unchanged_rejects = 1
+    memory.record(sig, None, None, "collected 3 items, all passed, nothing left to fix", False, True, 0, 6)
+    assert memory.unchanged == 0 and check.unchanged_rejects == 0
+    memory.record(sig, None, None, _traceback(1), False, True, 0, 6)  # no edit since: not counted
+    assert memory.unchanged == 0
+    memory.record(sig, None, None, _traceback(2), False, True, 0, 7)  # an edit since: counted
+    assert memory.unchanged == 1
+
+
+def test_an_edit_before_the_second_run_counts_from_the_first() -> None:
+    """The edit count at a command's first run is kept with its first digest: the very same output
+    after an edit is counted from the second run on, and without one it is not."""
+    memory = StagnationMemory()
+    sig = Signature("bash", "c")
+    memory.record(sig, 7, 7, "same output", False, True, 0, 1)  # first run at edit count 0, then an edit
+    assert memory.unchanged == 1
+    other = StagnationMemory()
+    other.record(sig, 7, 7, "same output", False, True, 1, 1)  # first run after the same edit
+    assert other.unchanged == 0
+
+
+def test_unchanged_check_stops_at_once_without_rejects() -> None:
+    """rejects_before_stop 0: the send after the count reached its stop stops the turn, no reject."""
+    guard = make_guard(mode="unattended", hard_stop=None, rejects_before_stop=0)
+    steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(20)]))
+    assert steps[14].before.code == "stagnation_block"
+    assert "stagnation_reject" not in codes(steps)
+
+
+def test_unchanged_check_thresholds_are_validated() -> None:
+    with pytest.raises(ConfigError, match=r"warn_after\.unchanged_check"):
+        GuardConfig.from_mapping({"warn_after": {"unchanged_check": 6}})
+    config = GuardConfig.from_mapping(
+        {"warn_after": {"unchanged_check": 2}, "hard_stop_after": {"unchanged_check": 3}}
+    )
+    assert (config.warn_after["unchanged_check"], config.hard_stop_after["unchanged_check"]) == (2, 3)
+
+
+def test_a_new_turn_starts_the_unchanged_count_again() -> None:
+    """The count and the turn's edits are per turn: six runs (four counted) in one turn and six in the
+    next are never refused; in that next turn the fifth counted run goes, and the send after it is
+    refused."""
+    guard = make_guard(mode="unattended", hard_stop=None)
+    results = [_traceback(i) for i in range(6)]
+    assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
+    guard.start_turn()
+    assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
+    after = run_script(guard, _fix_attempts_passing([_traceback(9), _traceback(10)]))
+    assert after[0].before.allows_execution and after[2].before.code == "stagnation_reject"

@@ -44,6 +44,7 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "same_error": 3,
         "cross_turn_failure": 4,
         "stagnation": 11,
+        "unchanged_check": 5,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -57,6 +58,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "same_error": 6,
         "cross_turn_failure": 7,
         "stagnation": 12,
+        "unchanged_check": 5,
     }
 )
 # How many times one repeated call is refused before sending it again stops the turn. A refused call

@@ -17,6 +17,7 @@ BEFORE_CALL: Final[tuple[str, ...]] = (
     "no_progress",
     "identical_call",
     "stagnation",
+    "unchanged_check",
     "cycle",
     "same_tool_failure",
 )

@@ -32,7 +32,7 @@ import xxhash
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Signature
 
-__all__ = ["ResultSketch", "StagnationMemory", "normalised", "sketch"]
+__all__ = ["ResultSketch", "ShellCheck", "StagnationMemory", "normalised", "sketch"]
 
 _CHECKS: Final = 256  # commands tracked per turn
 _KEPT: Final = 8  # results kept per command
@@ -116,28 +116,42 @@ def _near(a: ResultSketch, b: ResultSketch) -> bool:
     return sum(1 for h in union if h in shared) >= _NEAR * len(union)
 
 
-class _Check:
-    __slots__ = ("keys", "rejects", "sketches", "stale")
+class ShellCheck:
+    __slots__ = ("edits", "keys", "rejects", "sketches", "stale", "unchanged", "unchanged_rejects")
 
-    def __init__(self, first: int | None) -> None:
+    def __init__(self, first: int | None, edits: int) -> None:
         self.keys: tuple[int, ...] = () if first is None else (first,)  # raw digests, newest last
         self.sketches: tuple[ResultSketch, ...] = ()  # of the results that were new by raw digest
         self.stale = 0  # runs returning a result the command already returned, since a new one
         self.rejects = 0  # rejects given since then
+        self.edits = edits  # the turn's edit count at the command's previous run
+        # successful runs returning what the command already returned with an edit since its
+        # previous run (the edits are not changing the check's result), since a new result
+        self.unchanged = 0
+        self.unchanged_rejects = 0  # rejects given for them since then
 
 
 class StagnationMemory:
     """Per turn: the results each shell command returned, and how often it returned one again."""
 
-    __slots__ = ("checks",)
+    __slots__ = ("checks", "unchanged")
 
     def __init__(self, max_checks: int = _CHECKS) -> None:
         """``max_checks``: commands tracked, at most ``_CHECKS`` (a subagent tracking few signatures
         tracks as few commands, so a session's subagents stay within its budget)."""
-        self.checks: BoundedMap[Signature, _Check] = BoundedMap(max(1, min(_CHECKS, max_checks)))
+        self.checks: BoundedMap[Signature, ShellCheck] = BoundedMap(max(1, min(_CHECKS, max_checks)))
+        self.unchanged = 0  # the ``unchanged`` count of the command ``record`` last counted
 
     def record(
-        self, sig: Signature, first: int | None, key: int | None, raw: Any, rerun: bool, ok: bool
+        self,
+        sig: Signature,
+        first: int | None,
+        key: int | None,
+        raw: Any,
+        rerun: bool,
+        ok: bool,
+        first_edits: int = 0,
+        edits: int = 0,
     ) -> int:
         """Count a run (the second or a later one) of the command ``sig`` that returned ``raw``, whose
         raw digest is ``key`` (``None``: none made); returns its stale count. ``first``: the raw
@@ -150,26 +164,41 @@ class StagnationMemory:
         command's run just before it (a loop of identical calls). A result new for the command resets
         the count; any other run neither counts nor resets it: a check passing with the same output
         after an edit is not a failure repeated, and a rerun right after itself whose output moves
-        only in its volatile parts (a build or a server being waited on) is not stuck by itself."""
+        only in its volatile parts (a build or a server being waited on) is not stuck by itself.
+
+        Apart from that count, ``unchanged`` (left in ``self.unchanged``) counts the successful runs
+        returning what the command already returned (the same output or in other words) with an
+        edit (a ``write`` call: ``edits`` counts the turn's) since its previous run: a reproduction script that prints
+        its error and exits 0, rerun after each fix attempt. A failure neither counts nor resets it
+        (that is the count above); a result new for the command resets both. ``first_edits``: the
+        turn's edit count at the command's first run."""
         check = self.checks.get(sig)
         if check is None:
-            check = self.checks.touch(sig, lambda: _Check(first))
+            check = self.checks.touch(sig, lambda: ShellCheck(first, first_edits))
         else:
             self.checks.move_to_end(sig)
+        edited = check.edits != edits
+        check.edits = edits
         if key is not None and key in check.keys:  # the very same output: no text to look at
             if rerun or not ok:
                 check.stale += 1
+            elif edited:
+                check.unchanged += 1
+            self.unchanged = check.unchanged
             return check.stale
         result = sketch(raw)
         if any(_near(result, seen) for seen in check.sketches):
             if not (rerun or ok):
                 check.stale += 1
+            elif ok and edited and not rerun:
+                check.unchanged += 1
         else:
-            check.stale = check.rejects = 0
+            check.stale = check.rejects = check.unchanged = check.unchanged_rejects = 0
+        self.unchanged = check.unchanged
         if key is not None:
             check.keys = (*check.keys[-(_KEPT - 1) :], key)
         check.sketches = (*check.sketches[-(_KEPT - 1) :], result)
         return check.stale
 
-    def stale(self, sig: Signature) -> _Check | None:
+    def stale(self, sig: Signature) -> ShellCheck | None:
         return self.checks.get(sig) if self.checks else None

@@ -24,7 +24,15 @@ class FailureCounts(NamedTuple):
 class SignatureState(ResultSlot):
     """What a turn remembers about one signature (its previous result: see ``ResultSlot``)."""
 
-    __slots__ = ("exact_epoch", "exact_failures", "no_progress", "reject_epoch", "rejects", "shell_first")
+    __slots__ = (
+        "exact_epoch",
+        "exact_failures",
+        "no_progress",
+        "reject_epoch",
+        "rejects",
+        "shell_edits",
+        "shell_first",
+    )
     exact_failures: int
     exact_epoch: int
     no_progress: int
@@ -33,6 +41,7 @@ class SignatureState(ResultSlot):
     # stagnation: the raw digest of a shell command's first result this turn (-1: it had none), None
     # before its first run; its later runs are counted in ``StagnationMemory``
     shell_first: int | None
+    shell_edits: int  # the turn's edit count at the command's first run (see StagnationMemory.record)
 
     def __init__(self) -> None:
         renewed(self)
@@ -48,6 +57,7 @@ def renewed(state: SignatureState) -> SignatureState:
     state.raw = state.fingerprint = state.held = None  # ResultSlot's, set here directly
     state.exact_failures = state.exact_epoch = state.no_progress = state.rejects = state.reject_epoch = 0
     state.shell_first = None
+    state.shell_edits = 0
     return state
 
 

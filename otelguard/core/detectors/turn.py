@@ -15,7 +15,7 @@ from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.core.detectors.messages import SHELL_IDENTICAL_REJECT, SHELL_LATER_FAILURE_WARN, decision
 from otelguard.core.detectors.repetition import Cycle
-from otelguard.core.detectors.stagnation import StagnationMemory
+from otelguard.core.detectors.stagnation import ShellCheck, StagnationMemory
 from otelguard.core.detectors.state import FailureCounts, SessionMemory, SignatureState, new_state, renewed
 
 if TYPE_CHECKING:
@@ -68,6 +68,8 @@ class TurnDetectors:
         self.write_streak = 0
         self.stagnation = StagnationMemory(capacity)
         self._quiet_stagnation = self.warn_after["stagnation"]
+        self._quiet_unchanged = self.warn_after["unchanged_check"]
+        self.edits = 0  # write calls this turn (the file editors' fix attempts): see StagnationMemory.record
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used.
@@ -158,7 +160,9 @@ class TurnDetectors:
                     return True
         if tool_class == "shell" and self.stagnation.checks:
             check = self.stagnation.stale(sig)  # a reject or the block: it refuses from its stop on
-            if check is not None and check.stale >= stop["stagnation"]:
+            if check is not None and (
+                check.stale >= stop["stagnation"] or check.unchanged >= stop["unchanged_check"]
+            ):
                 return True
         if tool_class != "poll":
             rejected = self.cycle_rejected
@@ -188,13 +192,29 @@ class TurnDetectors:
         Its rejects are its own (an edit between two sends does not renew them: edits that do not
         change the check's result are the loop), and end when the command returns something new."""
         check = self.stagnation.stale(sig)
-        limit = self.stop_after["stagnation"]
-        if check is None or check.stale < limit:
+        if check is None:
             return None
+        limit = self.stop_after["stagnation"]
+        if check.stale < limit:
+            return self._refuse_unchanged(sig, check)
         if check.rejects < self.rejects_before_stop:
             check.rejects += 1
             return decision("reject", codes.STAGNATION_REJECT, sig, check.stale, limit)
         return decision("block", codes.STAGNATION_BLOCK, sig, check.stale, limit)
+
+    def _refuse_unchanged(self, sig: Signature, check: ShellCheck) -> Decision | None:
+        """stagnation, a check the edits do not change: a shell command whose successful runs have
+        returned what it already returned, with an edit before each, ``hard_stop_after.unchanged_check``
+        times, is rejected once (``pattern_rejects``, as a cycle is: the count is already a pattern
+        over several fix attempts); sent again after that, it stops the turn. A result new for the
+        command ends the count and its reject."""
+        limit = self.stop_after["unchanged_check"]
+        if check.unchanged < limit:
+            return None
+        if check.unchanged_rejects < self.pattern_rejects:
+            check.unchanged_rejects += 1
+            return decision("reject", codes.STAGNATION_REJECT, sig, check.unchanged, limit)
+        return decision("block", codes.STAGNATION_BLOCK, sig, check.unchanged, limit)
 
     def _refuse_cycle(self, sig: Signature) -> Decision | None:
         """cycle: the call continuing the cycle is rejected, and taken as part of the sequence (the model
@@ -327,16 +347,23 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
-        stale = 0
+        stale = unchanged = 0
+        loud = False  # whether a stagnation count is at its warning (it is rare: one test, not two)
         if progress is not None:  # a shell's result: see stagnation.py
             # its raw digest, already made: by ``same_as_previous`` for a success, the error's for a failure
             key = (state.raw if state.raw is not None else state.fingerprint) if ok else error
             first = state.shell_first
             if first is None:  # a command's first run: most run once, its digest is all it leaves
                 state.shell_first = -1 if key is None else key
+                state.shell_edits = self.edits
             else:
                 rerun = self.cycle.second == sig
-                stale = self.stagnation.record(sig, None if first < 0 else first, key, progress, rerun, ok)
+                memory = self.stagnation
+                stale = memory.record(
+                    sig, None if first < 0 else first, key, progress, rerun, ok, state.shell_edits, self.edits
+                )
+                unchanged = memory.unchanged
+                loud = stale >= self._quiet_stagnation or unchanged >= self._quiet_unchanged
         cycle = self.cycle
         if (
             ok
@@ -345,11 +372,11 @@ class TurnDetectors:
             and self.read_streak < self._quiet_read_streak
             and self.write_streak < self._quiet_write_streak
             and not (cycle.run2 or cycle.run3 or cycle.run4)  # cycle.runs_any(), on every call
-            and stale < self._quiet_stagnation
+            and not loud
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         failures = FailureCounts(tool_failures, refusals, same_errors, across)
-        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class, stale)
+        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class, stale, unchanged)
 
     def _track_progress(
         self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
@@ -385,6 +412,7 @@ class TurnDetectors:
         elif tool_class == "write":
             self.write_streak += 1
             self.read_streak = 0
+            self.edits += 1  # a fix attempt, for stagnation's unchanged_check
         elif tool_class == "shell":
             # A shell may have changed something, but its calls are not a run of blind writes (a
             # shell-only agent would be warned on every call after its 30th); a successful one may
@@ -470,6 +498,7 @@ class TurnDetectors:
         identical: int,
         tool_class: ToolClass,
         stale: int = 0,
+        unchanged: int = 0,
     ) -> Decision | None:
         warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
         tool_failures, refusals, same_errors, turns_failed = failures
@@ -511,6 +540,14 @@ class TurnDetectors:
             return decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
         if stale and stale >= warn["stagnation"]:
             return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"])
+        # with hard_stop, a count at its stop is not warned: the command's next send is refused with
+        # the same words before it runs (a warning there would only repeat the reject to come)
+        if (
+            unchanged
+            and unchanged >= warn["unchanged_check"]
+            and not (hard and self.pattern_rejects and unchanged >= stop["unchanged_check"])
+        ):
+            return decision("warn", codes.STAGNATION_WARN, sig, unchanged, warn["unchanged_check"])
         if tool_class != "poll" and self.cycle.runs_any():
             count, period = self.cycle.best()
             if count >= warn["cycle"]:
