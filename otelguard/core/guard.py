@@ -19,7 +19,7 @@ from otelguard.config import GuardConfig
 from otelguard.core import decisions as codes
 from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore, TreeCaps
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
-from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary, new_signature
+from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
@@ -289,7 +289,8 @@ class Guard:
                 outcome = _outcome(result, failed, refusal, tool_class == "shell")
                 if refusal is not None and not isinstance(refusal, str):
                     refusal = str(refusal)
-            error, gist = _result_keys(self._results, result, tool_class, outcome)  # outside the lock
+            error = self._results.error_fingerprint(result) if outcome == "failed" else None  # unlocked
+            gist = result if tool_class == "shell" and (outcome == "ok" or outcome == "failed") else None
             verdict = None
             with self._lock:
                 pending = self._pending.take(
@@ -317,8 +318,7 @@ class Guard:
                     decision = verdict
                     turn.record(decision)
             if self._observed:
-                # with no before_call on record, an allow decision stands for its decision
-                record = pending or unrecorded(sig, turn, codes.allow_decision(name, sig))
+                record = pending or unrecorded(sig, turn, codes.allow_decision(name, sig))  # none on record
                 event = call_event(name, tool_class, call_id, turn, decision, outcome, refusal, record)
                 self._observers.call_ended(event, pending.tokens if pending is not None else ())
             return decision
@@ -461,18 +461,6 @@ def _refusal(
                 caps.refund_session(facts.caps_session, units, tree_caps)
             return decision
     return cycle  # a warning, or None
-
-
-def _result_keys(
-    results: ResultMemory, result: Any, tool_class: ToolClass, outcome: Outcome
-) -> tuple[int | None, Any]:
-    """A failed call's error fingerprint (else ``None``), and a shell's result, what stagnation
-    compares (``None`` for any other call; looked at only when the command runs again and returns
-    something it has not returned before)."""
-    error = results.error_fingerprint(result) if outcome == "failed" else None
-    if tool_class != "shell" or result is None or (outcome != "ok" and outcome != "failed"):
-        return error, None
-    return error, result
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:
