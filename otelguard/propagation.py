@@ -2,8 +2,8 @@
 (docs/delegation-trees.md).
 
 In a process the tree rides the OpenTelemetry context: inside ``use_tree(tree)`` or ``extract(headers)``
-a guard that is made joins the tree one level down. Across processes it rides the ``baggage`` header,
-written and read by OpenTelemetry's own propagator, as three entries: ``otelguard.tree`` (the keyed
+a guard that is made joins the tree one level down. Across processes it rides the W3C ``baggage``
+header, as three entries: ``otelguard.tree`` (the keyed
 digest of the root session), ``otelguard.depth`` (the depth of the agent that sent the request) and
 ``otelguard.path`` (short keyed digests of the agents from the root to it, comma-separated). No session
 id or agent name ever leaves the process.
@@ -133,7 +133,7 @@ def inject(headers: MutableMapping[str, str], guard: Any = None) -> None:
             headers[name] = value
         _TRACE.inject(headers, ctx)
     except Exception as exc:  # a header that could not be written must not fail the call
-        _count_ignored(type(exc).__name__)
+        _count_ignored(f"write {type(exc).__name__}")
 
 
 def read_tree(headers: Mapping[str, Any]) -> DelegationTree | None:
@@ -286,9 +286,17 @@ def _count_ignored(why: str) -> None:
         first = why not in _logged and len(_logged) < 16
         if first:
             _logged.add(why)
-    if first:  # the reason only: the header's value may hold anything
+    if not first:
+        return
+    if why.startswith("write "):  # the exception's type only: its text may quote the headers
         logger.warning(
-            "otelguard ignored the delegation tree in a baggage header: %s. The request is served "
-            "outside any tree; later headers ignored for this reason are only counted",
-            _REASONS.get(why, f"it could not be read ({why})"),
+            "otelguard could not write the delegation tree into a baggage header (%s); the request "
+            "goes without it; later failures of this kind are only counted",
+            why[6:],
         )
+        return
+    logger.warning(  # the reason only: the header's value may hold anything
+        "otelguard ignored the delegation tree in a baggage header: %s. The request is served "
+        "outside any tree; later headers ignored for this reason are only counted",
+        _REASONS.get(why, f"it could not be read ({why})"),
+    )

@@ -10,7 +10,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import baggage, context
+from opentelemetry import baggage, context, trace
 
 from otelguard import Guard, GuardConfig, propagation
 from otelguard.core import decisions as codes
@@ -137,6 +137,25 @@ def test_each_reason_to_ignore_a_tree_has_its_own_message_without_any_value(
     assert not any(SECRET in m or "0123456789ab" in m or "a" * 32 in m for m in messages)
 
 
+class _ReadOnlyHeaders(dict[str, str]):
+    def __setitem__(self, key: str, value: str) -> None:
+        raise TypeError(f"read-only headers, not {value}")
+
+
+def test_a_header_that_cannot_be_written_is_counted_and_said_so_without_the_error_text(
+    fresh_log: None, caplog: pytest.LogCaptureFixture
+) -> None:
+    guard = Guard(config(4, searches=5), session_id=f"conversation-{uuid.uuid4().hex}")
+    before = propagation.ignored_baggage()
+    with caplog.at_level(logging.DEBUG):
+        propagation.inject(_ReadOnlyHeaders(), guard)  # never raises into the call
+    assert propagation.ignored_baggage() == before + 1
+    assert [r.getMessage() for r in caplog.records] == [
+        "otelguard could not write the delegation tree into a baggage header (TypeError); the request "
+        "goes without it; later failures of this kind are only counted"
+    ]
+
+
 def test_baggage_over_8192_bytes_keeps_its_intact_tree_and_logs_no_value(
     fresh_log: None, caplog: pytest.LogCaptureFixture
 ) -> None:
@@ -192,8 +211,6 @@ def test_extract_with_a_traceparent_keeps_the_callers_context_and_adds_the_reque
             assert baggage.get_baggage("tenant") == "acme"  # the service's middleware set it
             assert context.get_value(mine) == "kept"
             assert baggage.get_baggage("userId") == "42"  # the request's entry on top
-            from opentelemetry import trace
-
             span = trace.get_current_span().get_span_context()
             assert f"{span.trace_id:032x}" == TRACEPARENT.split("-")[1]
         assert baggage.get_all() == {"tenant": "acme"}  # the block restored the context
