@@ -112,11 +112,12 @@ def test_a_guard_without_tree_caps_and_no_current_tree_is_in_no_tree() -> None:
     [
         "otelguard.tree=xyz,otelguard.depth=0,otelguard.path=0123456789ab",  # root not a digest
         f"otelguard.tree={'a' * 32},otelguard.depth=0",  # no path
-        f"otelguard.tree={'a' * 32},otelguard.depth=3,otelguard.path=0123456789ab",  # forged depth
+        f"otelguard.tree={'a' * 32},otelguard.depth=0,otelguard.path={'0' * 12}%2C{'1' * 12}",  # forged depth
         f"otelguard.tree={'a' * 32},otelguard.depth=-1,otelguard.path=0123456789ab",
-        f"otelguard.tree={'a' * 32},otelguard.depth=99,otelguard.path=0123456789ab",
+        f"otelguard.tree={'a' * 32},otelguard.depth=100,otelguard.path=0123456789ab",
         f"otelguard.tree={'a' * 32},otelguard.depth=0,otelguard.path=planner",  # a raw name
-        "otelguard.tree=" + "a" * 10_000,  # oversized
+        "otelguard.tree=" + "a" * 10_000,  # a member over 4096 bytes
+        f"otelguard.tree={'a' * 32},otelguard.depth=0,otelguard.path=0123456789ab,pad={'x' * 40_000}",  # oversized
     ],
 )
 def test_bad_baggage_is_ignored_counted_and_never_refuses_a_call(baggage: str) -> None:
@@ -148,7 +149,7 @@ def test_reading_any_baggage_never_raises(raw: str, depth: str, path: str) -> No
 def test_parse_tree_accepts_exactly_a_consistent_tree() -> None:
     root, one, two = "c" * 32, "0" * 12, "1" * 12
     assert parse_tree(root, "1", f"{one},{two}") == DelegationTree(root, 1, (one, two))
-    assert parse_tree(root, "1", one) is None
+    assert parse_tree(root, "0", f"{one},{two}") is None  # a depth lower than its path: forged
     assert parse_tree(root, "01", f"{one},{two}") == DelegationTree(root, 1, (one, two))
     assert parse_tree(root.upper(), "0", one) is None
 

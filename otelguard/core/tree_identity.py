@@ -13,10 +13,12 @@ from typing import Final, NamedTuple
 __all__ = [
     "AGENT_DIGEST_CHARS",
     "MAX_DEPTH_ACCEPTED",
+    "MAX_DEPTH_CARRIED",
     "ROOT_DIGEST_CHARS",
     "DelegationTree",
     "agent_digest",
     "parse_tree",
+    "read_tree_values",
     "reentries",
     "root_tree",
     "tree_digest",
@@ -26,7 +28,12 @@ ROOT_DIGEST_CHARS: Final = 32
 AGENT_DIGEST_CHARS: Final = 12
 """Short: the path rides in a header, one entry per level; 48 bits tell the agents of one path apart."""
 MAX_DEPTH_ACCEPTED: Final = 32
-"""The deepest tree a header may claim (``delegation.max_depth`` cannot be set deeper)."""
+"""The longest path a header may carry is ``MAX_DEPTH_ACCEPTED + 1`` agents (``delegation.max_depth``
+cannot be set deeper, and a path keeps at most ``max_depth + 1`` of them)."""
+MAX_DEPTH_CARRIED: Final = 99
+"""The depth an agent is given at most: deeper agents are carried at this depth. Nothing that deep may
+delegate (``max_depth`` is at most 32), so the cap only keeps a tree, and its budget, whole however
+long a chain of services grows; two digits in a header."""
 _TREE_PERSON: Final = b"otelguard.tree"
 _AGENT_PERSON: Final = b"otelguard.agnt"
 _HEX: Final = frozenset("0123456789abcdef")
@@ -41,9 +48,14 @@ class DelegationTree(NamedTuple):
     path: tuple[str, ...]
 
     def child(self, agent: str, max_depth: int) -> DelegationTree:
-        """The agent ``agent`` (an agent digest) delegated to from this one: one level down. The path
-        keeps at most ``max_depth + 1`` entries (an agent deeper than that may not delegate anyway)."""
-        return DelegationTree(self.root, self.depth + 1, (*self.path, agent)[: max_depth + 1])
+        """The agent ``agent`` (an agent digest) delegated to from this one: one level down, in the
+        same tree at any depth. The path keeps at most ``max_depth + 1`` entries, root first: an agent
+        deeper than that may not delegate, so it needs no cycle check, and a path cut short (here or
+        by a sender with a lower limit) gets no entry after its gap."""
+        path = self.path
+        if len(path) == self.depth + 1 and len(path) <= max_depth:
+            path = (*path, agent)
+        return DelegationTree(self.root, min(self.depth + 1, MAX_DEPTH_CARRIED), path)
 
     def on_path(self, agent: str) -> bool:
         """Whether the agent ``agent`` (an agent digest) is this one or one of its delegators."""
@@ -92,17 +104,29 @@ def _is_hex(text: str, length: int) -> bool:
 
 
 def parse_tree(root: object, depth: object, path: object) -> DelegationTree | None:
-    """A tree from the three values a header carries (strings), or ``None`` when any is malformed:
-    a root that is not 32 lowercase hex characters, a depth that is not a small non-negative integer,
-    a path whose entries are not agent digests or whose length is not ``depth + 1`` (a forged depth)."""
+    """A tree from the three values a header carries (strings), or ``None`` when they make none (see
+    ``read_tree_values`` for why)."""
+    tree = read_tree_values(root, depth, path)
+    return tree if isinstance(tree, DelegationTree) else None
+
+
+def read_tree_values(root: object, depth: object, path: object) -> DelegationTree | str:
+    """A tree from the three values a header carries (strings), else why they make none:
+    ``"forged depth"`` for a path longer than its depth bears out (an agent claiming to sit higher
+    than it does), ``"malformed"`` for a value missing or not of its form (a root that is not 32
+    lowercase hex characters, a depth that is not an integer from 0 to 99, a path of anything but
+    one to 33 agent digests). A path shorter than ``depth + 1`` is one cut at the sender's
+    ``max_depth + 1`` entries: the tree stands, at its depth."""
     if not isinstance(root, str) or not isinstance(depth, str) or not isinstance(path, str):
-        return None
+        return "malformed"
     if not _is_hex(root, ROOT_DIGEST_CHARS) or not depth.isascii() or not depth.isdigit() or len(depth) > 2:
-        return None
+        return "malformed"
+    if not path or len(path) > (MAX_DEPTH_ACCEPTED + 1) * (AGENT_DIGEST_CHARS + 1):
+        return "malformed"
+    entries = tuple(path.split(","))
+    if not all(_is_hex(entry, AGENT_DIGEST_CHARS) for entry in entries):
+        return "malformed"
     level = int(depth)
-    if level > MAX_DEPTH_ACCEPTED or len(path) > (MAX_DEPTH_ACCEPTED + 1) * (AGENT_DIGEST_CHARS + 1):
-        return None
-    entries = tuple(path.split(",")) if path else ()
-    if len(entries) != level + 1 or not all(_is_hex(entry, AGENT_DIGEST_CHARS) for entry in entries):
-        return None
+    if len(entries) > level + 1:
+        return "forged depth"
     return DelegationTree(root, level, entries)
