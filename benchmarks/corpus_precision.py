@@ -9,13 +9,17 @@ ground truth comes from the run's own record: whether it solved its task (the so
 ``ground_truth.yaml``) and whether it ended at a budget limit (read from the transcript, see
 ``benchmarks.run_records``). Per source it prints:
 
-* harmful halts: a run that solved its task and did not end at its limit was halted; and of them, the
-  halts that came after a refusal (``reject``) in the run, which the recorded model never read;
-* harmless halts: a solved run that ended at its limit anyway (the fix came first) was halted;
+* harmful halts: a run that solved its task was halted, and either it did not end at its limit, or it
+  ended at it but changed its files or its world after the stop (an edit, a write, a state-changing
+  call: see ``benchmarks.changes``; the passing patch or the final state may have come after the
+  stop); and of them, the halts that came after a refusal (``reject``) in the run, which the
+  recorded model never read;
+* harmless halts: a solved run that ended at its limit was halted after its last change: it lost
+  nothing;
 * stuck runs (unsolved, ended at the limit): the share halted, the share intervened (refused at
   least once or halted), and the share of their calls that came after the halting call (calls saved);
-* harmful refusals: solved runs (not at their limit) that had a call refused: the run goes on, but the
-  model was told no;
+* harmful refusals: solved runs that had a call refused, when they did not end at their limit or the
+  refused call was a change: the run goes on, but the model was told no;
 * warnings per 1,000 calls and warned streaks per 1,000 calls (a streak warned at every count of its
   detector is one), in solved runs and in all runs; calls read against calls the runs recorded; input
   errors.
@@ -45,6 +49,7 @@ from typing import Any, Final
 
 import yaml
 
+from benchmarks.changes import ChangeClassifier
 from benchmarks.run_records import RunRecord, run_records
 from otelguard import GuardConfig
 from otelguard.config.environment import OTELGUARD_CORPUS
@@ -74,6 +79,15 @@ class Halt:
     after_refusal: bool = False
     """A call of the run was refused (``reject``) before this halt. The recorded model never read
     that refusal, so the replay shows it persisting; a live model may have changed course there."""
+    changes_lost: int = 0
+    """The run's changes (``benchmarks.changes``) that came after the stop: every one after the
+    halting call, and the halting call itself when it was stopped before it ran."""
+
+    @property
+    def harmful(self) -> bool:
+        """The run solved its task and the halt cost it: it did not end at its limit, or it changed
+        something after the stop."""
+        return bool(self.solved) and (not self.at_limit or self.changes_lost > 0)
 
 
 @dataclass
@@ -89,6 +103,8 @@ class Run:
     halt: Halt | None
     refused: bool = False
     """At least one call was refused (``reject``: it did not run, the turn went on)."""
+    refused_changes: int = 0
+    """Of the refused calls, the ones that were changes (``benchmarks.changes``)."""
     streaks: int = 0
     """Warned streaks: warnings of one detector on one tool whose counts follow each other are one
     streak (a detector that warns at every count from its threshold on warns one streak, not many)."""
@@ -96,6 +112,12 @@ class Run:
     @property
     def stuck(self) -> bool:
         return self.solved is False and self.at_limit
+
+    @property
+    def harmfully_refused(self) -> bool:
+        """A solved run had a call refused, and it did not end at its limit or a refused call was a
+        change: the refusal may have cost the task."""
+        return bool(self.solved) and self.refused and (not self.at_limit or self.refused_changes > 0)
 
 
 @dataclass
@@ -137,8 +159,8 @@ class SourceResult:
 
     @property
     def harmful_halts(self) -> list[Halt]:
-        """Halts of runs that solved their task and did not end at a budget limit."""
-        return [h for h in self.halts if h.solved and not h.at_limit]
+        """Halts of solved runs that did not end at their limit, or changed something after the stop."""
+        return [h for h in self.halts if h.harmful]
 
     @property
     def harmful_halts_after_refusal(self) -> list[Halt]:
@@ -147,8 +169,8 @@ class SourceResult:
 
     @property
     def harmless_halts(self) -> list[Halt]:
-        """Halts of solved runs that ended at their limit anyway: the fix came first."""
-        return [h for h in self.halts if h.solved and h.at_limit]
+        """Halts of solved runs that ended at their limit and changed nothing after the stop."""
+        return [h for h in self.halts if h.solved and not h.harmful]
 
     @property
     def stuck(self) -> list[Run]:
@@ -172,13 +194,13 @@ class SourceResult:
 
     @property
     def solved_refused(self) -> int:
-        """Solved runs that did not end at their limit and had a call refused (not a halt: the run
-        goes on, but the model was told no)."""
-        return sum(1 for r in self.runs if r.solved and not r.at_limit and r.refused)
+        """Solved runs refused harmfully (not a halt: the run goes on, but the model was told no):
+        they did not end at their limit, or a refused call was a change."""
+        return sum(1 for r in self.runs if r.harmfully_refused)
 
     @property
     def harmful_refusals(self) -> int:
-        """Solved runs not ending at their limit that had a call refused (``solved_refused``)."""
+        """The solved runs refused harmfully (``solved_refused``)."""
         return self.solved_refused
 
     @property
@@ -253,7 +275,7 @@ class SourceResult:
             "solved_warned_streaks_per_1000_calls": round(self.solved_streaks_per_1000, 2),
             "input_errors": len(self.errors),
             "decisions": dict(sorted(self.decisions.items())),
-            "halts": [vars(h) for h in self.halts],
+            "halts": [{**vars(h), "harmful": h.harmful} for h in self.halts],
         }
 
 
@@ -330,8 +352,28 @@ class Positions:
         return sum(turns[: turn - 1]) + call
 
 
+@dataclass
+class Changes:
+    """Per run (path, session id): the calls that changed its files or its world, by their index in
+    the run, and what the replay did with them."""
+
+    made: dict[tuple[str, str], list[int]] = field(default_factory=dict)
+    not_run: dict[tuple[str, str], set[int]] = field(default_factory=dict)
+    """The changes the replay did not run: refused, or stopped (the halting call refused at
+    ``before_call``, and every call after a halt in its turn)."""
+    refused: Counter[tuple[str, str]] = field(default_factory=Counter)
+    """Changes refused (``reject``: the turn went on without them)."""
+
+    def lost_after(self, run: tuple[str, str], halt: int) -> int:
+        """The run's changes after its halting call ``halt``, and that call when it did not run."""
+        not_run = self.not_run.get(run, set())
+        return sum(
+            1 for index in self.made.get(run, ()) if index > halt or (index == halt and index in not_run)
+        )
+
+
 class StreakRunner(ReplayRunner):
-    """The replay runner, also counting each session's warned streaks.
+    """The replay runner, also counting each session's warned streaks and noting its changes.
 
     A warning continues a streak when the same detector warned on the same tool with the count just
     before (a detector warning at every count from its threshold on is one streak); any other warning
@@ -340,17 +382,31 @@ class StreakRunner(ReplayRunner):
     def __init__(self, config: GuardConfig) -> None:
         super().__init__(config)
         self.streaks: Counter[tuple[str, str]] = Counter()
+        self.changes = Changes()
+        self._classifier = ChangeClassifier(config)
         self._last: dict[tuple[str, str, str, str], int] = {}
 
+    def tool_call(self, key: SessionKey, call: ToolCall) -> None:
+        report = self._session(key).report
+        prevented = report.prevented_calls
+        super().tool_call(key, call)
+        if self._classifier.changes(call):
+            run = (key.path, key.session_id)
+            self.changes.made.setdefault(run, []).append(report.tool_calls)
+            if report.prevented_calls > prevented:
+                self.changes.not_run.setdefault(run, set()).add(report.tool_calls)
+
     def _note(self, session: Any, call: ToolCall, decision: Decision) -> bool:
+        report = session.report
+        run = (report.path, report.session_id)
         if decision.action == "warn":
-            report = session.report
-            run = (report.path, report.session_id)
             key = (*run, decision.code, call.tool_name)
             last = self._last.get(key)
             if last is None or decision.count != last + 1:
                 self.streaks[run] += 1
             self._last[key] = decision.count
+        elif decision.action == "reject" and self._classifier.changes(call):
+            self.changes.refused[run] += 1
         return super()._note(session, call, decision)
 
 
@@ -370,7 +426,9 @@ def measure_source(source: Path) -> SourceResult:
         replay_bytes(name, data, "auto", positions)
         for session_id, record in run_records(data, budget).items():
             records[(name, session_id)] = record
-    return score_report(source.name, runner.finish(), truth, records, positions, runner.streaks)
+    return score_report(
+        source.name, runner.finish(), truth, records, positions, runner.streaks, runner.changes
+    )
 
 
 def measure_files(name: str, folder: Path) -> SourceResult:
@@ -378,7 +436,7 @@ def measure_files(name: str, folder: Path) -> SourceResult:
     runner = StreakRunner(config())
     positions = Positions(runner)
     replay_inputs(expand_paths([str(folder)]), "auto", positions)
-    return score_report(name, runner.finish(), {}, {}, positions, runner.streaks)
+    return score_report(name, runner.finish(), {}, {}, positions, runner.streaks, runner.changes)
 
 
 def _verdict(truth: Truth, path: str, session_id: str) -> bool | None:
@@ -395,7 +453,11 @@ def score_report(
     records: dict[tuple[str, str | None], RunRecord],
     positions: Positions,
     streaks: Counter[tuple[str, str]] | None = None,
+    changes: Changes | None = None,
 ) -> SourceResult:
+    """The source's figures. Without ``changes`` no run is known to have changed anything after a
+    stop, and a halt of a solved run at its limit is harmless."""
+    changes = changes or Changes()
     result = SourceResult(name)
     rejects = {code for code, actions in report.actions.items() if "reject" in actions}
     for session in report.sessions:
@@ -412,10 +474,12 @@ def score_report(
             index = positions.index(session.path, session.session_id, first.turn, first.call)
             first_reject = session.first_reject_call
             after_refusal = first_reject is not None and first_reject < first.session_call
-            halt = Halt(run_name, solved, at_limit, first.tool_name, first.code, index, after_refusal)
+            lost = changes.lost_after((session.path, session.session_id), index)
+            halt = Halt(run_name, solved, at_limit, first.tool_name, first.code, index, after_refusal, lost)
         recorded = record.calls if record is not None else None
         refused = any(code in rejects for code in session.decisions)
         run = Run(run_name, solved, at_limit, session.tool_calls, recorded, session.warnings, halt, refused)
+        run.refused_changes = changes.refused[(session.path, session.session_id)]
         run.streaks = (streaks or Counter())[(session.path, session.session_id)]
         result.runs.append(run)
         result.decisions.update(session.decisions)
@@ -499,8 +563,9 @@ def main(argv: list[str] | None = None) -> int:
     for result in results:
         for halt in result.halts if result.name != TOTAL else ():
             print(
-                f"halt: {result.name}: {halt.run} (solved: {halt.solved}, at limit: {halt.at_limit})"
-                f" {halt.code} on {halt.tool}, call {halt.call}{', after a refusal' if halt.after_refusal else ''}"
+                f"halt: {result.name}: {halt.run} (solved: {halt.solved}, at limit: {halt.at_limit},"
+                f" changes after: {halt.changes_lost}) {halt.code} on {halt.tool}, call {halt.call}"
+                f"{', after a refusal' if halt.after_refusal else ''}"
             )
     return 0
 

@@ -4,7 +4,10 @@ made, read from the transcript file itself (independently of otelguard's readers
 A run ended at its budget limit when the agent did not stop by itself:
 
 * SWE-agent: its last trajectory step is ``exit_cost``/``exit_context``/... (the harness autosubmits
-  then, so ``info.exit_status`` may still say ``submitted``), or the exit status names such a limit;
+  then, so ``info.exit_status`` may still say ``submitted``), or the exit status names such a limit
+  (``submitted (exit_cost)``: SWE-agent 1.x's last step then has an empty action). Its calls are its
+  steps with a command (an empty action is a reply SWE-agent ran nothing for), or, in a document of
+  the function-calling history alone, the history's calls;
 * mini-swe-agent: ``info.exit_status`` is ``LimitsExceeded`` (or another limit it names);
 * OpenHands: the run reached its iteration limit (``Agent reached maximum iteration`` in an event or
   in the output's ``error``); a completion log (``fncall_messages``, or ``messages`` + ``response`` in
@@ -44,7 +47,7 @@ OPENHANDS_LIMIT: Final = "maximum iteration"
 class RunRecord:
     at_limit: bool
     calls: int
-    """Tool calls the run recorded (for SWE-agent without function calls: its steps)."""
+    """Tool calls the run recorded (for SWE-agent: its steps with a command)."""
 
 
 def run_records(data: bytes, budget: dict[str, Any] | None = None) -> dict[str | None, RunRecord]:
@@ -70,6 +73,10 @@ def run_records(data: bytes, budget: dict[str, Any] | None = None) -> dict[str |
         return {None: _openhands_completion(older, int(budget.get("model_calls", 0)))}
     if isinstance(doc.get("trajectory"), list) and doc.get("trajectory_format") is None:
         return {None: _swe_agent(doc)}
+    if isinstance(doc.get("history"), list) and "instance_id" in doc:  # an OpenHands output of one row
+        return _openhands_output(data)
+    if isinstance(doc.get("history"), list) and "trajectory" not in doc and "messages" not in doc:
+        return {None: _swe_agent_history(doc)}
     if isinstance(doc.get("messages"), list) and isinstance(doc.get("info"), dict):
         return {None: _mini_swe_agent(doc)}
     return {}
@@ -80,8 +87,21 @@ def _swe_agent(doc: dict[str, Any]) -> RunRecord:
     last = str(steps[-1].get("action", "")).strip() if steps else ""
     status = str((doc.get("info") or {}).get("exit_status") or "")
     at_limit = last.startswith(SWE_AGENT_LIMITS) or any(limit in status for limit in SWE_AGENT_LIMITS)
-    calls = sum(1 for s in steps if not str(s.get("action", "")).strip().startswith(SWE_AGENT_LIMITS))
+    actions = [str(s.get("action", "")).strip() for s in steps]
+    # a step with an empty action is a reply with no command: SWE-agent ran nothing
+    calls = sum(1 for action in actions if action and not action.startswith(SWE_AGENT_LIMITS))
     return RunRecord(at_limit, calls)
+
+
+def _swe_agent_history(doc: dict[str, Any]) -> RunRecord:
+    """A SWE-agent trajectory with a function-calling history and no trajectory array."""
+    calls = sum(
+        len(_tool_calls(entry))
+        for entry in doc["history"]
+        if isinstance(entry, dict) and entry.get("role") == "assistant" and not entry.get("is_demo")
+    )
+    status = str((doc.get("info") or {}).get("exit_status") or "")
+    return RunRecord(any(limit in status for limit in SWE_AGENT_LIMITS), calls)
 
 
 def _mini_swe_agent(doc: dict[str, Any]) -> RunRecord:

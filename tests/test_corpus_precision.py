@@ -3,7 +3,8 @@
 The corpus is third-party data kept outside this repository (docs/replay.md, "The regression corpus"):
 ``$OTELGUARD_CORPUS``, else ``shared/corpus`` beside the checkout or a parent of it. Every run is
 replayed through the real replay path with the defaults plus ``mode: unattended``. A run that solved
-its task and did not end at its budget limit was not stuck, so a halt there is harmful. ``pytest -s``
+its task and did not end at its budget limit was not stuck, so a halt there is harmful; so is a halt of
+a solved run that ended at its limit but changed its files or its world after the stop. ``pytest -s``
 prints the figures per source (``python -m benchmarks.corpus_precision`` prints the same table). The
 tests at the end read each format's record of a limit without a corpus.
 """
@@ -19,6 +20,7 @@ from typing import Any, Final
 
 import pytest
 
+from benchmarks.changes import ChangeClassifier, shell_writes
 from benchmarks.corpus_precision import (
     ARCHIVE,
     CLAUDE_CODE,
@@ -64,6 +66,9 @@ KNOWN_MISSES = {
     "repeat failing calls; verdicts of runs whose gold actions failed the same way are null",
     ("tau-bench-llama-3.1-8b-airline", "warnings"): "73.33 per 1,000 calls in solved runs: "
     "Llama 3.1 8B repeats the same malformed call (exact_failure_warn from the 2nd)",
+    ("openhands-multi-swe-bench-python", "solved"): "9 solved runs that ended at their 50-call budget "
+    "are halted (stagnation_block, calls 29 to 49, each after a refusal) before 1 to 11 more edits: "
+    "the passing patch may have come after the stop",
     (CODER, "warnings"): "27.95 per 1,000 calls in solved runs: edits refused by the linter, the same "
     "one again (exact_failure_warn, from the 2nd) or one after another (same_tool_failure_warn, from "
     "the 3rd); every count from warn_after on warns",
@@ -135,7 +140,8 @@ def test_every_run_is_read_with_exactly_the_known_input_errors(source: Path) -> 
 
 @pytest.mark.parametrize("source", per_source("solved"))
 def test_no_solved_run_halts_before_its_limit(source: Path) -> None:
-    """A run that solved its task and did not end at its budget limit was not stuck: never halted."""
+    """A run that solved its task and did not end at its budget limit was not stuck: never halted; nor
+    one that ended at its limit but changed something after the stop."""
     harmful = [(h.run, h.code, h.tool, h.call) for h in measured(source).harmful_halts]
     assert harmful == []
 
@@ -377,3 +383,99 @@ def test_an_older_openhands_completion_log_at_its_iteration_budget() -> None:
     reply = {"role": "assistant", "content": "", "tool_calls": [call]}
     log = {"messages": messages, "response": {"choices": [{"message": reply}]}, "kwargs": {}, "cost": 0.1}
     assert run_records(_json(log), {"model_calls": 2}) == {None: RunRecord(at_limit=True, calls=2)}
+
+
+# --- a change after the stop: harmful even at the limit ----------------------------------------------
+
+READ: Final = ("read_file", {"path": "a.py"})
+EDIT: Final = (
+    "str_replace_editor",
+    {"command": "str_replace", "path": "a.py", "old_str": "x", "new_str": "y"},
+)
+BOOKING: Final = ("update_reservation_flights", {"reservation_id": "JG7FMM", "cabin": "economy"})
+
+
+def _replay_solved_run_at_its_limit(calls: list[tuple[str, dict[str, Any]]]) -> SourceResult:
+    """One solved run that ended at its budget limit, making ``calls`` in one turn, each answered the
+    same way."""
+    runner = StreakRunner(config())
+    positions = Positions(runner)
+    key = SessionKey("run.json", "s")
+    positions.begin_session(key)
+    positions.start_turn(key)
+    for index, (tool, args) in enumerate(calls):
+        call = ToolCall(f"c{index}", tool, args, 1, result="same", failed=False, has_result=True)
+        positions.tool_call(key, call)
+    positions.end_session(key)
+    records = {("run.json", None): RunRecord(at_limit=True, calls=len(calls))}
+    return score_report(
+        "source", runner.finish(), {"run.json": True}, records, positions, runner.streaks, runner.changes
+    )
+
+
+def test_a_solved_run_at_its_limit_halted_before_a_later_edit_is_a_harmful_halt() -> None:
+    """The same read 13 times is stopped at the 13th (``no_progress_block``); the run's edit after it
+    is lost: the passing patch may have been that edit."""
+    result = _replay_solved_run_at_its_limit([READ] * 13 + [EDIT])
+    [halt] = result.harmful_halts
+    assert (halt.code, halt.call, halt.at_limit, halt.changes_lost) == ("no_progress_block", 13, True, 1)
+    assert result.harmless_halts == []
+    assert result.to_json()["harmful_halts"] == 1
+    assert result.harmful_refusals == 0  # the refused calls were reads: the run lost nothing there
+
+
+def test_a_solved_run_at_its_limit_halted_after_its_last_change_is_a_harmless_halt() -> None:
+    """The edit comes first, the stop after it: the run lost nothing."""
+    result = _replay_solved_run_at_its_limit([EDIT] + [READ] * 13)
+    [halt] = result.harmless_halts
+    assert (halt.code, halt.call, halt.changes_lost) == ("no_progress_block", 14, 0)
+    assert result.harmful_halts == []
+
+
+def test_a_refused_change_in_a_solved_run_at_its_limit_is_a_harmful_refusal() -> None:
+    """The same booking change sent 12 times: the 5th to the 11th are refused (changes the run made,
+    lost to the refusal), the 12th runs and halts, and nothing follows it."""
+    result = _replay_solved_run_at_its_limit([BOOKING] * 12)
+    assert result.harmful_refusals == 1
+    assert result.runs[0].refused_changes == 7
+    [halt] = result.harmless_halts  # the halting call ran: no change came after the stop
+    assert (halt.code, halt.call, halt.changes_lost) == ("identical_call_halt", 12, 0)
+
+
+def _call(tool: str, args: Any, failed: bool = False) -> ToolCall:
+    return ToolCall("c", tool, args, 1, result="error" if failed else "ok", failed=failed, has_result=True)
+
+
+@pytest.mark.parametrize(
+    ("tool", "args", "failed", "change"),
+    [
+        ("str_replace_editor", {"command": "str_replace", "path": "a"}, False, True),
+        ("str_replace_editor", '{"command": "view", "path": "a"}', False, False),
+        ("str_replace_editor", {"command": "str_replace_editor view /a"}, False, False),
+        ("edit", {"command": "edit 1:1\nx\nend_of_edit"}, True, False),  # the linter refused it
+        ("Edit", {"file_path": "a", "old_string": "x", "new_string": "y"}, False, True),
+        ("open", {"command": "open a.py"}, False, False),
+        ("Read", {"file_path": "a"}, False, False),
+        ("bash", {"command": "sed -i 's/a/b/' a.py"}, False, True),
+        ("bash", {"command": "sed -i 's/a/b/' a.py && pytest"}, True, True),
+        ("bash", {"command": "python reproduce.py 2>&1 | tail -5"}, False, False),
+        ("execute_bash", {"command": "cat <<'EOF' > a.py\nif a > b:\n    pass\nEOF"}, False, True),
+        ("bash", {"command": "python - <<'EOF'\nif a > b:\n    print(1)\nEOF"}, False, False),
+        ("cancel_reservation", '{"reservation_id": "K1NW8N"}', False, True),
+        ("book_reservation", {"user_id": "u"}, True, False),  # the domain refused it: nothing changed
+        ("get_reservation_details", {"reservation_id": "K1NW8N"}, False, False),
+        ("think", {"thought": "..."}, False, False),
+        ("Search", {"query": "x"}, False, False),
+    ],
+)
+def test_a_change_is_told_by_the_guards_tool_classes(
+    tool: str, args: Any, failed: bool, change: bool
+) -> None:
+    assert ChangeClassifier(config()).changes(_call(tool, args, failed)) is change
+
+
+def test_a_shell_command_writes_when_its_text_shows_it() -> None:
+    writes = ["echo x >> a", "git checkout -- a.py", "pip install -e .", "find . -name '*.pyc' | xargs rm"]
+    reads = ["ls -la > /dev/null 2>&1", "grep -rn 'a > b' .", "git diff", "sed -n 1,20p a.py | grep -i x"]
+    assert [shell_writes(c) for c in writes] == [True] * 4
+    assert [shell_writes(c) for c in reads] == [False] * 4

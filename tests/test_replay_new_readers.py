@@ -195,10 +195,10 @@ def test_swe_agent_steps_are_its_commands_or_bash(tmp_path: Path) -> None:
         ("bash", {"command": "python reproduce.py\n"}, None, True),
         ("submit", {"command": "submit\n"}, None, False),
     ]
-    # the last step, left unanswered where the document ends, is not an input error: in progress
-    assert sink.errors == [
-        ("run.traj", 1, "trajectory[2].action is an empty string, expected a command; step skipped"),
-    ]
+    # the last step, left unanswered where the document ends, is not an input error: in progress; a
+    # step with an empty action (a reply with no command, asked again: SWE-agent ran nothing) is
+    # neither a call nor an input error
+    assert sink.errors == []
     assert [c.in_progress for c in sink.calls] == [False, False, True]
     assert [e[0] for e in sink.events] == ["session", "turn", "call", "call", "call", "end"]
 

@@ -1,8 +1,11 @@
 """SWE-agent trajectories (``.traj``: one pretty-printed JSON document per run).
 
 With function calling, the ``history`` holds the calls (assistant entries with OpenAI ``tool_calls``)
-and their results (tool entries with ``tool_call_ids``); it stops before the run's last step (the
-``submit`` that ended it), so trajectory steps past the history's calls are read as below.
+and their results (tool entries with ``tool_call_ids``); it may stop before the run's last step (the
+``submit`` that ended it), so trajectory steps past the history's calls are read as below. Which
+steps the history holds is told by their actions (each history call records its step's ``action``),
+not by counting: the trajectory also holds steps the history does not, a reply SWE-agent asked the
+model again for (a format error) and the step it writes when a run ends at a limit.
 Otherwise each ``trajectory`` step is one call, named as SWE-agent runs it: by the agent's own
 command when the action's first word is one (``open``, ``edit``, ``submit``, ... and the commands the
 run's recorded config declares), else the shell, tool ``bash``; the arguments are
@@ -11,7 +14,7 @@ a result is failed when it is one of SWE-agent's own failure answers (its linter
 command's usage line, ``No file open``, ``File ... not found``, a timed-out command, an editor refusal;
 see ``recorded_failures``), else the fallback classifier decides. Demonstration entries (``is_demo``) are examples shown to the
 model, not calls of this run, and neither is the ``exit_cost``-like step SWE-agent writes when the run
-ends at a limit. A run is one task: one session (named after the file) of one turn.
+ends at a limit, nor a step with an empty action (a reply with no command: SWE-agent ran nothing). A run is one task: one session (named after the file) of one turn.
 
 A multi-agent system built on SWE-agent 0.x (CodeR: a manager, a reproducer, a fault localizer, a
 programmer, a tester) records which role wrote each model message (the history entries' ``agent``).
@@ -94,8 +97,9 @@ class SweAgentReader:
         commands = declared_commands(record)
         if _uses_function_calls(record.get("history")):
             made = self._history(line, record["history"], feed)
-            if isinstance(trajectory, list):  # the history ends before the last step (the submit)
-                self._steps(line, trajectory, feed, commands, first=made)
+            if isinstance(trajectory, list):  # the history may end before the last step (the submit)
+                first = _past_history(trajectory, record["history"], made)
+                self._steps(line, trajectory, feed, commands, first=first)
         elif isinstance(trajectory, list):
             self._steps(line, trajectory, feed, commands, roles=step_roles(record))
         else:
@@ -164,8 +168,10 @@ class SweAgentReader:
         for index, step in enumerate(trajectory[first:], start=first):
             where = f"trajectory[{index}]"
             action = step.get("action") if isinstance(step, dict) else None
-            if not isinstance(action, str) or not action.strip():
-                feed.error(line, f"{where}.action is {_shape(action)}, expected a command; step skipped")
+            if not isinstance(action, str):
+                feed.error(line, f"{where}.action is {type_name(action)}, expected a command; step skipped")
+                continue
+            if not action.strip():  # a reply with no command (SWE-agent asked again, or ended the run)
                 continue
             assert isinstance(step, dict)
             if action.strip() in HARNESS_EXITS:  # how the run ended, written by SWE-agent: not a call
@@ -213,8 +219,42 @@ def declared_commands(record: dict[str, Any]) -> frozenset[str]:
     return frozenset(name for name in names[:_MAX_DECLARED] if name)
 
 
-def _shape(value: Any) -> str:
-    return "an empty string" if isinstance(value, str) else type_name(value)
+def _action(step: Any) -> str:
+    action = step.get("action") if isinstance(step, dict) else None
+    return action.strip() if isinstance(action, str) else ""
+
+
+def _past_history(trajectory: list[Any], history: list[Any], made: int) -> int:
+    """The index of the first trajectory step after the ones the history's ``made`` calls hold.
+
+    Each history call records its step's ``action``: the steps are matched in order by it, so a
+    trajectory step the history does not hold (an empty reply asked again) does not shift the rest.
+    A history without those actions (or one they do not match) holds the first ``made`` steps that
+    have a command."""
+    actions = [
+        entry.get("action")
+        for entry in history
+        if isinstance(entry, dict)
+        and entry.get("role") == "assistant"
+        and entry.get("tool_calls")
+        and not entry.get("is_demo")
+    ]
+    if actions and all(isinstance(a, str) for a in actions):
+        matched = 0
+        for index, step in enumerate(trajectory):
+            if matched == len(actions):
+                return index
+            if _action(step) == str(actions[matched]).strip():
+                matched += 1
+        if matched == len(actions):
+            return len(trajectory)
+    counted = 0
+    for index, step in enumerate(trajectory):
+        if counted >= made:
+            return index
+        if _action(step) and _action(step) not in HARNESS_EXITS:
+            counted += 1
+    return len(trajectory)
 
 
 def step_roles(record: dict[str, Any]) -> list[str] | None:
