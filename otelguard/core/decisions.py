@@ -15,6 +15,7 @@ from otelguard.core._slots import positional_factory
 
 __all__ = [
     "ACTIONS",
+    "CAP_SCOPES",
     "CODES",
     "LOOP_CODES",
     "NON_LOOP_CODES",
@@ -125,6 +126,12 @@ counts as a loop without touching them."""
 
 LOOP_CODES: Final = frozenset(CODES) - {ALLOW, *NON_LOOP_CODES}
 """Codes produced by the loop detectors."""
+
+CAP_SCOPES: Final[Mapping[str, str]] = MappingProxyType(
+    {CAP_TURN: "turn", CAP_SESSION: "session", CAP_TREE: "tree"}
+)
+"""The cap codes, each with the ``scope`` its hits are counted under: every one of them is a cap hit,
+in the metrics, replay's report and the backtest alike."""
 
 
 class Signature(NamedTuple):

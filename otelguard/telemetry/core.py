@@ -32,9 +32,7 @@ from otelguard._version import __version__
 from otelguard.config.telemetry import TelemetrySettings
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import (
-    CAP_SESSION,
-    CAP_TREE,
-    CAP_TURN,
+    CAP_SCOPES,
     LOOP_CODES,
     TURN_OUTCOMES,
     Decision,
@@ -57,7 +55,6 @@ __all__ = ["DelegationParents", "GuardTelemetry", "MeteredGuardTelemetry", "Tele
 _REFUSING_ACTIONS: Final = frozenset(("block", "halt", "reject"))
 _LOOP_ACTIONS: Final = frozenset(("warn", "reject", "block", "halt"))  # every action but allow
 _RAN: Final = frozenset(("ok", "failed"))
-_CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session", CAP_TREE: "tree"}
 # A refusal category is host-chosen text: export it only when it looks like a category, never a sentence.
 _CATEGORY: Final = re.compile(r"[A-Za-z][A-Za-z0-9_.:-]{0,63}")
 _REFUSED_FALLBACK: Final = "refused"
@@ -582,7 +579,7 @@ class GuardTelemetry(GuardObserver):
         space = self._space
         agent, tool = _name(call.agent), _name(call.tool_name)
         space.decisions(agent, tool, decision.action, decision.code).inc(1, exemplar)
-        scope = _CAP_SCOPES.get(decision.code)
+        scope = CAP_SCOPES.get(decision.code)
         if scope is not None:
             space.cap_hits(agent, _name(decision.cap or call.tool_name), scope).inc(1, exemplar)
         elif decision.code in LOOP_CODES and decision.action in _LOOP_ACTIONS:

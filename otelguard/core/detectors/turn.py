@@ -98,9 +98,21 @@ class TurnDetectors:
         identical_call, cycle, same_tool_failure. A repeated call is first rejected (it does not run,
         the turn goes on) ``rejects_before_stop`` times; the model sending it again after that stops
         the turn. A cycle and a failing tool get one reject (``pattern_rejects``): a cycle going on
-        after it stops the turn; the tool's next call runs, and its failure stops the turn."""
+        after it stops the turn; the tool's next call runs, and its failure stops the turn.
+
+        A call let through here runs: the rejects its signature was given are spent now, as it is let
+        through. Not when it ends: a copy of the call let through before the rejects began and ending
+        after some of them (calls in parallel) would hand the signature its rejects afresh."""
         if not self.hard_stop:
             return None
+        decision = self._refuse_before(sig, tool_class)
+        if decision is None:
+            state = self.signatures.get(sig) if self.signatures else None
+            if state is not None and state.rejects:
+                state.rejects = 0
+        return decision
+
+    def _refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
         stop = self.stop_after
         state = self.signatures.get(sig)
         if state is not None:
@@ -324,7 +336,6 @@ class TurnDetectors:
         """
         ok = outcome == "ok"
         same_errors = 0
-        state.rejects = 0  # it ran: the rejects it was given are spent
         if tool_class == "poll":
             across = 0
         elif ok:  # what SessionMemory.record does for a success, without the call
