@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from otelguard.telemetry.otlp_session import MAX_ANSWER_BYTES, bounded_session
+from otelguard.telemetry.otlp_session import MAX_ANSWER_BYTES, bounded_session, exporter_session
 from tests.e2e import stop_process
 from tests.test_cli_serve import TIMEOUT, Serve, start_serve
 
@@ -209,3 +209,19 @@ def test_a_collector_dribbling_its_answer_holds_an_export_no_longer_than_its_tim
         thread.join(TIMEOUT)
     assert stopped_by_itself
     assert answered == [200]
+
+
+def test_a_credential_providers_session_is_left_to_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in (
+        "OTEL_PYTHON_EXPORTER_OTLP_HTTP_CREDENTIAL_PROVIDER",
+        "OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER",
+    ):
+        monkeypatch.delenv(name, raising=False)
+    session = exporter_session("TRACES")
+    assert session is not None
+    with _running(Collector(1 << 20)) as collector, session:
+        response = session.post(f"{collector.endpoint}/v1/traces", data=b"spans", timeout=TIMEOUT)
+        assert len(response.content) == MAX_ANSWER_BYTES
+    monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_HTTP_TRACES_CREDENTIAL_PROVIDER", "a-provider")
+    assert exporter_session("TRACES") is None
+    assert exporter_session("METRICS") is not None

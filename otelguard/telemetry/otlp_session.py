@@ -1,11 +1,11 @@
 """The requests session the OTLP/HTTP exporters send through: what a collector answers is read up to
 ``MAX_ANSWER_BYTES`` and within the export's timeout, and the rest is never read.
 
-The exporters read a collector's whole answer into memory (and, in some versions, into a log line),
-so a collector answering 160 MB bodies made the sidecar hold 160 MB per export. An export only needs
-the answer's status; a collector's real answers (an empty or partial-success message) are a few
-bytes. An answer read whole keeps its connection for the next export; a longer one (or one still
-arriving at the deadline) is cut off and its connection closed. The body is never decompressed.
+The exporters read a collector's whole answer into memory: a collector answering 160 MB bodies took
+``otelguard serve`` to 665 MB resident. An export only needs the answer's status; a collector's real
+answers (an empty or partial-success message) are a few bytes. An answer read whole keeps its
+connection for the next export; a longer one (or one still arriving at the deadline) is cut off and
+its connection closed. The body is never decompressed.
 
 A credential provider named in ``OTEL_PYTHON_EXPORTER_OTLP_HTTP_*CREDENTIAL_PROVIDER`` hands the
 exporters its own session: that one is left as it is.
@@ -65,8 +65,9 @@ class _BoundedAnswers(HTTPAdapter):
     ) -> Response:
         # streamed: only the head is read here, the body below, bounded
         response = super().send(request, True, timeout, verify, cert, proxies)
-        seconds = timeout[1] if isinstance(timeout, tuple) else timeout
-        deadline = None if seconds is None else time.monotonic() + seconds
+        seconds = timeout[1] if isinstance(timeout, tuple) else timeout  # the read timeout
+        # (a urllib3 ``Timeout`` object, which the exporters never pass: its own per-read limits)
+        deadline = time.monotonic() + seconds if isinstance(seconds, (int, float)) else None
         raw = response.raw
         # what has arrived, at most one receive: a collector sending a byte at a time meets the
         # deadline (urllib3 1.x has only ``read``, which waits for the whole slice)
