@@ -587,9 +587,10 @@ class _Connection(asyncio.Protocol):
             self.transport.resume_reading()
 
     def _next_turn(self) -> None:
-        """Go on after every other callback due now and every socket ready by then (``call_soon``
-        queues behind them); meanwhile what the client sends waits in ``unread``, and reading pauses
-        past the size limits, as behind a request on the workers."""
+        """Go on at the loop's next turn (``call_soon``): every other callback due now runs first,
+        and every socket ready by then is read in that same turn. Meanwhile what the client sends
+        waits in ``unread``, and reading pauses past the size limits, as behind a request on the
+        workers."""
         self.yielded = True
         self.loop.call_soon(self._turn)
 
