@@ -21,10 +21,10 @@ and the code leave it, in the decision.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from heapq import nsmallest
+from itertools import islice
 from typing import Any, Final
 
 import xxhash
@@ -39,6 +39,7 @@ _KEPT: Final = 8  # results kept per command
 _SKETCH: Final = 16  # shingle hashes per result
 _NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
 _HEAD: Final = 2048  # characters read from each end of a long result: a traceback ends at the bottom
+_NODES: Final = 4096  # keys, values and items read of a structured result
 
 # Each of the first three runs only when the text holds its first characters (a substring test costs
 # next to nothing; a regular expression tried at every position of a 4 KB result costs more than the
@@ -53,8 +54,9 @@ _NUMBER: Final = re.compile(rb"\d(?<![A-SU-Za-z_0-9]\d)[0-9a-fA-F.]*")
 
 _hash64: Final = xxhash.xxh3_64_intdigest
 _join: Final = b" ".join
-# A result of _FILTERED words has about as many shingles, an eighth of them below _LOW: the _SKETCH
-# smallest are among those but once in over a million results
+# Of a result's _FILTERED different shingles or more, an eighth are below _LOW: the _SKETCH smallest
+# are among those but once in over a million results (counted in distinct shingles: a long output
+# repeating a few lines has few)
 _FILTERED: Final = 512
 _LOW: Final = 1 << 61
 
@@ -64,17 +66,91 @@ ResultSketch = tuple[int, tuple[int, ...]]
 
 def _text(result: Any) -> str:
     if isinstance(result, str):
-        text = result
-    elif isinstance(result, (bytes, bytearray)):
-        text = bytes(result).decode("utf-8", "replace")
-    else:
-        try:
-            text = json.dumps(result, sort_keys=True, default=str)
-        except (TypeError, ValueError, RecursionError):
-            text = repr(result)
-    if len(text) > 2 * _HEAD:
-        text = text[:_HEAD] + " " + text[-_HEAD:]
-    return text
+        return _ends(result)
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return _ends(bytes(result).decode("utf-8", "replace"))
+    return _ends(_structure_text(result))
+
+
+def _ends(text: str) -> str:
+    """A long text as its first and last ``_HEAD`` characters."""
+    return text[:_HEAD] + " " + text[-_HEAD:] if len(text) > 2 * _HEAD else text
+
+
+def _structure_text(result: Any) -> str:
+    """A host's structured result (a mapping of stdout and stderr, a list of blocks): its keys and
+    values, one a line, keys in order, read with a stack. Bounded whatever it holds: at most
+    ``_NODES`` keys, values and items are read, no text past what ``_text`` keeps, and nothing
+    recurses (a result nested thousands deep, or holding itself, is read as far as the bound goes).
+    What cannot be read becomes its type's name."""
+    parts: list[str] = []
+    stack: list[Any] = [result]
+    room = _NODES  # items that may still be put on the stack
+    size = 0
+    while stack and size <= 2 * _HEAD:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            pairs = _first(_items(item), room)
+            pairs.sort(key=_key_order)
+            room -= 2 * len(pairs)
+            for key, value in reversed(pairs):
+                stack.append(value)
+                stack.append(key)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            values = _first(item, room)
+            if isinstance(item, (set, frozenset)):
+                values.sort(key=_order)
+            room -= len(values)
+            stack.extend(reversed(values))
+        else:
+            text = _ends(_scalar_text(item))
+            parts.append(text)
+            size += len(text) + 1
+    return "\n".join(parts)
+
+
+def _items(mapping: Mapping[Any, Any]) -> Any:
+    try:
+        return mapping.items()
+    except Exception:  # a hostile mapping: its contents are not read
+        return ()
+
+
+def _first(values: Any, room: int) -> list[Any]:
+    try:
+        return list(islice(values, max(0, room)))
+    except Exception:  # a hostile container: its contents are not read
+        return []
+
+
+def _order(value: Any) -> str:
+    """A set's order: strings and numbers by their text, anything else by its type's name (never
+    its text: a tuple's text is made by recursion)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (int, float)):
+        return _scalar_text(value)
+    return type(value).__name__
+
+
+def _key_order(pair: tuple[Any, Any]) -> str:
+    return _order(pair[0])
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    if value is None or isinstance(value, (bool, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value) if value.bit_length() < 256 else "<int>"
+    try:
+        text = str(value)
+    except Exception:  # a hostile __str__ (one that raises, or recurses) must not break the call
+        return f"<{type(value).__name__}>"
+    return text if type(text) is str else f"<{type(value).__name__}>"
 
 
 def _words(result: Any) -> list[bytes]:
@@ -101,8 +177,9 @@ def sketch(result: Any) -> ResultSketch:
     digest = _hash64(b" ".join(words))
     if len(words) <= 3:
         return digest, (digest,)
-    hashes: Iterable[int] = set(map(_hash64, map(_join, zip(words, words[1:], words[2:], strict=False))))
-    if len(words) >= _FILTERED:  # the smallest are below an eighth of the range: skip the rest in C
+    shingles = set(map(_hash64, map(_join, zip(words, words[1:], words[2:], strict=False))))
+    hashes: Iterable[int] = shingles
+    if len(shingles) >= _FILTERED:  # the smallest are below an eighth of the range: skip the rest in C
         hashes = filter(_LOW.__gt__, hashes)
     return digest, tuple(sorted(nsmallest(_SKETCH, hashes)))
 
