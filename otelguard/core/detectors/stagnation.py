@@ -43,14 +43,48 @@ _NODES: Final = 4096  # keys, values and items read of a structured result
 
 # Each of the first three runs only when the text holds its first characters (a substring test costs
 # next to nothing; a regular expression tried at every position of a 4 KB result costs more than the
-# rest of the call). The numbers' starts at a digit, so the engine skips to the digits in C.
+# rest of the call). The others start at a literal, a capital or a digit, so the engine skips to
+# those in C.
 _ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 _HEX: Final = re.compile(rb"0[xX][0-9a-fA-F]+")
 _TEMP: Final = re.compile(rb"(?:/tmp|/var/folders|/private/var)/\S+")
-# a number, with the hex digits and dots that follow it (durations, pids, counters, line numbers,
-# versions, ids starting with a digit, a timestamp's parts): not one inside a name (test_3, py3),
-# except after a timestamp's T
-_NUMBER: Final = re.compile(rb"\d(?<![A-SU-Za-z_0-9]\d)[0-9a-fA-F.]*")
+# Hex ids (a UUID, a commit, a container, a request id) whether they start with a letter or a digit:
+# found in a copy of the text where every hex digit is one byte, _H (a run of eight of them is a plain
+# substring search), and taken out of the text where they stand alone (not inside a name)
+_H: Final = 0x01
+_HEX_DIGITS: Final = b"0123456789abcdefABCDEF"
+_AS_H: Final = bytes.maketrans(_HEX_DIGITS + bytes([_H]), bytes([_H]) * len(_HEX_DIGITS) + b"\x02")
+_ID: Final = re.compile(rb"\x01\x01\x01\x01\x01\x01\x01\x01(?:-\x01{4}-\x01{4}-\x01{4}-\x01{12}|\x01*)")
+_NAME_BYTES: Final = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+# A month's or a weekday's name in a date, before a number or a month (Dec  7, Mon, 07 Dec, Monday
+# Dec 7th); a month after its day goes with the day's number (7 Dec 2026, 07-Dec-2026). One flat
+# alternation of names: the engine skips to their capitals in C
+_MONTHS: Final = (
+    rb"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
+    rb"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?|JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC"
+)
+_DAYS: Final = (
+    rb"Mon(?:day)?|Tue(?:s(?:day)?)?|Wed(?:nesday)?|Thu(?:r(?:s(?:day)?)?)?|Fri(?:day)?|Sat(?:urday)?"
+    rb"|Sun(?:day)?|MON|TUE|WED|THU|FRI|SAT|SUN"
+)
+_DATE_NAME: Final = re.compile(
+    rb"(?:" + _MONTHS + rb"|" + _DAYS + rb")\.?,?(?=[\s/-]+\d|\s+(?:" + _MONTHS + rb")(?![a-z]))"
+)
+# A number, not one inside a name (test_3, py3) except after a timestamp's T, with what makes it one
+# value: a duration's units (1m5.2s, 250ms, 3 seconds), a size's (1.5 MB, 512KiB, 100 bytes), an
+# ordinal's (7th), or its hex digits and dots and its parts joined by : , / - (pids, counters, line
+# numbers, versions, ids starting with a digit, 00:01:05 PM, 1,234, 2026-12-07, 127.0.0.1:8080)
+_NUMBER: Final = re.compile(
+    rb"\d(?<![A-SU-Za-z_0-9]\d)[0-9.]*(?:,\d\d\d)*(?:(?=[\sA-Za-z\xc2\xce-])(?:"  # a unit, or
+    rb"(?:ns|us|\xc2\xb5s|\xce\xbcs|ms|mins?|secs?|hrs?|[hmsd])"
+    rb"(?:\d[0-9.]*(?:ns|us|\xc2\xb5s|\xce\xbcs|ms|[hms]))*(?![A-Za-z])"
+    rb"|(?:\s?(?:[KMGTPEkmgtpe]i?[Bb]|B|bytes?|bits?)|[KMGTPE]i?)(?![A-Za-z])"
+    rb"|\s(?:(?:milli|micro|nano)?seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|[mun]s)(?![A-Za-z])"
+    rb"|(?:st|nd|rd|th)?[\s/-](?:" + _MONTHS + rb")\.?(?![A-Za-z])"  # 7 Dec, 07-Dec-2026, 07/Dec/2026
+    rb"|(?:st|nd|rd|th)(?![A-Za-z]))"
+    rb"|[0-9a-fA-F.]*(?:[:/-]\d[0-9a-fA-F.,]*)*(?:\s?(?:AM|PM|am|pm)(?![A-Za-z]))?"
+    rb")"
+)
 
 _hash64: Final = xxhash.xxh3_64_intdigest
 _join: Final = b" ".join
@@ -162,7 +196,30 @@ def _words(result: Any) -> list[bytes]:
         data = _HEX.sub(b" ", data)
     if b"/tmp/" in data or b"/var/" in data:
         data = _TEMP.sub(b" ", data)
+    data = _without_ids(data)
+    data = _DATE_NAME.sub(b" ", data)
     return _NUMBER.sub(b"", data).split()
+
+
+def _without_ids(data: bytes) -> bytes:
+    """The text without its hex ids of eight hex digits or more, a letter among them (UUIDs whole),
+    that stand alone."""
+    marked = data.translate(_AS_H)
+    if _ID.search(marked) is None:
+        return data
+    kept: list[bytes] = []
+    start = 0
+    names = _NAME_BYTES
+    for found in _ID.finditer(marked):
+        begin, end = found.span()
+        if (begin and data[begin - 1] in names) or (end < len(data) and data[end] in names):
+            continue  # inside a name: a word of its own
+        if data[begin:end].replace(b"-", b"").isdigit():
+            continue  # a number, with its unit if it has one: the numbers' to take out
+        kept.append(data[start:begin])
+        start = end
+    kept.append(data[start:])
+    return b" ".join(kept)
 
 
 def normalised(result: Any) -> str:
