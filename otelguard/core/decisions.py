@@ -75,6 +75,7 @@ DELEGATION_CYCLE_BLOCK: Final = "delegation_cycle_block"
 STAGNATION_WARN: Final = "stagnation_warn"
 STAGNATION_REJECT: Final = "stagnation_reject"
 STAGNATION_BLOCK: Final = "stagnation_block"
+STAGNATION_HALT: Final = "stagnation_halt"
 
 CODES: Final = (
     ALLOW,
@@ -114,6 +115,7 @@ CODES: Final = (
     STAGNATION_WARN,
     STAGNATION_REJECT,
     STAGNATION_BLOCK,
+    STAGNATION_HALT,
 )
 """Every decision code, stable: they are metric label values."""
 

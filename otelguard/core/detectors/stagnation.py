@@ -32,7 +32,7 @@ import xxhash
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Signature
 
-__all__ = ["ResultSketch", "ShellCheck", "StagnationMemory", "normalised", "sketch"]
+__all__ = ["ResultSketch", "ShellCheck", "StagnationMemory", "measure", "normalised", "shrank", "sketch"]
 
 _CHECKS: Final = 256  # commands tracked per turn
 _KEPT: Final = 8  # results kept per command
@@ -250,8 +250,63 @@ def _near(a: ResultSketch, b: ResultSketch) -> bool:
     return sum(1 for h in union if h in shared) >= _NEAR * len(union)
 
 
+# A count of what is wrong in a check's output: a number before a word for errors, failures,
+# warnings or problems (30 errors, 3 failed, 2 tests failing), or after one (failures=2, errors: 1)
+_COUNT_WORDS: Final = r"(?:errors?|fail(?:ed|ures?|ing|s)?|warnings?|problems?|issues?|violations?)"
+_COUNT: Final = re.compile(
+    r"(\d{1,9})[ \t]+(?:[a-z-]+[ \t]+)?"
+    + _COUNT_WORDS
+    + r"(?![a-z])|(?<![a-z])"
+    + _COUNT_WORDS
+    + r"[ \t]*[=:][ \t]*(\d{1,9})"
+)
+_COUNT_HINTS: Final = ("error", "fail", "warn", "problem", "issue", "violation")
+_SHRUNK: Final = 8  # a result shorter by an eighth or more than the shortest since a new one...
+_SHRUNK_CHARS: Final = 64  # ...and by this many characters has shrunk (a shorter traceback)
+
+
+def measure(result: Any) -> tuple[int, int]:
+    """What a result says is wrong, as ``(count, size)``: the sum of the counts of errors, failures,
+    warnings and problems it prints (-1: none printed), and its length in characters."""
+    text = _text(result)
+    size = len(result) if isinstance(result, (str, bytes, bytearray, memoryview)) else len(text)
+    lowered = text.lower()
+    if not any(hint in lowered for hint in _COUNT_HINTS):
+        return -1, size
+    found = _COUNT.findall(lowered)
+    if not found:
+        return -1, size
+    return sum(int(before or after) for before, after in found), size
+
+
+def shrank(count: int, size: int, low_count: int, low_size: int) -> bool:
+    """Whether a result measured ``(count, size)`` brings less of what is wrong than the results
+    since the command's last new one: a count below the least they printed (fewer failing tests,
+    fewer errors), or the output shorter than the last new one by an eighth and ``_SHRUNK_CHARS``
+    characters (a traceback losing a frame at each edit shrinks by that every few edits)."""
+    if 0 <= count < low_count:
+        return True
+    return low_size - size >= max(_SHRUNK_CHARS, low_size // _SHRUNK)
+
+
+Resume = list[int]
+"""What a new result reset: stale, rejects, unchanged, unchanged_rejects, and how many raw digests
+and sketches the command has kept since (that result's own included)."""
+
+
 class ShellCheck:
-    __slots__ = ("edits", "keys", "rejects", "sketches", "stale", "unchanged", "unchanged_rejects")
+    __slots__ = (
+        "edits",
+        "keys",
+        "low_count",
+        "low_size",
+        "rejects",
+        "resume",
+        "sketches",
+        "stale",
+        "unchanged",
+        "unchanged_rejects",
+    )
 
     def __init__(self, first: int | None, edits: int) -> None:
         self.keys: tuple[int, ...] = () if first is None else (first,)  # raw digests, newest last
@@ -263,6 +318,12 @@ class ShellCheck:
         # previous run (the edits are not changing the check's result), since a new result
         self.unchanged = 0
         self.unchanged_rejects = 0  # rejects given for them since then
+        # the least count of what was wrong in the results since a new one, and that new one's
+        # size (see ``measure``): a result that shrinks below them is progress
+        self.low_count = -1
+        self.low_size = 0
+        # what the last new result reset, until the command's next repeat (see _resumed)
+        self.resume: Resume | None = None
 
 
 class StagnationMemory:
@@ -314,6 +375,11 @@ class StagnationMemory:
         edited = check.edits != edits
         check.edits = edits
         if key is not None and key in check.keys:  # the very same output: no text to look at
+            resume = check.resume
+            if resume is not None:
+                kept = check.keys
+                since = len(kept) - min(len(kept), resume[4])
+                _resumed(check, key in kept[:since] and key not in kept[since:])
             if rerun or not ok:
                 check.stale += 1
             elif edited:
@@ -321,18 +387,48 @@ class StagnationMemory:
             self.unchanged = check.unchanged
             return check.stale
         result = sketch(raw)
-        if any(_near(result, seen) for seen in check.sketches):
+        count, size = measure(raw)
+        near = [_near(result, seen) for seen in check.sketches]
+        if any(near) and not shrank(count, size, check.low_count, check.low_size):
+            resume = check.resume
+            if resume is not None:  # the same as a result from before the last new one, not since?
+                since = len(near) - min(len(near), resume[5])
+                _resumed(check, any(near[:since]) and not any(near[since:]))
             if not (rerun or ok):
                 check.stale += 1
             elif ok and edited and not rerun:
                 check.unchanged += 1
-        else:
+            if count >= 0 and (check.low_count < 0 or count < check.low_count):
+                check.low_count = count
+        else:  # new for the command, or less of what is wrong: progress
+            progress = any(near)  # less of what is wrong: no going back to the counts before
+            check.resume = (
+                None
+                if progress
+                else [check.stale, check.rejects, check.unchanged, check.unchanged_rejects, 0, 0]
+            )
             check.stale = check.rejects = check.unchanged = check.unchanged_rejects = 0
+            check.low_count, check.low_size = count, size
         self.unchanged = check.unchanged
+        resume = check.resume
         if key is not None:
             check.keys = (*check.keys[-(_KEPT - 1) :], key)
+            if resume is not None:
+                resume[4] += 1
         check.sketches = (*check.sketches[-(_KEPT - 1) :], result)
+        if resume is not None:
+            resume[5] += 1
         return check.stale
 
     def stale(self, sig: Signature) -> ShellCheck | None:
         return self.checks.get(sig) if self.checks else None
+
+
+def _resumed(check: ShellCheck, back: bool) -> None:
+    """After a new result: the command returning what it returned before it (and not what it has
+    returned since) takes its counts back: one different output between two runs of the same failure
+    is not progress. Either way, the counts from before are given up."""
+    resume = check.resume
+    check.resume = None
+    if back and resume is not None:
+        check.stale, check.rejects, check.unchanged, check.unchanged_rejects = resume[:4]
