@@ -56,8 +56,8 @@ def test_a_shell_listing_the_same_directory_is_stopped_by_its_40th_call() -> Non
 
 def test_a_check_failing_the_same_way_after_each_edit_is_stopped() -> None:
     """`python reproduce.py` -> the same traceback in other words, an edit, and again, sixty times:
-    warned, then, each run coming right after an edit (never refused before it runs), warned in
-    place of each reject it would have had, and the run after those is the halt."""
+    warned from the 11th repeat, at the 12th (the stop) that the next such result stops the turn,
+    and each run coming right after an edit (never refused before it runs), the 13th halts."""
     guard = make_guard(mode="unattended", hard_stop=None)
     script: list[tuple[Any, ...]] = []
     for i in range(60):
@@ -67,13 +67,12 @@ def test_a_check_failing_the_same_way_after_each_edit_is_stopped() -> None:
         )
     steps = run_script(guard, script)
     stop = _first_stop(steps)
-    assert stop < 120
-    seen = codes(steps)[:stop]
-    assert "stagnation_reject" not in seen and all(s.ran for s in steps[:stop])
-    last = [s.decision for s in steps[:stop] if "turn stops" in s.decision.message]
-    assert len(last) == 7  # rejects_before_stop's default, each a warning after the run
+    assert stop == 29  # the 15th run: its 13th repeat
+    checks = steps[:stop:2]
+    assert [s.decision.code for s in checks[-3:]] == ["stagnation_warn", "stagnation_warn", "stagnation_halt"]
+    assert "turn stops" in checks[-2].decision.message and "turn stops" not in checks[-3].decision.message
+    assert "stagnation_reject" not in codes(steps) and all(s.ran for s in steps[:stop])
     assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_halt"
-    assert steps[stop - 1].ran  # judged after it ran
 
 
 def _fix_attempts(results: list[str], failed: bool = True) -> list[tuple[Any, ...]]:
@@ -294,19 +293,18 @@ def test_sketch_never_raises(result: Any) -> None:
 
 def test_a_check_the_edits_do_not_change_is_warned_once_then_stopped() -> None:
     """A reproduction script that prints its error and exits 0, rerun after each edit, its output the
-    same in other words: the first run is not sketched, so runs 2 to 6 are the 5 counted. Each run
-    comes right after an edit, so none is refused before it runs: the 8th, where the reject was due,
-    runs and is warned that the next unchanged result stops the turn; the 9th runs, and its result
-    unchanged again, halts. Unattended, the count at its stop (the 7th run) is not warned."""
+    same in other words: the first run is not sketched, so runs 2 to 6 are the 5 counted. The 7th
+    run (count 5, its stop) is warned that the next result like it stops the turn; the 8th comes
+    right after an edit, so it is not refused before it runs: it runs, unchanged again, and halts."""
     guard = make_guard(mode="unattended", hard_stop=None)
     steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(20)]))
     checks = steps[::2]
-    assert all(s.before.allows_execution for s in checks[:9])
-    assert all(s.decision.action == "allow" for s in checks[:7])  # count 5 at the 7th: no warning
-    assert checks[7].decision.code == "stagnation_warn" and checks[7].decision.count == 6
-    assert "turn stops" in checks[7].decision.message
-    assert checks[8].decision.code == "stagnation_halt" and checks[8].decision.should_halt
-    assert _first_stop(steps) == 17
+    assert all(s.before.allows_execution for s in checks[:8])
+    assert all(s.decision.action == "allow" for s in checks[:6])
+    assert checks[6].decision.code == "stagnation_warn" and checks[6].decision.count == 5
+    assert "turn stops" in checks[6].decision.message
+    assert checks[7].ran and checks[7].decision.code == "stagnation_halt" and checks[7].decision.should_halt
+    assert _first_stop(steps) == 15
     assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_halt"
 
 
@@ -406,13 +404,13 @@ def test_unchanged_check_thresholds_are_validated() -> None:
 
 def test_a_new_turn_starts_the_unchanged_count_again() -> None:
     """The count and the turn's edits are per turn: six runs (four counted) in one turn and six in the
-    next are never refused; in that next turn the fifth counted run goes, and the run after it (an
-    edit before it: it runs) is warned that the next unchanged result stops the turn."""
+    next are never refused; in that next turn the fifth counted run is warned that the next result
+    like it stops the turn, and the run after it (an edit before it: it runs) halts."""
     guard = make_guard(mode="unattended", hard_stop=None)
     results = [_traceback(i) for i in range(6)]
     assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
     guard.start_turn()
     assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
     after = run_script(guard, _fix_attempts_passing([_traceback(9), _traceback(10)]))
-    assert after[0].before.allows_execution and after[2].before.allows_execution
-    assert after[2].decision.code == "stagnation_warn" and "turn stops" in after[2].decision.message
+    assert after[0].decision.code == "stagnation_warn" and "turn stops" in after[0].decision.message
+    assert after[2].before.allows_execution and after[2].decision.code == "stagnation_halt"

@@ -402,30 +402,16 @@ class TurnDetectors:
         self, sig: Signature, before: tuple[int, int], stale: int, unchanged: int
     ) -> Decision | None:
         """stagnation, a send that ran only because it directly followed an edit (``before_call``
-        would have refused it: its count was at its stop), judged by its result. Counted again, it
-        takes the escalation step the refusal would have taken: where a reject was due, a warning
-        that says the turn stops if the result comes back again (the reject is spent); where the
-        block was due, the halt. A result new for the command, or less of what is wrong in it, ends
-        the count as ever, and the call goes on unjudged."""
-        check = self.stagnation.stale(sig)
-        if check is None:
-            return None
+        would have refused it: its count was at its stop), judged by its result: counted again, it
+        halts the turn. The model was told at the stop (``_verdict``'s warning that the next result
+        like this one stops the turn). A result new for the command, or less of what is wrong in it,
+        ends the count as ever, and the call goes on."""
         stop = self.stop_after
         if stale > before[0] >= stop["stagnation"]:
-            limit, count = stop["stagnation"], stale
-            spent = check.rejects >= self.rejects_before_stop
-            if not spent:
-                check.rejects += 1
-        elif unchanged > before[1] >= stop["unchanged_check"]:
-            limit, count = stop["unchanged_check"], unchanged
-            spent = check.unchanged_rejects >= self.pattern_rejects
-            if not spent:
-                check.unchanged_rejects += 1
-        else:
-            return None
-        if spent:
-            return decision("halt", codes.STAGNATION_HALT, sig, count, limit)
-        return decision("warn", codes.STAGNATION_WARN, sig, count, limit, message=STAGNATION_LAST_WARN)
+            return decision("halt", codes.STAGNATION_HALT, sig, stale, stop["stagnation"])
+        if unchanged > before[1] >= stop["unchanged_check"]:
+            return decision("halt", codes.STAGNATION_HALT, sig, unchanged, stop["unchanged_check"])
+        return None
 
     def _track_progress(
         self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
@@ -590,18 +576,21 @@ class TurnDetectors:
             return decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
         if identical and identical >= warn["identical_call"] and not self._refusal_pending(identical):
             return decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
-        if judged is not None:
-            return judged
+        # with hard_stop, the count reaching its stop is warned that the next result like this one
+        # stops the turn: a send right after an edit runs and halts then (``_judged_after_edit``),
+        # another is refused first; past the stop, the reject (or the halt) says it
         if stale and stale >= warn["stagnation"]:
-            return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"])
-        # with hard_stop, a count at its stop is not warned: the command's next send is refused with
-        # the same words before it runs (a warning there would only repeat the reject to come)
-        if (
-            unchanged
-            and unchanged >= warn["unchanged_check"]
-            and not (hard and self.pattern_rejects and unchanged >= stop["unchanged_check"])
-        ):
-            return decision("warn", codes.STAGNATION_WARN, sig, unchanged, warn["unchanged_check"])
+            last = hard and stale == stop["stagnation"]
+            message = STAGNATION_LAST_WARN if last else None
+            return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"], message=message)
+        if unchanged and unchanged >= warn["unchanged_check"]:
+            if not hard:
+                return decision("warn", codes.STAGNATION_WARN, sig, unchanged, warn["unchanged_check"])
+            if unchanged == stop["unchanged_check"]:
+                limit = warn["unchanged_check"]
+                return decision(
+                    "warn", codes.STAGNATION_WARN, sig, unchanged, limit, message=STAGNATION_LAST_WARN
+                )
         if tool_class != "poll" and self.cycle.runs_any():
             count, period = self.cycle.best()
             if count >= warn["cycle"]:
