@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from otelguard.core._slots import ResultSlot
 from otelguard.core.detectors import stagnation
-from otelguard.core.detectors.stagnation import normalised, sketch
+from otelguard.core.detectors.stagnation import measure, normalised, sketch
 from otelguard.core.results import ResultMemory
 from otelguard.core.signatures import ResultFingerprinter
 from otelguard.testing import codes, run_script
@@ -120,6 +120,8 @@ def test_results_are_turned_into_text_and_fingerprints_without_raising(held: Hel
     assert isinstance(digest, int) and 1 <= len(small) <= stagnation._SKETCH
     assert len(stagnation._text(result)) <= 2 * stagnation._HEAD + 1
     assert isinstance(normalised(result), str)
+    count, size = measure(result)
+    assert count >= -1 and size >= 0
     fingerprints = ResultFingerprinter(("duration_ms", "n"))
     assert isinstance(fingerprints.content(result), int)
     assert isinstance(fingerprints.structured(result), int)
