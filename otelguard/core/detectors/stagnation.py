@@ -6,10 +6,11 @@ exact rule sees it when the output differs in a timestamp, an address or a line 
 edit comes between two runs. Here each run of a shell command from its second on is compared with
 the results that command gave earlier in the turn: first by the raw digest the guard already made
 of the result (the very same output: nothing more to do), else by its normalised text (ANSI codes,
-hex addresses, temporary paths and free-standing numbers out, whitespace collapsed) and a bottom-k sketch of
-its word shingles (an estimate of their Jaccard similarity). ``StagnationMemory.record`` says which
-runs count: a check failing the same way across fix attempts, and identical calls returning the
-very same output back to back.
+hex addresses and ids, temporary paths, dates and free-standing numbers with their units out,
+whitespace collapsed) and a bottom-k sketch of its word shingles (an estimate of their Jaccard
+similarity). ``StagnationMemory.record`` says which runs count: a check failing the same way across
+fix attempts, and identical calls returning the very same output back to back. A result that
+shrinks (fewer errors or failing tests printed, a shorter output) is progress, as a new one is.
 
 Cheap when nothing repeats: a command's first run only leaves its raw digest in its signature's
 state; only a result new for the command is normalised and sketched, by C-level string, map and set
@@ -365,8 +366,12 @@ class StagnationMemory:
         returning what the command already returned (the same output or in other words) with an
         edit (a ``write`` call: ``edits`` counts the turn's) since its previous run: a reproduction script that prints
         its error and exits 0, rerun after each fix attempt. A failure neither counts nor resets it
-        (that is the count above); a result new for the command resets both. ``first_edits``: the
-        turn's edit count at the command's first run."""
+        (that is the count above); a result new for the command resets both.
+
+        A result like one already returned but with less wrong in it (``shrank``) resets both as a
+        new one does. After a new result (not a shrunk one), the command's next repeat of a result
+        from before it, and not of the new one, takes the counts from before back (``_resumed``).
+        ``first_edits``: the turn's edit count at the command's first run."""
         check = self.checks.get(sig)
         if check is None:
             check = self.checks.touch(sig, lambda: ShellCheck(first, first_edits))
