@@ -76,6 +76,7 @@ DELEGATION_CYCLE_BLOCK: Final = "delegation_cycle_block"
 STAGNATION_WARN: Final = "stagnation_warn"
 STAGNATION_REJECT: Final = "stagnation_reject"
 STAGNATION_BLOCK: Final = "stagnation_block"
+STAGNATION_HALT: Final = "stagnation_halt"
 
 CODES: Final = (
     ALLOW,
@@ -115,6 +116,7 @@ CODES: Final = (
     STAGNATION_WARN,
     STAGNATION_REJECT,
     STAGNATION_BLOCK,
+    STAGNATION_HALT,
 )
 """Every decision code, stable: they are metric label values."""
 
