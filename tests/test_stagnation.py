@@ -293,18 +293,21 @@ def test_sketch_never_raises(result: Any) -> None:
 
 def test_a_check_the_edits_do_not_change_is_warned_once_then_stopped() -> None:
     """A reproduction script that prints its error and exits 0, rerun after each edit, its output the
-    same in other words: the first run is not sketched, so runs 2 to 6 are the 5 counted. The 7th
-    run (count 5, its stop) is warned that the next result like it stops the turn; the 8th comes
-    right after an edit, so it is not refused before it runs: it runs, unchanged again, and halts."""
+    same in other words: the first run is not sketched, so runs 2 to 6 are the 5 counted. Every run
+    comes right after an edit, so it is never refused before it runs, and it is judged by its result:
+    unchanged 21 times (four times the stop, and once more), it halts. In unattended mode nothing is
+    warned or refused before that: what a refusal of a send with no edit before it would say, the
+    halt says (a warning at every rerun of a solved run's check costs more than it tells)."""
     guard = make_guard(mode="unattended", hard_stop=None)
-    steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(20)]))
+    steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(40)]))
     checks = steps[::2]
-    assert all(s.before.allows_execution for s in checks[:8])
-    assert all(s.decision.action == "allow" for s in checks[:6])
-    assert checks[6].decision.code == "stagnation_warn" and checks[6].decision.count == 5
-    assert "turn stops" in checks[6].decision.message
-    assert checks[7].ran and checks[7].decision.code == "stagnation_halt" and checks[7].decision.should_halt
-    assert _first_stop(steps) == 15
+    assert all(s.before.allows_execution for s in checks[:23])
+    assert all(s.decision.action == "allow" for s in checks[:22])
+    assert (
+        checks[22].ran and checks[22].decision.code == "stagnation_halt" and checks[22].decision.should_halt
+    )
+    assert (checks[22].decision.count, checks[22].decision.limit) == (21, 20)
+    assert _first_stop(steps) == 45
     assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_halt"
 
 
@@ -385,11 +388,11 @@ def test_an_edit_before_the_second_run_counts_from_the_first() -> None:
 
 
 def test_unchanged_check_stops_at_once_without_rejects() -> None:
-    """rejects_before_stop 0: the run after the count reached its stop, unchanged again, halts (it
-    comes right after an edit, so it runs first); no reject."""
+    """rejects_before_stop 0: runs right after edits are never refused, so the halt still comes from a
+    result, at four times the stop; no reject ever."""
     guard = make_guard(mode="unattended", hard_stop=None, rejects_before_stop=0)
-    steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(20)]))
-    assert steps[14].ran and steps[14].decision.code == "stagnation_halt"
+    steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(40)]))
+    assert steps[44].ran and steps[44].decision.code == "stagnation_halt"
     assert "stagnation_reject" not in codes(steps)
 
 
@@ -404,13 +407,15 @@ def test_unchanged_check_thresholds_are_validated() -> None:
 
 def test_a_new_turn_starts_the_unchanged_count_again() -> None:
     """The count and the turn's edits are per turn: six runs (four counted) in one turn and six in the
-    next are never refused; in that next turn the fifth counted run is warned that the next result
-    like it stops the turn, and the run after it (an edit before it: it runs) halts."""
+    next are never refused; in that next turn the fifth counted run reaches the stop, and a run sent
+    without an edit just before it is then refused."""
     guard = make_guard(mode="unattended", hard_stop=None)
     results = [_traceback(i) for i in range(6)]
     assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
     guard.start_turn()
     assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
-    after = run_script(guard, _fix_attempts_passing([_traceback(9), _traceback(10)]))
-    assert after[0].decision.code == "stagnation_warn" and "turn stops" in after[0].decision.message
-    assert after[2].before.allows_execution and after[2].decision.code == "stagnation_halt"
+    after = run_script(guard, _fix_attempts_passing([_traceback(9)]))
+    assert after[0].ran and after[0].decision.action == "allow"
+    between = ("bash", {"command": "git diff"}, "diff --git a/t.py", False)
+    again = run_script(guard, [between, ("bash", {"command": "python t.py"}, _traceback(30), False)])
+    assert again[1].before.code == "stagnation_reject"

@@ -8,7 +8,7 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Final
 
 from otelguard.core import decisions as codes
 from otelguard.core.bounded_map import BoundedMap
@@ -25,6 +25,12 @@ from otelguard.core.detectors.state import FailureCounts, SessionMemory, Signatu
 
 if TYPE_CHECKING:
     from otelguard.config import GuardConfig
+
+# A check rerun right after each edit and returning what it already returned halts the turn only at
+# this many times ``hard_stop_after.unchanged_check`` (20 by default): on real runs every lower count
+# stopped a solved run before the edit that fixed it (one reran its script after 15 edits with the
+# same output, then passed at its last call), while a loop of edits that change nothing stays bounded.
+UNCHANGED_AFTER_EDITS_FACTOR: Final = 4
 
 __all__ = ["TurnDetectors"]
 
@@ -420,8 +426,9 @@ class TurnDetectors:
         stop = self.stop_after
         if stale > before[0] >= stop["stagnation"]:
             return decision("halt", codes.STAGNATION_HALT, sig, stale, stop["stagnation"])
-        if unchanged > before[1] >= stop["unchanged_check"]:
-            return decision("halt", codes.STAGNATION_HALT, sig, unchanged, stop["unchanged_check"])
+        limit = stop["unchanged_check"] * UNCHANGED_AFTER_EDITS_FACTOR
+        if unchanged > before[1] >= limit:
+            return decision("halt", codes.STAGNATION_HALT, sig, unchanged, limit)
         return None
 
     def _track_progress(
@@ -594,14 +601,8 @@ class TurnDetectors:
             last = hard and stale == stop["stagnation"]
             message = STAGNATION_LAST_WARN if last else None
             return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"], message=message)
-        if unchanged and unchanged >= warn["unchanged_check"]:
-            if not hard:
-                return decision("warn", codes.STAGNATION_WARN, sig, unchanged, warn["unchanged_check"])
-            if unchanged == stop["unchanged_check"]:
-                limit = warn["unchanged_check"]
-                return decision(
-                    "warn", codes.STAGNATION_WARN, sig, unchanged, limit, message=STAGNATION_LAST_WARN
-                )
+        if unchanged and unchanged >= warn["unchanged_check"] and not hard:
+            return decision("warn", codes.STAGNATION_WARN, sig, unchanged, warn["unchanged_check"])
         if tool_class != "poll" and self.cycle.runs_any():
             count, period = self.cycle.best()
             if count >= warn["cycle"]:
