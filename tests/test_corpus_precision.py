@@ -66,9 +66,6 @@ KNOWN_MISSES = {
     "repeat failing calls; verdicts of runs whose gold actions failed the same way are null",
     ("tau-bench-llama-3.1-8b-airline", "warnings"): "73.33 per 1,000 calls in solved runs: "
     "Llama 3.1 8B repeats the same malformed call (exact_failure_warn from the 2nd)",
-    ("openhands-multi-swe-bench-python", "solved"): "9 solved runs that ended at their 50-call budget "
-    "are halted (stagnation_block, calls 29 to 49, each after a refusal) before 1 to 11 more edits: "
-    "the passing patch may have come after the stop",
     (CODER, "warnings"): "27.95 per 1,000 calls in solved runs: edits refused by the linter, the same "
     "one again (exact_failure_warn, from the 2nd) or one after another (same_tool_failure_warn, from "
     "the 3rd); every count from warn_after on warns",
