@@ -362,6 +362,17 @@ def children(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+PAUSED_PROMTOOL = """#!/bin/sh
+case "$*" in
+  *"create-blocks-from rules"*) : > "$OTELGUARD_TEST_PAUSED"; exec sleep 600 ;;
+esac
+exec "$OTELGUARD_TEST_PROMTOOL" "$@"
+"""
+"""The real promtool, except that backfilling recording rules (which happens only while the backtest's
+prometheus serves) says so in a file and then never ends: a signal sent after that file appears
+provably lands while prometheus runs, however loaded the machine is."""
+
+
 def backtest_stopped_by(tmp_path: Path, sig: signal.Signals) -> str:
     """Signal a real backtest subprocess while its prometheus runs, and check what every ending signal
     leaves: exit 130, prometheus gone, the temporary directory under TMPDIR removed. Its stderr."""
@@ -369,13 +380,27 @@ def backtest_stopped_by(tmp_path: Path, sig: signal.Signals) -> str:
     write_fleet(fleet, runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"))
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    with running_backtest([str(fleet)], {"TMPDIR": str(scratch)}) as process:
-        server = wait_until(
-            lambda: [pid for pid, name in children(process.pid) if name == "prometheus"],
-            60,
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "promtool").write_text(PAUSED_PROMTOOL, encoding="utf-8")
+    (tools / "promtool").chmod(0o755)
+    paused = tmp_path / "paused"
+    env = {
+        "TMPDIR": str(scratch),
+        "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OTELGUARD_TEST_PROMTOOL": require_binary("promtool"),
+        "OTELGUARD_TEST_PAUSED": str(paused),
+    }
+    with running_backtest([str(fleet)], env) as process:
+        wait_until(
+            lambda: paused.exists() or process.poll() is not None,
+            300,
             interval=0.05,
-            what="the backtest's prometheus",
+            what="the backtest to backfill its recording rules",
         )
+        assert process.poll() is None, "the backtest waits in its paused promtool"
+        server = [pid for pid, name in children(process.pid) if name == "prometheus"]
+        assert server, "prometheus serves the backfill"
         assert list(scratch.iterdir()), "the backtest works in a temporary directory under TMPDIR"
         process.send_signal(sig)
         assert process.wait(60) == 130
