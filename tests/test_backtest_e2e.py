@@ -246,6 +246,26 @@ def test_transcripts_without_timestamps_backtest_nothing_and_are_named(
     assert "No alert would have fired" not in out
 
 
+def test_a_directory_without_transcripts_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty directory is not a transcript without timestamps: it is named as holding none, and
+    nothing was backtested (exit 3); beside a transcript, the transcript is backtested all the same."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a transcript", encoding="utf-8")
+    assert main(["backtest", str(empty)]) == 3
+    out, err = capsys.readouterr()
+    assert f"otelguard backtest: {empty}: no transcript in this directory (looked for *.jsonl" in err
+    assert "Nothing was backtested: no transcript was found in the paths given" in out
+    assert "recorded when its calls happened" not in out
+    code, document, err = backtest(str(empty))
+    assert code == 3 and document["period"] is None and "no transcript in this directory" in err
+    storm = EXAMPLES / "backtest" / "claude-code-delegation-storm.jsonl"
+    code, document, err = backtest(str(empty), str(storm))
+    assert code == 1 and document["fired"] and "no transcript in this directory" in err
+
+
 def test_the_shipped_untimed_example_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> None:
     """The OpenAI example records no times: exit 3 and a plain message, also with --json."""
     assert main(["backtest", str(EXAMPLES / "openai-delegation-storm.jsonl")]) == 3
