@@ -353,13 +353,19 @@ def test_the_evaluation_offsets_are_the_ones_promtool_uses(tmp_path: Path) -> No
 
 @contextlib.contextmanager
 def running_backtest(arguments: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "otelguard", "backtest", *arguments],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **env},
-    )
+    # A test run started as a background job ignores SIGINT, and an ignored signal stays ignored
+    # across exec: the backtest gets Ctrl-C as a terminal would give it, whatever ran the tests.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "otelguard", "backtest", *arguments],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         yield process
     finally:
