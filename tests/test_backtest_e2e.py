@@ -246,6 +246,26 @@ def test_transcripts_without_timestamps_backtest_nothing_and_are_named(
     assert "No alert would have fired" not in out
 
 
+def test_a_directory_without_transcripts_is_named_as_such(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """An empty directory is not a transcript without timestamps: it is named as holding none, and
+    nothing was backtested (exit 3); beside a transcript, the transcript is backtested all the same."""
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    (empty / "notes.txt").write_text("not a transcript", encoding="utf-8")
+    assert main(["backtest", str(empty)]) == 3
+    out, err = capsys.readouterr()
+    assert f"otelguard backtest: {empty}: no transcript in this directory (looked for *.jsonl" in err
+    assert "Nothing was backtested: no transcript was found in the paths given" in out
+    assert "recorded when its calls happened" not in out
+    code, document, err = backtest(str(empty))
+    assert code == 3 and document["period"] is None and "no transcript in this directory" in err
+    storm = EXAMPLES / "backtest" / "claude-code-delegation-storm.jsonl"
+    code, document, err = backtest(str(empty), str(storm))
+    assert code == 1 and document["fired"] and "no transcript in this directory" in err
+
+
 def test_the_shipped_untimed_example_is_not_a_pass(capsys: pytest.CaptureFixture[str]) -> None:
     """The OpenAI example records no times: exit 3 and a plain message, also with --json."""
     assert main(["backtest", str(EXAMPLES / "openai-delegation-storm.jsonl")]) == 3
@@ -333,13 +353,19 @@ def test_the_evaluation_offsets_are_the_ones_promtool_uses(tmp_path: Path) -> No
 
 @contextlib.contextmanager
 def running_backtest(arguments: list[str], env: dict[str, str]) -> Iterator[subprocess.Popen[str]]:
-    process = subprocess.Popen(
-        [sys.executable, "-m", "otelguard", "backtest", *arguments],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.PIPE,
-        text=True,
-        env={**os.environ, **env},
-    )
+    # A test run started as a background job ignores SIGINT, and an ignored signal stays ignored
+    # across exec: the backtest gets Ctrl-C as a terminal would give it, whatever ran the tests.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        process = subprocess.Popen(
+            [sys.executable, "-m", "otelguard", "backtest", *arguments],
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+            env={**os.environ, **env},
+        )
+    finally:
+        signal.signal(signal.SIGINT, previous)
     try:
         yield process
     finally:
@@ -362,6 +388,17 @@ def children(pid: int) -> list[tuple[int, str]]:
     return found
 
 
+PAUSED_PROMTOOL = """#!/bin/sh
+case "$*" in
+  *"create-blocks-from rules"*) : > "$OTELGUARD_TEST_PAUSED"; exec sleep 600 ;;
+esac
+exec "$OTELGUARD_TEST_PROMTOOL" "$@"
+"""
+"""The real promtool, except that backfilling recording rules (which happens only while the backtest's
+prometheus serves) says so in a file and then never ends: a signal sent after that file appears
+provably lands while prometheus runs, however loaded the machine is."""
+
+
 def backtest_stopped_by(tmp_path: Path, sig: signal.Signals) -> str:
     """Signal a real backtest subprocess while its prometheus runs, and check what every ending signal
     leaves: exit 130, prometheus gone, the temporary directory under TMPDIR removed. Its stderr."""
@@ -369,13 +406,27 @@ def backtest_stopped_by(tmp_path: Path, sig: signal.Signals) -> str:
     write_fleet(fleet, runaway_minutes("search", SEARCH_START, LOOP_MINUTES, "WebSearch"))
     scratch = tmp_path / "tmp"
     scratch.mkdir()
-    with running_backtest([str(fleet)], {"TMPDIR": str(scratch)}) as process:
-        server = wait_until(
-            lambda: [pid for pid, name in children(process.pid) if name == "prometheus"],
-            60,
+    tools = tmp_path / "bin"
+    tools.mkdir()
+    (tools / "promtool").write_text(PAUSED_PROMTOOL, encoding="utf-8")
+    (tools / "promtool").chmod(0o755)
+    paused = tmp_path / "paused"
+    env = {
+        "TMPDIR": str(scratch),
+        "PATH": f"{tools}{os.pathsep}{os.environ.get('PATH', '')}",
+        "OTELGUARD_TEST_PROMTOOL": require_binary("promtool"),
+        "OTELGUARD_TEST_PAUSED": str(paused),
+    }
+    with running_backtest([str(fleet)], env) as process:
+        wait_until(
+            lambda: paused.exists() or process.poll() is not None,
+            300,
             interval=0.05,
-            what="the backtest's prometheus",
+            what="the backtest to backfill its recording rules",
         )
+        assert process.poll() is None, "the backtest waits in its paused promtool"
+        server = [pid for pid, name in children(process.pid) if name == "prometheus"]
+        assert server, "prometheus serves the backfill"
         assert list(scratch.iterdir()), "the backtest works in a temporary directory under TMPDIR"
         process.send_signal(sig)
         assert process.wait(60) == 130

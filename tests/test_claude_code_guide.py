@@ -14,7 +14,7 @@ from pathlib import Path
 
 from otelguard import GuardConfig
 from tests.e2e import free_port, stop_process
-from tests.markdown_docs import DOCS_DIR, Block, blocks
+from tests.markdown_docs import DOCS_DIR, README, Block, blocks
 
 GUIDE = DOCS_DIR / "claude-code.md"
 TIMEOUT = 60.0
@@ -42,7 +42,9 @@ def as_run_here(command: str) -> str:
 
 def test_the_guide_starts_with_install_config_serve_settings() -> None:
     commands = guide_commands()
-    assert commands[0] == "pipx install otelguard"  # a virtualenv of its own, the command on the PATH
+    # nothing is on PyPI before a release: the install is the README's, from a checkout into a virtualenv
+    assert commands[0] == "python3 -m venv .venv && . .venv/bin/activate && pip install -e ."
+    assert f"{commands[0]} && otelguard demo" in README.read_text(encoding="utf-8")
     assert [c.split()[1] for c in commands[1:]] == ["hook", "serve", "hook"]
 
 

@@ -559,7 +559,7 @@ def test_the_settings_block_shown_in_the_docs_is_the_real_one() -> None:
     assert json.loads(shown) == json.loads(settings_block(None, program=DOCS_PROGRAM))
 
 
-DOCS_PROGRAM = "/home/me/.local/share/pipx/venvs/otelguard/bin/python -m otelguard"
+DOCS_PROGRAM = "/home/me/otelguard/.venv/bin/python -m otelguard"
 """The installation the docs' example block was printed from."""
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import os
 import pty
 import re
@@ -207,3 +208,30 @@ def test_importing_otelguard_leaves_created_samples_to_the_user() -> None:
     )
     run = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, timeout=60)
     assert run.stdout.strip() == "True", run.stderr
+
+
+def test_the_latest_decisions_show_a_count_past_its_threshold_as_such() -> None:
+    """A warning keeps counting after the threshold it fired at: the live table shows the count and
+    the threshold in columns of their own, never as a fraction over 1 such as 3/2."""
+    from rich.console import Console
+
+    from otelguard import Guard, GuardConfig
+    from otelguard.cli.demo import _render
+    from otelguard.demo.simulation import DemoStats
+
+    guard = Guard(GuardConfig(mode="unattended", signature_key="demo"))
+    guard.start_turn()
+    for number in range(3):
+        guard.before_call("read_file", {"path": "a"}, call_id=f"c{number}")
+        decision = guard.after_call("read_file", {"path": "a"}, "same", failed=False, call_id=f"c{number}")
+    assert (decision.code, decision.count, decision.limit) == ("no_progress_warn", 3, 2)
+    stats = DemoStats()
+    stats.record_decision("researcher-1", "rereading_file", decision)
+    console = Console(width=200, record=True, file=io.StringIO())
+    console.print(_render("http://127.0.0.1:9464/metrics", "recorded", stats))
+    text = console.export_text()
+    assert "3/2" not in text
+    [header] = [line for line in text.splitlines() if "scenario" in line]
+    assert [cell.strip() for cell in header.split("┃")[-3:-1]] == ["count", "threshold"]
+    [row] = [line for line in text.splitlines() if "no_progress_warn" in line and "researcher-1" in line]
+    assert [cell.strip() for cell in row.split("│")[-3:-1]] == ["3", "2"]

@@ -3,8 +3,11 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 import shlex
+import subprocess
+import sys
 
 import pytest
 import yaml
@@ -131,3 +134,22 @@ def test_readme_install_is_what_ci_installs() -> None:
     found = [next(i for i, line in enumerate(ci) if line.startswith(step)) for step in steps]
     assert found == sorted(found)
     assert '-e ".[dev,otlp]"' in ci[found[2]]
+
+
+def test_the_quick_start_prints_what_the_readme_shows() -> None:
+    """Run in a fresh interpreter, the quick start prints exactly the output shown under it: its
+    decisions and the metrics they made, something to look at without setting up anything else."""
+    section = README.read_text(encoding="utf-8").split("## Quick start", 1)[1].split("\n## ", 1)[0]
+    [code] = [block for block in blocks(README, "python") if block.text.strip() in section]
+    [shown] = [block for block in blocks(README, "text") if block.text.strip() in section]
+    done = subprocess.run(
+        [sys.executable, "-c", code.text],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+        check=False,
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == shown.text
+    assert "no_progress_warn" in shown.text and "otelguard_decisions_total{" in shown.text

@@ -9,16 +9,17 @@ import signal
 import subprocess
 import sys
 import threading
+import time
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 import pytest
 from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import ExportMetricsServiceRequest
 from prometheus_client.parser import text_string_to_metric_families
 
-from tests.e2e import http_get
+from tests.e2e import free_port, http_get
 from tests.test_cli_serve import TIMEOUT, Serve, start_serve
 from tests.test_telemetry_otlp import Receiver
 
@@ -169,3 +170,42 @@ def test_a_bad_otlp_endpoint_is_exit_2_naming_the_flag(tmp_path: Path, url: str)
     assert done.returncode == 2
     assert done.stderr.decode().startswith("otelguard serve: --otlp-endpoint: expected")
     assert b"secret-token" not in done.stderr
+
+
+def test_an_unreachable_collector_is_said_once_and_shutdown_is_quiet(tmp_path: Path) -> None:
+    """A closed loopback port as the collector: spans and metrics fail to export again and again, and
+    SIGTERM shuts the exporters down. stderr gets one line about it, naming the collector and nothing
+    it was sent, none of the SDK's lines about each attempt and retry, and no second shutdown."""
+    endpoint = f"http://127.0.0.1:{free_port()}"
+    frequent = {"OTEL_METRIC_EXPORT_INTERVAL": "200", "OTEL_BSP_SCHEDULE_DELAY": "100"}
+    serve = start_serve(tmp_path, "--otlp-endpoint", f"{endpoint}/path-token", env=frequent)
+    lines: list[str] = []
+    told = threading.Event()
+
+    def read(stream: IO[bytes]) -> None:
+        for raw in stream:
+            lines.append(raw.decode(errors="replace").rstrip("\n"))
+            if "did not take" in lines[-1]:
+                told.set()
+
+    assert serve.process.stderr is not None
+    reader = threading.Thread(target=read, args=(serve.process.stderr,), daemon=True)
+    reader.start()
+    try:
+        deadline = time.monotonic() + 120
+        while not told.is_set() and time.monotonic() < deadline:  # an export fails after its retries
+            scripted_run(serve)
+            told.wait(1)
+        assert told.is_set(), lines
+        scripted_run(serve)  # spans for the exports after the line, and for the shutdown's flush
+        serve.process.send_signal(signal.SIGTERM)
+        assert serve.process.wait(TIMEOUT) == 0
+    finally:
+        if serve.process.poll() is None:
+            serve.process.kill()
+    reader.join(TIMEOUT)
+    [said] = [line for line in lines if "did not take" in line]
+    assert said.startswith(f"otelguard: the OTLP collector at {endpoint} did not take the exported ")
+    assert "path-token" not in said and CANARY not in "\n".join(lines)
+    assert not [line for line in lines if not line.startswith("otelguard")], lines  # no SDK line
+    assert len(lines) == 3, lines  # where OTLP goes, where it listens, and the collector's line

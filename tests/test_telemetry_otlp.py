@@ -152,3 +152,24 @@ def test_endpoint_down_drops_spans_and_the_agent_loop_goes_on(monkeypatch: pytes
     assert export.exporter.exported == 0
     assert registry.get_sample_value("otelguard_tool_calls_total", {"agent": "down", "tool": "read_file",
                                                                       "outcome": "ok"}) == 3000  # fmt: skip
+
+
+def test_a_failing_collector_is_said_once_per_outage(caplog: pytest.LogCaptureFixture) -> None:
+    """Spans and metrics failing together is one line; one kind taken again while the other still
+    fails says nothing; once everything is taken again, the next failure is a new outage, said again.
+    The collector is named by its scheme, host and port only."""
+    from otelguard.telemetry.tracer_setup import _collector, _CollectorHealth
+
+    where = _collector(f"http://user:pw@127.0.0.1:{free_port()}/token-path?key=k", ())
+    assert "token" not in where and "pw" not in where and "key" not in where
+    caplog.set_level("WARNING", logger="otelguard")
+    for kind, ok in [("spans", False), ("metrics", False), ("spans", True), ("spans", False),
+                     ("spans", True), ("metrics", True), ("metrics", False)]:  # fmt: skip
+        _CollectorHealth.exported(where, kind, ok)
+    said = [r.getMessage() for r in caplog.records if "did not take" in r.getMessage()]
+    assert said == [
+        f"otelguard: the OTLP collector at {where} did not take the exported spans; spans and metrics "
+        "are dropped while it does not (the agent loop is unaffected)",
+        f"otelguard: the OTLP collector at {where} did not take the exported metrics; spans and metrics "
+        "are dropped while it does not (the agent loop is unaffected)",
+    ]

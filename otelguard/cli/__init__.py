@@ -40,7 +40,8 @@ EXIT_CODES = {
     "report printed all the same; 2 usage or configuration error; 3 nothing to replay (no tool call in the "
     "inputs)",
     "backtest": "0 no alert would have fired; 1 an alert would have fired; 2 usage or configuration "
-    "error, or Prometheus could not run; 130 interrupted",
+    "error, or Prometheus could not run; 3 nothing was backtested (no transcript found, or none recorded "
+    "when its calls happened); 130 interrupted",
     "serve": "0 stopped by SIGINT or SIGTERM; 2 usage or configuration error (a bad config, --port in use)",
     "hook": "always 0, even on errors (Claude Code reads exit 2 as 'block this call'): a problem is one "
     "line on stderr and the call goes ahead",

@@ -2,7 +2,7 @@
 
 Exit codes: 0 no alert would have fired, 1 at least one would have, 2 a usage or configuration error,
 a missing ``prometheus``/``promtool`` or an engine failure, 3 nothing was backtested (no transcript
-recorded when its calls happened), 130 interrupted. Input errors are reported
+found, or none recorded when its calls happened), 130 interrupted. Input errors are reported
 and do not change the exit code. ``--json`` prints exactly one JSON document on stdout; progress goes
 to stderr. Whatever happens, the server is stopped and the temporary directory removed.
 """
@@ -40,6 +40,8 @@ from otelguard.cli.replay import (
     add_input_arguments,
     add_series_arguments,
     duration_argument,
+    empty_directories,
+    no_transcript_in,
     output_file_problem,
 )
 from otelguard.errors import UsageError
@@ -88,6 +90,8 @@ def run(args: argparse.Namespace) -> int:
         return _usage(f"invalid config {args.config}: {' '.join(str(exc).split())}")
     except (UsageError, MissingBinary) as exc:
         return _usage(str(exc))
+    for directory in empty_directories(args.paths):  # an input error: the others are still backtested
+        _progress(no_transcript_in(directory))
     workdir = Path(tempfile.mkdtemp(prefix="otelguard-backtest-"))
     timelines = Timelines() if args.html else None
     try:
@@ -109,7 +113,7 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(report.to_json(), indent=2))
     else:
-        _render(report, cli_console())
+        _render(report, cli_console(), found=bool(options.files))
     if report.period_start is None:
         return _NOTHING_BACKTESTED
     return 1 if report.fired else 0
@@ -200,8 +204,14 @@ def _moment(seconds: float, same_day_as: str = "") -> str:
     return text[11:] if text[:10] == same_day_as[:10] else text
 
 
-def _render(report: BacktestReport, console: Console) -> None:
-    if report.period_start is None or report.period_end is None:
+def _render(report: BacktestReport, console: Console, *, found: bool = True) -> None:
+    if not found:
+        console.print(
+            "Nothing was backtested: no transcript was found in the paths given, so no alert was "
+            "checked (exit 3).",
+            markup=False,
+        )
+    elif report.period_start is None or report.period_end is None:
         console.print(
             "Nothing was backtested: no transcript recorded when its calls happened, so no alert was "
             "checked (exit 3). Backtest transcripts with timestamps, such as Claude Code's.",

@@ -227,14 +227,17 @@ def _render(url: str, span_target: str, stats: DemoStats) -> Any:
     for code, count in sorted(snap["codes"].items(), key=lambda item: -item[1]):
         codes.add_row(Text(code), str(count))
     recent = Table(title="latest decisions", expand=False)
-    for column in ("agent", "scenario", "tool", "action", "code", "count/limit"):
+    for column in ("agent", "scenario", "tool", "action", "code"):
         recent.add_column(column)
+    # Not "count/limit": a warning keeps counting past the threshold it fired at (3 failures, warned
+    # from 2), which as a fraction reads as a limit overrun.
+    recent.add_column("count", justify="right")
+    recent.add_column("threshold", justify="right")
     styles = {"warn": "yellow", "reject": "magenta", "block": "red", "halt": "bold red"}
     for row in reversed(snap["recent"]):
         recent.add_row(
             Text(row.agent), Text(row.scenario), Text(row.tool_name), Text(row.action, style=styles.get(row.action, "")),
-            Text(row.code),
-            f"{row.count}/{row.limit}",
+            Text(row.code), str(row.count), str(row.limit),
         )  # fmt: skip
     return Group(header, codes, recent)
 

@@ -173,13 +173,9 @@ def run(args: argparse.Namespace) -> int:
     except UsageError as exc:
         print(printable(f"otelguard replay: {exc}"), file=sys.stderr)
         return 2
-    empty = [] if args.follow else _empty_directories(args.paths)  # --follow waits for new files
+    empty = [] if args.follow else empty_directories(args.paths)  # --follow waits for new files
     for directory in empty:
-        print(
-            f"otelguard replay: {directory if directory.isprintable() else ascii(directory)}: no transcript in this directory "
-            f"(looked for {', '.join('*' + suffix for suffix in SUFFIXES)}, recursively)",
-            file=sys.stderr,
-        )
+        print(f"otelguard replay: {no_transcript_in(directory)}", file=sys.stderr)
     if empty and not files:
         return 1
     registry, telemetry = _telemetry(args, config)
@@ -231,9 +227,18 @@ def run(args: argparse.Namespace) -> int:
     return 0
 
 
-def _empty_directories(paths: list[str]) -> list[str]:
+def empty_directories(paths: list[str]) -> list[str]:
     """The directories among ``paths`` that hold no transcript file."""
     return [raw for raw in paths if raw != STDIN and Path(raw).is_dir() and not expand_paths([raw])]
+
+
+def no_transcript_in(directory: str) -> str:
+    """What a directory holding no transcript is told: where, and what was looked for."""
+    shown = directory if directory.isprintable() else ascii(directory)
+    return (
+        f"{shown}: no transcript in this directory "
+        f"(looked for {', '.join('*' + suffix for suffix in SUFFIXES)}, recursively)"
+    )
 
 
 def _usage_problem(args: argparse.Namespace) -> str | None:
