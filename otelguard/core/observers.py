@@ -177,6 +177,11 @@ class ObserverGroup:
         self._log_once(stage, exc)
         self._report(stage)
 
+    def report(self, stage: str) -> None:
+        """Tell every observer of an internal error in ``stage`` that was logged where it was caught
+        (a group that is itself one observer of a guard's group hears of it so)."""
+        self._report(stage)
+
     def _observer_failed(self, observer: GuardObserver, method: str, exc: Exception) -> None:
         self._log_once(f"observer {type(observer).__name__}.{method}", exc)
         self._report("observer")
