@@ -20,7 +20,6 @@ reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the pro
 from __future__ import annotations
 
 import os
-import sys
 import threading
 from collections.abc import Callable, Iterable
 from functools import partial
@@ -49,6 +48,7 @@ __all__ = [
     "checked_config",
     "edges_for",
     "observer_for",
+    "provide_current_tree",
     "session_cap_store",
     "session_host",
     "state_listener",
@@ -92,11 +92,21 @@ def _tree_store_of(telemetry: TelemetryOption, config: GuardConfig, root: str) -
     return tree_cap_store(config, root, telemetry)
 
 
+_tree_source: Callable[[], DelegationTree | None] | None = None
+
+
+def provide_current_tree(source: Callable[[], DelegationTree | None]) -> None:
+    """Where every host finds the delegation tree current where a guard is made: ``source()``.
+    ``otelguard.propagation`` hands its ``current_tree`` here when it is imported; a tree is current
+    only once it put one there, so a process that never propagates a tree never loads OpenTelemetry's
+    context for it."""
+    global _tree_source
+    _tree_source = source
+
+
 def _current_tree() -> DelegationTree | None:
-    # A tree is current only after otelguard.propagation put it there: asked without importing it,
-    # so a process that never propagates a tree never loads OpenTelemetry's context for it.
-    propagation = sys.modules.get("otelguard.propagation")
-    return propagation.current_tree() if propagation is not None else None
+    source = _tree_source
+    return source() if source is not None else None
 
 
 class Guard(core_guard.Guard):
