@@ -7,11 +7,11 @@ guard's lock. An error in one is logged once and never reaches the tool loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
-from otelguard.core._slots import positional_factory
+from otelguard.core._slots import slotted_twin
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
 
 if TYPE_CHECKING:
@@ -210,7 +210,45 @@ def _wants_call_start(observer: object) -> bool:
     return observer.wants_call_start if isinstance(observer, GuardObserver) else True
 
 
-new_call_event = positional_factory(CallEvent)
+_EventTwin: Final[Any] = slotted_twin(CallEvent)  # a class, or None
+
+
+def _event_by_twin(
+    tool_name: str,
+    tool_class: ToolClass,
+    signature: Signature,
+    call_id: str | None,
+    agent: str,
+    turn_id: str | None,
+    decision: Decision,
+    before: Decision,
+    outcome: Outcome | None,
+    refusal: str | None,
+    spawn_count: int,
+    start_time_ns: int,
+    state_fallback: bool,
+    delegation: DelegationTree | None,
+) -> CallEvent:
+    event = _EventTwin()  # see otelguard.core._slots: every slot set, then the class swapped
+    event.tool_name = tool_name
+    event.tool_class = tool_class
+    event.signature = signature
+    event.call_id = call_id
+    event.agent = agent
+    event.turn_id = turn_id
+    event.decision = decision
+    event.before = before
+    event.outcome = outcome
+    event.refusal = refusal
+    event.spawn_count = spawn_count
+    event.start_time_ns = start_time_ns
+    event.state_fallback = state_fallback
+    event.delegation = delegation
+    event.__class__ = CallEvent
+    return event  # type: ignore[no-any-return]
+
+
+new_call_event: Callable[..., CallEvent] = CallEvent if _EventTwin is None else _event_by_twin
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
 refusal, spawn_count, start_time_ns, state_fallback, delegation)``: a ``CallEvent`` built for the hot path."""
 
