@@ -13,7 +13,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Iterable
 from dataclasses import replace
-from typing import TYPE_CHECKING, Any, cast
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import metrics, trace
 from opentelemetry.metrics import MeterProvider
@@ -22,8 +22,7 @@ from prometheus_client import REGISTRY, CollectorRegistry
 
 from otelguard._version import __version__
 from otelguard.config.telemetry import TelemetrySettings
-from otelguard.core.decisions import TurnSummary
-from otelguard.core.observers import CallEvent, GuardObserver, ObserverGroup, TurnInfo
+from otelguard.core.observers import GuardObserver, ObserverGroup
 from otelguard.telemetry.metrics import LabelSpace, families_for
 from otelguard.telemetry.names import refusal_category
 from otelguard.telemetry.prometheus import PrometheusTelemetry, prime_agent
@@ -171,28 +170,20 @@ class Telemetry:
         return space
 
 
-class GuardTelemetry(GuardObserver):
+class GuardTelemetry(ObserverGroup, GuardObserver):
     """One guard's telemetry: its observers of one concern each (``SpanTelemetry``,
     ``PrometheusTelemetry``, ``OtelMetricsTelemetry``), composed by the core's ``ObserverGroup`` as
     any guard's observers are: each called in turn, a failing one logged once and counted (stage
-    ``observer``) while the others still record. ``observers``: those, in the order they run."""
+    ``observer``) while the others still record. It is the group itself, seen by the guard as one
+    observer (its hooks are the group's methods: no step between them). ``observers``: those, in
+    the order they run."""
 
     def __init__(self, observers: Iterable[GuardObserver]) -> None:
-        self.observers = tuple(observers)
-        self._group = ObserverGroup(self.observers)
-        self.wants_call_start = self._group.wants_call_start
+        super().__init__(observers)
+        self.observers = self._observers
 
-    def on_turn_start(self, turn: TurnInfo) -> None:
-        self._group.turn_started(turn)
-
-    def on_call_start(self, call: CallEvent) -> object:
-        return self._group.call_started(call)
-
-    def on_call_end(self, call: CallEvent, token: object) -> None:
-        self._group.call_ended(call, cast("tuple[object, ...]", token) if token is not None else ())
-
-    def on_turn_end(self, summary: TurnSummary) -> None:
-        self._group.turn_ended(summary)
-
-    def on_internal_error(self, stage: str) -> None:
-        self._group.report(stage)
+    on_turn_start = ObserverGroup.turn_started
+    on_call_start = ObserverGroup.call_started  # type: ignore[assignment]
+    on_call_end = ObserverGroup.call_ended  # type: ignore[assignment]  # its token: the group's tokens
+    on_turn_end = ObserverGroup.turn_ended
+    on_internal_error = ObserverGroup.report

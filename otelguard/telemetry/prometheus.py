@@ -26,7 +26,7 @@ from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import LabelSpace
-from otelguard.telemetry.names import counts_before, exported
+from otelguard.telemetry.names import exported
 from otelguard.telemetry.tallies import Exemplar
 
 __all__ = ["PrometheusTelemetry", "prime_agent"]
@@ -105,15 +105,17 @@ class PrometheusTelemetry(GuardObserver):
                 space.per_agent("delegation_depth", agent).observe(call.delegation.depth)
         except Exception as exc:
             self._step_failed("on_call_end", exc)
-        before_counts = counts_before(call)
-        if not before_counts and call.decision.action == "allow":
+        decision, before = call.decision, call.before
+        # counts_before(call), inline: this runs on every call
+        before_counts = before.action != "allow" and before is not decision and before != decision
+        if not before_counts and decision.action == "allow":
             return
         try:
             exemplar = self._exemplars(call) if self._exemplars is not None else None
             if before_counts:
-                self._record_decision(call, call.before, exemplar)
-            if call.decision.action != "allow":
-                self._record_decision(call, call.decision, exemplar)
+                self._record_decision(call, before, exemplar)
+            if decision.action != "allow":
+                self._record_decision(call, decision, exemplar)
         except Exception as exc:
             self._step_failed("on_call_end", exc)
 

@@ -22,7 +22,7 @@ from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
 from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry import genai
-from otelguard.telemetry.names import call_error_type, clip, counts_before, plain
+from otelguard.telemetry.names import call_error_type, clip, plain
 from otelguard.telemetry.tallies import Exemplar
 
 if TYPE_CHECKING:
@@ -185,8 +185,10 @@ class SpanTelemetry(GuardObserver):
         return _OwnSpan(span)
 
     def on_call_end(self, call: CallEvent, token: object) -> None:
-        before_counts = counts_before(call)
-        counted = before_counts or call.decision.action != "allow"
+        decision, before = call.decision, call.before
+        # counts_before(call), inline: this runs on every call
+        before_counts = before.action != "allow" and before is not decision and before != decision
+        counted = before_counts or decision.action != "allow"
         if self._every_call_spans or (counted and self._mode == "decisions") or type(token) is _OwnSpan:
             exemplar = self._span_work(call, call.outcome or "ok", counted, before_counts, token)
             if exemplar is not None:  # only a counted call has one
