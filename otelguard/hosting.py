@@ -20,7 +20,6 @@ reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the pro
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Callable, Iterable
 from functools import partial
 from typing import TYPE_CHECKING, ClassVar, TypeAlias
@@ -28,7 +27,7 @@ from typing import TYPE_CHECKING, ClassVar, TypeAlias
 from otelguard.config import GuardConfig
 from otelguard.config.environment import OTELGUARD_STATE_URL
 from otelguard.core import guard as core_guard
-from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.bounded_map import HeldTable
 from otelguard.core.caps import LocalSessionCaps, SessionCapStore
 from otelguard.core.edges import Edges
 from otelguard.core.observers import GuardObserver
@@ -287,16 +286,15 @@ def tree_cap_store(config: GuardConfig, root: str, telemetry: TelemetryOption = 
     key = f"{state.key_prefix}:tree:{{{root}}}"
     # One store per tree in this process: every guard of the tree here shares its fallback counts,
     # so an outage costs a tree what it costs a session (what was charged while Redis was away).
-    with _tree_stores_lock:
-        store = _tree_stores.use((id(link), key))
-        if store is None or store.link is not link:
-            store = RedisSessionCaps(link, key, state.ttl_seconds, state_listener(telemetry))
-            _tree_stores.put((id(link), key), store)
-        return store
+    # A store its guards still hold is never replaced by a second one, however many trees came since.
+    return _tree_stores.get(
+        (id(link), key),
+        lambda: RedisSessionCaps(link, key, state.ttl_seconds, state_listener(telemetry)),
+        lambda store: store.link is link,
+    )
 
 
-_tree_stores: BoundedMap[tuple[int, str], RedisSessionCaps] = BoundedMap(MAX_TREES)
-_tree_stores_lock = threading.Lock()
+_tree_stores: HeldTable[tuple[int, str], RedisSessionCaps] = HeldTable(MAX_TREES)
 
 
 def state_listener(telemetry: TelemetryOption) -> Callable[[StateReport], None] | None:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import gc
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.bounded_map import BoundedMap, HeldTable
 from otelguard.errors import ConfigError
 
 
@@ -117,3 +119,33 @@ def test_it_behaves_like_a_reference_lru(size: int, operations: list[tuple[str, 
         while len(order) > size:
             expected_evicted.append(order.pop(0))
     assert list(m) == order and evicted == expected_evicted and len(m) <= size
+
+
+class _Counters:
+    """A value that accepts weak references, as the tables' stores do."""
+
+
+def test_a_held_table_hands_out_one_value_per_key_while_anyone_holds_it() -> None:
+    table: HeldTable[str, _Counters] = HeldTable(2)
+    made: list[str] = []
+
+    def make(key: str) -> _Counters:
+        made.append(key)
+        return _Counters()
+
+    held = table.get("held", lambda: make("held"))
+    table.get("gone", lambda: make("gone"))  # nobody keeps this one
+    for n in range(10):  # far past the bound: neither is among the recent ones
+        table.get(f"k{n}", _Counters)
+    gc.collect()
+    assert len(table) == 2 and table.held() == 3  # the recent two, and the one still held
+    assert table.get("held", lambda: make("held")) is held  # no second value for a key in use
+    table.get("gone", lambda: make("gone"))  # forgotten: made afresh
+    assert made == ["held", "gone", "gone"]
+
+
+def test_a_held_table_replaces_a_value_its_owner_no_longer_accepts() -> None:
+    table: HeldTable[str, _Counters] = HeldTable(4)
+    first = table.get("k", _Counters)
+    second = table.get("k", _Counters, lambda value: value is not first)
+    assert second is not first and table.get("k", _Counters) is second

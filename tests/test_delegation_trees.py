@@ -251,15 +251,21 @@ def test_depth_zero_allows_no_delegation_at_all() -> None:
     assert guard.before_call("spawn_agent", {}).code == codes.DELEGATION_DEPTH
 
 
-def test_the_process_keeps_the_counters_of_at_most_max_trees_trees() -> None:
+def test_the_process_keeps_the_counters_of_at_most_max_trees_trees_no_guard_holds() -> None:
+    import gc
+
     from otelguard.core import tree as trees
 
-    first = trees.local_tree_caps("f" * 32)
-    first.charge([("web_search", 9)], 1)
+    held = trees.local_tree_caps("e" * 32)  # a guard of this tree lives on
+    held.charge([("web_search", 9)], 1)
+    trees.local_tree_caps("f" * 32).charge([("web_search", 9)], 1)  # nobody holds this one
     for n in range(trees.MAX_TREES):
         trees.local_tree_caps(f"{n:032x}")
+    gc.collect()
     assert len(trees._trees) == trees.MAX_TREES
-    assert trees.local_tree_caps("f" * 32).usage() == {}  # the oldest tree was forgotten
+    assert trees.local_tree_caps("f" * 32).usage() == {}  # the oldest tree no one held was forgotten
+    assert trees.local_tree_caps("e" * 32) is held  # a held tree keeps its one set of counters
+    assert held.usage() == {"web_search": 1}
 
 
 def test_a_tree_cap_hit_counts_with_scope_tree_and_no_tree_id_in_any_label() -> None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import contextlib
 import http.client
+import re
 import socket
 import threading
 import time
@@ -127,6 +128,40 @@ def test_pipelined_requests_are_answered_in_order(echo_server: HttpServer) -> No
         b"GET /a HTTP/1.1\r\nHost: x\r\n\r\nGET /b HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n",
     )
     assert answer.index(b"GET /a 0") < answer.index(b"GET /b 0")
+
+
+def test_a_long_pipelined_run_is_answered_whole_and_in_order_a_turn_at_a_time() -> None:
+    """Far more requests in a row than a connection is answered per turn of the loop, some with a
+    body, some on the workers, and the client's end of the stream right behind them: every one is
+    answered, in order, and then the connection closes."""
+    count = 5000
+
+    def request(index: int) -> bytes:
+        if index % 7 == 0:
+            return b"POST /r%d HTTP/1.1\r\nHost: x\r\nContent-Length: 3\r\n\r\nabc" % index
+        return b"GET /r%d HTTP/1.1\r\nHost: x\r\n\r\n" % index
+
+    def on_the_loop(request: Request) -> bool:
+        return not request.path.endswith("3")
+
+    def send(sock: socket.socket) -> None:
+        sock.sendall(b"".join(request(index) for index in range(count)))
+        sock.shutdown(socket.SHUT_WR)
+
+    with (
+        # a backlog past the size limits: reading pauses until the connection has caught up
+        HttpServer(echo, inline=on_the_loop, limits=ServerLimits(workers=2, max_body_bytes=1000)) as server,
+        socket.create_connection(("127.0.0.1", server.port), timeout=GENEROUS_TIMEOUT) as sock,
+    ):
+        sender = threading.Thread(target=send, args=(sock,))
+        sender.start()
+        chunks = []
+        while chunk := sock.recv(65536):
+            chunks.append(chunk)
+        sender.join(GENEROUS_TIMEOUT)
+    answers = re.findall(rb"(GET|POST) /r([0-9]+) ([0-9]+)", b"".join(chunks))
+    assert [int(index) for _, index, _ in answers] == list(range(count))
+    assert all(length == (b"3" if method == b"POST" else b"0") for method, _, length in answers)
 
 
 def test_answers_finished_by_the_workers_at_once_all_reach_their_connections() -> None:

@@ -56,7 +56,8 @@ def test_a_shell_listing_the_same_directory_is_stopped_by_its_40th_call() -> Non
 
 def test_a_check_failing_the_same_way_after_each_edit_is_stopped() -> None:
     """`python reproduce.py` -> the same traceback in other words, an edit, and again, sixty times:
-    warned, then the check is refused, then the turn stops."""
+    warned from the 11th repeat, at the 12th (the stop) that the next such result stops the turn,
+    and each run coming right after an edit (never refused before it runs), the 13th halts."""
     guard = make_guard(mode="unattended", hard_stop=None)
     script: list[tuple[Any, ...]] = []
     for i in range(60):
@@ -66,11 +67,12 @@ def test_a_check_failing_the_same_way_after_each_edit_is_stopped() -> None:
         )
     steps = run_script(guard, script)
     stop = _first_stop(steps)
-    assert stop < 120
-    seen = codes(steps)[:stop]
-    assert seen.index("stagnation_warn") < seen.index("stagnation_reject") < seen.index("stagnation_block")
-    assert seen.count("stagnation_reject") == 7  # rejects_before_stop's default
-    assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_block"
+    assert stop == 29  # the 15th run: its 13th repeat
+    checks = steps[:stop:2]
+    assert [s.decision.code for s in checks[-3:]] == ["stagnation_warn", "stagnation_warn", "stagnation_halt"]
+    assert "turn stops" in checks[-2].decision.message and "turn stops" not in checks[-3].decision.message
+    assert "stagnation_reject" not in codes(steps) and all(s.ran for s in steps[:stop])
+    assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_halt"
 
 
 def _fix_attempts(results: list[str], failed: bool = True) -> list[tuple[Any, ...]]:
@@ -258,7 +260,7 @@ def test_the_message_carries_no_result_text() -> None:
 
 
 def test_codes_are_loop_codes() -> None:
-    assert {"stagnation_warn", "stagnation_reject", "stagnation_block"} <= LOOP_CODES
+    assert {"stagnation_warn", "stagnation_reject", "stagnation_block", "stagnation_halt"} <= LOOP_CODES
 
 
 def test_thresholds_are_validated() -> None:
@@ -289,20 +291,32 @@ def test_sketch_never_raises(result: Any) -> None:
 # -- unchanged_check: a check passing with what it already printed, after each edit -----------------
 
 
-def test_a_check_the_edits_do_not_change_is_refused_once_then_stopped() -> None:
+def test_a_check_the_edits_do_not_change_is_warned_once_then_stopped() -> None:
     """A reproduction script that prints its error and exits 0, rerun after each edit, its output the
-    same in other words: the first run is not sketched, so runs 2 to 6 are the 5 counted; the 8th
-    send is refused (one reject: ``pattern_rejects``), the 9th stops the turn. Unattended, the count
-    at its stop is not warned: the reject says it."""
+    same in other words: the first run is not sketched, so runs 2 to 6 are the 5 counted. The 7th
+    run (count 5, its stop) is warned that the next result like it stops the turn; the 8th comes
+    right after an edit, so it is not refused before it runs: it runs, unchanged again, and halts."""
     guard = make_guard(mode="unattended", hard_stop=None)
     steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(20)]))
     checks = steps[::2]
-    assert all(s.before.allows_execution and s.decision.action == "allow" for s in checks[:7])
-    assert checks[6].decision.action == "allow"  # count 5, at its stop: no warning
-    assert checks[7].before.code == "stagnation_reject" and checks[7].before.count == 5
-    assert checks[8].before.code == "stagnation_block"
-    assert _first_stop(steps) == 17
-    assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_block"
+    assert all(s.before.allows_execution for s in checks[:8])
+    assert all(s.decision.action == "allow" for s in checks[:6])
+    assert checks[6].decision.code == "stagnation_warn" and checks[6].decision.count == 5
+    assert "turn stops" in checks[6].decision.message
+    assert checks[7].ran and checks[7].decision.code == "stagnation_halt" and checks[7].decision.should_halt
+    assert _first_stop(steps) == 15
+    assert guard.halt_decision is not None and guard.halt_decision.code == "stagnation_halt"
+
+
+def test_a_check_sent_again_without_an_edit_is_still_refused_before_it_runs() -> None:
+    """What the edits do not change is refused as before when the check is sent again with no edit
+    just before it: another command between, or the check right after itself."""
+    guard = make_guard(mode="unattended", hard_stop=None)
+    run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(7)]))  # count 5: its stop
+    other = run_script(guard, [("bash", {"command": "git diff"}, "diff --git a/t.py", False)])
+    assert other[0].decision.action == "allow"
+    again = run_script(guard, [("bash", {"command": "python t.py"}, _traceback(30), False)] * 2)
+    assert again[0].before.code == "stagnation_reject" and again[1].before.code == "stagnation_block"
 
 
 def test_a_check_the_edits_do_not_change_only_warns_without_hard_stop() -> None:
@@ -328,7 +342,8 @@ def test_a_passing_check_counts_only_with_an_edit_between() -> None:
 
 def test_a_new_result_ends_the_unchanged_count_and_its_reject() -> None:
     """A result new for the check resets the count (and the reject it was given); a failure of the
-    check in between neither counts nor resets it."""
+    check in between neither counts nor resets it. One new result between two runs of the old one is
+    a blip: the old result back takes its count back; the new result returned again ends it."""
     memory = StagnationMemory()
     sig = Signature("bash", "c")
     counts = []
@@ -341,12 +356,20 @@ def test_a_new_result_ends_the_unchanged_count_and_its_reject() -> None:
     check = memory.stale(sig)
     assert check is not None
     check.unchanged_rejects = 1
-    memory.record(sig, None, None, "collected 3 items, all passed, nothing left to fix", False, True, 0, 6)
+    passed = "collected 3 items, all passed, nothing left to fix"
+    memory.record(sig, None, None, passed, False, True, 0, 6)
     assert memory.unchanged == 0 and check.unchanged_rejects == 0
-    memory.record(sig, None, None, _traceback(1), False, True, 0, 6)  # no edit since: not counted
+    memory.record(sig, None, None, _traceback(2), False, True, 0, 7)  # the old result back: a blip
+    assert memory.unchanged == 4 and check.unchanged_rejects == 1
+    other = "ImportError: cannot import name 'helper' from 'lib', a different failure altogether"
+    memory.record(sig, None, None, other, False, True, 0, 8)  # new: reset
     assert memory.unchanged == 0
-    memory.record(sig, None, None, _traceback(2), False, True, 0, 7)  # an edit since: counted
+    memory.record(sig, None, None, other + " ", False, True, 0, 9)  # the new one returned: kept
     assert memory.unchanged == 1
+    memory.record(sig, None, None, _traceback(3), False, True, 0, 10)  # counts as ever, not resumed
+    assert memory.unchanged == 2
+    memory.record(sig, None, None, _traceback(4), False, True, 0, 10)  # no edit since: not counted
+    assert memory.unchanged == 2
 
 
 def test_an_edit_before_the_second_run_counts_from_the_first() -> None:
@@ -362,10 +385,11 @@ def test_an_edit_before_the_second_run_counts_from_the_first() -> None:
 
 
 def test_unchanged_check_stops_at_once_without_rejects() -> None:
-    """rejects_before_stop 0: the send after the count reached its stop stops the turn, no reject."""
+    """rejects_before_stop 0: the run after the count reached its stop, unchanged again, halts (it
+    comes right after an edit, so it runs first); no reject."""
     guard = make_guard(mode="unattended", hard_stop=None, rejects_before_stop=0)
     steps = run_script(guard, _fix_attempts_passing([_traceback(i) for i in range(20)]))
-    assert steps[14].before.code == "stagnation_block"
+    assert steps[14].ran and steps[14].decision.code == "stagnation_halt"
     assert "stagnation_reject" not in codes(steps)
 
 
@@ -380,12 +404,13 @@ def test_unchanged_check_thresholds_are_validated() -> None:
 
 def test_a_new_turn_starts_the_unchanged_count_again() -> None:
     """The count and the turn's edits are per turn: six runs (four counted) in one turn and six in the
-    next are never refused; in that next turn the fifth counted run goes, and the send after it is
-    refused."""
+    next are never refused; in that next turn the fifth counted run is warned that the next result
+    like it stops the turn, and the run after it (an edit before it: it runs) halts."""
     guard = make_guard(mode="unattended", hard_stop=None)
     results = [_traceback(i) for i in range(6)]
     assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
     guard.start_turn()
     assert all(s.before.allows_execution for s in run_script(guard, _fix_attempts_passing(results)))
     after = run_script(guard, _fix_attempts_passing([_traceback(9), _traceback(10)]))
-    assert after[0].before.allows_execution and after[2].before.code == "stagnation_reject"
+    assert after[0].decision.code == "stagnation_warn" and "turn stops" in after[0].decision.message
+    assert after[2].before.allows_execution and after[2].decision.code == "stagnation_halt"

@@ -32,7 +32,7 @@ from otelguard.backtest.engine import BacktestError, Binaries, Engine
 from otelguard.backtest.report import AlertOutcome, BacktestReport
 from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, RuleSet, eval_offset
 from otelguard.config import GuardConfig
-from otelguard.core.decisions import CAP_SESSION, CAP_TREE, CAP_TURN
+from otelguard.core.decisions import CAP_SCOPES
 from otelguard.readers.sources import replay_inputs
 from otelguard.replay.openmetrics import AFTER_LAST_EVENT, Playback, ScrapeGrid
 from otelguard.replay.timed import MarkedCall, TimedRun, counted_decisions
@@ -42,7 +42,6 @@ __all__ = ["BacktestOptions", "run_backtest"]
 
 BLOCK_SECONDS: Final = 7200
 """promtool's block length: samples are written one such window (aligned to the epoch) per file."""
-_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session", CAP_TREE: "tree"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -178,7 +177,7 @@ def _write_marks(stream: IO[bytes], time: float, marked: MarkedCall) -> None:
     }
     for decision in counted_decisions(call):
         fields = {**base, "action": decision.action, "code": decision.code}
-        scope = _SCOPES.get(decision.code)
+        scope = CAP_SCOPES.get(decision.code)
         if scope is not None:
             fields |= {"cap": decision.cap or call.tool_name, "scope": scope}
             stream.write(orjson.dumps([time, "cap_hit", fields]) + b"\n")

@@ -22,7 +22,10 @@ HOOK_EVENTS: Final = (
     "SubagentStop",
     "SessionEnd",
     "PermissionDenied",
+    "PostToolBatch",
 )
+"""``PostToolBatch`` (Claude Code 2.1.197 on) follows each batch of tool calls, denied ones included: where
+a stop is honoured, since ``continue: false`` on ``PreToolUse`` is ignored in ``-p`` mode."""
 TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
 """The events about one tool call: their settings entry takes a tool ``matcher``."""
 DEFAULT_TIMEOUT_SECONDS: Final = 2.0

@@ -9,9 +9,10 @@ model's context); ``PreToolUse`` asks ``before_call``; ``PostToolUse`` and ``Pos
 report through ``after_call`` (an interrupted call, ``is_interrupt: true``, is cancelled, not
 failed); ``PermissionDenied`` is a refusal (``refusal="permission_denied"``); ``Stop`` ends the turn;
 ``StopFailure`` (a turn that an API error ended) ends it as ``errored``; ``SubagentStop`` ends a
-subagent's turn; ``SessionEnd`` ends the session's open turns and forgets it. Payloads with an
-``agent_id`` come from a subagent: its calls are a turn stream of their own inside the session,
-sharing the session's caps.
+subagent's turn; ``PostToolBatch`` (after each batch of calls) repeats the stop of a turn the guard
+halted, the one place Claude Code honours it in ``-p`` mode; ``SessionEnd`` ends the session's open
+turns and forgets it. Payloads with an ``agent_id`` come from a subagent: its calls are a turn stream
+of their own inside the session, sharing the session's caps.
 
 Output rules Claude Code enforces silently: every ``hookSpecificOutput`` names its
 ``hookEventName``; an allowed call gets no ``permissionDecision`` at all (``"allow"`` would skip
@@ -41,6 +42,7 @@ __all__ = [
     "MAX_ID_CHARS",
     "ClaudeCodeHooks",
     "HookPayloadError",
+    "batch_output",
     "hook_output",
     "optional_bool",
     "optional_text",
@@ -87,6 +89,8 @@ class ClaudeCodeHooks(SessionHosted):
                 session.end_subagent(agent_id)
             return None
         guard = session.guard(agent_id, optional_text(payload, "agent_type") or None)
+        if event == "PostToolBatch":
+            return batch_output(guard.halt_decision)
         return self._tool_event(event, guard, payload)
 
     def _tool_event(self, event: str, guard: Guard, payload: Mapping[str, Any]) -> dict[str, Any] | None:
@@ -132,6 +136,15 @@ def hook_output(event: str, decision: Decision) -> dict[str, Any] | None:
         output["continue"] = False
         output["stopReason"] = stop_reason(decision)
     return output
+
+
+def batch_output(halt: Decision | None) -> dict[str, Any] | None:
+    """The answer to ``PostToolBatch``: the stop of a turn the guard halted, else nothing. Claude Code
+    ignores ``continue: false`` on ``PreToolUse`` in ``-p`` mode, and honours it here, after the
+    batch that held the blocked call (its calls, denied ones included, are already reported)."""
+    if halt is None:
+        return None
+    return {"continue": False, "stopReason": stop_reason(halt)}
 
 
 def stop_reason(decision: Decision) -> str:

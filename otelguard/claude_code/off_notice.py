@@ -6,16 +6,21 @@ failure of a session also prints ``{"systemMessage": ...}``, which Claude Code s
 later failures of that session print nothing, not to repeat it on every tool call.
 
 Which sessions were told is remembered in one small file in the user's cache directory
-(``$XDG_CACHE_HOME/otelguard/hook-notified``, else ``~/.cache/otelguard/``, the directory private to
-the user): at most ``MAX_REMEMBERED`` lines, each a digest of a session id, never the id itself, the
-oldest forgotten first. Imported only on a failure: it loads ``json`` and ``hashlib``.
+(``$XDG_CACHE_HOME/otelguard/hook-notified``, else ``~/.cache/otelguard/``): at most
+``MAX_REMEMBERED`` lines, each a digest of a session id, never the id itself, the oldest forgotten
+first. The directory is used only when it is the user's own and nobody else can write into it
+(otherwise the notice is skipped); the file is read without following a link or waiting on a FIFO,
+and replaced through a temporary file of a random name created exclusively, never left behind.
+Imported only on a failure: it loads ``json`` and ``hashlib``.
 """
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import json
 import os
+import stat
 from typing import Final
 
 __all__ = ["MAX_REMEMBERED", "NOTICE_FILE", "notice", "notice_path"]
@@ -58,24 +63,76 @@ def notice_path() -> str:
 
 
 def _first_time(digest: str) -> bool:
-    """Whether ``digest`` is new, remembering it. A file that cannot be read or written: ``True``
-    (better told on every call than never)."""
-    path = notice_path()
-    try:
-        with open(path, encoding="ascii") as file:
-            known = file.read(MAX_REMEMBERED * 40).split()
-    except (OSError, ValueError):
-        known = []
-    if digest in known:
+    """Whether ``digest`` is new, remembering it. ``False`` when the directory is not the user's own
+    (see ``_private_directory``): nothing is read or written there, and the notice is skipped. A
+    file that cannot be read or written in the user's own directory: ``True`` (better told on every
+    call than never)."""
+    directory = _private_directory(os.path.dirname(notice_path()))
+    if directory is None:
         return False
-    kept = [*known[-(MAX_REMEMBERED - 1) :], digest]
     try:
-        os.makedirs(os.path.dirname(path), mode=0o700, exist_ok=True)
-        temporary = f"{path}.{os.getpid()}"
-        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600)
-        with open(descriptor, "w", encoding="ascii") as file:
-            file.write("\n".join(kept) + "\n")
-        os.replace(temporary, path)  # whole or not at all: parallel hooks never read half a file
+        known = _read_known(directory)
+        if digest in known:
+            return False
+        _write_known(directory, [*known[-(MAX_REMEMBERED - 1) :], digest])
     except OSError:
         pass
+    finally:
+        os.close(directory)
     return True
+
+
+def _private_directory(path: str) -> int | None:
+    """A descriptor of ``path`` (made if missing, mode 0700) when it is a directory of this user's
+    that nobody else can write into, else ``None``: in a directory others can write into, a name
+    planted beside the file (a FIFO, a link) could make the hook hang or write through the link onto
+    a file of the user's. ``path`` is not followed when it is a link itself; every later step works
+    from this descriptor, never from the path again."""
+    try:
+        os.makedirs(path, mode=0o700, exist_ok=True)
+        directory = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        status = os.fstat(directory)
+    except OSError:
+        status = None
+    if status is None or status.st_uid != os.geteuid() or status.st_mode & 0o022:
+        os.close(directory)
+        return None
+    return directory
+
+
+def _read_known(directory: int) -> list[str]:
+    """The digests remembered, or none when the file is missing, unreadable or not a regular file
+    (never waits: a FIFO in its place is opened without blocking, then left unread)."""
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        descriptor = os.open(NOTICE_FILE, flags, dir_fd=directory)
+    except OSError:
+        return []
+    try:
+        if not stat.S_ISREG(os.fstat(descriptor).st_mode):
+            return []
+        return os.read(descriptor, MAX_REMEMBERED * 40).decode("ascii").split()
+    except (OSError, ValueError):
+        return []
+    finally:
+        os.close(descriptor)
+
+
+def _write_known(directory: int, kept: list[str]) -> None:
+    """Replace the file whole (parallel hooks never read half of it) through a temporary file of a
+    fresh random name, created exclusively (a name planted in advance is never opened, nor followed)
+    and removed whatever happens."""
+    temporary = f".{NOTICE_FILE}.{os.urandom(8).hex()}"
+    flags = os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC
+    descriptor = os.open(temporary, flags, 0o600, dir_fd=directory)
+    try:
+        with open(descriptor, "w", encoding="ascii") as file:
+            file.write("\n".join(kept) + "\n")
+        os.replace(temporary, NOTICE_FILE, src_dir_fd=directory, dst_dir_fd=directory)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(temporary, dir_fd=directory)
+        raise

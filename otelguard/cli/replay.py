@@ -183,14 +183,15 @@ def run(args: argparse.Namespace) -> int:
     if empty and not files:
         return 1
     registry, telemetry = _telemetry(args, config)
-    try:
-        server = _serve(args, registry)
-    except ConfigError as exc:
-        print(f"otelguard replay: cannot serve metrics: {exc}", file=sys.stderr)
-        return 2
     stop = threading.Event()
-    workdir = tempfile.mkdtemp(prefix="otelguard-replay-") if args.openmetrics else None
+    # The handlers come before the server: a signal sent as soon as /metrics answers must find them.
     with _stop_on_signals(stop):
+        try:
+            server = _serve(args, registry)
+        except ConfigError as exc:
+            print(f"otelguard replay: cannot serve metrics: {exc}", file=sys.stderr)
+            return 2
+        workdir = tempfile.mkdtemp(prefix="otelguard-replay-") if args.openmetrics else None
         try:
             timelines = Timelines() if args.html else None
             options: dict[str, Any] = {

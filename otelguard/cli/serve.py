@@ -156,6 +156,15 @@ def run(args: argparse.Namespace) -> int:
     otel_metrics = _metric_export(endpoint)
     if endpoint is not None:
         print(f"otelguard serve: spans and metrics over OTLP to {mask_url(endpoint)}", file=sys.stderr)
+    # Before anything listens: a signal sent as soon as /healthz answers must find these handlers, not
+    # Python's defaults (an exit status other than 0 for SIGTERM, a traceback for SIGINT).
+    stop = threading.Event()
+
+    def on_signal(signum: int, frame: FrameType | None) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
     if args.state:
         # every guard of this process reads the URL from here: the flag wins over the variable and
         # the config alike
@@ -191,13 +200,6 @@ def run(args: argparse.Namespace) -> int:
         print(f"otelguard serve: {option_problem(exc)}", file=sys.stderr)
         _shutdown(spans, otel_metrics)
         return 2
-    stop = threading.Event()
-
-    def on_signal(signum: int, frame: FrameType | None) -> None:
-        stop.set()
-
-    signal.signal(signal.SIGINT, on_signal)
-    signal.signal(signal.SIGTERM, on_signal)
     host = f"[{server.addr}]" if ":" in server.addr else server.addr
     print(
         f"otelguard serve: listening on {server.scheme}://{host}:{server.port} "

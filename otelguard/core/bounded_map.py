@@ -8,13 +8,15 @@ hold anyway).
 
 from __future__ import annotations
 
+import threading
+import weakref
 from collections import OrderedDict
 from collections.abc import Callable
 from typing import Final, Generic, TypeVar
 
 from otelguard.errors import ConfigError
 
-__all__ = ["BoundedMap"]
+__all__ = ["BoundedMap", "HeldTable"]
 
 K = TypeVar("K")
 V = TypeVar("V")
@@ -84,3 +86,49 @@ class BoundedMap(OrderedDict[K, V], Generic[K, V]):
         for key in self:
             return key, self[key]
         return None
+
+
+class HeldTable(Generic[K, V]):
+    """One value per key, shared by everyone who asks for that key: the ``max_size`` most recently
+    used are kept, and beyond them every value that something else still holds. Thread-safe.
+
+    A plain bounded map would forget a value its holders still use, and the next to ask would get a
+    second one: two sets of counters for one key. Here a value is dropped only once it is both past
+    the bound and held by nobody, so the table never outgrows ``max_size`` plus what its holders
+    hold (each holder bounded by its own owner). Values must accept weak references.
+    """
+
+    __slots__ = ("_held", "_lock", "_recent")
+
+    def __init__(self, max_size: int) -> None:
+        self._recent: BoundedMap[K, V] = BoundedMap(max_size)
+        self._held: weakref.WeakValueDictionary[K, V] = weakref.WeakValueDictionary()
+        self._lock = threading.Lock()
+
+    @property
+    def max_size(self) -> int:
+        return self._recent.max_size
+
+    def get(self, key: K, make: Callable[[], V], usable: Callable[[V], bool] | None = None) -> V:
+        """The value of ``key``, marked most recently used; made by ``make`` when the table has none
+        (or none that ``usable`` accepts)."""
+        with self._lock:
+            value = self._recent.use(key)
+            if value is not None and (usable is None or usable(value)):
+                return value
+            value = self._held.get(key)  # past the bound, but a holder still uses it
+            if value is None or (usable is not None and not usable(value)):
+                value = make()
+                self._held[key] = value
+            self._recent.put(key, value)
+            return value
+
+    def __len__(self) -> int:
+        """The values kept as recently used (those only held elsewhere are not counted)."""
+        with self._lock:
+            return len(self._recent)
+
+    def held(self) -> int:
+        """Every value the table can still hand out: the recent ones and those held elsewhere."""
+        with self._lock:
+            return len(self._held)

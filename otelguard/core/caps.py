@@ -88,7 +88,7 @@ class SessionCapStore(Protocol):
 class LocalSessionCaps:
     """The in-process ``SessionCapStore``: a dict under its own lock."""
 
-    __slots__ = ("_counts", "_lock")
+    __slots__ = ("__weakref__", "_counts", "_lock")  # weakly referenced: a tree's table of counters
 
     def __init__(self) -> None:
         self._counts: dict[str, int] = {}

@@ -15,6 +15,7 @@ from otelguard.core._slots import slotted_twin
 
 __all__ = [
     "ACTIONS",
+    "CAP_SCOPES",
     "CODES",
     "LOOP_CODES",
     "NON_LOOP_CODES",
@@ -75,6 +76,7 @@ DELEGATION_CYCLE_BLOCK: Final = "delegation_cycle_block"
 STAGNATION_WARN: Final = "stagnation_warn"
 STAGNATION_REJECT: Final = "stagnation_reject"
 STAGNATION_BLOCK: Final = "stagnation_block"
+STAGNATION_HALT: Final = "stagnation_halt"
 
 CODES: Final = (
     ALLOW,
@@ -114,6 +116,7 @@ CODES: Final = (
     STAGNATION_WARN,
     STAGNATION_REJECT,
     STAGNATION_BLOCK,
+    STAGNATION_HALT,
 )
 """Every decision code, stable: they are metric label values."""
 
@@ -125,6 +128,12 @@ counts as a loop without touching them."""
 
 LOOP_CODES: Final = frozenset(CODES) - {ALLOW, *NON_LOOP_CODES}
 """Codes produced by the loop detectors."""
+
+CAP_SCOPES: Final[Mapping[str, str]] = MappingProxyType(
+    {CAP_TURN: "turn", CAP_SESSION: "session", CAP_TREE: "tree"}
+)
+"""The cap codes, each with the ``scope`` its hits are counted under: every one of them is a cap hit,
+in the metrics, replay's report and the backtest alike."""
 
 
 class Signature(NamedTuple):

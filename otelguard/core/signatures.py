@@ -169,6 +169,7 @@ def _without_top_level(mapping: Mapping[Any, Any], ignored: frozenset[str]) -> M
 
 
 _MAX_CONTAINERS: Final = 100_000
+_MAX_SET_DEPTH: Final = 16
 _TRUNCATED: Final = '"<truncated>"'
 _CYCLE: Final = '"<cycle>"'
 
@@ -199,11 +200,12 @@ def _array_parts(item: list[Any] | tuple[Any, ...]) -> list[Any]:
     return parts
 
 
-def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
-    """Iterative canonical JSON for what orjson rejects. Never raises, always ends (only sets of sets
-    recurse, and a RecursionError there becomes ``"<truncated>"``):
-    a container inside itself becomes ``"<cycle>"``; past ``_MAX_CONTAINERS`` containers the rest is
-    ``"<truncated>"``."""
+def _canonical_slow(value: Any, budget: list[int] | None = None, sets: int = 0) -> bytes:
+    """Iterative canonical JSON for what orjson rejects. Never raises, always ends: a container
+    inside itself becomes ``"<cycle>"``; past ``_MAX_CONTAINERS`` containers the rest is
+    ``"<truncated>"``. Only a set's elements are encoded by a call of their own (to sort them), and
+    so sets inside ``_MAX_SET_DEPTH`` sets are ``"<truncated>"``: ``sets`` counts those around
+    ``value``."""
     if budget is None:
         budget = [_MAX_CONTAINERS]
     out: list[str] = []
@@ -236,9 +238,12 @@ def _canonical_slow(value: Any, budget: list[int] | None = None) -> bytes:
             stack.extend(reversed(_array_parts(item)))
         elif isinstance(item, (Set, frozenset)):
             budget[0] -= 1
+            if sets >= _MAX_SET_DEPTH:
+                out.append(_TRUNCATED)
+                continue
             try:
-                elements = sorted(_canonical_slow(e, budget) for e in _safe_iter(item))
-            except RecursionError:  # sets nested thousands deep: the one place this recurses
+                elements = sorted(_canonical_slow(e, budget, sets + 1) for e in _safe_iter(item))
+            except RecursionError:  # called already deep in the host's own stack
                 out.append(_TRUNCATED)
                 continue
             out.append("[" + ",".join(e.decode("utf-8", "surrogatepass") for e in elements) + "]")
@@ -395,45 +400,50 @@ class ResultFingerprinter:
             parsed = orjson.loads(raw)
         except orjson.JSONDecodeError:
             return raw_digest
-        if self._volatile:
-            try:
-                _prune(parsed, self._volatile)  # our own freshly parsed copy: prune in place
-            except RecursionError:
-                parsed = _without_keys(parsed, self._volatile)
+        if self._volatile and (type(parsed) is dict or type(parsed) is list):
+            _prune(parsed, self._volatile)  # our own freshly parsed copy: prune in place
         try:
             return self.raw_digest(orjson.dumps(parsed, option=_SORT))
         except orjson.JSONEncodeError:
             return self.raw_digest(_canonical_slow(parsed))
 
     def structured(self, value: Any) -> int:
-        """Content fingerprint of a host's JSON-like value (copied, never changed, when pruning)."""
-        if self._volatile and isinstance(value, (dict, list)):
+        """Content fingerprint of a host's JSON-like value, read through a copy (the value is never
+        changed) without the volatile keys and with tuples as lists: orjson encodes a tuple inside a
+        tuple with no depth limit, and a chain of a few thousand overruns its stack (the process
+        aborts), where lists and dicts stop at its limit and go to the iterative encoder."""
+        if isinstance(value, (dict, list, tuple)):
             value = _without_keys(value, self._volatile)
         return self.raw_digest(canonical_args(value) if value is not None else b"null")
 
 
 def _prune(value: Any, drop: frozenset[str]) -> None:
-    """Delete the keys in ``drop`` from a parsed JSON value, in place, at any depth."""
-    if type(value) is dict:
-        for key in drop.intersection(value):
-            del value[key]
-        for child in value.values():
-            if type(child) is dict or type(child) is list:
-                _prune(child, drop)
-    else:
-        for child in value:
-            if type(child) is dict or type(child) is list:
-                _prune(child, drop)
+    """Delete the keys in ``drop`` from a parsed JSON value, in place, at any depth. Iterative: the
+    parser allows a depth the interpreter's recursion does not."""
+    stack = [value]
+    while stack:
+        node = stack.pop()
+        if type(node) is dict:
+            for key in drop.intersection(node):
+                del node[key]
+            children: Any = node.values()
+        else:
+            children = node
+        stack.extend(child for child in children if type(child) is dict or type(child) is list)
 
 
 def _without_keys(value: Any, drop: frozenset[str]) -> Any:
-    """A copy of a parsed JSON value without the keys in ``drop``, at any depth. Iterative."""
+    """A copy of a JSON-like value without the keys in ``drop``, at any depth, its tuples made
+    lists (encoded alike). Iterative."""
     root: list[Any] = [None]
     stack: list[tuple[Any, Any, Any]] = [(value, root, 0)]
     seen: set[int] = set()
     while stack:
         node, parent, slot = stack.pop()
-        if isinstance(node, (dict, list)):
+        if type(node) is tuple and not node:  # one shared object: never "seen" twice
+            parent[slot] = []
+            continue
+        if isinstance(node, (dict, list, tuple)):
             if id(node) in seen:  # shared or self-referencing: a fixed marker keeps this finite
                 parent[slot] = "<seen>"
                 continue
@@ -445,7 +455,7 @@ def _without_keys(value: Any, drop: frozenset[str]) -> Any:
                 if key not in drop:
                     copy[key] = None
                     stack.append((child, copy, key))
-        elif isinstance(node, list):
+        elif isinstance(node, (list, tuple)):
             items: list[Any] = [None] * len(node)
             parent[slot] = items
             for i, child in enumerate(node):

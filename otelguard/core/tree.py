@@ -15,12 +15,11 @@ counters under one lock; with a state URL, in Redis under the tree's key (``otel
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
 from typing import TYPE_CHECKING, Final
 
 from otelguard.core import decisions as codes
-from otelguard.core.bounded_map import BoundedMap
+from otelguard.core.bounded_map import HeldTable
 from otelguard.core.caps import LocalSessionCaps, SessionCapStore
 from otelguard.core.decisions import Decision, Signature
 from otelguard.core.tree_identity import (
@@ -57,27 +56,23 @@ __all__ = [
 ]
 
 MAX_TREES: Final = 4096
-"""Trees whose counters this process keeps in memory; past it the least recently used tree's counters
-are forgotten (with a state URL they live in Redis instead)."""
+"""Trees whose counters this process keeps in memory besides those its guards hold; past it the least
+recently used tree no guard holds is forgotten (with a state URL the counters live in Redis instead)."""
 CYCLE_REFUSED_AT: Final = 2
 """Re-entries a path may reach before a delegation making one more is refused (with ``hard_stop``):
 A hands to B and B back to A is one, warned; A handing to B once more is the second, refused once,
 then the turn stops (the rule of a repeating pattern: one reject at most). Two, so that a ping-pong is
 stopped well inside the default depth limit of 4 (A B A B is depth 3)."""
 
-_trees: BoundedMap[str, LocalSessionCaps] = BoundedMap(MAX_TREES)
-_trees_lock = threading.Lock()
+_trees: HeldTable[str, LocalSessionCaps] = HeldTable(MAX_TREES)
 
 
 def local_tree_caps(root: str) -> SessionCapStore:
     """The in-process counters of the tree ``root``: one store per tree in this process, shared by
-    every guard of the tree here."""
-    with _trees_lock:
-        store = _trees.use(root)
-        if store is None:
-            store = LocalSessionCaps()
-            _trees.put(root, store)
-        return store
+    every guard of the tree here. A tree's counters are forgotten only once no guard holds them and
+    ``MAX_TREES`` trees were used since: however many newer trees come, a tree whose guards live on
+    keeps one set of counters, and a guard joining it later charges the same ones."""
+    return _trees.get(root, LocalSessionCaps)
 
 
 class TreeLedger:

@@ -29,11 +29,14 @@ from otelguard.hosting import TelemetryOption, session_host
 __all__ = ["SDK_EVENTS", "HookMatcherDict", "guard_hooks"]
 
 SDK_EVENTS: Final = tuple(
-    event for event in HOOK_EVENTS if event not in ("SessionEnd", "PermissionDenied", "StopFailure")
+    event
+    for event in HOOK_EVENTS
+    if event not in ("SessionEnd", "PermissionDenied", "StopFailure", "PostToolBatch")
 )
 """The Claude Code events the guard listens to that the Python SDK offers as hooks. It has no
 ``SessionEnd`` hook (sessions leave the pool when idle or least recently used) and no
-``StopFailure`` hook (a turn an API error ended stays open until the session's next prompt)."""
+``StopFailure`` hook (a turn an API error ended stays open until the session's next prompt).
+``PostToolBatch`` is left out: the stop it carries was measured with the Claude Code CLI only."""
 
 DEFAULT_AGENT: Final = "claude-agent-sdk"
 

@@ -209,7 +209,7 @@ class ReplayRunner:
             return False
         report = session.report
         report.decisions[decision.code] += 1
-        if decision.cap is not None and decision.code in (codes.CAP_TURN, codes.CAP_SESSION):
+        if decision.cap is not None and decision.code in codes.CAP_SCOPES:
             report.cap_hits[decision.cap] += 1
         self.report.actions.setdefault(decision.code, set()).add(decision.action)
         if decision.action == "reject" and report.first_reject_call is None:

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import IO, Any, Final
 
 from otelguard.config import GuardConfig, TelemetrySettings
-from otelguard.core.decisions import CAP_SESSION, CAP_TURN, Decision, TurnSummary
+from otelguard.core.decisions import CAP_SCOPES, Decision, TurnSummary
 from otelguard.core.observers import CallEvent, GuardObserver
 from otelguard.readers.events import SessionKey, ToolCall
 from otelguard.readers.printable import printable
@@ -56,7 +56,7 @@ MAX_DAYS_TRACKED: Final = 100_000
 _DAY: Final = 86400
 _NAMED_OUTLIERS: Final = 5
 _BATCH: Final = 1000
-_CAP_CODES: Final = frozenset((CAP_TURN, CAP_SESSION))
+_CAP_CODES: Final = frozenset(CAP_SCOPES)
 
 
 def counted_decisions(call: CallEvent) -> tuple[Decision, ...]:

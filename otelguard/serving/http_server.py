@@ -5,7 +5,9 @@ slow sender costs a socket, never a thread); a complete request goes to a fixed 
 threads, or runs on the loop itself when the caller says it is cheap. Bounded everywhere: worker
 threads, open connections (the longest-idle connection makes room for a new one), header and body
 bytes, the time a connection may sit idle, the time a started request may take to arrive and the
-time a client may take to read its answer. A real listen backlog absorbs bursts of scrapers.
+time a client may take to read its answer. A real listen backlog absorbs bursts of scrapers. The
+loop serves connections in turns, a few requests each, so a client pipelining thousands of requests
+delays no one else.
 Loopback by default; TLS when given a context (its handshake has a deadline too).
 
 Open files bound connections too: the server raises its soft open-file limit toward the hard one as
@@ -61,6 +63,8 @@ _ANY_LENGTH: Final = b"\x01"
 """Keys of heads known whatever their one ``Content-Length`` value; other keys start with ``_EXACT``."""
 _EXACT: Final = b"\x00"
 _MAX_KNOWN_HEADS: Final = 256
+_TURN_REQUESTS: Final = 16
+"""Requests a connection answers (or hands to the workers) before the loop's other work has its turn."""
 
 
 def _files_in_use() -> int:
@@ -448,6 +452,8 @@ class _Connection(asyncio.Protocol):
         self.head_digits = 0
         self.busy = False
         self.paused_writing = False
+        self.yielded = False  # its turn is over: what it still holds is read on the loop's next turn
+        self.served = 0  # requests answered or handed to the workers since its turn began
         self.closing = False
         self.idle_since: float | None = None
         self.discarded = -1  # >= 0: answered and closing; the rest of an over-long body is read and dropped
@@ -480,7 +486,7 @@ class _Connection(asyncio.Protocol):
         if self.closing:
             return
         self.unread += data
-        if self.busy or self.paused_writing:
+        if self.busy or self.paused_writing or self.yielded:
             if (
                 len(self.unread) > self.limits.max_header_bytes + self.limits.max_body_bytes
                 and self.transport
@@ -494,7 +500,7 @@ class _Connection(asyncio.Protocol):
         if self.discarded >= 0 or (not self.busy and self._deadline is None and not self.unread):
             return None  # close now: nothing in flight, no request begun
         self.eof = True
-        if not self.busy and not self.paused_writing:
+        if not self.busy and not self.paused_writing and not self.yielded:
             self._process()
         return True  # answer what is in flight, then close
 
@@ -505,7 +511,7 @@ class _Connection(asyncio.Protocol):
     def resume_writing(self) -> None:
         self.paused_writing = False
         self._cancel_timer()
-        if not self.busy:
+        if not self.busy and not self.yielded:
             self._process()
 
     def abort(self) -> None:
@@ -518,8 +524,14 @@ class _Connection(asyncio.Protocol):
     # requests ---------------------------------------------------------------------------------
 
     def _process(self) -> None:
-        """Answer every complete request the parser holds, in order, until one goes to the workers."""
+        """Answer every complete request the parser holds, in order, until one goes to the workers,
+        or until this connection's turn is over (``_TURN_REQUESTS``): the rest waits for the loop's
+        next turn, so one client pipelining thousands of requests holds up nobody else."""
+        self.served = 0
         while not self.busy and not self.closing and not self.paused_writing:
+            if self.served >= _TURN_REQUESTS:
+                self._next_turn()
+                return
             if self.empty:  # what h11 would answer is known: NEED_DATA (an h11 call saved per request)
                 if self.unread:
                     if self._known_request():
@@ -573,6 +585,19 @@ class _Connection(asyncio.Protocol):
                 return
         if self.transport is not None and not self.busy and not self.closing:
             self.transport.resume_reading()
+
+    def _next_turn(self) -> None:
+        """Go on at the loop's next turn (``call_soon``): every other callback due now runs first,
+        and every socket ready by then is read in that same turn. Meanwhile what the client sends
+        waits in ``unread``, and reading pauses past the size limits, as behind a request on the
+        workers."""
+        self.yielded = True
+        self.loop.call_soon(self._turn)
+
+    def _turn(self) -> None:
+        self.yielded = False
+        if not self.busy and not self.closing and not self.paused_writing:
+            self._process()
 
     def _known_request(self) -> bool:
         """A whole request at the start of ``unread`` whose head h11 has read before: answered (or
@@ -667,6 +692,7 @@ class _Connection(asyncio.Protocol):
         self._set_timer(self.limits.read_timeout_seconds)
 
     def _dispatch(self, request: Request) -> None:
+        self.served += 1
         head_only = request.method == "HEAD"
         server = self.server
         if server.inline is not None and server.inline(request):

@@ -391,6 +391,7 @@ class RedisSessionCaps:
     no command is kept."""
 
     __slots__ = (
+        "__weakref__",  # a tree's table of stores holds them weakly past its bound
         "_command",
         "_last_use",
         "_listener",

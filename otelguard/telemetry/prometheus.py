@@ -14,9 +14,7 @@ from typing import Final
 
 from otelguard.config.telemetry import TelemetrySettings
 from otelguard.core.decisions import (
-    CAP_SESSION,
-    CAP_TREE,
-    CAP_TURN,
+    CAP_SCOPES,
     LOOP_CODES,
     TURN_OUTCOMES,
     Decision,
@@ -34,7 +32,6 @@ __all__ = ["PrometheusTelemetry", "prime_agent"]
 logger = logging.getLogger("otelguard")
 _LOOP_ACTIONS: Final = frozenset(("warn", "reject", "block", "halt"))  # every action but allow
 _RAN: Final = frozenset(("ok", "failed"))
-_CAP_SCOPES: Final = {CAP_TURN: "turn", CAP_SESSION: "session", CAP_TREE: "tree"}
 _REPORTED_STEPS: set[tuple[str, str]] = set()
 """Telemetry steps whose failure was logged already (place, error type): said once per process."""
 
@@ -123,7 +120,7 @@ class PrometheusTelemetry(GuardObserver):
         space = self._space
         agent, tool = exported(call.agent), exported(call.tool_name)
         space.decisions(agent, tool, decision.action, decision.code).inc(1, exemplar)
-        scope = _CAP_SCOPES.get(decision.code)
+        scope = CAP_SCOPES.get(decision.code)
         if scope is not None:
             space.cap_hits(agent, exported(decision.cap or call.tool_name), scope).inc(1, exemplar)
         elif decision.code in LOOP_CODES and decision.action in _LOOP_ACTIONS:

@@ -123,12 +123,13 @@ def span_export_from_env(
     if endpoint is not None or any(os.environ.get(name) for name in OTLP_ENDPOINT_VARIABLES):
         try:
             from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter
+
+            from otelguard.telemetry.otlp_session import exporter_session
         except ImportError:
             logger.warning("otelguard: OTLP export is asked for but the otlp extra is not installed")
         else:
-            inner = (
-                OTLPSpanExporter(endpoint=signal_url(endpoint, "traces")) if endpoint else OTLPSpanExporter()
-            )
+            url = signal_url(endpoint, "traces") if endpoint else None
+            inner = OTLPSpanExporter(endpoint=url, session=exporter_session("TRACES"))
             target = "otlp"
     exporter = CountingExporter(inner)
     provider = TracerProvider(resource=_resource(service_name))
@@ -160,12 +161,13 @@ def metric_export(service_name: str, endpoint: str | None = None) -> MetricExpor
     periodic reader, in its own thread). ``None`` (said on the log) without the ``otlp`` extra."""
     try:
         from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
+
+        from otelguard.telemetry.otlp_session import exporter_session
     except ImportError:
         logger.warning("otelguard: OTLP export is asked for but the otlp extra is not installed")
         return None
-    exporter = (
-        OTLPMetricExporter(endpoint=signal_url(endpoint, "metrics")) if endpoint else OTLPMetricExporter()
-    )
+    url = signal_url(endpoint, "metrics") if endpoint else None
+    exporter = OTLPMetricExporter(endpoint=url, session=exporter_session("METRICS"))
     provider = MeterProvider(
         resource=_resource(service_name), metric_readers=[PeriodicExportingMetricReader(exporter)]
     )

@@ -7,7 +7,13 @@ from typing import Final
 from otelguard.core import decisions as codes
 from otelguard.core.decisions import Decision, Signature
 
-__all__ = ["MESSAGES", "SHELL_IDENTICAL_REJECT", "SHELL_LATER_FAILURE_WARN", "decision"]
+__all__ = [
+    "MESSAGES",
+    "SHELL_IDENTICAL_REJECT",
+    "SHELL_LATER_FAILURE_WARN",
+    "STAGNATION_LAST_WARN",
+    "decision",
+]
 
 # A shell's failure is an exit status: grep finding nothing, a failing test, a probe of the
 # environment. A few different commands failing in a row is how an agent explores, so a shell's
@@ -72,12 +78,22 @@ MESSAGES: Final = {
     "approach; if you keep sending this same command, the turn stops.",
     codes.STAGNATION_BLOCK: "Not run: {tool} ran this same command {count} more times with nothing new in "
     "its result, and it was sent again after being refused. Report what is blocking you.",
+    codes.STAGNATION_HALT: "Stopping this turn: {tool} ran this same command {count} more times, with "
+    "changes made between the runs, and got back what it had already returned each time (limit "
+    "{limit}). Report what is blocking you.",
     codes.READ_ONLY_STREAK_WARN: "{count} read-only calls in a row (the last: {tool}) without changing "
     "anything. Act on what you found or report back.",
     codes.WRITE_STREAK_WARN: "{count} changing calls in a row (the last: {tool}) without reading anything "
     "back. Check the results of your changes.",
 }
 
+
+STAGNATION_LAST_WARN: Final = (
+    "{tool} ran this same command {count} more times and got back what it had already returned, "
+    "changes made between the runs or not. Your changes are not changing its result: find the cause "
+    "or try another approach; if it returns this again after your next change, the turn stops."
+)
+"""stagnation's warning in place of a reject, for a check run right after an edit (never refused)."""
 
 SHELL_IDENTICAL_REJECT: Final = (
     "Not run: {tool} ran this same command {count} times in a row with the same output. Use the output "

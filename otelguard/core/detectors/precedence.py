@@ -28,6 +28,7 @@ AFTER_CALL: Final[tuple[str, ...]] = (
     codes.SAME_TOOL_FAILURE_HALT,
     codes.SAME_ERROR_HALT,
     codes.IDENTICAL_CALL_HALT,
+    codes.STAGNATION_HALT,
     codes.EXACT_FAILURE_WARN,
     codes.CROSS_TURN_FAILURE_WARN,
     codes.REFUSAL_WARN,

@@ -6,10 +6,11 @@ exact rule sees it when the output differs in a timestamp, an address or a line 
 edit comes between two runs. Here each run of a shell command from its second on is compared with
 the results that command gave earlier in the turn: first by the raw digest the guard already made
 of the result (the very same output: nothing more to do), else by its normalised text (ANSI codes,
-hex addresses, temporary paths and free-standing numbers out, whitespace collapsed) and a bottom-k sketch of
-its word shingles (an estimate of their Jaccard similarity). ``StagnationMemory.record`` says which
-runs count: a check failing the same way across fix attempts, and identical calls returning the
-very same output back to back.
+hex addresses and ids, temporary paths, dates and free-standing numbers with their units out,
+whitespace collapsed) and a bottom-k sketch of its word shingles (an estimate of their Jaccard
+similarity). ``StagnationMemory.record`` says which runs count: a check failing the same way across
+fix attempts, and identical calls returning the very same output back to back. A result that
+shrinks (fewer errors or failing tests printed, a shorter output) is progress, as a new one is.
 
 Cheap when nothing repeats: a command's first run only leaves its raw digest in its signature's
 state; only a result new for the command is normalised and sketched, by C-level string, map and set
@@ -21,10 +22,10 @@ and the code leave it, in the decision.
 
 from __future__ import annotations
 
-import json
 import re
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from heapq import nsmallest
+from itertools import islice
 from typing import Any, Final
 
 import xxhash
@@ -32,29 +33,65 @@ import xxhash
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Signature
 
-__all__ = ["ResultSketch", "ShellCheck", "StagnationMemory", "normalised", "sketch"]
+__all__ = ["ResultSketch", "ShellCheck", "StagnationMemory", "measure", "normalised", "shrank", "sketch"]
 
 _CHECKS: Final = 256  # commands tracked per turn
 _KEPT: Final = 8  # results kept per command
 _SKETCH: Final = 16  # shingle hashes per result
 _NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
 _HEAD: Final = 2048  # characters read from each end of a long result: a traceback ends at the bottom
+_NODES: Final = 4096  # keys, values and items read of a structured result
 
 # Each of the first three runs only when the text holds its first characters (a substring test costs
 # next to nothing; a regular expression tried at every position of a 4 KB result costs more than the
-# rest of the call). The numbers' starts at a digit, so the engine skips to the digits in C.
+# rest of the call). The others start at a literal, a capital or a digit, so the engine skips to
+# those in C.
 _ANSI: Final = re.compile(rb"\x1b\[[0-9;?]*[A-Za-z]")
 _HEX: Final = re.compile(rb"0[xX][0-9a-fA-F]+")
 _TEMP: Final = re.compile(rb"(?:/tmp|/var/folders|/private/var)/\S+")
-# a number, with the hex digits and dots that follow it (durations, pids, counters, line numbers,
-# versions, ids starting with a digit, a timestamp's parts): not one inside a name (test_3, py3),
-# except after a timestamp's T
-_NUMBER: Final = re.compile(rb"\d(?<![A-SU-Za-z_0-9]\d)[0-9a-fA-F.]*")
+# Hex ids (a UUID, a commit, a container, a request id) whether they start with a letter or a digit:
+# found in a copy of the text where every hex digit is one byte, _H (a run of eight of them is a plain
+# substring search), and taken out of the text where they stand alone (not inside a name)
+_H: Final = 0x01
+_HEX_DIGITS: Final = b"0123456789abcdefABCDEF"
+_AS_H: Final = bytes.maketrans(_HEX_DIGITS + bytes([_H]), bytes([_H]) * len(_HEX_DIGITS) + b"\x02")
+_ID: Final = re.compile(rb"\x01\x01\x01\x01\x01\x01\x01\x01(?:-\x01{4}-\x01{4}-\x01{4}-\x01{12}|\x01*)")
+_NAME_BYTES: Final = frozenset(b"0123456789abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ_")
+# A month's or a weekday's name in a date, before a number or a month (Dec  7, Mon, 07 Dec, Monday
+# Dec 7th); a month after its day goes with the day's number (7 Dec 2026, 07-Dec-2026). One flat
+# alternation of names: the engine skips to their capitals in C
+_MONTHS: Final = (
+    rb"Jan(?:uary)?|Feb(?:ruary)?|Mar(?:ch)?|Apr(?:il)?|May|June?|July?|Aug(?:ust)?|Sep(?:t(?:ember)?)?"
+    rb"|Oct(?:ober)?|Nov(?:ember)?|Dec(?:ember)?|JAN|FEB|MAR|APR|MAY|JUN|JUL|AUG|SEP|OCT|NOV|DEC"
+)
+_DAYS: Final = (
+    rb"Mon(?:day)?|Tue(?:s(?:day)?)?|Wed(?:nesday)?|Thu(?:r(?:s(?:day)?)?)?|Fri(?:day)?|Sat(?:urday)?"
+    rb"|Sun(?:day)?|MON|TUE|WED|THU|FRI|SAT|SUN"
+)
+_DATE_NAME: Final = re.compile(
+    rb"(?:" + _MONTHS + rb"|" + _DAYS + rb")\.?,?(?=[\s/-]+\d|\s+(?:" + _MONTHS + rb")(?![a-z]))"
+)
+# A number, not one inside a name (test_3, py3) except after a timestamp's T, with what makes it one
+# value: a duration's units (1m5.2s, 250ms, 3 seconds), a size's (1.5 MB, 512KiB, 100 bytes), an
+# ordinal's (7th), or its hex digits and dots and its parts joined by : , / - (pids, counters, line
+# numbers, versions, ids starting with a digit, 00:01:05 PM, 1,234, 2026-12-07, 127.0.0.1:8080)
+_NUMBER: Final = re.compile(
+    rb"\d(?<![A-SU-Za-z_0-9]\d)[0-9.]*(?:,\d\d\d)*(?:(?=[\sA-Za-z\xc2\xce-])(?:"  # a unit, or
+    rb"(?:ns|us|\xc2\xb5s|\xce\xbcs|ms|mins?|secs?|hrs?|[hmsd])"
+    rb"(?:\d[0-9.]*(?:ns|us|\xc2\xb5s|\xce\xbcs|ms|[hms]))*(?![A-Za-z])"
+    rb"|(?:\s?(?:[KMGTPEkmgtpe]i?[Bb]|B|bytes?|bits?)|[KMGTPE]i?)(?![A-Za-z])"
+    rb"|\s(?:(?:milli|micro|nano)?seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|[mun]s)(?![A-Za-z])"
+    rb"|(?:st|nd|rd|th)?[\s/-](?:" + _MONTHS + rb")\.?(?![A-Za-z])"  # 7 Dec, 07-Dec-2026, 07/Dec/2026
+    rb"|(?:st|nd|rd|th)(?![A-Za-z]))"
+    rb"|[0-9a-fA-F.]*(?:[:/-]\d[0-9a-fA-F.,]*)*(?:\s?(?:AM|PM|am|pm)(?![A-Za-z]))?"
+    rb")"
+)
 
 _hash64: Final = xxhash.xxh3_64_intdigest
 _join: Final = b" ".join
-# A result of _FILTERED words has about as many shingles, an eighth of them below _LOW: the _SKETCH
-# smallest are among those but once in over a million results
+# Of a result's _FILTERED different shingles or more, an eighth are below _LOW: the _SKETCH smallest
+# are among those but once in over a million results (counted in distinct shingles: a long output
+# repeating a few lines has few)
 _FILTERED: Final = 512
 _LOW: Final = 1 << 61
 
@@ -64,17 +101,91 @@ ResultSketch = tuple[int, tuple[int, ...]]
 
 def _text(result: Any) -> str:
     if isinstance(result, str):
-        text = result
-    elif isinstance(result, (bytes, bytearray)):
-        text = bytes(result).decode("utf-8", "replace")
-    else:
-        try:
-            text = json.dumps(result, sort_keys=True, default=str)
-        except (TypeError, ValueError, RecursionError):
-            text = repr(result)
-    if len(text) > 2 * _HEAD:
-        text = text[:_HEAD] + " " + text[-_HEAD:]
-    return text
+        return _ends(result)
+    if isinstance(result, (bytes, bytearray, memoryview)):
+        return _ends(bytes(result).decode("utf-8", "replace"))
+    return _ends(_structure_text(result))
+
+
+def _ends(text: str) -> str:
+    """A long text as its first and last ``_HEAD`` characters."""
+    return text[:_HEAD] + " " + text[-_HEAD:] if len(text) > 2 * _HEAD else text
+
+
+def _structure_text(result: Any) -> str:
+    """A host's structured result (a mapping of stdout and stderr, a list of blocks): its keys and
+    values, one a line, keys in order, read with a stack. Bounded whatever it holds: at most
+    ``_NODES`` keys, values and items are read, no text past what ``_text`` keeps, and nothing
+    recurses (a result nested thousands deep, or holding itself, is read as far as the bound goes).
+    What cannot be read becomes its type's name."""
+    parts: list[str] = []
+    stack: list[Any] = [result]
+    room = _NODES  # items that may still be put on the stack
+    size = 0
+    while stack and size <= 2 * _HEAD:
+        item = stack.pop()
+        if isinstance(item, Mapping):
+            pairs = _first(_items(item), room)
+            pairs.sort(key=_key_order)
+            room -= 2 * len(pairs)
+            for key, value in reversed(pairs):
+                stack.append(value)
+                stack.append(key)
+        elif isinstance(item, (list, tuple, set, frozenset)):
+            values = _first(item, room)
+            if isinstance(item, (set, frozenset)):
+                values.sort(key=_order)
+            room -= len(values)
+            stack.extend(reversed(values))
+        else:
+            text = _ends(_scalar_text(item))
+            parts.append(text)
+            size += len(text) + 1
+    return "\n".join(parts)
+
+
+def _items(mapping: Mapping[Any, Any]) -> Any:
+    try:
+        return mapping.items()
+    except Exception:  # a hostile mapping: its contents are not read
+        return ()
+
+
+def _first(values: Any, room: int) -> list[Any]:
+    try:
+        return list(islice(values, max(0, room)))
+    except Exception:  # a hostile container: its contents are not read
+        return []
+
+
+def _order(value: Any) -> str:
+    """A set's order: strings and numbers by their text, anything else by its type's name (never
+    its text: a tuple's text is made by recursion)."""
+    if isinstance(value, str):
+        return value
+    if value is None or isinstance(value, (int, float)):
+        return _scalar_text(value)
+    return type(value).__name__
+
+
+def _key_order(pair: tuple[Any, Any]) -> str:
+    return _order(pair[0])
+
+
+def _scalar_text(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    if isinstance(value, (bytes, bytearray, memoryview)):
+        return bytes(value).decode("utf-8", "replace")
+    if value is None or isinstance(value, (bool, float)):
+        return str(value)
+    if isinstance(value, int):
+        return str(value) if value.bit_length() < 256 else "<int>"
+    try:
+        text = str(value)
+    except Exception:  # a hostile __str__ (one that raises, or recurses) must not break the call
+        return f"<{type(value).__name__}>"
+    return text if type(text) is str else f"<{type(value).__name__}>"
 
 
 def _words(result: Any) -> list[bytes]:
@@ -86,7 +197,30 @@ def _words(result: Any) -> list[bytes]:
         data = _HEX.sub(b" ", data)
     if b"/tmp/" in data or b"/var/" in data:
         data = _TEMP.sub(b" ", data)
+    data = _without_ids(data)
+    data = _DATE_NAME.sub(b" ", data)
     return _NUMBER.sub(b"", data).split()
+
+
+def _without_ids(data: bytes) -> bytes:
+    """The text without its hex ids of eight hex digits or more, a letter among them (UUIDs whole),
+    that stand alone."""
+    marked = data.translate(_AS_H)
+    if _ID.search(marked) is None:
+        return data
+    kept: list[bytes] = []
+    start = 0
+    names = _NAME_BYTES
+    for found in _ID.finditer(marked):
+        begin, end = found.span()
+        if (begin and data[begin - 1] in names) or (end < len(data) and data[end] in names):
+            continue  # inside a name: a word of its own
+        if data[begin:end].replace(b"-", b"").isdigit():
+            continue  # a number, with its unit if it has one: the numbers' to take out
+        kept.append(data[start:begin])
+        start = end
+    kept.append(data[start:])
+    return b" ".join(kept)
 
 
 def normalised(result: Any) -> str:
@@ -101,8 +235,9 @@ def sketch(result: Any) -> ResultSketch:
     digest = _hash64(b" ".join(words))
     if len(words) <= 3:
         return digest, (digest,)
-    hashes: Iterable[int] = set(map(_hash64, map(_join, zip(words, words[1:], words[2:], strict=False))))
-    if len(words) >= _FILTERED:  # the smallest are below an eighth of the range: skip the rest in C
+    shingles = set(map(_hash64, map(_join, zip(words, words[1:], words[2:], strict=False))))
+    hashes: Iterable[int] = shingles
+    if len(shingles) >= _FILTERED:  # the smallest are below an eighth of the range: skip the rest in C
         hashes = filter(_LOW.__gt__, hashes)
     return digest, tuple(sorted(nsmallest(_SKETCH, hashes)))
 
@@ -116,8 +251,63 @@ def _near(a: ResultSketch, b: ResultSketch) -> bool:
     return sum(1 for h in union if h in shared) >= _NEAR * len(union)
 
 
+# A count of what is wrong in a check's output: a number before a word for errors, failures,
+# warnings or problems (30 errors, 3 failed, 2 tests failing), or after one (failures=2, errors: 1)
+_COUNT_WORDS: Final = r"(?:errors?|fail(?:ed|ures?|ing|s)?|warnings?|problems?|issues?|violations?)"
+_COUNT: Final = re.compile(
+    r"(\d{1,9})[ \t]+(?:[a-z-]+[ \t]+)?"
+    + _COUNT_WORDS
+    + r"(?![a-z])|(?<![a-z])"
+    + _COUNT_WORDS
+    + r"[ \t]*[=:][ \t]*(\d{1,9})"
+)
+_COUNT_HINTS: Final = ("error", "fail", "warn", "problem", "issue", "violation")
+_SHRUNK: Final = 8  # a result shorter by an eighth or more than the shortest since a new one...
+_SHRUNK_CHARS: Final = 64  # ...and by this many characters has shrunk (a shorter traceback)
+
+
+def measure(result: Any) -> tuple[int, int]:
+    """What a result says is wrong, as ``(count, size)``: the sum of the counts of errors, failures,
+    warnings and problems it prints (-1: none printed), and its length in characters."""
+    text = _text(result)
+    size = len(result) if isinstance(result, (str, bytes, bytearray, memoryview)) else len(text)
+    lowered = text.lower()
+    if not any(hint in lowered for hint in _COUNT_HINTS):
+        return -1, size
+    found = _COUNT.findall(lowered)
+    if not found:
+        return -1, size
+    return sum(int(before or after) for before, after in found), size
+
+
+def shrank(count: int, size: int, low_count: int, low_size: int) -> bool:
+    """Whether a result measured ``(count, size)`` brings less of what is wrong than the results
+    since the command's last new one: a count below the least they printed (fewer failing tests,
+    fewer errors), or the output shorter than the last new one by an eighth and ``_SHRUNK_CHARS``
+    characters (a traceback losing a frame at each edit shrinks by that every few edits)."""
+    if 0 <= count < low_count:
+        return True
+    return low_size - size >= max(_SHRUNK_CHARS, low_size // _SHRUNK)
+
+
+Resume = list[int]
+"""What a new result reset: stale, rejects, unchanged, unchanged_rejects, and how many raw digests
+and sketches the command has kept since (that result's own included)."""
+
+
 class ShellCheck:
-    __slots__ = ("edits", "keys", "rejects", "sketches", "stale", "unchanged", "unchanged_rejects")
+    __slots__ = (
+        "edits",
+        "keys",
+        "low_count",
+        "low_size",
+        "rejects",
+        "resume",
+        "sketches",
+        "stale",
+        "unchanged",
+        "unchanged_rejects",
+    )
 
     def __init__(self, first: int | None, edits: int) -> None:
         self.keys: tuple[int, ...] = () if first is None else (first,)  # raw digests, newest last
@@ -129,6 +319,12 @@ class ShellCheck:
         # previous run (the edits are not changing the check's result), since a new result
         self.unchanged = 0
         self.unchanged_rejects = 0  # rejects given for them since then
+        # the least count of what was wrong in the results since a new one, and that new one's
+        # size (see ``measure``): a result that shrinks below them is progress
+        self.low_count = -1
+        self.low_size = 0
+        # what the last new result reset, until the command's next repeat (see _resumed)
+        self.resume: Resume | None = None
 
 
 class StagnationMemory:
@@ -170,8 +366,12 @@ class StagnationMemory:
         returning what the command already returned (the same output or in other words) with an
         edit (a ``write`` call: ``edits`` counts the turn's) since its previous run: a reproduction script that prints
         its error and exits 0, rerun after each fix attempt. A failure neither counts nor resets it
-        (that is the count above); a result new for the command resets both. ``first_edits``: the
-        turn's edit count at the command's first run."""
+        (that is the count above); a result new for the command resets both.
+
+        A result like one already returned but with less wrong in it (``shrank``) resets both as a
+        new one does. After a new result (not a shrunk one), the command's next repeat of a result
+        from before it, and not of the new one, takes the counts from before back (``_resumed``).
+        ``first_edits``: the turn's edit count at the command's first run."""
         check = self.checks.get(sig)
         if check is None:
             check = self.checks.touch(sig, lambda: ShellCheck(first, first_edits))
@@ -180,6 +380,11 @@ class StagnationMemory:
         edited = check.edits != edits
         check.edits = edits
         if key is not None and key in check.keys:  # the very same output: no text to look at
+            resume = check.resume
+            if resume is not None:
+                kept = check.keys
+                since = len(kept) - min(len(kept), resume[4])
+                _resumed(check, key in kept[:since] and key not in kept[since:])
             if rerun or not ok:
                 check.stale += 1
             elif edited:
@@ -187,18 +392,48 @@ class StagnationMemory:
             self.unchanged = check.unchanged
             return check.stale
         result = sketch(raw)
-        if any(_near(result, seen) for seen in check.sketches):
+        count, size = measure(raw)
+        near = [_near(result, seen) for seen in check.sketches]
+        if any(near) and not shrank(count, size, check.low_count, check.low_size):
+            resume = check.resume
+            if resume is not None:  # the same as a result from before the last new one, not since?
+                since = len(near) - min(len(near), resume[5])
+                _resumed(check, any(near[:since]) and not any(near[since:]))
             if not (rerun or ok):
                 check.stale += 1
             elif ok and edited and not rerun:
                 check.unchanged += 1
-        else:
+            if count >= 0 and (check.low_count < 0 or count < check.low_count):
+                check.low_count = count
+        else:  # new for the command, or less of what is wrong: progress
+            progress = any(near)  # less of what is wrong: no going back to the counts before
+            check.resume = (
+                None
+                if progress
+                else [check.stale, check.rejects, check.unchanged, check.unchanged_rejects, 0, 0]
+            )
             check.stale = check.rejects = check.unchanged = check.unchanged_rejects = 0
+            check.low_count, check.low_size = count, size
         self.unchanged = check.unchanged
+        resume = check.resume
         if key is not None:
             check.keys = (*check.keys[-(_KEPT - 1) :], key)
+            if resume is not None:
+                resume[4] += 1
         check.sketches = (*check.sketches[-(_KEPT - 1) :], result)
+        if resume is not None:
+            resume[5] += 1
         return check.stale
 
     def stale(self, sig: Signature) -> ShellCheck | None:
         return self.checks.get(sig) if self.checks else None
+
+
+def _resumed(check: ShellCheck, back: bool) -> None:
+    """After a new result: the command returning what it returned before it (and not what it has
+    returned since) takes its counts back: one different output between two runs of the same failure
+    is not progress. Either way, the counts from before are given up."""
+    resume = check.resume
+    check.resume = None
+    if back and resume is not None:
+        check.stale, check.rejects, check.unchanged, check.unchanged_rejects = resume[:4]

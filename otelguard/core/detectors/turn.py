@@ -13,7 +13,12 @@ from typing import TYPE_CHECKING, Any
 from otelguard.core import decisions as codes
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
-from otelguard.core.detectors.messages import SHELL_IDENTICAL_REJECT, SHELL_LATER_FAILURE_WARN, decision
+from otelguard.core.detectors.messages import (
+    SHELL_IDENTICAL_REJECT,
+    SHELL_LATER_FAILURE_WARN,
+    STAGNATION_LAST_WARN,
+    decision,
+)
 from otelguard.core.detectors.repetition import Cycle
 from otelguard.core.detectors.stagnation import ShellCheck, StagnationMemory
 from otelguard.core.detectors.state import FailureCounts, SessionMemory, SignatureState, new_state, renewed
@@ -70,6 +75,9 @@ class TurnDetectors:
         self._quiet_stagnation = self.warn_after["stagnation"]
         self._quiet_unchanged = self.warn_after["unchanged_check"]
         self.edits = 0  # write calls this turn (the file editors' fix attempts): see StagnationMemory.record
+        # the turn's last call that ran (``poll`` calls aside) was an edit: a check sent now may show
+        # the edit's fix, so stagnation does not refuse it before it runs (see ``_refuse_stagnation``)
+        self.after_edit = False
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used.
@@ -98,9 +106,21 @@ class TurnDetectors:
         identical_call, cycle, same_tool_failure. A repeated call is first rejected (it does not run,
         the turn goes on) ``rejects_before_stop`` times; the model sending it again after that stops
         the turn. A cycle and a failing tool get one reject (``pattern_rejects``): a cycle going on
-        after it stops the turn; the tool's next call runs, and its failure stops the turn."""
+        after it stops the turn; the tool's next call runs, and its failure stops the turn.
+
+        A call let through here runs: the rejects its signature was given are spent now, as it is let
+        through. Not when it ends: a copy of the call let through before the rejects began and ending
+        after some of them (calls in parallel) would hand the signature its rejects afresh."""
         if not self.hard_stop:
             return None
+        decision = self._refuse_before(sig, tool_class)
+        if decision is None:
+            state = self.signatures.get(sig) if self.signatures else None
+            if state is not None and state.rejects:
+                state.rejects = 0
+        return decision
+
+    def _refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
         stop = self.stop_after
         state = self.signatures.get(sig)
         if state is not None:
@@ -127,7 +147,7 @@ class TurnDetectors:
             refused = self._refuse_identical(sig, state, tool_class)
             if refused is not None:
                 return refused
-        if tool_class == "shell" and self.stagnation.checks:
+        if tool_class == "shell" and self.stagnation.checks and not self.after_edit:
             refused = self._refuse_stagnation(sig)
             if refused is not None:
                 return refused
@@ -158,7 +178,7 @@ class TurnDetectors:
                 allowed = self.pattern_rejects if tool_class == "shell" else self.rejects_before_stop
                 if self._valid_rejects(state) < allowed:
                     return True
-        if tool_class == "shell" and self.stagnation.checks:
+        if tool_class == "shell" and self.stagnation.checks and not self.after_edit:
             check = self.stagnation.stale(sig)  # a reject or the block: it refuses from its stop on
             if check is not None and (
                 check.stale >= stop["stagnation"] or check.unchanged >= stop["unchanged_check"]
@@ -190,7 +210,10 @@ class TurnDetectors:
         """stagnation: a shell command that has returned what it already returned ``hard_stop_after``
         times is rejected, ``rejects_before_stop`` times; sent again after that, it stops the turn.
         Its rejects are its own (an edit between two sends does not renew them: edits that do not
-        change the check's result are the loop), and end when the command returns something new."""
+        change the check's result are the loop), and end when the command returns something new.
+        A send that directly follows an edit is never refused here (``refuse_before`` does not ask):
+        the edit may be the fix, and only the result can say; ``record_after`` judges it once it ran
+        (``_judged_after_edit``)."""
         check = self.stagnation.stale(sig)
         if check is None:
             return None
@@ -324,7 +347,6 @@ class TurnDetectors:
         """
         ok = outcome == "ok"
         same_errors = 0
-        state.rejects = 0  # it ran: the rejects it was given are spent
         if tool_class == "poll":
             across = 0
         elif ok:  # what SessionMemory.record does for a success, without the call
@@ -347,8 +369,11 @@ class TurnDetectors:
                 same_errors = self._count_error(error, sig.tool_name)
 
         identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        if tool_class != "poll":
+            self.after_edit = tool_class == "write" and outcome != "refused"
         stale = unchanged = 0
         loud = False  # whether a stagnation count is at its warning (it is rare: one test, not two)
+        judged: Decision | None = None  # a check its stop would have refused, judged after it ran
         if progress is not None:  # a shell's result: see stagnation.py
             # its raw digest, already made: by ``same_as_previous`` for a success, the error's for a failure
             key = (state.raw if state.raw is not None else state.fingerprint) if ok else error
@@ -359,11 +384,15 @@ class TurnDetectors:
             else:
                 rerun = self.cycle.second == sig
                 memory = self.stagnation
+                check = memory.stale(sig)
+                before = (check.stale, check.unchanged) if check is not None else (0, 0)
                 stale = memory.record(
                     sig, None if first < 0 else first, key, progress, rerun, ok, state.shell_edits, self.edits
                 )
                 unchanged = memory.unchanged
                 loud = stale >= self._quiet_stagnation or unchanged >= self._quiet_unchanged
+                if loud and self.hard_stop:
+                    judged = self._judged_after_edit(sig, before, stale, unchanged)
         cycle = self.cycle
         if (
             ok
@@ -376,7 +405,24 @@ class TurnDetectors:
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         failures = FailureCounts(tool_failures, refusals, same_errors, across)
-        return self._verdict(sig, state, failure_tolerant, failures, identical, tool_class, stale, unchanged)
+        return self._verdict(
+            sig, state, failure_tolerant, failures, identical, tool_class, stale, unchanged, judged
+        )
+
+    def _judged_after_edit(
+        self, sig: Signature, before: tuple[int, int], stale: int, unchanged: int
+    ) -> Decision | None:
+        """stagnation, a send that ran only because it directly followed an edit (``before_call``
+        would have refused it: its count was at its stop), judged by its result: counted again, it
+        halts the turn. The model was told at the stop (``_verdict``'s warning that the next result
+        like this one stops the turn). A result new for the command, or less of what is wrong in it,
+        ends the count as ever, and the call goes on."""
+        stop = self.stop_after
+        if stale > before[0] >= stop["stagnation"]:
+            return decision("halt", codes.STAGNATION_HALT, sig, stale, stop["stagnation"])
+        if unchanged > before[1] >= stop["unchanged_check"]:
+            return decision("halt", codes.STAGNATION_HALT, sig, unchanged, stop["unchanged_check"])
+        return None
 
     def _track_progress(
         self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
@@ -499,6 +545,7 @@ class TurnDetectors:
         tool_class: ToolClass,
         stale: int = 0,
         unchanged: int = 0,
+        judged: Decision | None = None,
     ) -> Decision | None:
         warn, stop, hard = self.warn_after, self.stop_after, self.hard_stop
         tool_failures, refusals, same_errors, turns_failed = failures
@@ -518,6 +565,8 @@ class TurnDetectors:
             return decision("halt", codes.SAME_ERROR_HALT, sig, same_errors, stop["same_error"])
         if hard and identical >= stop["identical_call"] and tool_class != "shell":
             return decision("halt", codes.IDENTICAL_CALL_HALT, sig, identical, stop["identical_call"])
+        if judged is not None and judged.action == "halt":
+            return judged
         if not self.config.warnings:
             return None
         exact = self._exact_failures(state)
@@ -538,16 +587,21 @@ class TurnDetectors:
             return decision("warn", codes.NO_PROGRESS_WARN, sig, state.no_progress, warn["no_progress"])
         if identical and identical >= warn["identical_call"] and not self._refusal_pending(identical):
             return decision("warn", codes.IDENTICAL_CALL_WARN, sig, identical, warn["identical_call"])
+        # with hard_stop, the count reaching its stop is warned that the next result like this one
+        # stops the turn: a send right after an edit runs and halts then (``_judged_after_edit``),
+        # another is refused first; past the stop, the reject (or the halt) says it
         if stale and stale >= warn["stagnation"]:
-            return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"])
-        # with hard_stop, a count at its stop is not warned: the command's next send is refused with
-        # the same words before it runs (a warning there would only repeat the reject to come)
-        if (
-            unchanged
-            and unchanged >= warn["unchanged_check"]
-            and not (hard and self.pattern_rejects and unchanged >= stop["unchanged_check"])
-        ):
-            return decision("warn", codes.STAGNATION_WARN, sig, unchanged, warn["unchanged_check"])
+            last = hard and stale == stop["stagnation"]
+            message = STAGNATION_LAST_WARN if last else None
+            return decision("warn", codes.STAGNATION_WARN, sig, stale, warn["stagnation"], message=message)
+        if unchanged and unchanged >= warn["unchanged_check"]:
+            if not hard:
+                return decision("warn", codes.STAGNATION_WARN, sig, unchanged, warn["unchanged_check"])
+            if unchanged == stop["unchanged_check"]:
+                limit = warn["unchanged_check"]
+                return decision(
+                    "warn", codes.STAGNATION_WARN, sig, unchanged, limit, message=STAGNATION_LAST_WARN
+                )
         if tool_class != "poll" and self.cycle.runs_any():
             count, period = self.cycle.best()
             if count >= warn["cycle"]:

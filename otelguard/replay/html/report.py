@@ -325,11 +325,13 @@ def _in_progress(count: int) -> str:
 
 def _cap_usage(usage: dict[str, CapUsage], cap_hits: dict[str, int]) -> str:
     title = '<h2 id="cap-usage-title">Turn cap usage</h2>'
-    if not usage:
+    # a cap with no turn cap (a session or tree cap alone) still shows its hits, on a row of its own
+    hit_only = sorted(cap for cap, hits in cap_hits.items() if hits and cap not in usage)
+    if not usage and not hit_only:
         return f'{title}<p class="muted" id="cap-usage">No turn cap is configured.</p>'
     intro = (
         '<p class="muted">Turns by the share of each turn cap they used (the highest reached in the '
-        "turn); cap hits count refused calls, per turn and per session cap.</p>"
+        "turn); cap hits count refused calls, per turn, session and tree cap.</p>"
     )
     rows = []
     for cap, entry in sorted(usage.items()):
@@ -338,6 +340,12 @@ def _cap_usage(usage: dict[str, CapUsage], cap_hits: dict[str, int]) -> str:
             f'<tr data-cap="{esc(cap)}"><td>{esc(cap)}</td><td>{_usage_bar(entry)}</td>{cells}'
             f'<td class="n">{entry.highest:.0%}</td><td class="n">{cap_hits.get(cap, 0)}</td></tr>'
         )
+    empty = '<td class="n"></td>' * len(CAP_USAGE_BUCKETS)
+    rows.extend(
+        f'<tr data-cap="{esc(cap)}"><td>{esc(cap)}</td><td class="muted">no turn cap</td>{empty}'
+        f'<td class="n"></td><td class="n">{cap_hits[cap]}</td></tr>'
+        for cap in hit_only
+    )
     swatches = [
         f'<span class="swatch" style="background:var(--u{i})"></span>{esc(name)}'
         for i, name in enumerate(CAP_USAGE_BUCKETS)

@@ -1,0 +1,154 @@
+"""A scripted Anthropic Messages server on 127.0.0.1 for running a real client offline.
+
+``POST /v1/messages`` (Claude Code adds ``?beta=true``), streamed as server-sent events when the
+request asks (``stream: true``, as Claude Code does), else one JSON message. A request that offers a
+``Bash`` tool is a step of the agent loop: it is answered with a call of ``Bash`` running the same
+command every time (the ``description`` numbered, as a model would vary it), up to ``max_calls``
+calls, then with text. Any other request (a title, a summary) gets a short text. Every request body is
+kept, in order, for the test to read what the client sent the model.
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "claude-sonnet-4-5"
+
+
+class ScriptedModel:
+    """The script and what the client sent: ``requests`` (every body), ``loop_requests`` (the bodies
+    of the agent loop's steps)."""
+
+    def __init__(self, command: str, max_calls: int) -> None:
+        self.command = command
+        self.max_calls = max_calls
+        self.requests: list[dict[str, Any]] = []
+        self.loop_requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.url = ""
+
+    def answer(self, body: dict[str, Any]) -> dict[str, Any]:
+        """The next answer, a message; records the request."""
+        with self.lock:
+            self.requests.append(body)
+            return _message(self._content(body), len(self.requests))
+
+    def _content(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The content blocks of the answer to ``body`` (called with the lock held)."""
+        tools = {tool.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)}
+        if "Bash" not in tools:
+            return [{"type": "text", "text": "Listing a directory"}]
+        self.loop_requests.append(body)
+        number = len(self.loop_requests)
+        if number > self.max_calls:
+            return [{"type": "text", "text": "I give up: the directory cannot be listed."}]
+        call = {"command": self.command, "description": f"Attempt {number}"}
+        return [{"type": "tool_use", "id": f"toolu_{number:024d}", "name": "Bash", "input": call}]
+
+
+def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``tool_result`` blocks of a request's last message (what the client reports of the calls)."""
+    messages = body.get("messages") or []
+    if not messages or not isinstance(messages[-1].get("content"), list):
+        return []
+    return [block for block in messages[-1]["content"] if block.get("type") == "tool_result"]
+
+
+def result_text(block: dict[str, Any]) -> str:
+    content = block.get("content")
+    if isinstance(content, str):
+        return content
+    return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
+
+
+def _message(content: list[dict[str, Any]], number: int) -> dict[str, Any]:
+    return {
+        "id": f"msg_{number:024d}",  # one id per message: Claude Code joins the blocks of one id
+        "type": "message",
+        "role": "assistant",
+        "model": MODEL,
+        "content": content,
+        "stop_reason": "tool_use" if content[-1]["type"] == "tool_use" else "end_turn",
+        "stop_sequence": None,
+        "usage": {"input_tokens": 10, "output_tokens": 10},
+    }
+
+
+def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
+    content = message["content"]
+    yield (
+        "message_start",
+        {"type": "message_start", "message": {**message, "content": [], "stop_reason": None}},
+    )
+    for index, block in enumerate(content):
+        if block["type"] == "tool_use":
+            start = {**block, "input": {}}
+            delta = {"type": "input_json_delta", "partial_json": json.dumps(block["input"])}
+        else:
+            start = {"type": "text", "text": ""}
+            delta = {"type": "text_delta", "text": block["text"]}
+        yield "content_block_start", {"type": "content_block_start", "index": index, "content_block": start}
+        yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
+        yield "content_block_stop", {"type": "content_block_stop", "index": index}
+    stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
+    yield "message_delta", {"type": "message_delta", "delta": stop, "usage": {"output_tokens": 10}}
+    yield "message_stop", {"type": "message_stop"}
+
+
+def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            path = self.path.split("?", 1)[0]
+            if path == "/v1/messages/count_tokens":
+                return self._json({"input_tokens": 10})
+            if path != "/v1/messages":
+                return self._json({"type": "error", "error": {"type": "not_found_error"}}, 404)
+            message = model.answer(body)
+            if not body.get("stream"):
+                return self._json(message)
+            data = b"".join(
+                f"event: {name}\ndata: {json.dumps(event)}\n\n".encode() for name, event in _events(message)
+            )
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _json(self, answer: dict[str, Any], status: int = 200) -> None:
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+@contextmanager
+def scripted_model(command: str, max_calls: int) -> Iterator[ScriptedModel]:
+    """The server on a free loopback port, ``model.url`` its base URL (``ANTHROPIC_BASE_URL``)."""
+    model = ScriptedModel(command, max_calls)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
+    server.daemon_threads = True
+    model.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield model
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
