@@ -3,9 +3,9 @@ guard's observer, a config's state URL into the store of a session's caps; the `
 exports; the session host every adapter is built on.
 
 ``TelemetryOption`` is what ``telemetry=`` takes wherever a host takes it: ``None`` (or ``False``:
-pure), ``True`` (the process-wide ``Telemetry.default()``), a ``Telemetry`` (or any object with
-``bind(settings)``: a ``TelemetryBinder``), or a ``GuardObserver`` used as it is. ``edges_for`` turns
-one into the core's ``Edges`` (``otelguard.core.edges``): nothing is looked up at run time, the core
+pure), ``True`` (the process-wide ``Telemetry.default()``) or a ``Telemetry``; anything else is a
+``TypeError`` naming ``telemetry`` (``checked_telemetry``): a host's own observer goes to
+``observers=``. ``edges_for`` turns one into the core's ``Edges`` (``otelguard.core.edges``): nothing is looked up at run time, the core
 is handed what it uses. ``Guard`` is the core's guard with ``telemetry=`` as its second argument,
 as the README shows. ``SessionHosted`` is the base of the hosts whose public constructor is
 ``(config, *, telemetry, agent, max_sessions)`` (the framework adapters): it builds their
@@ -20,12 +20,11 @@ reports to the telemetry; ``observer_for`` turns ``telemetry=True`` into the pro
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Callable, Iterable
 from functools import partial
-from typing import TYPE_CHECKING, ClassVar, Protocol, TypeAlias, cast
+from typing import TYPE_CHECKING, ClassVar, TypeAlias
 
-from otelguard.config import GuardConfig, TelemetrySettings
+from otelguard.config import GuardConfig
 from otelguard.config.environment import OTELGUARD_STATE_URL
 from otelguard.core import guard as core_guard
 from otelguard.core.bounded_map import HeldTable
@@ -39,70 +38,92 @@ from otelguard.core.tree import MAX_TREES, DelegationTree, local_tree_caps
 if TYPE_CHECKING:
     from otelguard.state.redis_caps import RedisSessionCaps
     from otelguard.state.reports import StateReport
+    from otelguard.telemetry import Telemetry
 
 __all__ = [
     "Guard",
     "SessionHosted",
-    "TelemetryBinder",
     "TelemetryOption",
     "checked_config",
+    "checked_telemetry",
     "edges_for",
     "observer_for",
+    "provide_current_tree",
     "session_cap_store",
     "session_host",
     "state_listener",
 ]
 
 
-class TelemetryBinder(Protocol):
-    """What ``telemetry=`` may be besides an observer (``otelguard.Telemetry`` is one): it is bound
-    once per guard to the config's ``telemetry`` section and answers with the guard's observer."""
+TelemetryOption: TypeAlias = "Telemetry | bool | None"
+"""What ``telemetry=`` takes, wherever a host takes it: a ``Telemetry``, ``True`` (the process-wide
+``Telemetry.default()``) or nothing (``None``/``False``). An observer of one's own goes to
+``observers=``; a host resolved further hands ``edges=``."""
 
-    def bind(self, settings: TelemetrySettings) -> GuardObserver: ...
 
+def checked_telemetry(telemetry: object) -> Telemetry | None:
+    """The ``Telemetry`` that ``telemetry=`` stands for (``None``: no telemetry); a ``TypeError``
+    naming the parameter for anything else."""
+    if telemetry is None or telemetry is False:
+        return None
+    # Imported here: a host made without telemetry never loads OpenTelemetry.
+    from otelguard.telemetry import Telemetry
 
-TelemetryOption: TypeAlias = TelemetryBinder | GuardObserver | bool | None
-"""What ``telemetry=`` takes: ``None``/``False`` (no telemetry), ``True`` (``Telemetry.default()``),
-a ``Telemetry`` or any ``TelemetryBinder`` (bound to each guard's config), or a ``GuardObserver``."""
+    if telemetry is True:
+        return Telemetry.default()
+    if isinstance(telemetry, Telemetry):
+        return telemetry
+    hint = "; an observer goes to observers=" if hasattr(telemetry, "on_call_end") else ""
+    raise TypeError(
+        f"telemetry: expected an otelguard.Telemetry, True (the process-wide default) or None/False, "
+        f"not {type(telemetry).__name__}{hint}"
+    )
 
 
 def edges_for(telemetry: TelemetryOption = None) -> Edges:
-    """The core's edges for a host made with ``telemetry``: each guard's observer from it
-    (``observer_for``), and the store of a known session's caps from the guard's config
-    (``session_cap_store``: Redis with a state URL, its health reported to ``telemetry``)."""
-    observer = None if telemetry is None or telemetry is False else partial(_observer_of, telemetry)
+    """The core's edges for a host made with ``telemetry`` (checked here: ``checked_telemetry``): each
+    guard's observer from it (``observer_for``), and the store of a known session's caps from the
+    guard's config (``session_cap_store``: Redis with a state URL, its health reported to the
+    telemetry)."""
+    resolved = checked_telemetry(telemetry)
     return Edges(
-        observer=observer,
-        session_caps=partial(_session_store_of, telemetry),
-        tree_caps=partial(_tree_store_of, telemetry),
+        observer=None if resolved is None else partial(_bound, resolved),
+        session_caps=partial(_session_store_of, resolved),
+        tree_caps=partial(_tree_store_of, resolved),
         current_tree=_current_tree,
     )
 
 
-def _observer_of(telemetry: TelemetryOption, config: GuardConfig) -> GuardObserver:
-    return observer_for(telemetry, config)
-
-
-def _session_store_of(telemetry: TelemetryOption, config: GuardConfig, session_id: str) -> SessionCapStore:
+def _session_store_of(telemetry: Telemetry | None, config: GuardConfig, session_id: str) -> SessionCapStore:
     return session_cap_store(config, session_id, telemetry)
 
 
-def _tree_store_of(telemetry: TelemetryOption, config: GuardConfig, root: str) -> SessionCapStore:
+def _tree_store_of(telemetry: Telemetry | None, config: GuardConfig, root: str) -> SessionCapStore:
     return tree_cap_store(config, root, telemetry)
 
 
+_tree_source: Callable[[], DelegationTree | None] | None = None
+
+
+def provide_current_tree(source: Callable[[], DelegationTree | None]) -> None:
+    """Where every host finds the delegation tree current where a guard is made: ``source()``.
+    ``otelguard.propagation`` hands its ``current_tree`` here when it is imported; a tree is current
+    only once it put one there, so a process that never propagates a tree never loads OpenTelemetry's
+    context for it."""
+    global _tree_source
+    _tree_source = source
+
+
 def _current_tree() -> DelegationTree | None:
-    # A tree is current only after otelguard.propagation put it there: asked without importing it,
-    # so a process that never propagates a tree never loads OpenTelemetry's context for it.
-    propagation = sys.modules.get("otelguard.propagation")
-    return propagation.current_tree() if propagation is not None else None
+    source = _tree_source
+    return source() if source is not None else None
 
 
 class Guard(core_guard.Guard):
     """The guard (``otelguard.core.guard.Guard``) with the conveniences the README shows: ``telemetry``
-    is ``None`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer provider,
-    default registry), a ``Telemetry`` (or any ``TelemetryBinder``: bound to this config's
-    ``telemetry`` section) or a ``GuardObserver``; a guard that knows its session (``session_id``)
+    is ``None``/``False`` (pure), ``True`` (the process-wide ``Telemetry.default()``: global tracer
+    provider, default registry) or a ``Telemetry`` (bound to this config's ``telemetry`` section);
+    a host's own observers go to ``observers``. A guard that knows its session (``session_id``)
     and is handed no store keeps its session caps in Redis when the config has a state URL.
     ``edges``: the core's edges, for a host that resolved them itself (then ``telemetry`` stays
     ``None``)."""
@@ -277,40 +298,27 @@ _tree_stores: HeldTable[tuple[int, str], RedisSessionCaps] = HeldTable(MAX_TREES
 
 
 def state_listener(telemetry: TelemetryOption) -> Callable[[StateReport], None] | None:
-    """Where a shared store's health goes for a guard made with ``telemetry``: otelguard's own
-    ``Telemetry`` counts it (``otelguard_state_*``); any other observer does not hear of it."""
-    if telemetry is None or telemetry is False:
-        return None
-    from otelguard.telemetry import Telemetry
-
-    if telemetry is True:
-        return Telemetry.default().state_reported
-    if isinstance(telemetry, Telemetry):
-        return telemetry.state_reported
-    return None
+    """Where a shared store's health goes for a guard made with ``telemetry``: its ``Telemetry``
+    counts it (``otelguard_state_*``); without telemetry nobody hears of it."""
+    resolved = checked_telemetry(telemetry)
+    return None if resolved is None else resolved.state_reported
 
 
-def observer_for(telemetry: TelemetryOption, config: GuardConfig) -> GuardObserver:
-    """The observer a guard made with ``telemetry`` reports to: ``True`` is the process-wide
-    ``Telemetry.default()``; an object with ``bind(settings)`` is bound to the config's ``telemetry``
-    section; anything else observes the guard itself."""
-    bind = None if telemetry is True else getattr(telemetry, "bind", None)
-    if telemetry is not True and not callable(bind):
-        return cast(GuardObserver, telemetry)
-    # Imported here: a guard whose observers are not otelguard's telemetry never loads OpenTelemetry.
-    from otelguard.telemetry import Telemetry
+def observer_for(telemetry: TelemetryOption, config: GuardConfig) -> GuardObserver | None:
+    """The observer a guard made with ``telemetry`` and ``config`` reports to: the ``Telemetry`` bound
+    to the config's ``telemetry`` section (``True``: the process-wide ``Telemetry.default()``);
+    ``None`` without telemetry."""
+    resolved = checked_telemetry(telemetry)
+    return None if resolved is None else _bound(resolved, config)
 
-    if telemetry is True:
-        telemetry = Telemetry.default()
-    if isinstance(telemetry, Telemetry):
-        # it says once, when it first exports a hash, that a random key's hashes match no other process's
-        random_key = uses_random_key(config.signature_key)
-        caps = tuple(
-            (cap, scope)
-            for scope, limits in (("turn", config.caps.turn), ("session", config.caps.session))
-            for cap, limit in limits.items()
-            if limit > 0
-        )
-        return telemetry.bind(config.telemetry, random_signature_key=random_key, caps=caps)
-    assert bind is not None
-    return cast(GuardObserver, bind(config.telemetry))
+
+def _bound(telemetry: Telemetry, config: GuardConfig) -> GuardObserver:
+    # it says once, when it first exports a hash, that a random key's hashes match no other process's
+    random_key = uses_random_key(config.signature_key)
+    caps = tuple(
+        (cap, scope)
+        for scope, limits in (("turn", config.caps.turn), ("session", config.caps.session))
+        for cap, limit in limits.items()
+        if limit > 0
+    )
+    return telemetry.bind(config.telemetry, random_signature_key=random_key, caps=caps)

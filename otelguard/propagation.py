@@ -44,6 +44,7 @@ from opentelemetry import baggage, context
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from otelguard.core.tree import DelegationTree, read_tree_values
+from otelguard.hosting import provide_current_tree
 
 __all__ = [
     "BAGGAGE_DEPTH",
@@ -300,3 +301,7 @@ def _count_ignored(why: str) -> None:
         "outside any tree; later headers ignored for this reason are only counted",
         _REASONS.get(why, f"it could not be read ({why})"),
     )
+
+
+# Every host (otelguard.hosting) finds the tree this module makes current from now on.
+provide_current_tree(current_tree)

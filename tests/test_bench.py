@@ -13,6 +13,7 @@ import pytest
 
 from otelguard.bench import FIGURE_NAMES, TARGETS
 from otelguard.bench.measure import percentile, retained_bytes, series_after_signatures
+from otelguard.bench.tricks import PAYS
 from otelguard.bench.workloads import DistinctCalls, large_turns, mixed_turns
 from otelguard.cli import main
 
@@ -129,3 +130,35 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile(values, 0.5) == 50
     assert percentile(values, 0.99) == 99
     assert percentile([7.0], 0.99) == 7.0
+
+
+def test_the_slotted_twins_are_measured_beside_the_classes_own_constructors(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    """The hot-path trick of the core keeps its own figure: the guard alone with the twins and with the
+    plain frozen-dataclass constructors, side by side, and the share saved against the 5% it must pay."""
+    twins = _bench_json(capsys, "--workload", "mixed")["hot_path_tricks"]["slotted_twins"]
+    assert twins["with_us"] > 0 and twins["without_us"] > 0
+    assert isinstance(twins["saving"], float) and isinstance(twins["pays"], bool)
+    assert twins["pays"] == (twins["saving"] >= PAYS)
+
+
+def test_the_plain_alternative_really_runs_the_classes_own_constructors() -> None:
+    from otelguard import Guard, GuardConfig
+    from otelguard.bench.tricks import _constructors
+    from otelguard.core import decisions, observers
+    from otelguard.core.observers import CallEvent
+    from otelguard.testing import RecordingObserver
+
+    twin_allow = decisions.allow_decision
+    recorder = RecordingObserver()
+    guard = Guard(GuardConfig(signature_key="k"), observers=[recorder])
+    guard.start_turn()
+    with _constructors(decisions.plain_allow_decision, CallEvent):
+        assert decisions.allow_decision is decisions.plain_allow_decision
+        assert observers.new_call_event is CallEvent
+        decision = guard.before_call("read_file", {"p": 1})
+        guard.after_call("read_file", {"p": 1}, "x")
+    assert decisions.allow_decision is twin_allow and observers.new_call_event is not CallEvent
+    assert decision.action == "allow" and type(decision) is decisions.Decision
+    assert recorder.outcomes == ["ok"]

@@ -8,14 +8,17 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from otelguard import GuardConfig
+from otelguard import Guard, GuardConfig
 from otelguard.claude_code.hooks import (
+    DEFAULT_AGENT,
     EVENTS,
     ClaudeCodeHooks,
     HookPayloadError,
     hook_output,
     stop_reason,
 )
+from otelguard.core.edges import Edges
+from otelguard.core.sessions import SessionHost
 from otelguard.testing import RecordingObserver
 
 UNATTENDED = GuardConfig(mode="unattended", signature_key="k", caps={"turn": {"web_search": 2}})
@@ -23,6 +26,13 @@ UNATTENDED = GuardConfig(mode="unattended", signature_key="k", caps={"turn": {"w
 
 def hooks(config: GuardConfig = UNATTENDED, **kwargs: Any) -> ClaudeCodeHooks:
     return ClaudeCodeHooks(config, **kwargs)
+
+
+def observed_hooks(observer: RecordingObserver, **kwargs: Any) -> ClaudeCodeHooks:
+    """Hooks whose every guard reports to ``observer`` as well (the host's own edges)."""
+    edges = Edges(observer=lambda _config: observer)
+    host = SessionHost(UNATTENDED, edges=edges, guard_class=Guard, agent=DEFAULT_AGENT, **kwargs)
+    return ClaudeCodeHooks(host=host)
 
 
 def payload(event: str, session: str = "s1", **fields: Any) -> dict[str, Any]:
@@ -160,7 +170,7 @@ def test_stop_ends_the_turn_and_session_end_forgets_the_session() -> None:
 def test_stop_failure_ends_the_turn_as_errored_and_stop_as_completed() -> None:
     """``StopFailure`` is the turn an API error ended (Claude Code ignores any output there)."""
     recorder = RecordingObserver()
-    h = hooks(telemetry=recorder)
+    h = observed_hooks(recorder)
     h.handle(payload("UserPromptSubmit", prompt="p"))
     h.handle(pre("Read", {"file_path": "a"}, "t1"))
     h.handle(post("Read", {"file_path": "a"}, "t1"))
@@ -202,7 +212,7 @@ def test_session_caps_are_shared_by_the_main_agent_and_its_subagents() -> None:
 def test_session_end_and_eviction_end_the_open_turns_of_the_main_agent_and_its_subagents() -> None:
     """A session that ends, or is dropped for a newer one, has its open turns ended (and so counted)."""
     recorder = RecordingObserver()
-    h = hooks(telemetry=recorder, max_sessions=1)
+    h = observed_hooks(recorder, max_sessions=1)
     for session in ("s1", "s2"):
         h.handle(payload("UserPromptSubmit", session=session, prompt="p"))
         h.handle(

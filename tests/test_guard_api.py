@@ -470,32 +470,76 @@ def test_calls_before_start_turn_work() -> None:
 
 
 class _BindingTelemetry:
-    def __init__(self) -> None:
-        self.bound: list[TelemetrySettings] = []
-        self.recorder = RecordingObserver()
+    """An object with ``bind(settings)`` that is not otelguard's ``Telemetry``."""
 
     def bind(self, settings: TelemetrySettings) -> GuardObserver:
-        self.bound.append(settings)
-        return self.recorder
+        return RecordingObserver()
 
 
-def test_telemetry_object_with_bind_is_bound_once_with_the_config_section() -> None:
-    """A telemetry object with bind(settings) is bound once with config.telemetry and observes the guard."""
-    telemetry = _BindingTelemetry()
+def test_telemetry_is_bound_once_with_the_config_section() -> None:
+    """A ``Telemetry`` is bound to the guard's ``config.telemetry``: ``span_mode: decisions`` makes a
+    span of the call that carried a decision and of none other."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SimpleSpanProcessor
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+    from prometheus_client import CollectorRegistry
+
+    from otelguard import Telemetry
+
+    spans = InMemorySpanExporter()
+    provider = TracerProvider()
+    provider.add_span_processor(SimpleSpanProcessor(spans))
+    registry = CollectorRegistry()
     config = GuardConfig.from_mapping({"signature_key": KEY, "telemetry": {"span_mode": "decisions"}})
-    guard = Guard(config, telemetry=telemetry)
+    guard = Guard(config, telemetry=Telemetry(provider, registry, turn_spans=False))
     guard.start_turn()
     run_script(guard, [("read_file", {"p": 1}, "x", False)] * 2)
     guard.end_turn()
-    assert telemetry.bound == [config.telemetry]
-    assert telemetry.recorder.codes == ["no_progress_warn"]
-    assert len(telemetry.recorder.summaries) == 1
+    labels = {"agent": "default", "tool": "read_file", "outcome": "ok"}
+    assert registry.get_sample_value("otelguard_tool_calls_total", labels) == 2
+    assert [span.attributes["otelguard.decision.code"] for span in spans.get_finished_spans()] == [  # type: ignore[index]
+        "no_progress_warn"
+    ]
 
 
-def test_telemetry_object_without_bind_is_an_observer() -> None:
-    """A telemetry object without bind() is used as a GuardObserver directly."""
+@pytest.mark.parametrize("nothing", [None, False])
+def test_no_telemetry_is_no_observer(nothing: bool | None) -> None:
+    from otelguard.hosting import edges_for
+
+    assert edges_for(nothing).observer is None
     recorder = RecordingObserver()
-    guard = Guard(GuardConfig(signature_key=KEY), telemetry=recorder)
+    guard = Guard(GuardConfig(signature_key=KEY), nothing, observers=[recorder])
+    guard.start_turn()
+    run_script(guard, [("read_file", {"p": 1}, "x", False)])
+    assert recorder.outcomes == ["ok"]
+
+
+@pytest.mark.parametrize(
+    ("telemetry", "hint"),
+    [
+        (RecordingObserver(), "RecordingObserver; an observer goes to observers="),
+        (_BindingTelemetry(), "_BindingTelemetry"),
+        ("yes", "str"),
+        (1, "int"),
+    ],
+)
+def test_telemetry_of_any_other_kind_is_a_type_error_naming_the_parameter(
+    telemetry: object, hint: str
+) -> None:
+    """``telemetry=`` takes a ``Telemetry``, ``True`` or nothing; an observer goes to ``observers=``."""
+    from otelguard.hosting import session_host
+
+    expected = f"telemetry: expected an otelguard.Telemetry, True (the process-wide default) or None/False, not {hint}"
+    with pytest.raises(TypeError) as raised:
+        Guard(GuardConfig(signature_key=KEY), telemetry)  # type: ignore[arg-type]
+    assert str(raised.value) == expected
+    with pytest.raises(TypeError, match=r"^telemetry: expected"):
+        session_host(GuardConfig(signature_key=KEY), telemetry=telemetry)  # type: ignore[arg-type]
+
+
+def test_an_observer_of_ones_own_goes_to_observers() -> None:
+    recorder = RecordingObserver()
+    guard = Guard(GuardConfig(signature_key=KEY), observers=[recorder])
     guard.start_turn()
     run_script(guard, [("read_file", {"p": 1}, "x", False)])
     assert recorder.outcomes == ["ok"]

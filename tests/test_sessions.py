@@ -35,6 +35,11 @@ def turns(registry: CollectorRegistry, agent: str, outcome: str = "completed") -
     return registry.get_sample_value("otelguard_turns_total", {"agent": agent, "outcome": outcome}) or 0.0
 
 
+def observed(observer: RecordingObserver) -> Edges:
+    """Edges that give every guard of a host one same observer of the host's own."""
+    return Edges(observer=lambda _config: observer)
+
+
 def metered_host(registry: CollectorRegistry, **kwargs: object) -> SessionHost:
     """A host whose guards count their turns in ``registry`` (real prometheus_client samples)."""
     telemetry = Telemetry(TracerProvider(), registry)
@@ -233,7 +238,7 @@ def test_an_unsettled_run_is_errored_when_the_next_run_begins_unless_it_was_sett
 
 def test_end_session_ends_the_open_turns_and_forgets_the_session() -> None:
     recorder = RecordingObserver()
-    host = SessionHost(GuardConfig(signature_key=KEY), edges=edges_for(recorder))
+    host = SessionHost(GuardConfig(signature_key=KEY), edges=observed(recorder))
     session = host.session("a")
     session.start_turn()
     session.guard("x").before_call("read_file", {"path": 1})
@@ -277,7 +282,7 @@ def test_subagents_are_their_own_guards_and_bounded() -> None:
     """A subagent's guard is made once per agent id; past the bound the least recently active
     subagent's turn is ended and its guard forgotten."""
     recorder = RecordingObserver()
-    main = SessionHost(GuardConfig(signature_key=KEY), edges=edges_for(recorder)).session("a").main
+    main = SessionHost(GuardConfig(signature_key=KEY), edges=observed(recorder)).session("a").main
     session = Session(main, max_subagents=2)
     one = session.guard("1", "explorer")
     assert session.guard("1") is one and session.guard(None) is main and one is not main
@@ -367,30 +372,30 @@ def test_a_session_host_is_handed_its_cap_backend() -> None:
 def test_a_hosted_session_makes_the_public_guard_with_its_own_observer_each() -> None:
     """``otelguard.hosting.session_host`` resolves ``telemetry=`` once into edges; every guard it makes,
     a subagent's too, is the public ``Guard`` and is bound its own observer (otelguard's telemetry
-    keeps a guard's open turn span), while a plain observer is shared as it is."""
+    keeps a guard's open turn span), while a host's own observer (its edges) is shared as it is."""
+    from typing import Any
+
     import otelguard
-    from otelguard.config import TelemetrySettings
     from otelguard.core.observers import GuardObserver
     from otelguard.hosting import session_host
 
-    class Binder:
+    class Binding(Telemetry):
         def __init__(self) -> None:
+            super().__init__(TracerProvider(), CollectorRegistry())
             self.bound: list[GuardObserver] = []
 
-        def bind(self, settings: TelemetrySettings) -> GuardObserver:
-            self.bound.append(RecordingObserver())
+        def bind(self, *args: Any, **kwargs: Any) -> GuardObserver:
+            self.bound.append(super().bind(*args, **kwargs))
             return self.bound[-1]
 
-    binder = Binder()
-    session = session_host(GuardConfig(signature_key=KEY), telemetry=binder).session("a")
+    telemetry = Binding()
+    session = session_host(GuardConfig(signature_key=KEY), telemetry=telemetry).session("a")
     sub = session.guard("call-1", "researcher")
     assert isinstance(session.main, otelguard.Guard) and isinstance(sub, otelguard.Guard)
-    assert len(binder.bound) == 2 and binder.bound[0] is not binder.bound[1]
-    session.start_turn()
-    sub.start_turn()
-    assert [len(observer.turns_started) for observer in binder.bound] == [1, 1]
+    assert len(telemetry.bound) == 2 and telemetry.bound[0] is not telemetry.bound[1]
     recorder = RecordingObserver()
-    shared = session_host(GuardConfig(signature_key=KEY), telemetry=recorder).session("b")
+    host = SessionHost(GuardConfig(signature_key=KEY), edges=observed(recorder), guard_class=otelguard.Guard)
+    shared = session_host(host=host).session("b")
     shared.start_turn()
     shared.guard("call-2", "helper").start_turn()
     assert len(recorder.turns_started) == 2

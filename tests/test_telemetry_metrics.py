@@ -16,6 +16,7 @@ from otelguard._version import __version__
 from otelguard.core.observers import CallEvent
 from otelguard.core.signatures import bounded_name
 from otelguard.telemetry import STAGES, Telemetry
+from otelguard.telemetry.prometheus import PrometheusTelemetry
 
 KEY = "test-signature-key"
 AGENT = "metrics-agent"
@@ -443,5 +444,9 @@ def test_telemetry_true_shares_one_label_bound_per_process() -> None:
         Guard(GuardConfig(signature_key=KEY), telemetry=True),
         Guard(GuardConfig(), telemetry=True),
     )
-    assert first._observers._observers[0]._space is second._observers._observers[0]._space  # type: ignore[attr-defined]
+    metrics = [
+        next(o for o in guard._observers._observers[0].observers if isinstance(o, PrometheusTelemetry))  # type: ignore[attr-defined]
+        for guard in (first, second)
+    ]
+    assert metrics[0]._space is metrics[1]._space
     assert Telemetry.default() is Telemetry.default()

@@ -18,6 +18,7 @@ from typing import Any, Final
 from otelguard import __version__
 from otelguard.bench import measure
 from otelguard.bench.runners import CONFIGURATIONS, SpanPipeline, runners_for
+from otelguard.bench.tricks import slotted_twins
 from otelguard.bench.workloads import WORKLOADS, workload_turns
 
 __all__ = ["FIGURE_NAMES", "TARGETS", "BenchOptions", "run_bench"]
@@ -74,10 +75,14 @@ def run_bench(options: BenchOptions, progress: Progress = _quiet) -> dict[str, A
     naive: dict[str, float] = {}
     figures: list[dict[str, Any]] = []
     spans = SpanPipeline()
+    tricks: dict[str, Any] = {}
     try:
         for workload, prefixes, calls in plan:
             progress(f"timing {workload}: {calls:,} calls x {len(prefixes) + 2} runners")
             turns = workload_turns(workload, calls, options.seed)
+            if not tricks:
+                progress(f"hot-path tricks: {workload}, each beside its plain alternative")
+                tricks["slotted_twins"] = slotted_twins(turns)
             timings = _timed(workload, prefixes, turns, spans)
             floor = timings.pop(f"floor_{workload}")
             floors[workload] = _us(floor.median_ns)
@@ -101,6 +106,7 @@ def run_bench(options: BenchOptions, progress: Progress = _quiet) -> dict[str, A
         "retained_bytes_after_1m_distinct": retained,
         "series_after_100k_signatures": series.series,
         "metrics_body_bytes": series.body_bytes,
+        "hot_path_tricks": tricks,
     }
     document["targets"] = _targets(document)
     document["parameters"] = {

@@ -17,6 +17,7 @@ from rich.table import Table
 
 from otelguard.bench import FIGURE_NAMES, TARGETS, BenchOptions, run_bench
 from otelguard.bench.sidecar import SidecarOptions, run_sidecar_bench
+from otelguard.bench.tricks import PAYS
 from otelguard.bench.workloads import WORKLOADS
 from otelguard.cli.output import cli_console
 
@@ -147,6 +148,14 @@ def _print_tables(console: Console, document: dict[str, Any]) -> None:
     for label, value, key, target in rows:
         other.add_row(label, value, target, _verdict(met.get(key)))
     other.add_row("/metrics body bytes", f"{document['metrics_body_bytes']:,}", "", "")
+    twins = document.get("hot_path_tricks", {}).get("slotted_twins")
+    if twins and twins["saving"] is not None:
+        other.add_row(
+            f"slotted twins: guard alone {twins['with_us']:.2f} µs/call, {twins['without_us']:.2f} without",
+            f"{twins['saving']:.1%} saved",
+            f"≥ {PAYS:.0%}",
+            _verdict(twins["pays"]),
+        )
     console.print(other)
     if "sidecar" in document:
         _print_sidecar(console, document["sidecar"])

@@ -11,7 +11,7 @@ from typing import Any, Final, Literal, NamedTuple
 
 import orjson
 
-from otelguard.core._slots import positional_factory
+from otelguard.core._slots import slotted_twin
 
 __all__ = [
     "ACTIONS",
@@ -222,8 +222,30 @@ class Decision:
         return result
 
 
-allow_decision: Final[Callable[[str, Signature], Decision]] = positional_factory(
-    Decision, {"action": "allow", "code": ALLOW, "message": "", "count": 0, "limit": 0, "cap": None}
+def plain_allow_decision(tool_name: str, signature: Signature) -> Decision:
+    """``allow_decision`` through the class's own constructor."""
+    return Decision("allow", ALLOW, "", tool_name, 0, 0, signature, None)
+
+
+_DecisionTwin: Final[Any] = slotted_twin(Decision)  # a class, or None
+
+
+def _allow_by_twin(tool_name: str, signature: Signature) -> Decision:
+    decision = _DecisionTwin()  # see otelguard.core._slots: every slot set, then the class swapped
+    decision.action = "allow"
+    decision.code = ALLOW
+    decision.message = ""
+    decision.tool_name = tool_name
+    decision.count = 0
+    decision.limit = 0
+    decision.signature = signature
+    decision.cap = None
+    decision.__class__ = Decision
+    return decision  # type: ignore[no-any-return]
+
+
+allow_decision: Final[Callable[[str, Signature], Decision]] = (
+    plain_allow_decision if _DecisionTwin is None else _allow_by_twin
 )
 """``allow_decision(tool_name, signature)``: an ``allow`` for one call (built without the dataclass
 ``__init__``: it runs on every call)."""

@@ -7,11 +7,11 @@ guard's lock. An error in one is logged once and never reaches the tool loop.
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, Final
 
-from otelguard.core._slots import positional_factory
+from otelguard.core._slots import slotted_twin
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
 
 if TYPE_CHECKING:
@@ -111,13 +111,19 @@ class ObserverGroup:
     telemetry observer whose call counting failed can still count that it failed). It never raises.
     """
 
-    __slots__ = ("_observers", "_only", "_reported", "_starters", "any", "wants_call_start")
+    __slots__ = ("_observers", "_one_starter", "_only", "_reported", "_starters", "any", "wants_call_start")
 
     def __init__(self, observers: Iterable[GuardObserver]) -> None:
         self._observers = tuple(observers)
         # the common guard has one observer (its telemetry): called without the loop
         self._only = self._observers[0] if len(self._observers) == 1 else None
         self._starters = tuple(_wants_call_start(o) for o in self._observers)
+        starters = [i for i, wants in enumerate(self._starters) if wants]
+        # the one observer that wants call starts, and the tokens of those before it (telemetry's
+        # spans are often the only one): asked without the loop
+        self._one_starter = (
+            ((None,) * starters[0], self._observers[starters[0]]) if len(starters) == 1 else None
+        )
         self._reported: set[tuple[str, str]] = set()
         self.any = bool(self._observers)
         """Whether there is anyone to tell: the guard builds no events otherwise."""
@@ -140,6 +146,14 @@ class ObserverGroup:
             except Exception as exc:
                 self._observer_failed(only, "on_call_start", exc)
                 return (None,)
+        one = self._one_starter
+        if one is not None:
+            before, starter = one
+            try:
+                return (*before, starter.on_call_start(event))  # call_ended reads None past the end
+            except Exception as exc:
+                self._observer_failed(starter, "on_call_start", exc)
+                return ()
         tokens: list[object] = []
         for observer, wants in zip(self._observers, self._starters, strict=True):
             token = None
@@ -151,7 +165,8 @@ class ObserverGroup:
             tokens.append(token)
         return tuple(tokens)
 
-    def call_ended(self, event: CallEvent, tokens: Sequence[object]) -> None:
+    def call_ended(self, event: CallEvent, tokens: Sequence[object] | None) -> None:
+        """``tokens``: ``call_started``'s (``None`` or short: ``None`` for the observers past them)."""
         only = self._only
         if only is not None:
             try:
@@ -159,6 +174,8 @@ class ObserverGroup:
             except Exception as exc:
                 self._observer_failed(only, "on_call_end", exc)
             return
+        if tokens is None:
+            tokens = ()
         for i, observer in enumerate(self._observers):
             try:
                 observer.on_call_end(event, tokens[i] if i < len(tokens) else None)
@@ -175,6 +192,11 @@ class ObserverGroup:
     def internal_error(self, stage: str, exc: BaseException) -> None:
         """The guard itself failed in ``stage``: log it once and tell every observer."""
         self._log_once(stage, exc)
+        self._report(stage)
+
+    def report(self, stage: str) -> None:
+        """Tell every observer of an internal error in ``stage`` that was logged where it was caught
+        (a group that is itself one observer of a guard's group hears of it so)."""
         self._report(stage)
 
     def _observer_failed(self, observer: GuardObserver, method: str, exc: Exception) -> None:
@@ -205,7 +227,45 @@ def _wants_call_start(observer: object) -> bool:
     return observer.wants_call_start if isinstance(observer, GuardObserver) else True
 
 
-new_call_event = positional_factory(CallEvent)
+_EventTwin: Final[Any] = slotted_twin(CallEvent)  # a class, or None
+
+
+def _event_by_twin(
+    tool_name: str,
+    tool_class: ToolClass,
+    signature: Signature,
+    call_id: str | None,
+    agent: str,
+    turn_id: str | None,
+    decision: Decision,
+    before: Decision,
+    outcome: Outcome | None,
+    refusal: str | None,
+    spawn_count: int,
+    start_time_ns: int,
+    state_fallback: bool,
+    delegation: DelegationTree | None,
+) -> CallEvent:
+    event = _EventTwin()  # see otelguard.core._slots: every slot set, then the class swapped
+    event.tool_name = tool_name
+    event.tool_class = tool_class
+    event.signature = signature
+    event.call_id = call_id
+    event.agent = agent
+    event.turn_id = turn_id
+    event.decision = decision
+    event.before = before
+    event.outcome = outcome
+    event.refusal = refusal
+    event.spawn_count = spawn_count
+    event.start_time_ns = start_time_ns
+    event.state_fallback = state_fallback
+    event.delegation = delegation
+    event.__class__ = CallEvent
+    return event  # type: ignore[no-any-return]
+
+
+new_call_event: Callable[..., CallEvent] = CallEvent if _EventTwin is None else _event_by_twin
 """``new_call_event(tool_name, tool_class, signature, call_id, agent, turn_id, decision, before, outcome,
 refusal, spawn_count, start_time_ns, state_fallback, delegation)``: a ``CallEvent`` built for the hot path."""
 

@@ -15,10 +15,12 @@ its subagents as they would live. Each keeps its own session caps, as the replay
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 from otelguard import Decision, Guard, GuardConfig
 from otelguard.core import decisions as codes
+from otelguard.core.observers import GuardObserver
 from otelguard.core.scripted import play_call
 from otelguard.hosting import TelemetryOption
 from otelguard.propagation import use_tree
@@ -71,10 +73,12 @@ class ReplayRunner:
         agent: str = "replay",
         max_detailed_sessions: int = MAX_DETAILED_SESSIONS,
         timelines: Timelines | None = None,
+        observers: Sequence[GuardObserver] = (),
     ) -> None:
         self._config = config
         self.timelines = timelines
         self._telemetry = telemetry
+        self._observers = tuple(observers)
         self._agent = agent
         self._open: dict[SessionKey, _Session] = {}
         self._seq = 0
@@ -96,7 +100,7 @@ class ReplayRunner:
         parent_id, sidechain, _root = key.session_id.rpartition(":")
         parent = self._open.get(SessionKey(key.path, parent_id)) if sidechain else None
         with use_tree(parent.guard.delegation_tree if parent is not None else None):
-            guard = Guard(self._config, self._telemetry, agent=self._agent)
+            guard = Guard(self._config, self._telemetry, agent=self._agent, observers=self._observers)
         report = SessionReport(session_id=key.session_id, path=key.path, seq=self._seq)
         marks = None if self.timelines is None else SessionMarks()
         self._open[key] = _Session(self._seq, guard, report, marks=marks)

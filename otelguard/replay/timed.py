@@ -160,8 +160,8 @@ def _batches(stream: IO[bytes]) -> Iterator[tuple[float, int, Any]]:
 
 
 class TimedEvents(GuardObserver):
-    """The observer every guard of a timed replay reports to (passed as the runner's telemetry: its
-    ``bind`` returns itself). Each event goes to the spill at the clock's time. A replay's guards
+    """The observer every guard of a timed replay reports to (one of the runner's ``observers``;
+    ``settings``: the replayed config's ``telemetry`` section, which the metrics are played back with). Each event goes to the spill at the clock's time. A replay's guards
     have no session id, so they never use a shared state store and make no state reports."""
 
     wants_call_start = False
@@ -180,11 +180,6 @@ class TimedEvents(GuardObserver):
         """Events left out because their session had shown no time yet."""
         self.failure: Exception | None = None
         """Why events could not be kept (a full disk, ...): the metrics are then incomplete."""
-
-    def bind(self, settings: TelemetrySettings | None = None) -> TimedEvents:
-        if settings is not None:
-            self.settings = settings
-        return self
 
     def on_call_end(self, call: CallEvent, token: object) -> None:
         now, key = self.clock.now, self.clock.key
@@ -348,7 +343,8 @@ class TimedRun:
         self.clock = Clock()
         self.spill = TimeSortedSpill(directory)
         self.events = TimedEvents(self.clock, self.spill, since, until)
-        self.runner = ReplayRunner(config, self.events, **runner_options)
+        self.events.settings = config.telemetry
+        self.runner = ReplayRunner(config, observers=(self.events,), **runner_options)
         self.sink = TimedReplay(self.runner, self.clock)
 
     def finish(self) -> ReplayReport:

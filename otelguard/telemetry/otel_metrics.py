@@ -18,12 +18,13 @@ from typing import Final
 from opentelemetry.metrics import Counter, Histogram, Meter
 
 from otelguard.core.decisions import Decision, TurnSummary
-from otelguard.core.observers import CallEvent
+from otelguard.core.observers import CallEvent, GuardObserver
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry import genai
 from otelguard.telemetry.metrics import LabelBound, LabelSpace, SeriesBound
+from otelguard.telemetry.names import call_error_type, counts_before
 
-__all__ = ["DECISIONS", "TOOL_CALLS", "TURNS", "OtelInstruments", "OtelSpace"]
+__all__ = ["DECISIONS", "TOOL_CALLS", "TURNS", "OtelInstruments", "OtelMetricsTelemetry", "OtelSpace"]
 
 DECISIONS: Final = "otelguard.decisions"
 TOOL_CALLS: Final = "otelguard.tool_calls"
@@ -93,9 +94,9 @@ class OtelSpace:
                 (agent, tool), (outcome,),
             ),
         )  # fmt: skip
-        decision, before = call.decision, call.before
-        if before.action != "allow" and before is not decision and before != decision:
-            self._count_decision(agent, tool, before)
+        decision = call.decision
+        if counts_before(call):
+            self._count_decision(agent, tool, call.before)
         if decision.action != "allow":
             self._count_decision(agent, tool, decision)
         if outcome in _RAN and call.start_time_ns:
@@ -158,3 +159,20 @@ class OtelSpace:
 def _name(value: object) -> str:
     """A host-chosen name as exported: a string as it is, anything else ``_other``."""
     return value if isinstance(value, str) else attr.OTHER
+
+
+class OtelMetricsTelemetry(GuardObserver):
+    """The OTel metrics of one guard (``telemetry.otel_metrics: true``): one observer of its
+    ``ObserverGroup``, after the spans and the Prometheus metrics; a guard without them has none."""
+
+    wants_call_start = False
+
+    def __init__(self, otel: OtelSpace) -> None:
+        self._otel = otel
+
+    def on_call_end(self, call: CallEvent, token: object) -> None:
+        outcome = call.outcome or "ok"
+        self._otel.call_ended(call, outcome, call_error_type(call, outcome))
+
+    def on_turn_end(self, summary: TurnSummary) -> None:
+        self._otel.turn_ended(summary)

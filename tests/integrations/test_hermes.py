@@ -122,7 +122,8 @@ class _Hooks:
 
 
 def _plugin(**kwargs: Any) -> tuple[HermesGuardPlugin, dict[str, Any]]:
-    plugin = HermesGuardPlugin(GuardConfig(mode="unattended", signature_key="k"), **kwargs)
+    config = None if "host" in kwargs else GuardConfig(mode="unattended", signature_key="k")
+    plugin = HermesGuardPlugin(config, **kwargs)
     registry = _Hooks()
     plugin.register(registry)
     return plugin, registry.hooks
@@ -162,10 +163,15 @@ def test_own_refusal_echoed_as_blocked_is_not_counted_again() -> None:
 def test_a_run_hermes_reports_as_not_completed_is_an_errored_turn(
     ended: dict[str, bool], outcome: str
 ) -> None:
+    from otelguard import Guard
+    from otelguard.core.edges import Edges
+    from otelguard.core.sessions import SessionHost
     from otelguard.testing import RecordingObserver
 
     recorder = RecordingObserver()
-    _, hooks = _plugin(telemetry=recorder)
+    edges = Edges(observer=lambda _config: recorder)
+    config = GuardConfig(mode="unattended", signature_key="k")
+    _, hooks = _plugin(host=SessionHost(config, edges=edges, guard_class=Guard, agent="hermes"))
     hooks["pre_llm_call"](session_id="s", turn_id="t")
     _call(hooks, "s", "c1", status="ok")
     hooks["on_session_end"](session_id="s", turn_id="t", **ended)
