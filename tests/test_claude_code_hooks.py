@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelguard import GuardConfig
-from otelguard.claude_code.hooks import (
+from otelguard.coding_agents.claude_code import (
     EVENTS,
     ClaudeCodeHooks,
     HookPayloadError,
