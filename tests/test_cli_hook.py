@@ -443,7 +443,7 @@ def run_hook(
         (["claude-code", "--timeout", "2s"], ["--timeout '2s'", "number of seconds"]),
         (["claude-code", "--timeout=0"], ["--timeout '0'", "above 0"]),
         (["claude_code"], ["'claude_code'", "expected claude-code"]),
-        (["codex"], ["'codex'"]),
+        (["kodex"], ["'kodex'", "expected claude-code or codex"]),
         ([], ["no agent named"]),
         (["claude-code", "--bogus"], ["unknown option '--bogus'"]),
         (["claude-code", "--url"], ["--url needs a value"]),

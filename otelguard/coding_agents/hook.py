@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLIS", "DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "endpoint", "main", "mistyped", "post"]
 
-CLIS: Final = {"claude-code": "claude_code"}
+CLIS: Final = {"claude-code": "claude_code", "codex": "codex"}
 """Each CLI otelguard guards through its hooks, as the command names it → its module in
 ``otelguard.coding_agents`` (the mapping the sidecar answers with, and the settings it prints)."""
 DEFAULT_TIMEOUT_SECONDS: Final = 2.0
@@ -59,7 +59,8 @@ USAGE: Final = (
     "  (arguments, environment, stdin, the sidecar) is one line on stderr and the call goes ahead\n"
     f"  --url URL          the sidecar (default: ${OTELGUARD_URL} or {DEFAULT_URL})\n"
     f"  --timeout SECONDS  give up and let the call go ahead after this long (default: {DEFAULT_TIMEOUT_SECONDS:g})\n"
-    "  --print-settings   print the hooks block to paste where the CLI reads it (a command per event)\n"
+    "  --print-settings   print the hooks block to paste where the CLI reads it (a command per event):\n"
+    "                     claude-code: .claude/settings.json; codex: $CODEX_HOME/hooks.json\n"
     "  --http             with --print-settings: Claude Code posts each event to the sidecar itself\n"
     "  --print-config     print a starter config for unattended use: otelguard serve --config it\n"
 )
@@ -176,6 +177,9 @@ def _printed(options: _Options) -> str:
         url = options.url if options.url_given else None
         timeout = options.timeout if options.timeout != DEFAULT_TIMEOUT_SECONDS else None
         block = module.settings_block(url, timeout)
+    note = getattr(module, "trust_note", None)
+    if note is not None:  # what else it takes, beside the block: on stderr, the block stays pasteable
+        sys.stderr.write(note())
     return block + "\n"
 
 

@@ -10,7 +10,7 @@ import os
 import secrets
 import shlex
 import sys
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from typing import Final
 
 __all__ = ["STARTER_CONFIG", "hook_command", "hook_program", "hooks_block", "starter_config"]
@@ -43,18 +43,21 @@ def hook_command(cli: str, url: str | None, timeout: float | None, program: str 
 
 
 def hooks_block(
-    events: Iterable[str], tool_events: Iterable[str], handler: dict[str, object], **outer: object
+    events: Iterable[str],
+    tool_events: Iterable[str],
+    handler: dict[str, object],
+    overrides: Mapping[str, dict[str, object]] | None = None,
 ) -> str:
     """``{"hooks": {event: [{"matcher": "*", "hooks": [handler]}]}}`` (the matcher only on the events
-    about one tool call), with ``outer``'s keys beside ``hooks``: the layout Claude Code, Codex and
-    Gemini CLI read."""
+    about one tool call; ``overrides``: another handler for some events): the layout Claude Code,
+    Codex and Gemini CLI read."""
     matched = set(tool_events)
     hooks: dict[str, list[dict[str, object]]] = {}
     for event in events:
         entry: dict[str, object] = {"matcher": "*"} if event in matched else {}
-        entry["hooks"] = [handler]
+        entry["hooks"] = [(overrides or {}).get(event, handler)]
         hooks[event] = [entry]
-    return json.dumps({**outer, "hooks": hooks}, indent=2)
+    return json.dumps({"hooks": hooks}, indent=2)
 
 
 def starter_config() -> str:

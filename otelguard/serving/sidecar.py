@@ -21,6 +21,7 @@ import orjson
 from prometheus_client import CollectorRegistry
 
 from otelguard.coding_agents.claude_code import DEFAULT_AGENT, ClaudeCodeHooks
+from otelguard.coding_agents.codex import CodexHooks
 from otelguard.coding_agents.mapping import (
     AgentHooks,
     HookPayloadError,
@@ -76,7 +77,8 @@ class Sidecar:
             max_signatures=max_signatures,  # one memory bound across sessions
         )
         self.hooks: dict[str, AgentHooks] = {
-            f"/v1/hooks/{mapping.cli}": mapping for mapping in (ClaudeCodeHooks(host=self.host),)
+            f"/v1/hooks/{mapping.cli}": mapping
+            for mapping in (ClaudeCodeHooks(host=self.host), CodexHooks(host=self.host))
         }
         self._state_io = self.host.config.effective_state().url is not None
         self._catalog = catalog_for(self.host.config)
