@@ -1,6 +1,6 @@
 """Coding-agent CLIs from npm, at pinned versions, installed once into a cache beside the project.
 
-Claude Code and Codex are installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
+Claude Code, Codex and Gemini CLI are installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
 ``~/.cache/otelguard-test/clients``), one folder per version, marked complete only once the
 installed command answers with its version: the tests run the real client offline against a scripted
 model. ``python -m tests.side_clients`` installs them ahead of a test run (``.ci/run`` does).
@@ -22,6 +22,8 @@ CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 CLAUDE_CODE_VERSION = "2.1.197"
 CODEX_PACKAGE = "@openai/codex"
 CODEX_VERSION = "0.171.0"
+GEMINI_CLI_PACKAGE = "@google/gemini-cli"
+GEMINI_CLI_VERSION = "0.61.0"
 INSTALL_TIMEOUT = 900.0
 
 
@@ -67,6 +69,11 @@ def install_codex() -> Path:
     return install(CODEX_PACKAGE, CODEX_VERSION, "codex", "codex")
 
 
+def install_gemini_cli() -> Path:
+    """The cached ``gemini`` command of the pinned version."""
+    return install(GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION, "gemini-cli", "gemini")
+
+
 def _installed_or_skipped(installer: Callable[[], Path], package: str, version: str) -> Path:
     """The installed command; skips when it cannot be installed (fails under
     ``OTELGUARD_REQUIRE_E2E=1``, as CI runs)."""
@@ -93,6 +100,12 @@ def codex() -> Path:
     return _installed_or_skipped(install_codex, CODEX_PACKAGE, CODEX_VERSION)
 
 
+def gemini_cli() -> Path:
+    """The pinned ``gemini`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_gemini_cli, GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION)
+
+
 if __name__ == "__main__":
     print(install_claude_code())
     print(install_codex())
+    print(install_gemini_cli())

@@ -350,7 +350,11 @@ def _reach(module: str, graph: dict[str, frozenset[str]]) -> set[str]:
     return seen
 
 
-CLI_MAPPINGS = ("otelguard.coding_agents.claude_code", "otelguard.coding_agents.codex")
+CLI_MAPPINGS = (
+    "otelguard.coding_agents.claude_code",
+    "otelguard.coding_agents.codex",
+    "otelguard.coding_agents.gemini_cli",
+)
 """Each coding-agent CLI's mapping, one module per CLI."""
 
 

@@ -145,12 +145,12 @@ def test_with_the_sidecar_down_every_codex_call_goes_ahead(tmp_path: Path) -> No
     assert len(told) == 1
 
 
-def metric_values(exposition: str) -> dict[tuple[str, str], float]:
-    """``(family, outcome or code)`` → value, for otelguard's series of the ``codex`` agent."""
+def metric_values(exposition: str, agent: str = "codex") -> dict[tuple[str, str], float]:
+    """``(family, outcome or code)`` → value, for otelguard's series of ``agent``."""
     values: dict[tuple[str, str], float] = {}
     for family in prometheus_client_parser.text_string_to_metric_families(exposition):
         for sample in family.samples:
-            if sample.labels.get("agent") != "codex":
+            if sample.labels.get("agent") != agent:
                 continue
             name = sample.name.removeprefix("otelguard_").removesuffix("_total")
             key = sample.labels.get("outcome") or sample.labels.get("code")

@@ -40,7 +40,7 @@ if TYPE_CHECKING:
 
 __all__ = ["CLIS", "DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "endpoint", "main", "mistyped", "post"]
 
-CLIS: Final = {"claude-code": "claude_code", "codex": "codex"}
+CLIS: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli"}
 """Each CLI otelguard guards through its hooks, as the command names it → its module in
 ``otelguard.coding_agents`` (the mapping the sidecar answers with, and the settings it prints)."""
 DEFAULT_TIMEOUT_SECONDS: Final = 2.0
@@ -60,7 +60,8 @@ USAGE: Final = (
     f"  --url URL          the sidecar (default: ${OTELGUARD_URL} or {DEFAULT_URL})\n"
     f"  --timeout SECONDS  give up and let the call go ahead after this long (default: {DEFAULT_TIMEOUT_SECONDS:g})\n"
     "  --print-settings   print the hooks block to paste where the CLI reads it (a command per event):\n"
-    "                     claude-code: .claude/settings.json; codex: $CODEX_HOME/hooks.json\n"
+    "                     claude-code: .claude/settings.json; codex: $CODEX_HOME/hooks.json;\n"
+    '                     gemini-cli: the "hooks" of ~/.gemini/settings.json\n'
     "  --http             with --print-settings: Claude Code posts each event to the sidecar itself\n"
     "  --print-config     print a starter config for unattended use: otelguard serve --config it\n"
 )

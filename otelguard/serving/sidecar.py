@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from otelguard.coding_agents.claude_code import DEFAULT_AGENT, ClaudeCodeHooks
 from otelguard.coding_agents.codex import CodexHooks
+from otelguard.coding_agents.gemini_cli import GeminiCliHooks
 from otelguard.coding_agents.mapping import (
     AgentHooks,
     HookPayloadError,
@@ -78,7 +79,11 @@ class Sidecar:
         )
         self.hooks: dict[str, AgentHooks] = {
             f"/v1/hooks/{mapping.cli}": mapping
-            for mapping in (ClaudeCodeHooks(host=self.host), CodexHooks(host=self.host))
+            for mapping in (
+                ClaudeCodeHooks(host=self.host),
+                CodexHooks(host=self.host),
+                GeminiCliHooks(host=self.host),
+            )
         }
         self._state_io = self.host.config.effective_state().url is not None
         self._catalog = catalog_for(self.host.config)
