@@ -75,6 +75,26 @@ def test_the_exit_code_line_decides_the_failure_and_the_process_group_is_left_ou
     assert observer.decisions[4].code == "identical_call_reject"
 
 
+def test_a_warning_after_a_call_reaches_the_model_as_additional_context() -> None:
+    hooks = GeminiCliHooks(GuardConfig(signature_key="k"))  # interactive: warns, never refuses
+    hooks.handle(real("BeforeAgent"))
+    answers = []
+    for number in range(6):
+        assert hooks.handle(real("BeforeTool")) is None
+        answers.append(hooks.handle(after(number)))
+    warned = [answer for answer in answers if answer is not None]
+    assert warned and answers[0] is None
+    for answer in warned:
+        (specific,) = answer.values()
+        assert set(answer) == {"hookSpecificOutput"} and set(specific) == {
+            "hookEventName",
+            "additionalContext",
+        }
+        assert specific["hookEventName"] == "AfterTool" and specific["additionalContext"].startswith(
+            "run_shell_command"
+        )
+
+
 def test_the_agent_label_is_gemini_cli() -> None:
     assert GeminiCliHooks(UNATTENDED).sessions.session("x").main.agent == "gemini-cli"
 

@@ -15,7 +15,9 @@ new number on every run), is the result the guard compares.
 What Gemini CLI honours (0.61.0): ``{"decision": "deny", "reason": R}`` refuses the call, and the
 model reads ``Tool execution blocked: R``; ``{"continue": false, "stopReason": S}`` on ``BeforeTool``
 does not run the call and ends the run at once (the user reads ``Agent execution stopped by hook:
-S``). So a refusal is a deny with the guard's message, and a ``block``/``halt`` is that stop.
+S``). So a refusal is a deny with the guard's message, and a ``block``/``halt`` is that stop. A
+warning after a call reaches the model as ``additionalContext`` (appended to the call's output as
+``<hook_context>``), and a ``systemMessage`` is shown to the user (``Hook system message: ...``).
 """
 
 from __future__ import annotations
@@ -30,7 +32,16 @@ from otelguard.coding_agents.settings import hook_command, hooks_block
 from otelguard.core.decisions import Decision
 from otelguard.errors import HookPayloadError
 
-__all__ = ["DEFAULT_AGENT", "HOOK_EVENTS", "TOOL_EVENTS", "GeminiCliHooks", "exit_code", "settings_block"]
+__all__ = [
+    "DEFAULT_AGENT",
+    "HOOK_EVENTS",
+    "TOOL_EVENTS",
+    "GeminiCliHooks",
+    "context",
+    "exit_code",
+    "refusal",
+    "settings_block",
+]
 
 DEFAULT_AGENT: Final = "gemini-cli"
 HOOK_EVENTS: Final = ("BeforeAgent", "BeforeTool", "AfterTool", "AfterAgent", "SessionEnd")
@@ -75,13 +86,10 @@ class GeminiCliHooks(AgentHooks):
         response = payload.get("tool_response")
         text = response.get("llmContent") if isinstance(response, Mapping) else None
         if not isinstance(text, str):
-            guard.after_call(tool_name, args, response)
-            return None
+            return context(guard.after_call(tool_name, args, response))
         code = exit_code(text)
-        guard.after_call(
-            tool_name, args, _PROCESS_GROUP.sub("", text), failed=None if code is None else code != 0
-        )
-        return None
+        failed = None if code is None else code != 0
+        return context(guard.after_call(tool_name, args, _PROCESS_GROUP.sub("", text), failed=failed))
 
     def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:
         event = body.get("hook_event_name")
@@ -104,6 +112,15 @@ def refusal(decision: Decision, halt: Decision | None = None) -> dict[str, Any] 
     if decision.should_halt:
         return {"continue": False, "stopReason": stop_reason(halt or decision)}
     return {"decision": "deny", "reason": decision.message}
+
+
+def context(decision: Decision) -> dict[str, Any] | None:
+    """The answer to ``AfterTool``: the guard's warning (or a stop's message) for the model, which
+    Gemini CLI appends to the call's output as ``<hook_context>``."""
+    if decision.action == "allow" or not decision.message:
+        return None
+    message = stop_reason(decision) if decision.should_halt else decision.message
+    return {"hookSpecificOutput": {"hookEventName": "AfterTool", "additionalContext": message}}
 
 
 def settings_block(url: str | None, timeout: float | None = None, program: str | None = None) -> str:
