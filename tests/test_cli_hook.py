@@ -170,10 +170,9 @@ def answering() -> Iterator[str]:
         yield f"http://127.0.0.1:{server.port}"
 
 
-def test_the_hook_path_imports_only_the_standard_library(answering: str) -> None:
-    imported = imports_without_site(
-        "hook", "claude-code", "--url", answering, payload=json.dumps(PRE).encode()
-    )
+@pytest.mark.parametrize("cli", ["claude-code", "codex", "gemini-cli"])
+def test_the_hook_path_imports_only_the_standard_library(answering: str, cli: str) -> None:
+    imported = imports_without_site("hook", cli, "--url", answering, payload=json.dumps(PRE).encode())
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
     assert ours == {
         "otelguard",
@@ -448,6 +447,7 @@ def run_hook(
         (["claude-code", "--bogus"], ["unknown option '--bogus'"]),
         (["claude-code", "--url"], ["--url needs a value"]),
         (["claude-code", "--http"], ["--http goes with --print-settings"]),
+        (["codex", "--print-settings", "--http"], ["only Claude Code posts hook events itself"]),
         (["claude-code", "--url", "127.0.0.1:9464"], ["'127.0.0.1:9464' is not an http"]),
         (["claude-code", "--url", "http://127.0.0.1:94x4"], ["bad port '94x4'"]),
         (["claude-code", "--print-settings", "--http", "--url", "ftp://x"], ["'ftp://x' is not an http"]),
@@ -902,3 +902,23 @@ def test_the_notice_never_raises(payload: bytes) -> None:
 
     told = notice(payload, "sidecar down")
     assert told == "" or list(json.loads(told)) == ["systemMessage"]
+
+
+@pytest.mark.parametrize("cli", ["claude-code", "codex", "gemini-cli"])
+def test_each_cli_posts_to_its_own_endpoint_under_the_url_path(cli: str) -> None:
+    """``otelguard hook CLI`` posts the payload as it came to ``/v1/hooks/CLI`` under ``--url``'s
+    path, and prints the answer as the sidecar gave it, on the standard library alone."""
+    seen: list[tuple[str, bytes]] = []
+    answer = b'{"decision": "deny", "reason": "r"}'
+
+    def record(request: Request) -> Response:
+        seen.append((request.path, request.body))
+        return Response(200, answer)
+
+    with HttpServer(record) as server:
+        ran = subprocess.run(
+            [sys.executable, "-m", "otelguard", "hook", cli, "--url", f"http://127.0.0.1:{server.port}/guard"],
+            input=json.dumps(PRE).encode(), capture_output=True, timeout=TIMEOUT,
+        )  # fmt: skip
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, answer, b"")
+    assert seen == [(f"/guard/v1/hooks/{cli}", json.dumps(PRE).encode())]
