@@ -26,7 +26,13 @@ from collections.abc import Callable, Mapping
 from typing import Any, Final
 
 from otelguard.coding_agents.hook import DEFAULT_TIMEOUT_SECONDS
-from otelguard.coding_agents.mapping import AgentHooks, optional_text, required_text, stop_reason
+from otelguard.coding_agents.mapping import (
+    AgentHooks,
+    HookPayloadError,
+    optional_text,
+    required_text,
+    stop_reason,
+)
 from otelguard.coding_agents.settings import hook_command, hooks_block
 from otelguard.core.decisions import Decision
 
@@ -50,8 +56,6 @@ class CodexHooks(AgentHooks):
 
     def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(payload, Mapping):
-            from otelguard.errors import HookPayloadError
-
             raise HookPayloadError("body", "a JSON object")
         event = required_text(payload, "hook_event_name")
         session_id = required_text(payload, "session_id")

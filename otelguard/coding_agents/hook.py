@@ -109,8 +109,9 @@ def main(argv: list[str]) -> int:
 
 
 def _say_the_guard_is_off(reason: str) -> None:
-    """Once per session, tell the user in Claude Code (a ``systemMessage``) that this session's calls go
-    ahead unguarded, and why: the stderr line alone is seen by nobody. Never raises."""
+    """Once per session, tell the user (a ``systemMessage``: Claude Code and Gemini CLI show it, ``codex
+    exec`` does not) that this session's calls go ahead unguarded, and why: the stderr line alone is
+    seen by nobody. Never raises."""
     payload = _Read.payload
     if payload is None:
         return

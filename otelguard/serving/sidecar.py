@@ -2,10 +2,10 @@
 
 Routes: ``GET /metrics``, ``GET /healthz``; ``POST /v1/start_turn``, ``/v1/before_call``,
 ``/v1/after_call``, ``/v1/end_turn``, ``/v1/end_session`` (bodies as the Python API's arguments,
-answers the decision); ``POST /v1/hooks/CLI`` for each coding-agent CLI (``claude-code``, ...: that
-CLI's hook payload in, the hook output it reads out). With a token, every ``/v1/`` request needs ``Authorization: Bearer
-<token>``. A bad body gets 400 with one line naming the field, never a value; bodies are never
-logged. Guard calls are cheap and answered on the server's event loop, unless they may wait on the
+answers the decision); ``POST /v1/hooks/CLI`` for each coding-agent CLI (``claude-code``, ``codex``,
+``gemini-cli``: that CLI's hook payload in, the hook output it reads out). With a token, every
+``/v1/`` request needs ``Authorization: Bearer <token>``. A bad body gets 400 with one line naming
+the field, never a value; bodies are never logged. Guard calls are cheap and answered on the server's event loop, unless they may wait on the
 shared state (``state.url``): those, and ``/metrics`` rendering, go to its worker pool.
 """
 
