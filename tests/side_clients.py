@@ -1,6 +1,6 @@
 """Coding-agent CLIs from npm, at pinned versions, installed once into a cache beside the project.
 
-Claude Code is installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
+Claude Code, Codex and Gemini CLI are installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
 ``~/.cache/otelguard-test/clients``), one folder per version, marked complete only once the
 installed command answers with its version: the tests run the real client offline against a scripted
 model. ``python -m tests.side_clients`` installs them ahead of a test run (``.ci/run`` does).
@@ -11,6 +11,7 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,10 @@ from otelguard.config.environment import OTELGUARD_REQUIRE_E2E
 
 CLAUDE_CODE_PACKAGE = "@anthropic-ai/claude-code"
 CLAUDE_CODE_VERSION = "2.1.197"
+CODEX_PACKAGE = "@openai/codex"
+CODEX_VERSION = "0.171.0"
+GEMINI_CLI_PACKAGE = "@google/gemini-cli"
+GEMINI_CLI_VERSION = "0.61.0"
 INSTALL_TIMEOUT = 900.0
 
 
@@ -27,49 +32,80 @@ def clients_home() -> Path:
     return Path(os.environ.get("OTELGUARD_SIDE_CLIENTS", default))
 
 
-def install_claude_code() -> Path:
-    """The cached ``claude`` command of the pinned version; installs it when missing. Raises
-    ``OSError`` (no npm) or ``CalledProcessError``/``TimeoutExpired`` on a failed install."""
-    folder = clients_home() / f"claude-code-{CLAUDE_CODE_VERSION}"
-    claude = folder / "node_modules" / ".bin" / "claude"
+def install(package: str, version: str, folder_name: str, command: str) -> Path:
+    """The cached command of a pinned npm package; installs it when missing. Raises ``OSError`` (no
+    npm) or ``CalledProcessError``/``TimeoutExpired`` on a failed install or a version that does
+    not answer as pinned."""
+    folder = clients_home() / f"{folder_name}-{version}"
+    program = folder / "node_modules" / ".bin" / command
     marker = folder / ".complete"
-    if marker.exists() and claude.exists():
-        return claude
+    if marker.exists() and program.exists():
+        return program
     npm = shutil.which("npm")
     if npm is None:
-        raise FileNotFoundError("npm not found on PATH (apt-get install npm)")
+        raise FileNotFoundError("npm not found on PATH (it comes with Node.js)")
     folder.mkdir(parents=True, exist_ok=True)
     subprocess.run(
         [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--save-exact",
-         f"{CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION}"],
+         f"{package}@{version}"],
         check=True, capture_output=True, timeout=INSTALL_TIMEOUT,
     )  # fmt: skip
-    version = subprocess.run(
-        [str(claude), "--version"], check=True, capture_output=True, text=True, timeout=60
+    answered = subprocess.run(
+        [str(program), "--version"], check=True, capture_output=True, text=True, timeout=60
     ).stdout
-    if not version.startswith(CLAUDE_CODE_VERSION):
-        raise subprocess.CalledProcessError(1, [str(claude), "--version"], output=version)
-    marker.write_text(CLAUDE_CODE_VERSION)
-    return claude
+    if version not in answered.split():
+        raise subprocess.CalledProcessError(1, [str(program), "--version"], output=answered)
+    marker.write_text(version)
+    return program
 
 
-def claude_code() -> Path:
-    """The pinned ``claude`` command; skips when it cannot be installed (fails under
+def install_claude_code() -> Path:
+    """The cached ``claude`` command of the pinned version."""
+    return install(CLAUDE_CODE_PACKAGE, CLAUDE_CODE_VERSION, "claude-code", "claude")
+
+
+def install_codex() -> Path:
+    """The cached ``codex`` command of the pinned version (``codex --version``: ``codex-cli 0.171.0``)."""
+    return install(CODEX_PACKAGE, CODEX_VERSION, "codex", "codex")
+
+
+def install_gemini_cli() -> Path:
+    """The cached ``gemini`` command of the pinned version."""
+    return install(GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION, "gemini-cli", "gemini")
+
+
+def _installed_or_skipped(installer: Callable[[], Path], package: str, version: str) -> Path:
+    """The installed command; skips when it cannot be installed (fails under
     ``OTELGUARD_REQUIRE_E2E=1``, as CI runs)."""
     try:
-        return install_claude_code()
+        return installer()
     except (OSError, subprocess.SubprocessError) as exc:
         stderr = getattr(exc, "stderr", None) or b""
         detail = (
             stderr.decode(errors="replace").strip().splitlines()[-1:] if isinstance(stderr, bytes) else []
         )
-        reason = (
-            f"cannot install {CLAUDE_CODE_PACKAGE}@{CLAUDE_CODE_VERSION} with npm: {exc} {' '.join(detail)}"
-        )
+        reason = f"cannot install {package}@{version} with npm: {exc} {' '.join(detail)}"
         if os.environ.get(OTELGUARD_REQUIRE_E2E) == "1":
             pytest.fail(f"{reason}; {OTELGUARD_REQUIRE_E2E}=1 forbids skipping", pytrace=False)
         pytest.skip(reason)
 
 
+def claude_code() -> Path:
+    """The pinned ``claude`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_claude_code, CLAUDE_CODE_PACKAGE, CLAUDE_CODE_VERSION)
+
+
+def codex() -> Path:
+    """The pinned ``codex`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_codex, CODEX_PACKAGE, CODEX_VERSION)
+
+
+def gemini_cli() -> Path:
+    """The pinned ``gemini`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_gemini_cli, GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION)
+
+
 if __name__ == "__main__":
     print(install_claude_code())
+    print(install_codex())
+    print(install_gemini_cli())

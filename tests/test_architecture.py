@@ -350,12 +350,20 @@ def _reach(module: str, graph: dict[str, frozenset[str]]) -> set[str]:
     return seen
 
 
+CLI_MAPPINGS = (
+    "otelguard.coding_agents.claude_code",
+    "otelguard.coding_agents.codex",
+    "otelguard.coding_agents.gemini_cli",
+)
+"""Each coding-agent CLI's mapping, one module per CLI."""
+
+
 def test_the_sidecar_imports_no_adapter() -> None:
     """``otelguard serve`` and the Claude Code hook mapping sit on the session host, as the adapters do:
     neither loads anything from ``otelguard.integrations``, directly or through another module."""
     graph = _graph()
     assert "otelguard.core.sessions" in _reach("otelguard.serving.sidecar", graph)
-    for module in ("otelguard.serving.sidecar", "otelguard.claude_code.hooks"):
+    for module in ("otelguard.serving.sidecar", *CLI_MAPPINGS):
         assert sorted(m for m in _reach(module, graph) if m.startswith("otelguard.integrations")) == []
 
 
@@ -367,7 +375,7 @@ def test_every_adapter_holds_its_sessions_through_the_session_host() -> None:
         m for m in graph if m.startswith("otelguard.integrations.") and not m.split(".")[-1].startswith("_")
     ]
     assert len(adapters) >= 5
-    for module in [*adapters, "otelguard.claude_code.hooks", "otelguard.serving.sidecar"]:
+    for module in [*adapters, *CLI_MAPPINGS, "otelguard.serving.sidecar"]:
         assert "otelguard.core.sessions" in _reach(module, graph), module
         source = _modules()[module].read_text(encoding="utf-8")
         assert "SessionPool" not in source and "OrderedDict" not in source, module
@@ -568,3 +576,15 @@ def test_everything_the_guard_loads_is_core() -> None:
     assert sorted(m for m in reached if not _in_core(m)) == []
     edge_users = {module for library in EDGE_LIBRARIES for module in _importers_of(library, everywhere=True)}
     assert sorted(edge_users & (reached | {"otelguard.core.guard"})) == []
+
+
+def test_each_coding_agent_cli_is_one_module_beside_what_they_share() -> None:
+    """``otelguard.coding_agents`` holds one module per CLI beside what they share: no CLI's module
+    imports another CLI's, and the shared modules (the hook command, the mapping's base, the
+    settings machinery, large payloads, the notice) import none of them."""
+    graph = _graph()
+    shared = [m for m in graph if m.startswith("otelguard.coding_agents") and m not in CLI_MAPPINGS]
+    assert "otelguard.coding_agents.hook" in shared and "otelguard.coding_agents.mapping" in shared
+    for module in [*shared, *CLI_MAPPINGS]:
+        others = sorted(m for m in _reach(module, graph) if m in CLI_MAPPINGS and m != module)
+        assert others == [], module

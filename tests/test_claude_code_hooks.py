@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from otelguard import Guard, GuardConfig
-from otelguard.claude_code.hooks import (
+from otelguard.coding_agents.claude_code import (
     DEFAULT_AGENT,
     EVENTS,
     ClaudeCodeHooks,

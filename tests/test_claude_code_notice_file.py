@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from otelguard.claude_code.off_notice import NOTICE_FILE, notice
+from otelguard.coding_agents.off_notice import NOTICE_FILE, notice
 from tests.e2e import free_port
 from tests.test_cli_hook import PRE, hook, off_notice
 

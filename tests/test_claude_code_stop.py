@@ -19,7 +19,8 @@ from typing import Any
 
 import pytest
 
-from otelguard.claude_code.settings import settings_block, starter_config
+from otelguard.coding_agents.claude_code import settings_block
+from otelguard.coding_agents.settings import starter_config
 from tests.e2e import free_port, stop_process, wait_until
 from tests.test_cli_serve import Serve
 

@@ -16,9 +16,8 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from otelguard.claude_code.events import TOOL_EVENTS
-from otelguard.claude_code.hook import HOOK_EVENTS
-from otelguard.claude_code.settings import hook_program, settings_block
+from otelguard.coding_agents.claude_code import HOOK_EVENTS, TOOL_EVENTS, settings_block
+from otelguard.coding_agents.settings import hook_program
 from otelguard.serving.http_server import HttpServer, Request, Response
 from tests.test_cli_serve import Serve, start_serve
 
@@ -171,20 +170,18 @@ def answering() -> Iterator[str]:
         yield f"http://127.0.0.1:{server.port}"
 
 
-def test_the_hook_path_imports_only_the_standard_library(answering: str) -> None:
-    imported = imports_without_site(
-        "hook", "claude-code", "--url", answering, payload=json.dumps(PRE).encode()
-    )
+@pytest.mark.parametrize("cli", ["claude-code", "codex", "gemini-cli"])
+def test_the_hook_path_imports_only_the_standard_library(answering: str, cli: str) -> None:
+    imported = imports_without_site("hook", cli, "--url", answering, payload=json.dumps(PRE).encode())
     ours = {name for name in imported if name.split(".")[0] == "otelguard"}
     assert ours == {
         "otelguard",
         "otelguard._version",
         "otelguard.cli",
-        "otelguard.claude_code",  # the same
-        "otelguard.claude_code.hook",
+        "otelguard.coding_agents",  # the same
+        "otelguard.coding_agents.hook",
         "otelguard.config",  # only its lazy namespace: the config itself is not loaded
         "otelguard.config.environment",
-        "otelguard.claude_code.events",
     }
     assert {name.split(".")[0] for name in imported} - {"otelguard"} <= set(sys.stdlib_module_names)
     # what startup time went to: typing (and the re and enum it loads) for annotations, socket (with
@@ -220,8 +217,26 @@ def test_with_a_key_the_hook_adds_only_the_session_digest_to_its_imports(answeri
 
 
 def test_printing_the_settings_or_the_config_loads_json_only_then() -> None:
-    settings = imports_without_site("hook", "claude-code", "--print-settings", "--http")
-    assert "json" in settings and "otelguard.claude_code.settings" in settings
+    """Printing, which runs once, loads the CLI's own module (its mapping needs the installed
+    dependencies: the site module stays on here) and ``json``; the config, only the shared part."""
+    code = (
+        "import sys\nfrom otelguard.cli import main\n"
+        "main(['hook', 'claude-code', '--print-settings', '--http'])\n"
+        "print(' '.join(sorted(sys.modules)), file=sys.stderr)\n"
+    )
+    run = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        timeout=TIMEOUT,
+        env={**os.environ, "PYTHONPATH": str(REPO)},
+    )
+    assert run.returncode == 0 and run.stdout.startswith(b"{"), run.stderr
+    settings = set(run.stderr.decode().split())
+    assert "json" in settings and "otelguard.coding_agents.claude_code" in settings
+    config = imports_without_site("hook", "claude-code", "--print-config")
+    assert (
+        "otelguard.coding_agents.settings" in config and "otelguard.coding_agents.claude_code" not in config
+    )
 
 
 def test_print_settings_http_is_claude_codes_http_hooks_block() -> None:
@@ -427,11 +442,12 @@ def run_hook(
         (["claude-code", "--timeout", "2s"], ["--timeout '2s'", "number of seconds"]),
         (["claude-code", "--timeout=0"], ["--timeout '0'", "above 0"]),
         (["claude_code"], ["'claude_code'", "expected claude-code"]),
-        (["codex"], ["'codex'"]),
+        (["kodex"], ["'kodex'", "expected claude-code or codex"]),
         ([], ["no agent named"]),
         (["claude-code", "--bogus"], ["unknown option '--bogus'"]),
         (["claude-code", "--url"], ["--url needs a value"]),
         (["claude-code", "--http"], ["--http goes with --print-settings"]),
+        (["codex", "--print-settings", "--http"], ["only Claude Code posts hook events itself"]),
         (["claude-code", "--url", "127.0.0.1:9464"], ["'127.0.0.1:9464' is not an http"]),
         (["claude-code", "--url", "http://127.0.0.1:94x4"], ["bad port '94x4'"]),
         (["claude-code", "--print-settings", "--http", "--url", "ftp://x"], ["'ftp://x' is not an http"]),
@@ -547,7 +563,8 @@ def answering_once(answer: bytes) -> Iterator[int]:
 def test_help_and_print_settings_still_work() -> None:
     for args in (["--help"], ["claude-code", "--help"]):
         shown = run_hook(args, payload=b"")
-        assert shown.returncode == 0 and shown.stdout.startswith(b"usage: otelguard hook claude-code")
+        assert shown.returncode == 0 and shown.stdout.startswith(b"usage: otelguard hook CLI")
+        assert b"CLI: claude-code" in shown.stdout
         assert b"always 0" in shown.stdout
     printed = run_hook(["claude-code", "--print-settings"], payload=b"")
     assert printed.returncode == 0 and set(json.loads(printed.stdout)["hooks"]) == set(HOOK_EVENTS)
@@ -617,7 +634,7 @@ def test_a_result_over_1_mib_is_sent_reduced_and_repeats_are_seen(serve: Serve) 
 
 
 def test_a_large_string_result_and_a_large_error_are_reduced_too() -> None:
-    from otelguard.claude_code.large_payloads import DIGEST_PREFIX, reduced
+    from otelguard.coding_agents.large_payloads import DIGEST_PREFIX, reduced
 
     seen: list[dict[str, object]] = []
 
@@ -646,7 +663,7 @@ def test_a_large_string_result_and_a_large_error_are_reduced_too() -> None:
 
 @given(st.binary(max_size=600))
 def test_any_answer_is_read_or_named_never_raised(raw: bytes) -> None:
-    from otelguard.claude_code.hook import _body_of_200, _Failed
+    from otelguard.coding_agents.hook import _body_of_200, _Failed
 
     try:
         body = _body_of_200(b"HTTP/1.1 200 OK\r\n" + raw)
@@ -664,7 +681,7 @@ JSON = st.recursive(
 
 @given(JSON, st.integers(min_value=0, max_value=400))
 def test_a_reduced_payload_fits_or_is_not_sent(value: object, limit: int) -> None:
-    from otelguard.claude_code.large_payloads import reduced
+    from otelguard.coding_agents.large_payloads import reduced
 
     payload = json.dumps({**PRE, "tool_response": value}).encode()
     smaller = reduced(payload, limit)
@@ -823,10 +840,13 @@ def test_the_printed_command_runs_as_printed_without_path(tmp_path: Path) -> Non
     python.symlink_to(sys.executable)
     deny = b'{"hookSpecificOutput": {"hookEventName": "PreToolUse"}}'
     with HttpServer(lambda request: Response(200, deny)) as server:
+        # printing loads the mapping, which needs the installed dependencies: a linked interpreter
+        # outside its virtualenv is handed them (an installation's own interpreter has them)
+        packages = os.pathsep.join([str(REPO), *(p for p in sys.path if p.endswith("site-packages"))])
         printed = subprocess.run(
             [str(python), "-m", "otelguard", "hook", "claude-code", "--print-settings",
              "--url", f"http://127.0.0.1:{server.port}"],
-            capture_output=True, timeout=TIMEOUT, check=True,
+            capture_output=True, timeout=TIMEOUT, check=True, env={**os.environ, "PYTHONPATH": packages},
         )  # fmt: skip
         command = json.loads(printed.stdout)["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
         assert command.startswith(f"'{python}' -m otelguard hook claude-code")
@@ -864,7 +884,7 @@ def test_a_guard_that_is_off_says_so_once_per_session(own_cache: Path) -> None:
 
 
 def test_the_sessions_told_are_bounded(own_cache: Path) -> None:
-    from otelguard.claude_code.off_notice import MAX_REMEMBERED, notice, notice_path
+    from otelguard.coding_agents.off_notice import MAX_REMEMBERED, notice, notice_path
 
     def told(session: str) -> bool:
         return bool(notice(json.dumps({**PRE, "session_id": session}).encode(), "down"))
@@ -878,7 +898,27 @@ def test_the_sessions_told_are_bounded(own_cache: Path) -> None:
 
 @given(st.one_of(st.binary(max_size=200), JSON.map(lambda value: json.dumps(value).encode())))
 def test_the_notice_never_raises(payload: bytes) -> None:
-    from otelguard.claude_code.off_notice import notice
+    from otelguard.coding_agents.off_notice import notice
 
     told = notice(payload, "sidecar down")
     assert told == "" or list(json.loads(told)) == ["systemMessage"]
+
+
+@pytest.mark.parametrize("cli", ["claude-code", "codex", "gemini-cli"])
+def test_each_cli_posts_to_its_own_endpoint_under_the_url_path(cli: str) -> None:
+    """``otelguard hook CLI`` posts the payload as it came to ``/v1/hooks/CLI`` under ``--url``'s
+    path, and prints the answer as the sidecar gave it, on the standard library alone."""
+    seen: list[tuple[str, bytes]] = []
+    answer = b'{"decision": "deny", "reason": "r"}'
+
+    def record(request: Request) -> Response:
+        seen.append((request.path, request.body))
+        return Response(200, answer)
+
+    with HttpServer(record) as server:
+        ran = subprocess.run(
+            [sys.executable, "-m", "otelguard", "hook", cli, "--url", f"http://127.0.0.1:{server.port}/guard"],
+            input=json.dumps(PRE).encode(), capture_output=True, timeout=TIMEOUT,
+        )  # fmt: skip
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, answer, b"")
+    assert seen == [(f"/guard/v1/hooks/{cli}", json.dumps(PRE).encode())]

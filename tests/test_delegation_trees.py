@@ -313,7 +313,7 @@ def test_a_call_a_detector_refuses_leaves_the_tree_uncharged() -> None:
 def test_claude_code_subagents_are_one_level_down_in_the_session_tree() -> None:
     """Claude Code hook payloads with an ``agent_id`` (a subagent) charge the session's tree and sit
     at depth 1: with ``max_depth: 1`` the subagent's own Task spawn is denied, the main agent's is not."""
-    from otelguard.claude_code.hooks import ClaudeCodeHooks
+    from otelguard.coding_agents.claude_code import ClaudeCodeHooks
 
     hooks = ClaudeCodeHooks(config({"web_search": 2}, delegation={"max_depth": 1}))
     conversation = session()

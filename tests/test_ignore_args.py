@@ -27,13 +27,15 @@ def args_hash(tool: str, args: Any, **config: Any) -> str:
 
 
 def test_defaults_ignore_claude_codes_description_labels() -> None:
-    """Default: Bash, Task and Agent leave out their free-text description."""
+    """Default: Bash, Task and Agent (Claude Code) and run_shell_command (Gemini CLI) leave out their
+    free-text description."""
     assert dict(GuardConfig().ignore_args) == {
         "Bash": ("description",),
         "Task": ("description",),
         "Agent": ("description",),
+        "run_shell_command": ("description",),
     }
-    for tool in ("Bash", "Task", "Agent"):
+    for tool in ("Bash", "Task", "Agent", "run_shell_command"):
         first = args_hash(tool, {"command": "npm run build", "description": "Build the project"})
         again = args_hash(tool, {"command": "npm run build", "description": "Retry the build"})
         assert first == again == args_hash(tool, {"command": "npm run build"})
@@ -116,6 +118,7 @@ def test_merges_with_the_defaults_key_by_key() -> None:
         "Bash": ("description",),
         "Task": (),
         "Agent": ("description",),
+        "run_shell_command": ("description",),
         "my_tool": ("nonce",),
     }
     assert config.to_mapping()["ignore_args"]["my_tool"] == ["nonce"]

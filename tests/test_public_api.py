@@ -127,7 +127,7 @@ def test_every_error_otelguard_raises_is_an_otelguard_error() -> None:
     """The backtest's and the hook payload's errors belong to the one family, and stay importable
     from where their users find them."""
     from otelguard.backtest.engine import BacktestError as EngineError
-    from otelguard.claude_code.hooks import HookPayloadError as PayloadError
+    from otelguard.coding_agents.claude_code import HookPayloadError as PayloadError
     from otelguard.errors import BacktestError, HookPayloadError, OtelGuardError
 
     assert EngineError is BacktestError and PayloadError is HookPayloadError

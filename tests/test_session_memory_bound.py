@@ -11,7 +11,7 @@ import tracemalloc
 import pytest
 
 from otelguard import GuardConfig
-from otelguard.claude_code.hooks import ClaudeCodeHooks
+from otelguard.coding_agents.claude_code import ClaudeCodeHooks
 from otelguard.core.sessions import (
     MAX_SUBAGENTS_PER_SESSION,
     MIN_SIGNATURES_PER_SUBAGENT,

@@ -89,11 +89,11 @@ def build_parser(command: str | None = None) -> argparse.ArgumentParser:
 def main(argv: Sequence[str] | None = None) -> int:
     args_list = list(sys.argv[1:] if argv is None else argv)
     if args_list and args_list[0] == "hook":
-        from otelguard.claude_code.hook import main as hook_main
+        from otelguard.coding_agents.hook import main as hook_main
 
         return hook_main(args_list[1:])
     if args_list and args_list[0] not in COMMANDS and args_list[0].lower().startswith("hook"):
-        from otelguard.claude_code.hook import mistyped
+        from otelguard.coding_agents.hook import mistyped
 
         return mistyped(args_list[0])
     parser = build_parser(args_list[0] if args_list else None)

@@ -82,7 +82,8 @@ class SessionPool(Generic[T]):
         self._lock = threading.Lock()
         self._entries: BoundedMap[str, tuple[T, float]] = BoundedMap(max_sessions)
 
-    def get(self, session_id: str) -> T:
+    def get(self, session_id: str, factory: Callable[[str], T] | None = None) -> T:
+        """``factory``: what makes the object if the session is new (``None``: the pool's own)."""
         now = self._clock()
         with self._lock:
             entries = self._entries
@@ -91,7 +92,7 @@ class SessionPool(Generic[T]):
             if entry is not None and now - entry[1] > self.idle_seconds:
                 dropped.append((session_id, entry))
                 entry = None
-            value = entry[0] if entry is not None else self._factory(session_id)
+            value = entry[0] if entry is not None else (factory or self._factory)(session_id)
             dropped.extend(entries.put(session_id, (value, now)))
             self._expire_locked(now, dropped)
         self._report(dropped)
@@ -322,16 +323,22 @@ class SessionHost:
             on_evict=_close,
         )
 
-    def _new_session(self, session_id: str) -> Session:
+    def _new_session(self, session_id: str, agent: str | None = None) -> Session:
         # The default session is this host's alone: shared state would merge it with every other
         # process's default session.
         shared_id = None if session_id == DEFAULT_SESSION else session_id
-        guard = self._guard_class(self.config, agent=self.agent, session_id=shared_id, edges=self.edges)
+        guard = self._guard_class(
+            self.config, agent=agent or self.agent, session_id=shared_id, edges=self.edges
+        )
         return Session(guard, self._max_subagents, self._subagent_config)
 
-    def session(self, session_id: object = None) -> Session:
-        """The session ``session_id`` (``None``: the host's one default session), made on first use."""
-        return self._pool.get(_key(session_id))
+    def session(self, session_id: object = None, agent: str | None = None) -> Session:
+        """The session ``session_id`` (``None``: the host's one default session), made on first use.
+        ``agent``: the label of a session made now (``None``: the host's); one host serves sessions
+        of several agents (the sidecar: every coding-agent CLI's)."""
+        if agent is None or agent == self.agent:
+            return self._pool.get(_key(session_id))
+        return self._pool.get(_key(session_id), lambda key: self._new_session(key, agent))
 
     def peek(self, session_id: object = None) -> Session | None:
         """The session if the host holds it, without making one or touching its age."""

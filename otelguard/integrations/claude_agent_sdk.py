@@ -7,7 +7,7 @@ from otelguard.integrations.claude_agent_sdk import guard_hooks
 options = ClaudeAgentOptions(hooks=guard_hooks(telemetry=True))
 ```
 
-The mapping is the Claude Code hook mapping (``otelguard.claude_code.hooks``) in
+The mapping is the Claude Code hook mapping (``otelguard.coding_agents.claude_code``) in
 process: a refused call is denied with the guard's message, a ``block``/``halt`` also stops the run
 (``continue_: False`` and ``stopReason``), warnings reach the model as ``additionalContext``. The
 session is the SDK's ``session_id``. This module never imports the SDK (it bundles the whole Claude
@@ -20,8 +20,7 @@ from __future__ import annotations
 from collections.abc import Awaitable, Callable
 from typing import Any, Final
 
-from otelguard.claude_code.events import HOOK_EVENTS
-from otelguard.claude_code.hooks import ClaudeCodeHooks, HookPayloadError
+from otelguard.coding_agents.claude_code import HOOK_EVENTS, ClaudeCodeHooks, HookPayloadError
 from otelguard.config import GuardConfig
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, SessionHost
 from otelguard.hosting import TelemetryOption, session_host

@@ -2,10 +2,10 @@
 
 Routes: ``GET /metrics``, ``GET /healthz``; ``POST /v1/start_turn``, ``/v1/before_call``,
 ``/v1/after_call``, ``/v1/end_turn``, ``/v1/end_session`` (bodies as the Python API's arguments,
-answers the decision); ``POST /v1/hooks/claude-code`` (a Claude Code hook payload in, the hook output
-Claude Code expects out). With a token, every ``/v1/`` request needs ``Authorization: Bearer
-<token>``. A bad body gets 400 with one line naming the field, never a value; bodies are never
-logged. Guard calls are cheap and answered on the server's event loop, unless they may wait on the
+answers the decision); ``POST /v1/hooks/CLI`` for each coding-agent CLI (``claude-code``, ``codex``,
+``gemini-cli``: that CLI's hook payload in, the hook output it reads out). With a token, every
+``/v1/`` request needs ``Authorization: Bearer <token>``. A bad body gets 400 with one line naming
+the field, never a value; bodies are never logged. Guard calls are cheap and answered on the server's event loop, unless they may wait on the
 shared state (``state.url``): those, and ``/metrics`` rendering, go to its worker pool.
 """
 
@@ -20,9 +20,11 @@ from typing import Any, Final
 import orjson
 from prometheus_client import CollectorRegistry
 
-from otelguard.claude_code.hooks import (
-    DEFAULT_AGENT,
-    ClaudeCodeHooks,
+from otelguard.coding_agents.claude_code import DEFAULT_AGENT, ClaudeCodeHooks
+from otelguard.coding_agents.codex import CodexHooks
+from otelguard.coding_agents.gemini_cli import GeminiCliHooks
+from otelguard.coding_agents.mapping import (
+    AgentHooks,
     HookPayloadError,
     optional_bool,
     optional_text,
@@ -64,8 +66,9 @@ class Sidecar:
         state_up: Callable[[], bool] | None = None,
         max_signatures: int = DEFAULT_MAX_SIGNATURES,
     ) -> None:
-        # One host for both APIs: a session is the same whether its events come as hook payloads
-        # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent).
+        # One host for every API: a session is the same whether its events come as hook payloads
+        # or as /v1/ calls (the guards are labelled as Claude Code's unless a turn names its agent;
+        # each CLI's hook endpoint labels its sessions with the CLI's name).
         self.host = session_host(
             config,
             telemetry=telemetry,
@@ -74,7 +77,14 @@ class Sidecar:
             idle_seconds=idle_seconds,
             max_signatures=max_signatures,  # one memory bound across sessions
         )
-        self.hooks = ClaudeCodeHooks(host=self.host)
+        self.hooks: dict[str, AgentHooks] = {
+            f"/v1/hooks/{mapping.cli}": mapping
+            for mapping in (
+                ClaudeCodeHooks(host=self.host),
+                CodexHooks(host=self.host),
+                GeminiCliHooks(host=self.host),
+            )
+        }
         self._state_io = self.host.config.effective_state().url is not None
         self._catalog = catalog_for(self.host.config)
         self._waiting_lock = threading.Lock()
@@ -91,7 +101,7 @@ class Sidecar:
             "/v1/after_call": self._after_call,
             "/v1/end_turn": self._end_turn,
             "/v1/end_session": self._end_session,
-            "/v1/hooks/claude-code": self._claude_code,
+            **{path: _hook_route(mapping) for path, mapping in self.hooks.items()},
         }
 
     def inline(self, request: Request) -> bool:
@@ -130,18 +140,9 @@ class Sidecar:
             return self._charges_a_session_cap(body.get("tool_name"))
         if path == "/v1/after_call":  # a refused or cancelled call is refunded
             return body.get("refusal") is not None or body.get("cancelled") is True
-        if path == "/v1/hooks/claude-code":
-            event = body.get("hook_event_name")
-            if event == "PreToolUse":
-                return self._charges_a_session_cap(body.get("tool_name"))
-            # refunded: a call Claude Code's permissions denied, an interrupted one
-            interrupted = event == "PostToolUseFailure" and body.get("is_interrupt") is True
-            return interrupted or event not in (
-                "PostToolUse",
-                "PostToolUseFailure",
-                "UserPromptSubmit",
-                "Stop",
-            )
+        mapping = self.hooks.get(path)
+        if mapping is not None:
+            return mapping.may_wait_on_state(body, self._charges_a_session_cap)
         return True
 
     def _charges_a_session_cap(self, tool_name: Any) -> bool:
@@ -258,11 +259,15 @@ class Sidecar:
         session = self.host.end_session(required_text(body, "session_id"))
         return Response(200, orjson.dumps({"ended": session is not None}), _JSON)
 
-    def _claude_code(self, body: Mapping[str, Any]) -> Response:
-        output = self.hooks.handle(body)
+
+def _hook_route(mapping: AgentHooks) -> Callable[[Mapping[str, Any]], Response]:
+    def answer(body: Mapping[str, Any]) -> Response:
+        output = mapping.handle(body)
         # No output is an empty 200: the hook command then prints nothing, and Claude Code's own
         # http hooks read an empty body as "go ahead".
         return Response(200, _EMPTY if output is None else orjson.dumps(output), _JSON)
+
+    return answer
 
 
 def _authorized(request: Request, expected: bytes) -> bool:

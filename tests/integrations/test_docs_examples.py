@@ -133,8 +133,7 @@ def test_the_halt_table_quotes_what_the_hosts_get() -> None:
     """Each row names what the adapter really hands over: LangChain's last message, Claude Code's
     output fields and stop reason, hermes' directive, and the events behind an errored turn."""
     from otelguard import Decision, GuardConfig
-    from otelguard.claude_code.events import HOOK_EVENTS
-    from otelguard.claude_code.hooks import hook_output, stop_reason
+    from otelguard.coding_agents.claude_code import HOOK_EVENTS, hook_output, stop_reason
     from otelguard.integrations.claude_agent_sdk import SDK_EVENTS, sdk_output
     from otelguard.integrations.hermes import HermesGuardPlugin
 

@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from otelguard import GuardConfig, Telemetry
-from otelguard.claude_code.hooks import ClaudeCodeHooks
+from otelguard.coding_agents.claude_code import ClaudeCodeHooks
 from otelguard.core.sessions import SessionHost
 from otelguard.hosting import session_host
 from otelguard.integrations.claude_agent_sdk import guard_hooks

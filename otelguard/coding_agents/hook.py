@@ -1,12 +1,13 @@
-"""`otelguard hook claude-code`: the command Claude Code runs for each hook event.
+"""`otelguard hook CLI`: the command a coding-agent CLI runs for each hook event (``CLIS``).
 
-It reads one payload on stdin, posts it to the sidecar (``otelguard serve``) and prints the answer.
-It always exits 0, whatever goes wrong (a mistyped argument, a bad environment variable, no or
-garbled stdin, a sidecar that is down, slow or answers garbage): Claude Code reads exit 2 from a
-``PreToolUse`` hook as "block this call", so one typo in ``settings.json`` must not stop every tool.
-Fail open: nothing on stdout, one line on stderr naming the problem. A payload over 1 MiB (a large
-result) is sent with its largest values reduced to digests (``otelguard.claude_code.large_payloads``), never
-dropped. This module runs on every tool
+It reads one payload on stdin, posts it to the sidecar's endpoint for that CLI (``otelguard serve``,
+``/v1/hooks/CLI``) and prints the answer. It always exits 0, whatever goes wrong (a mistyped
+argument, a bad environment variable, no or garbled stdin, a sidecar that is down, slow or answers
+garbage): Claude Code and Codex read exit 2 from a ``PreToolUse`` hook as "block this call", so one
+typo in a settings file must not stop every tool. Fail open: nothing on stdout, one line on stderr
+naming the problem, and once per session a notice the user sees (``off_notice``). A payload over 1
+MiB (a large result) is sent with its largest values reduced to digests
+(``otelguard.coding_agents.large_payloads``), never dropped. This module runs on every tool
 call, so it imports only the standard library, and only what it needs: the C ``_socket`` module
 rather than ``socket`` (which brings ``selectors``, ``enum`` and ``array``), no ``typing``, and a host
 name given to the resolver as bytes (a ``str`` loads the ``idna`` codec). ``--print-settings`` and
@@ -26,7 +27,6 @@ import select
 import sys
 import time
 
-from otelguard.claude_code.events import DEFAULT_TIMEOUT_SECONDS, HOOK_EVENTS
 from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY, OTELGUARD_TOKEN, OTELGUARD_URL
 
 TYPE_CHECKING = False  # not typing's: importing typing would cost a third of this command's startup
@@ -38,23 +38,30 @@ if TYPE_CHECKING:
     ]
     """(family, type, proto, canonname, sockaddr), as ``getaddrinfo`` gives them."""
 
-__all__ = ["DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "HOOK_EVENTS", "endpoint", "main", "mistyped", "post"]
+__all__ = ["CLIS", "DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "endpoint", "main", "mistyped", "post"]
 
+CLIS: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli"}
+"""Each CLI otelguard guards through its hooks, as the command names it → its module in
+``otelguard.coding_agents`` (the mapping the sidecar answers with, and the settings it prints)."""
+DEFAULT_TIMEOUT_SECONDS: Final = 2.0
+"""How long the hook waits for the sidecar before the call goes ahead (``--timeout``)."""
 DEFAULT_URL: Final = "http://127.0.0.1:9464"
-HOOK_PATH: Final = "/v1/hooks/claude-code"
 MAX_PAYLOAD_BYTES: Final = 1 << 20
 """What the sidecar takes in one request: a larger payload is reduced before it is sent."""
 MAX_STDIN_BYTES: Final = 64 << 20
 """What the hook reads at most; a payload beyond it is not sent (the call goes ahead)."""
 MAX_ANSWER_BYTES: Final = 1 << 20
 USAGE: Final = (
-    "usage: otelguard hook claude-code [--url URL] [--timeout SECONDS] [--print-settings [--http]] [--print-config]\n"
-    "  reads one Claude Code hook payload on stdin, asks the sidecar, prints its answer\n"
-    "  exit status: always 0, even on errors (Claude Code reads exit 2 as 'block this call'); a problem\n"
+    "usage: otelguard hook CLI [--url URL] [--timeout SECONDS] [--print-settings [--http]] [--print-config]\n"
+    f"  CLI: {', '.join(CLIS)}\n"
+    "  reads one hook payload of that CLI on stdin, asks the sidecar, prints its answer\n"
+    "  exit status: always 0, even on errors (exit 2 would read as 'block this call'); a problem\n"
     "  (arguments, environment, stdin, the sidecar) is one line on stderr and the call goes ahead\n"
     f"  --url URL          the sidecar (default: ${OTELGUARD_URL} or {DEFAULT_URL})\n"
     f"  --timeout SECONDS  give up and let the call go ahead after this long (default: {DEFAULT_TIMEOUT_SECONDS:g})\n"
-    "  --print-settings   print the hooks block for .claude/settings.json (a command per event)\n"
+    "  --print-settings   print the hooks block to paste where the CLI reads it (a command per event):\n"
+    "                     claude-code: .claude/settings.json; codex: $CODEX_HOME/hooks.json;\n"
+    '                     gemini-cli: the "hooks" of ~/.gemini/settings.json\n'
     "  --http             with --print-settings: Claude Code posts each event to the sidecar itself\n"
     "  --print-config     print a starter config for unattended use: otelguard serve --config it\n"
 )
@@ -67,9 +74,10 @@ class _Failed(Exception):
 class _Options:
     """What the command line asked for (a plain class: dataclasses would cost startup time)."""
 
-    __slots__ = ("print_config", "print_settings", "timeout", "url", "url_given", "use_http")
+    __slots__ = ("cli", "print_config", "print_settings", "timeout", "url", "url_given", "use_http")
 
-    def __init__(self) -> None:
+    def __init__(self, cli: str) -> None:
+        self.cli = cli
         self.url = os.environ.get(OTELGUARD_URL) or DEFAULT_URL
         self.url_given = False
         self.timeout = DEFAULT_TIMEOUT_SECONDS
@@ -101,13 +109,14 @@ def main(argv: list[str]) -> int:
 
 
 def _say_the_guard_is_off(reason: str) -> None:
-    """Once per session, tell the user in Claude Code (a ``systemMessage``) that this session's calls go
-    ahead unguarded, and why: the stderr line alone is seen by nobody. Never raises."""
+    """Once per session, tell the user (a ``systemMessage``: Claude Code and Gemini CLI show it, ``codex
+    exec`` does not) that this session's calls go ahead unguarded, and why: the stderr line alone is
+    seen by nobody. Never raises."""
     payload = _Read.payload
     if payload is None:
         return
     try:
-        from otelguard.claude_code.off_notice import notice  # only a failure pays for json and hashlib
+        from otelguard.coding_agents.off_notice import notice  # only a failure pays for json and hashlib
 
         message = notice(payload, reason)
         if message:
@@ -120,7 +129,7 @@ def _say_the_guard_is_off(reason: str) -> None:
 def mistyped(command: str) -> int:
     """``otelguard hooks ...`` and the like: a command in ``settings.json`` that meant this one fails
     open too (argparse would exit 2, which blocks every tool call)."""
-    _problem(f"unknown command {_shown(command)}; expected: otelguard hook claude-code")
+    _problem(f"unknown command {_shown(command)}; expected: otelguard hook {' | '.join(CLIS)}")
     return 0
 
 
@@ -138,25 +147,12 @@ def _run(argv: list[str]) -> int:
         sys.stdout.write(USAGE)
         return 0
     if options.print_settings or options.print_config:
-        from otelguard.claude_code import (
-            settings as hook_settings,  # what runs once is kept out of what runs every call
-        )
-
-        if options.print_config:
-            sys.stdout.write(hook_settings.starter_config())
-        elif options.use_http:
-            scheme, hostport, path = endpoint(options.url)
-            block = hook_settings.http_settings_block(f"{scheme}://{hostport}{path}", options.timeout)
-            sys.stdout.write(block + "\n")
-        else:
-            url = options.url if options.url_given else None
-            timeout = options.timeout if options.timeout != DEFAULT_TIMEOUT_SECONDS else None
-            sys.stdout.write(hook_settings.settings_block(url, timeout) + "\n")
+        sys.stdout.write(_printed(options))
         return 0
     deadline = time.monotonic() + options.timeout
     payload = _read_payload(deadline)
     _Read.payload = payload
-    answer = post(options.url, payload, deadline, _session_affinity(payload))
+    answer = post(options.url, payload, deadline, _session_affinity(payload), options.cli)
     if answer:
         try:
             sys.stdout.buffer.write(answer)
@@ -164,6 +160,29 @@ def _run(argv: list[str]) -> int:
         except OSError as exc:
             raise _Failed(f"could not write the answer to stdout ({type(exc).__name__})") from None
     return 0
+
+
+def _printed(options: _Options) -> str:
+    """What ``--print-settings`` or ``--print-config`` prints: what runs once is kept out of what runs
+    every call, in the CLI's own module."""
+    import importlib
+
+    if options.print_config:
+        from otelguard.coding_agents.settings import starter_config
+
+        return starter_config()
+    module = importlib.import_module(f"otelguard.coding_agents.{CLIS[options.cli]}")
+    if options.use_http:
+        scheme, hostport, path = endpoint(options.url, options.cli)
+        block: str = module.http_settings_block(f"{scheme}://{hostport}{path}", options.timeout)
+    else:
+        url = options.url if options.url_given else None
+        timeout = options.timeout if options.timeout != DEFAULT_TIMEOUT_SECONDS else None
+        block = module.settings_block(url, timeout)
+    note = getattr(module, "trust_note", None)
+    if note is not None:  # what else it takes, beside the block: on stderr, the block stays pasteable
+        sys.stderr.write(note())
+    return block + "\n"
 
 
 def _read_payload(deadline: float) -> bytes:
@@ -178,11 +197,11 @@ def _read_payload(deadline: float) -> bytes:
     except (OSError, ValueError, AttributeError) as exc:
         raise _Failed(f"could not read the payload from stdin ({type(exc).__name__})") from None
     if not payload.strip():
-        raise _Failed("no payload on stdin (Claude Code sends one JSON object)")
+        raise _Failed("no payload on stdin (the CLI sends one JSON object)")
     if len(payload) > MAX_STDIN_BYTES:
         raise _Failed(f"payload over {MAX_STDIN_BYTES >> 20} MiB; not sent")
     if len(payload) > MAX_PAYLOAD_BYTES:
-        from otelguard.claude_code.large_payloads import reduced  # only a large payload pays for json
+        from otelguard.coding_agents.large_payloads import reduced  # only a large payload pays for json
 
         smaller = reduced(payload, MAX_PAYLOAD_BYTES)
         if smaller is None:
@@ -240,10 +259,10 @@ def _parse(argv: list[str]) -> _Options | None:
     if argv and argv[0] in ("-h", "--help"):
         return None
     if not argv:
-        raise _Failed("no agent named; expected: otelguard hook claude-code (see --help)")
-    if argv[0] != "claude-code":
-        raise _Failed(f"unknown agent {_shown(argv[0])}; expected claude-code (see --help)")
-    options = _Options()
+        raise _Failed(f"no agent named; expected: otelguard hook {' | '.join(CLIS)} (see --help)")
+    if argv[0] not in CLIS:
+        raise _Failed(f"unknown agent {_shown(argv[0])}; expected {' or '.join(CLIS)} (see --help)")
+    options = _Options(argv[0])
     rest = list(argv[1:])
     while rest:
         arg = rest.pop(0)
@@ -270,6 +289,8 @@ def _parse(argv: list[str]) -> _Options | None:
             raise _Failed(f"--timeout {_shown(inline)}: expected above 0 and at most 600 seconds")
     if options.use_http and not options.print_settings:
         raise _Failed("--http goes with --print-settings")
+    if options.use_http and options.cli != "claude-code":
+        raise _Failed(f"--http: only Claude Code posts hook events itself; {options.cli} runs the command")
     if options.print_config and options.print_settings:
         raise _Failed("--print-config and --print-settings print different files: one at a time")
     return options
@@ -286,7 +307,7 @@ MAX_SESSION_ID_BYTES: Final = 1024
 
 
 def _leading_session_id(payload: bytes) -> bytes | None:
-    """The session id when it is the payload's first field, as Claude Code writes it: read by hand,
+    """The session id when it is the payload's first field, as Claude Code and Codex write it: read by hand,
     since ``re`` and ``json`` would cost milliseconds of startup on every tool call."""
     rest = payload.lstrip()
     if not rest.startswith(b"{"):
@@ -329,10 +350,12 @@ def _session_affinity(payload: bytes) -> str | None:
     return session_digest(session_id, key_bytes(secret))
 
 
-def post(url: str, payload: bytes, deadline: float, session: str | None = None) -> bytes:
-    """POST the payload to the sidecar's hook endpoint; the answer body of a 200, else ``_Failed``.
-    ``session``: the ``X-Otelguard-Session`` header's value (a keyed digest), if any."""
-    scheme, hostport, path = endpoint(url)
+def post(
+    url: str, payload: bytes, deadline: float, session: str | None = None, cli: str = "claude-code"
+) -> bytes:
+    """POST the payload to the sidecar's hook endpoint for ``cli``; the answer body of a 200, else
+    ``_Failed``. ``session``: the ``X-Otelguard-Session`` header's value (a keyed digest), if any."""
+    scheme, hostport, path = endpoint(url, cli)
     host, port = _host_port(hostport, 443 if scheme == "https" else 80)
     headers = [
         f"POST {path} HTTP/1.1",
@@ -371,15 +394,16 @@ def post(url: str, payload: bytes, deadline: float, session: str | None = None) 
     return _body_of_200(raw)
 
 
-def endpoint(url: str) -> tuple[str, str, str]:
-    """(scheme, host[:port], path of the hook endpoint under the URL's own path)."""
+def endpoint(url: str, cli: str = "claude-code") -> tuple[str, str, str]:
+    """(scheme, host[:port], path of ``cli``'s hook endpoint under the URL's own path)."""
     scheme, _, rest = url.partition("://")
     if scheme not in ("http", "https") or not rest:
         raise _Failed(f"--url or ${OTELGUARD_URL}: {_shown(url)} is not an http:// or https:// URL")
     if not rest.isprintable():
         raise _Failed(f"--url or ${OTELGUARD_URL}: {_shown(url)} holds control characters")
     hostport, _, base = rest.partition("/")
-    path = "/" + base.rstrip("/") + HOOK_PATH if base.strip("/") else HOOK_PATH
+    hook_path = f"/v1/hooks/{cli}"
+    path = "/" + base.rstrip("/") + hook_path if base.strip("/") else hook_path
     return scheme, hostport, path
 
 
@@ -505,7 +529,7 @@ def _read_all(sock: _socket.socket, deadline: float) -> bytes:
 
 def _body_of_200(raw: bytes) -> bytes:
     """The body of a 200 answer holding a JSON object (or nothing); else ``_Failed``: whatever else
-    came back must not reach Claude Code, which might read it as a decision."""
+    came back must not reach the CLI, which might read it as a decision."""
     head, sep, body = raw.partition(b"\r\n\r\n")
     if not sep:
         raise _Failed("sidecar sent an incomplete answer")

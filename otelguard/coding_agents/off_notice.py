@@ -1,9 +1,10 @@
-"""The notice that the guard is off, shown in Claude Code once per session.
+"""The notice that the guard is off, shown to the user once per session.
 
 When the hook command fails open (the sidecar down, slow, refusing the token or the payload), the line
 on stderr is seen by nobody: Claude Code shows a hook's stderr only in its debug output. So the first
-failure of a session also prints ``{"systemMessage": ...}``, which Claude Code shows the user; the
-later failures of that session print nothing, not to repeat it on every tool call.
+failure of a session also prints ``{"systemMessage": ...}``, which Claude Code and Gemini CLI show the
+user (``codex exec`` shows it nowhere, and takes it without harm: the call goes ahead); the later
+failures of that session print nothing, not to repeat it on every tool call.
 
 Which sessions were told is remembered in one small file in the user's cache directory
 (``$XDG_CACHE_HOME/otelguard/hook-notified``, else ``~/.cache/otelguard/``): at most

@@ -1,8 +1,9 @@
-"""Claude Code hook events → guard calls → the hook output Claude Code expects. One home for the mapping.
+"""Claude Code: its hook events → guard calls → the hook output Claude Code expects, and its settings.
 
-Used by ``otelguard serve`` (``POST /v1/hooks/claude-code``, which the ``otelguard hook claude-code``
-command posts to) and by ``otelguard.integrations.claude_agent_sdk``; sits on the session host
-(``otelguard.core.sessions``) like every adapter. Imports no framework and no adapter.
+The one home of the mapping, used by ``otelguard serve`` (``POST /v1/hooks/claude-code``, which the
+``otelguard hook claude-code`` command posts to) and by ``otelguard.integrations.claude_agent_sdk``;
+sits on the session host (``otelguard.core.sessions``) like every adapter. Imports no framework and
+no adapter.
 
 Events: ``UserPromptSubmit`` starts a turn (no output: anything printed there would be added to the
 model's context); ``PreToolUse`` asks ``before_call``; ``PostToolUse`` and ``PostToolUseFailure``
@@ -20,41 +21,71 @@ Claude Code's own permission prompt); a refusal is ``"deny"`` with the guard's m
 ``permissionDecisionReason``; a ``block``/``halt`` also sets ``continue: false`` and ``stopReason``;
 a cap ``reject`` denies without stopping. Warnings reach the model as ``additionalContext``.
 
-Also the checks of a payload's fields, for the hook payloads here and ``otelguard serve``'s ``/v1/``
-bodies alike (``required_text``, ``optional_text``, ``optional_bool``): each raises
-``HookPayloadError`` naming the field and what it should be, never its value.
+``settings_block``/``http_settings_block``: the hooks block for ``.claude/settings.json`` that
+``otelguard hook claude-code --print-settings`` prints (a command per event, or Claude Code's ``http``
+hooks).
 """
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, Final
 
-from otelguard.claude_code.events import HOOK_EVENTS
+from otelguard.coding_agents.hook import DEFAULT_TIMEOUT_SECONDS
+from otelguard.coding_agents.mapping import (
+    MAX_ID_CHARS,
+    AgentHooks,
+    HookPayloadError,
+    optional_bool,
+    optional_text,
+    required_text,
+    stop_reason,
+)
+from otelguard.coding_agents.settings import hook_command, hooks_block
+from otelguard.config.environment import OTELGUARD_TOKEN
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
-from otelguard.errors import HookPayloadError
-from otelguard.hosting import SessionHosted
 
 __all__ = [
     "DEFAULT_AGENT",
     "EVENTS",
+    "HOOK_EVENTS",
     "MAX_ID_CHARS",
+    "TOOL_EVENTS",
     "ClaudeCodeHooks",
     "HookPayloadError",
     "batch_output",
     "hook_output",
+    "http_settings_block",
     "optional_bool",
     "optional_text",
     "required_text",
+    "settings_block",
+    "stop_reason",
 ]
 
 DEFAULT_AGENT: Final = "claude-code"
+HOOK_EVENTS: Final = (
+    "UserPromptSubmit",
+    "PreToolUse",
+    "PostToolUse",
+    "PostToolUseFailure",
+    "Stop",
+    "StopFailure",
+    "SubagentStop",
+    "SessionEnd",
+    "PermissionDenied",
+    "PostToolBatch",
+)
+"""The events the guard listens to. ``PostToolBatch`` (Claude Code 2.1.197 on) follows each batch of
+tool calls, denied ones included: where a stop is honoured, since ``continue: false`` on
+``PreToolUse`` is ignored in ``-p`` mode."""
 EVENTS: Final = HOOK_EVENTS
-MAX_ID_CHARS: Final = 256
+TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "PermissionDenied")
+"""The events about one tool call: their settings entry takes a tool ``matcher``."""
 
 
-class ClaudeCodeHooks(SessionHosted):
+class ClaudeCodeHooks(AgentHooks):
     """Answers Claude Code hook payloads from the sessions of a ``SessionHost`` (one per ``session_id``).
 
     ``ClaudeCodeHooks(config=None, *, telemetry=None, agent=None, max_sessions=10_000, host=None)``
@@ -65,6 +96,10 @@ class ClaudeCodeHooks(SessionHosted):
     """
 
     default_agent = DEFAULT_AGENT
+    cli = "claude-code"
+    # the sidecar's host is labelled claude-code already, and the Claude Agent SDK hands a host
+    # labelled claude-agent-sdk: its sessions keep that label
+    label_own_sessions = False
 
     def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         if not isinstance(payload, Mapping):
@@ -77,7 +112,7 @@ class ClaudeCodeHooks(SessionHosted):
         if event not in EVENTS:
             return None  # an event this mapping does not use (SessionStart, Notification, ...)
         agent_id = optional_text(payload, "agent_id") or None
-        session = self.sessions.session(session_id)
+        session = self.session(session_id)
         if event == "UserPromptSubmit":
             session.start_turn()
             return None
@@ -92,6 +127,14 @@ class ClaudeCodeHooks(SessionHosted):
         if event == "PostToolBatch":
             return batch_output(guard.halt_decision)
         return self._tool_event(event, guard, payload)
+
+    def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:
+        event = body.get("hook_event_name")
+        if event == "PreToolUse":
+            return charges(body.get("tool_name"))
+        # refunded: a call Claude Code's permissions denied, an interrupted one
+        interrupted = event == "PostToolUseFailure" and body.get("is_interrupt") is True
+        return interrupted or event not in ("PostToolUse", "PostToolUseFailure", "UserPromptSubmit", "Stop")
 
     def _tool_event(self, event: str, guard: Guard, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         tool_name = required_text(payload, "tool_name", limit=None)
@@ -147,35 +190,28 @@ def batch_output(halt: Decision | None) -> dict[str, Any] | None:
     return {"continue": False, "stopReason": stop_reason(halt)}
 
 
-def stop_reason(decision: Decision) -> str:
-    """What the user reads when the guard stops Claude: the code (to look up) and the message."""
-    return f"otelguard stopped this turn ({decision.code}): {decision.message}"
+def settings_block(url: str | None, timeout: float | None = None, program: str | None = None) -> str:
+    """The ``hooks`` block for ``.claude/settings.json``: every event the guard needs, one command.
+    ``url``/``timeout``: written into the command when given (``None``: the command's defaults).
+    ``program``: what runs otelguard (``None``: this installation)."""
+    command = hook_command("claude-code", url, timeout, program)
+    deadline = DEFAULT_TIMEOUT_SECONDS if timeout is None else timeout
+    # Claude Code's own per-hook timeout (seconds) sits above ours, so ours decides: fail open.
+    handler = {"type": "command", "command": command, "timeout": int(deadline) + 3}
+    return hooks_block(HOOK_EVENTS, TOOL_EVENTS, handler)
 
 
-def required_text(body: Mapping[str, Any], field: str, limit: int | None = MAX_ID_CHARS) -> str:
-    """The field's string: present, not empty, and at most ``limit`` characters (``None``: any length)."""
-    value = body.get(field)
-    if field not in body:
-        raise HookPayloadError(field, "a string (missing)")
-    if not isinstance(value, str) or not value or (limit is not None and len(value) > limit):
-        expected = f"a string of 1 to {limit} characters" if limit is not None else "a non-empty string"
-        raise HookPayloadError(field, expected)
-    return value
-
-
-def optional_text(body: Mapping[str, Any], field: str) -> str | None:
-    """The field's string of at most ``MAX_ID_CHARS`` characters, or ``None`` when it is absent or null."""
-    value = body.get(field)
-    if value is None:
-        return None
-    if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
-        raise HookPayloadError(field, f"a string of at most {MAX_ID_CHARS} characters, or null")
-    return value
-
-
-def optional_bool(body: Mapping[str, Any], field: str) -> bool | None:
-    """The field's ``true``/``false``, or ``None`` when it is absent or null."""
-    value = body.get(field)
-    if value is None or isinstance(value, bool):
-        return value
-    raise HookPayloadError(field, "true, false or null")
+def http_settings_block(hook_url: str, timeout: float = DEFAULT_TIMEOUT_SECONDS) -> str:
+    """The ``hooks`` block with Claude Code's ``http`` hooks: it posts each event to the sidecar itself,
+    so no process starts per event. Claude Code fails open on its own: an answer that is not a 2xx,
+    a refused connection or the timeout is a non-blocking error and the call goes ahead. The bearer
+    token comes from ``OTELGUARD_TOKEN`` where Claude Code runs (an empty header without it, which a
+    sidecar without a token ignores). ``hook_url``: the sidecar's hook endpoint."""
+    handler: dict[str, object] = {
+        "type": "http",
+        "url": hook_url,
+        "timeout": int(timeout) if timeout == int(timeout) else timeout,
+        "headers": {"Authorization": f"Bearer ${OTELGUARD_TOKEN}"},
+        "allowedEnvVars": [OTELGUARD_TOKEN],
+    }
+    return hooks_block(HOOK_EVENTS, TOOL_EVENTS, handler)

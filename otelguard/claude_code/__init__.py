@@ -1,1 +1,0 @@
-"""Claude Code's hooks: the events, the session host behind ``otelguard serve``, and the ``otelguard hook`` command."""

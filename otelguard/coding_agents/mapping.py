@@ -1,0 +1,109 @@
+"""What every coding-agent CLI's mapping shares: the base of a mapping on a session host, and the
+checks of a payload's fields.
+
+A CLI's mapping (``claude_code.ClaudeCodeHooks``, ``codex.CodexHooks``, ...) turns that CLI's hook
+payloads into guard calls and answers as that CLI reads its hook output. It sits on the session
+host (``otelguard.core.sessions``) like every adapter and imports no framework and no adapter.
+
+The checks (``required_text``, ``optional_text``, ``optional_bool``) serve the hook payloads and
+``otelguard serve``'s ``/v1/`` bodies alike: each raises ``HookPayloadError`` naming the field and
+what it should be, never its value.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from typing import Any, ClassVar, Final
+
+from otelguard.config import GuardConfig
+from otelguard.core.decisions import Decision
+from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
+from otelguard.errors import HookPayloadError
+from otelguard.hosting import SessionHosted, TelemetryOption
+
+__all__ = [
+    "MAX_ID_CHARS",
+    "AgentHooks",
+    "HookPayloadError",
+    "optional_bool",
+    "optional_text",
+    "required_text",
+    "stop_reason",
+]
+
+MAX_ID_CHARS: Final = 256
+
+
+class AgentHooks(SessionHosted):
+    """The base of a CLI's mapping: ``AgentHooks(config=None, *, telemetry=None, agent=None,
+    max_sessions=10_000, host=None)`` (``otelguard.hosting.SessionHosted``). ``handle(payload)``
+    returns the hook output as a dict, or ``None`` when the CLI should get no output; it raises
+    ``HookPayloadError`` for a payload missing a field it needs (the guard itself never raises).
+
+    A session host handed over (``host=``, the sidecar's one host) may serve several CLIs: the
+    sessions this mapping makes there carry the CLI's own name (``default_agent``) as their ``agent``
+    label, unless ``label_own_sessions`` is off (then the host's label)."""
+
+    cli: ClassVar[str] = ""
+    """The CLI's name, as ``otelguard hook CLI`` and the sidecar's ``/v1/hooks/CLI`` spell it."""
+    label_own_sessions: ClassVar[bool] = True
+
+    def __init__(
+        self,
+        config: GuardConfig | None = None,
+        *,
+        telemetry: TelemetryOption = None,
+        agent: str | None = None,
+        max_sessions: int = DEFAULT_MAX_SESSIONS,
+        host: SessionHost | None = None,
+    ) -> None:
+        super().__init__(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions, host=host)
+        own = host is not None and self.label_own_sessions
+        self.agent: str | None = self.default_agent if own else None
+
+    def session(self, session_id: str) -> Session:
+        """The session ``session_id``, made on first use with this CLI's label."""
+        return self.sessions.session(session_id, self.agent)
+
+    def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
+        raise NotImplementedError
+
+    def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:
+        """Whether answering ``body`` may wait on the shared state, read from the body alone and on
+        the safe side (``charges(tool_name)``: whether a call of that tool charges a session cap).
+        Here: always; each CLI names the events it knows stay away from it."""
+        return True
+
+
+def stop_reason(decision: Decision) -> str:
+    """What the user reads when the guard stops the agent: the code (to look up) and the message."""
+    return f"otelguard stopped this turn ({decision.code}): {decision.message}"
+
+
+def required_text(body: Mapping[str, Any], field: str, limit: int | None = MAX_ID_CHARS) -> str:
+    """The field's string: present, not empty, and at most ``limit`` characters (``None``: any length)."""
+    value = body.get(field)
+    if field not in body:
+        raise HookPayloadError(field, "a string (missing)")
+    if not isinstance(value, str) or not value or (limit is not None and len(value) > limit):
+        expected = f"a string of 1 to {limit} characters" if limit is not None else "a non-empty string"
+        raise HookPayloadError(field, expected)
+    return value
+
+
+def optional_text(body: Mapping[str, Any], field: str) -> str | None:
+    """The field's string of at most ``MAX_ID_CHARS`` characters, or ``None`` when it is absent or null."""
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_ID_CHARS:
+        raise HookPayloadError(field, f"a string of at most {MAX_ID_CHARS} characters, or null")
+    return value
+
+
+def optional_bool(body: Mapping[str, Any], field: str) -> bool | None:
+    """The field's ``true``/``false``, or ``None`` when it is absent or null."""
+    value = body.get(field)
+    if value is None or isinstance(value, bool):
+        return value
+    raise HookPayloadError(field, "true, false or null")

@@ -1,0 +1,127 @@
+"""A scripted Gemini API server on 127.0.0.1 for running Gemini CLI offline.
+
+``POST /v1beta/models/<model>:streamGenerateContent?alt=sse`` (and ``:generateContent``), streamed as
+server-sent events. A request that offers the ``run_shell_command`` tool is a step of the agent loop:
+it is answered with a call of ``run_shell_command`` running the same command every time (the
+``description`` numbered, as a model would vary it), up to ``max_calls`` calls, then with text. Any
+other request gets a short text. Every request body is kept, in order, for the test to read what the
+client sent the model (the ``functionResponse`` of each call).
+"""
+
+from __future__ import annotations
+
+import json
+import threading
+from collections.abc import Iterator
+from contextlib import contextmanager
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+MODEL = "gemini-2.5-flash"
+SHELL_TOOL = "run_shell_command"
+
+
+class ScriptedGemini:
+    """The script and what the client sent: ``requests`` (every body), ``loop_requests`` (the bodies
+    of the agent loop's steps)."""
+
+    def __init__(self, command: str, max_calls: int) -> None:
+        self.command = command
+        self.max_calls = max_calls
+        self.requests: list[dict[str, Any]] = []
+        self.loop_requests: list[dict[str, Any]] = []
+        self.lock = threading.Lock()
+        self.url = ""
+
+    def answer(self, body: dict[str, Any]) -> list[dict[str, Any]]:
+        """The parts of the next answer; records the request."""
+        with self.lock:
+            self.requests.append(body)
+            names = {
+                declaration.get("name")
+                for tool in body.get("tools") or ()
+                if isinstance(tool, dict)
+                for declaration in tool.get("functionDeclarations") or ()
+                if isinstance(declaration, dict)
+            }
+            if SHELL_TOOL not in names:
+                return [{"text": "Listing a directory"}]
+            self.loop_requests.append(body)
+            number = len(self.loop_requests)
+            if number > self.max_calls:
+                return [{"text": "I give up: the directory cannot be listed."}]
+            call = {"command": self.command, "description": f"Attempt {number}"}
+            return [{"functionCall": {"name": SHELL_TOOL, "args": call}}]
+
+
+def function_responses(body: dict[str, Any]) -> list[dict[str, Any]]:
+    """The ``functionResponse.response`` objects of a request's last content (what the client
+    reports of the calls)."""
+    contents = body.get("contents") or []
+    if not contents or not isinstance(contents[-1], dict):
+        return []
+    return [
+        part["functionResponse"].get("response") or {}
+        for part in contents[-1].get("parts") or ()
+        if isinstance(part, dict) and isinstance(part.get("functionResponse"), dict)
+    ]
+
+
+def _chunk(parts: list[dict[str, Any]]) -> dict[str, Any]:
+    return {
+        "candidates": [{"content": {"role": "model", "parts": parts}, "finishReason": "STOP", "index": 0}],
+        "usageMetadata": {"promptTokenCount": 10, "candidatesTokenCount": 10, "totalTokenCount": 20},
+        "modelVersion": MODEL,
+    }
+
+
+def _handler(model: ScriptedGemini) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass
+
+        def do_POST(self) -> None:
+            body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
+            path = self.path.split("?", 1)[0]
+            if path.endswith(":countTokens"):
+                return self._json({"totalTokens": 10})
+            if not path.endswith((":streamGenerateContent", ":generateContent")):
+                return self._json({"error": {"code": 404, "message": "not found"}}, 404)
+            chunk = _chunk(model.answer(body))
+            if path.endswith(":generateContent"):
+                return self._json(chunk)
+            data = f"data: {json.dumps(chunk)}\r\n\r\n".encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "text/event-stream")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def _json(self, answer: dict[str, Any], status: int = 200) -> None:
+            data = json.dumps(answer).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    return Handler
+
+
+@contextmanager
+def scripted_gemini(command: str, max_calls: int) -> Iterator[ScriptedGemini]:
+    """The server on a free loopback port, ``model.url`` its base URL (``GOOGLE_GEMINI_BASE_URL``)."""
+    model = ScriptedGemini(command, max_calls)
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
+    server.daemon_threads = True
+    model.url = f"http://127.0.0.1:{server.server_address[1]}"
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield model
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join(10)
