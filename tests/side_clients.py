@@ -24,6 +24,10 @@ CODEX_PACKAGE = "@openai/codex"
 CODEX_VERSION = "0.171.0"
 GEMINI_CLI_PACKAGE = "@google/gemini-cli"
 GEMINI_CLI_VERSION = "0.61.0"
+COPILOT_CLI_PACKAGE = "@github/copilot"
+COPILOT_CLI_VERSION = "1.0.102"
+OPENCODE_PACKAGE = "opencode-ai"
+OPENCODE_VERSION = "1.18.33"
 INSTALL_TIMEOUT = 900.0
 
 
@@ -53,7 +57,7 @@ def install(package: str, version: str, folder_name: str, command: str) -> Path:
     answered = subprocess.run(
         [str(program), "--version"], check=True, capture_output=True, text=True, timeout=60
     ).stdout
-    if version not in answered.split():
+    if version not in [word.rstrip(".") for word in answered.split()]:  # Copilot CLI ends with "."
         raise subprocess.CalledProcessError(1, [str(program), "--version"], output=answered)
     marker.write_text(version)
     return program
@@ -72,6 +76,16 @@ def install_codex() -> Path:
 def install_gemini_cli() -> Path:
     """The cached ``gemini`` command of the pinned version."""
     return install(GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION, "gemini-cli", "gemini")
+
+
+def install_copilot_cli() -> Path:
+    """The cached ``copilot`` command of the pinned version (``GitHub Copilot CLI 1.0.102.``)."""
+    return install(COPILOT_CLI_PACKAGE, COPILOT_CLI_VERSION, "copilot-cli", "copilot")
+
+
+def install_opencode() -> Path:
+    """The cached ``opencode`` command of the pinned version."""
+    return install(OPENCODE_PACKAGE, OPENCODE_VERSION, "opencode", "opencode")
 
 
 def _installed_or_skipped(installer: Callable[[], Path], package: str, version: str) -> Path:
@@ -105,7 +119,19 @@ def gemini_cli() -> Path:
     return _installed_or_skipped(install_gemini_cli, GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION)
 
 
+def copilot_cli() -> Path:
+    """The pinned ``copilot`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_copilot_cli, COPILOT_CLI_PACKAGE, COPILOT_CLI_VERSION)
+
+
+def opencode() -> Path:
+    """The pinned ``opencode`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_opencode, OPENCODE_PACKAGE, OPENCODE_VERSION)
+
+
 if __name__ == "__main__":
     print(install_claude_code())
     print(install_codex())
     print(install_gemini_cli())
+    print(install_copilot_cli())
+    print(install_opencode())
