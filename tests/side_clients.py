@@ -1,6 +1,6 @@
 """Coding-agent CLIs from npm, at pinned versions, installed once into a cache beside the project.
 
-Claude Code, Codex and Gemini CLI are installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
+Claude Code, Codex, Gemini CLI, Copilot CLI and OpenCode are installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
 ``~/.cache/otelguard-test/clients``), one folder per version, marked complete only once the
 installed command answers with its version: the tests run the real client offline against a scripted
 model. ``python -m tests.side_clients`` installs them ahead of a test run (``.ci/run`` does).
@@ -28,6 +28,9 @@ COPILOT_CLI_PACKAGE = "@github/copilot"
 COPILOT_CLI_VERSION = "1.0.102"
 OPENCODE_PACKAGE = "opencode-ai"
 OPENCODE_VERSION = "1.18.33"
+OPENCODE_PLUGIN_PACKAGE = "@opencode-ai/plugin"
+"""What OpenCode installs into a project's ``.opencode`` on its first start with a local plugin (from
+npm, about a minute): prepared from the cache instead, so the run stays offline."""
 INSTALL_TIMEOUT = 900.0
 
 
@@ -88,6 +91,26 @@ def install_opencode() -> Path:
     return install(OPENCODE_PACKAGE, OPENCODE_VERSION, "opencode", "opencode")
 
 
+def install_opencode_plugin_folder() -> Path:
+    """The cached folder holding ``node_modules`` with ``@opencode-ai/plugin`` at OpenCode's own
+    version, and the ``package.json`` OpenCode writes beside it."""
+    folder = clients_home() / f"opencode-plugin-{OPENCODE_VERSION}"
+    marker = folder / ".complete"
+    if marker.exists():
+        return folder
+    npm = shutil.which("npm")
+    if npm is None:
+        raise FileNotFoundError("npm not found on PATH (it comes with Node.js)")
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--save-exact",
+         f"{OPENCODE_PLUGIN_PACKAGE}@{OPENCODE_VERSION}"],
+        check=True, capture_output=True, timeout=INSTALL_TIMEOUT,
+    )  # fmt: skip
+    marker.write_text(OPENCODE_VERSION)
+    return folder
+
+
 def _installed_or_skipped(installer: Callable[[], Path], package: str, version: str) -> Path:
     """The installed command; skips when it cannot be installed (fails under
     ``OTELGUARD_REQUIRE_E2E=1``, as CI runs)."""
@@ -129,9 +152,15 @@ def opencode() -> Path:
     return _installed_or_skipped(install_opencode, OPENCODE_PACKAGE, OPENCODE_VERSION)
 
 
+def opencode_plugin_folder() -> Path:
+    """The prepared ``.opencode`` dependencies, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_opencode_plugin_folder, OPENCODE_PLUGIN_PACKAGE, OPENCODE_VERSION)
+
+
 if __name__ == "__main__":
     print(install_claude_code())
     print(install_codex())
     print(install_gemini_cli())
     print(install_copilot_cli())
     print(install_opencode())
+    print(install_opencode_plugin_folder())

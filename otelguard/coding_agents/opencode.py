@@ -13,10 +13,12 @@ a command that exited non-zero failed); ``session.idle`` ends the turn; ``sessio
 session.
 
 What OpenCode honours (1.18.33): a plugin that throws in ``tool.execute.before`` refuses the call, and
-the thrown message reaches the model as the call's error. Nothing in the plugin API ends the run from
-a hook, so a ``block``/``halt`` is refused with the stop's message, and every later call of that turn
-is refused with the same message, until the model gives up or the next prompt starts a new turn. A
-warning after a call is appended to the call's output, where the model reads it.
+the thrown message reaches the model as the call's error. No hook output ends the run, but the
+plugin holds OpenCode's own client: on a ``block``/``halt`` it writes the stop's message to stderr,
+aborts the session's run (``client.session.abort``: no further model request; ``opencode run`` ends
+with ``MessageAbortedError``) and throws the stop's message; any later call of that turn is refused
+the same way, should the abort not take. A warning after a call is appended to the call's output,
+where the model reads it.
 """
 
 from __future__ import annotations
@@ -95,11 +97,14 @@ class OpenCodeHooks(AgentHooks):
 
 
 def answer(decision: Decision, halt: Decision | None = None) -> dict[str, Any]:
-    """The answer to ``tool.execute.before``: allow, or deny with the message the plugin throws (a
-    halted turn's stop message for a block and every later call of that turn)."""
+    """The answer to ``tool.execute.before``: allow, or deny with the message the plugin throws; a
+    block and every later call of the halted turn (``halt``: the decision that halted it) carry the
+    stop's message and ``stop: true``, on which the plugin aborts the session's run."""
     if decision.allows_execution:
         return {"action": "allow"}
-    return {"action": "deny", "message": stop_reason(halt) if halt is not None else decision.message}
+    if halt is not None:
+        return {"action": "deny", "message": stop_reason(halt), "stop": True}
+    return {"action": "deny", "message": decision.message}
 
 
 def plugin_source(url: str | None, timeout: float | None = None) -> str:

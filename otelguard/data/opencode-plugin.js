@@ -1,7 +1,8 @@
 // otelguard for OpenCode: each tool call is asked of the otelguard sidecar (otelguard serve) before
 // it runs, and reported after. A refusal is thrown: OpenCode does not run the call and the model
-// reads the message as the call's error. Fail open: a sidecar that is down, slow or answers anything
-// but 200 lets the call go ahead, and the user is told once.
+// reads the message as the call's error. A stop also aborts the session's run (no further model
+// request) and says why on stderr. Fail open: a sidecar that is down, slow or answers anything but
+// 200 lets the call go ahead, and the user is told once.
 // Printed by `otelguard hook opencode --print-plugin`; save it as .opencode/plugin/otelguard.js.
 
 const WRITTEN_URL = __OTELGUARD_URL__;
@@ -56,7 +57,20 @@ async function ask(body) {
   }
 }
 
-export const Otelguard = async () => ({
+async function stop(client, sessionID, message) {
+  try {
+    process.stderr.write(message + "\n");
+  } catch {
+    // the abort below still ends the run
+  }
+  try {
+    await client.session.abort({ path: { id: sessionID } });
+  } catch {
+    // an older OpenCode: every later call of the turn is refused all the same
+  }
+}
+
+export const Otelguard = async ({ client }) => ({
   "chat.message": async (input) => {
     await ask({ event: "chat.message", session_id: input.sessionID });
   },
@@ -68,7 +82,10 @@ export const Otelguard = async () => ({
       call_id: input.callID,
       args: output.args,
     });
-    if (answer && answer.action === "deny") throw new Error(String(answer.message));
+    if (answer && answer.action === "deny") {
+      if (answer.stop) await stop(client, input.sessionID, String(answer.message));
+      throw new Error(String(answer.message));
+    }
   },
   "tool.execute.after": async (input, output) => {
     const metadata = (output && output.metadata) || {};
