@@ -170,3 +170,29 @@ def test_a_bad_event_fails_open(serve: Serve) -> None:
         input=b"{}", capture_output=True, timeout=60,
     )  # fmt: skip
     assert (codex.returncode, codex.stdout) == (0, b"") and b"--event" in codex.stderr
+
+
+def test_with_a_key_a_copilot_payload_carries_the_session_digest_for_affinity(tmp_path: Path) -> None:
+    """Copilot CLI's ``sessionId`` is keyed for ``X-Otelguard-Session`` as Claude Code's ``session_id``."""
+    import os
+
+    from otelguard.core.session_keys import key_bytes, session_digest
+    from otelguard.serving.http_server import HttpServer, Request, Response
+
+    seen: list[dict[str, str]] = []
+
+    def record(request: Request) -> Response:
+        seen.append(dict(request.headers))
+        return Response(200, b"")
+
+    env = {**os.environ, "OTELGUARD_SIGNATURE_KEY": "fleet-key", "XDG_CACHE_HOME": str(tmp_path)}
+    with HttpServer(record) as server:
+        ran = subprocess.run(
+            [sys.executable, "-m", "otelguard", "hook", "copilot-cli", "--url",
+             f"http://127.0.0.1:{server.port}", "--event", "preToolUse"],
+            input=(PAYLOADS / "preToolUse.json").read_bytes(), capture_output=True, timeout=60, env=env,
+        )  # fmt: skip
+    assert (ran.returncode, ran.stdout, ran.stderr) == (0, b"", b"")
+    (headers,) = seen
+    expected = session_digest(real("preToolUse")["sessionId"], key_bytes("fleet-key"))
+    assert headers["x-otelguard-session"] == expected

@@ -142,7 +142,7 @@ def test_opencode_runs_then_refuses_then_stops(tmp_path: Path, serve: Serve) -> 
     assert series[("tool_calls", "blocked")] == 1 and series[("turns", "halted")] == 1, series
     # what the user reads: the stop's reason on stderr, and the run aborted
     assert f"{STOPPED}{blocks[0]})" in run.stderr.decode(errors="replace"), shown
-    assert b"MessageAbortedError" in run.stdout, shown
+    assert b"MessageAbortedError" in run.stdout and run.returncode == 1, shown
 
 
 def test_with_the_sidecar_down_every_opencode_call_goes_ahead(tmp_path: Path) -> None:

@@ -388,7 +388,8 @@ def _session_affinity(payload: bytes) -> str | None:
         import json
 
         try:
-            session_id = json.loads(payload).get("session_id")
+            body = json.loads(payload)
+            session_id = body.get("session_id", body.get("sessionId"))  # Copilot CLI's is camelCase
         except (ValueError, AttributeError):  # not a JSON object: the sidecar answers 400 for it
             return None
     if not isinstance(session_id, str) or not session_id:
