@@ -24,8 +24,9 @@ class ScriptedModel:
     """The script and what the client sent: ``requests`` (every body), ``loop_requests`` (the bodies
     of the agent loop's steps)."""
 
-    def __init__(self, command: str, max_calls: int) -> None:
+    def __init__(self, command: str, max_calls: int, tool: str = "Bash") -> None:
         self.command = command
+        self.tool = tool
         self.max_calls = max_calls
         self.requests: list[dict[str, Any]] = []
         self.loop_requests: list[dict[str, Any]] = []
@@ -41,14 +42,14 @@ class ScriptedModel:
     def _content(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The content blocks of the answer to ``body`` (called with the lock held)."""
         tools = {tool.get("name") for tool in body.get("tools") or () if isinstance(tool, dict)}
-        if "Bash" not in tools:
+        if self.tool not in tools:
             return [{"type": "text", "text": "Listing a directory"}]
         self.loop_requests.append(body)
         number = len(self.loop_requests)
         if number > self.max_calls:
             return [{"type": "text", "text": "I give up: the directory cannot be listed."}]
         call = {"command": self.command, "description": f"Attempt {number}"}
-        return [{"type": "tool_use", "id": f"toolu_{number:024d}", "name": "Bash", "input": call}]
+        return [{"type": "tool_use", "id": f"toolu_{number:024d}", "name": self.tool, "input": call}]
 
 
 def tool_results(body: dict[str, Any]) -> list[dict[str, Any]]:
@@ -138,9 +139,10 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def scripted_model(command: str, max_calls: int) -> Iterator[ScriptedModel]:
-    """The server on a free loopback port, ``model.url`` its base URL (``ANTHROPIC_BASE_URL``)."""
-    model = ScriptedModel(command, max_calls)
+def scripted_model(command: str, max_calls: int, tool: str = "Bash") -> Iterator[ScriptedModel]:
+    """The server on a free loopback port, ``model.url`` its base URL (``ANTHROPIC_BASE_URL``);
+    ``tool``: the client's shell tool, the one the script calls (Copilot CLI and OpenCode: ``bash``)."""
+    model = ScriptedModel(command, max_calls, tool)
     server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
     server.daemon_threads = True
     model.url = f"http://127.0.0.1:{server.server_address[1]}"

@@ -1,6 +1,6 @@
 """Coding-agent CLIs from npm, at pinned versions, installed once into a cache beside the project.
 
-Claude Code, Codex and Gemini CLI are installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
+Claude Code, Codex, Gemini CLI, Copilot CLI and OpenCode are installed with ``npm install --prefix`` into ``OTELGUARD_SIDE_CLIENTS`` (default
 ``~/.cache/otelguard-test/clients``), one folder per version, marked complete only once the
 installed command answers with its version: the tests run the real client offline against a scripted
 model. ``python -m tests.side_clients`` installs them ahead of a test run (``.ci/run`` does).
@@ -24,6 +24,13 @@ CODEX_PACKAGE = "@openai/codex"
 CODEX_VERSION = "0.171.0"
 GEMINI_CLI_PACKAGE = "@google/gemini-cli"
 GEMINI_CLI_VERSION = "0.61.0"
+COPILOT_CLI_PACKAGE = "@github/copilot"
+COPILOT_CLI_VERSION = "1.0.102"
+OPENCODE_PACKAGE = "opencode-ai"
+OPENCODE_VERSION = "1.18.33"
+OPENCODE_PLUGIN_PACKAGE = "@opencode-ai/plugin"
+"""What OpenCode installs into a project's ``.opencode`` on its first start with a local plugin (from
+npm, about a minute): prepared from the cache instead, so the run stays offline."""
 INSTALL_TIMEOUT = 900.0
 
 
@@ -53,7 +60,7 @@ def install(package: str, version: str, folder_name: str, command: str) -> Path:
     answered = subprocess.run(
         [str(program), "--version"], check=True, capture_output=True, text=True, timeout=60
     ).stdout
-    if version not in answered.split():
+    if version not in [word.rstrip(".") for word in answered.split()]:  # Copilot CLI ends with "."
         raise subprocess.CalledProcessError(1, [str(program), "--version"], output=answered)
     marker.write_text(version)
     return program
@@ -72,6 +79,36 @@ def install_codex() -> Path:
 def install_gemini_cli() -> Path:
     """The cached ``gemini`` command of the pinned version."""
     return install(GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION, "gemini-cli", "gemini")
+
+
+def install_copilot_cli() -> Path:
+    """The cached ``copilot`` command of the pinned version (``GitHub Copilot CLI 1.0.102.``)."""
+    return install(COPILOT_CLI_PACKAGE, COPILOT_CLI_VERSION, "copilot-cli", "copilot")
+
+
+def install_opencode() -> Path:
+    """The cached ``opencode`` command of the pinned version."""
+    return install(OPENCODE_PACKAGE, OPENCODE_VERSION, "opencode", "opencode")
+
+
+def install_opencode_plugin_folder() -> Path:
+    """The cached folder holding ``node_modules`` with ``@opencode-ai/plugin`` at OpenCode's own
+    version, and the ``package.json`` OpenCode writes beside it."""
+    folder = clients_home() / f"opencode-plugin-{OPENCODE_VERSION}"
+    marker = folder / ".complete"
+    if marker.exists():
+        return folder
+    npm = shutil.which("npm")
+    if npm is None:
+        raise FileNotFoundError("npm not found on PATH (it comes with Node.js)")
+    folder.mkdir(parents=True, exist_ok=True)
+    subprocess.run(
+        [npm, "install", "--prefix", str(folder), "--no-audit", "--no-fund", "--save-exact",
+         f"{OPENCODE_PLUGIN_PACKAGE}@{OPENCODE_VERSION}"],
+        check=True, capture_output=True, timeout=INSTALL_TIMEOUT,
+    )  # fmt: skip
+    marker.write_text(OPENCODE_VERSION)
+    return folder
 
 
 def _installed_or_skipped(installer: Callable[[], Path], package: str, version: str) -> Path:
@@ -105,7 +142,25 @@ def gemini_cli() -> Path:
     return _installed_or_skipped(install_gemini_cli, GEMINI_CLI_PACKAGE, GEMINI_CLI_VERSION)
 
 
+def copilot_cli() -> Path:
+    """The pinned ``copilot`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_copilot_cli, COPILOT_CLI_PACKAGE, COPILOT_CLI_VERSION)
+
+
+def opencode() -> Path:
+    """The pinned ``opencode`` command, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_opencode, OPENCODE_PACKAGE, OPENCODE_VERSION)
+
+
+def opencode_plugin_folder() -> Path:
+    """The prepared ``.opencode`` dependencies, or the test skipped (failed under ``OTELGUARD_REQUIRE_E2E=1``)."""
+    return _installed_or_skipped(install_opencode_plugin_folder, OPENCODE_PLUGIN_PACKAGE, OPENCODE_VERSION)
+
+
 if __name__ == "__main__":
     print(install_claude_code())
     print(install_codex())
     print(install_gemini_cli())
+    print(install_copilot_cli())
+    print(install_opencode())
+    print(install_opencode_plugin_folder())

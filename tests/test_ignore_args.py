@@ -27,15 +27,16 @@ def args_hash(tool: str, args: Any, **config: Any) -> str:
 
 
 def test_defaults_ignore_claude_codes_description_labels() -> None:
-    """Default: Bash, Task and Agent (Claude Code) and run_shell_command (Gemini CLI) leave out their
-    free-text description."""
+    """Default: Bash, Task and Agent (Claude Code), run_shell_command (Gemini CLI) and bash (Copilot
+    CLI, OpenCode) leave out their free-text description."""
     assert dict(GuardConfig().ignore_args) == {
         "Bash": ("description",),
         "Task": ("description",),
         "Agent": ("description",),
         "run_shell_command": ("description",),
+        "bash": ("description",),
     }
-    for tool in ("Bash", "Task", "Agent", "run_shell_command"):
+    for tool in ("Bash", "Task", "Agent", "run_shell_command", "bash"):
         first = args_hash(tool, {"command": "npm run build", "description": "Build the project"})
         again = args_hash(tool, {"command": "npm run build", "description": "Retry the build"})
         assert first == again == args_hash(tool, {"command": "npm run build"})
@@ -119,6 +120,7 @@ def test_merges_with_the_defaults_key_by_key() -> None:
         "Task": (),
         "Agent": ("description",),
         "run_shell_command": ("description",),
+        "bash": ("description",),
         "my_tool": ("nonce",),
     }
     assert config.to_mapping()["ignore_args"]["my_tool"] == ["nonce"]

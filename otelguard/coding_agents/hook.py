@@ -40,7 +40,13 @@ if TYPE_CHECKING:
 
 __all__ = ["CLIS", "DEFAULT_TIMEOUT_SECONDS", "DEFAULT_URL", "endpoint", "main", "mistyped", "post"]
 
-CLIS: Final = {"claude-code": "claude_code", "codex": "codex", "gemini-cli": "gemini_cli"}
+CLIS: Final = {
+    "claude-code": "claude_code",
+    "codex": "codex",
+    "gemini-cli": "gemini_cli",
+    "copilot-cli": "copilot_cli",
+    "opencode": "opencode",
+}
 """Each CLI otelguard guards through its hooks, as the command names it → its module in
 ``otelguard.coding_agents`` (the mapping the sidecar answers with, and the settings it prints)."""
 DEFAULT_TIMEOUT_SECONDS: Final = 2.0
@@ -52,7 +58,8 @@ MAX_STDIN_BYTES: Final = 64 << 20
 """What the hook reads at most; a payload beyond it is not sent (the call goes ahead)."""
 MAX_ANSWER_BYTES: Final = 1 << 20
 USAGE: Final = (
-    "usage: otelguard hook CLI [--url URL] [--timeout SECONDS] [--print-settings [--http]] [--print-config]\n"
+    "usage: otelguard hook CLI [--url URL] [--timeout SECONDS] [--event EVENT] [--print-settings [--http]]\n"
+    "                          [--print-plugin] [--print-config]\n"
     f"  CLI: {', '.join(CLIS)}\n"
     "  reads one hook payload of that CLI on stdin, asks the sidecar, prints its answer\n"
     "  exit status: always 0, even on errors (exit 2 would read as 'block this call'); a problem\n"
@@ -61,7 +68,10 @@ USAGE: Final = (
     f"  --timeout SECONDS  give up and let the call go ahead after this long (default: {DEFAULT_TIMEOUT_SECONDS:g})\n"
     "  --print-settings   print the hooks block to paste where the CLI reads it (a command per event):\n"
     "                     claude-code: .claude/settings.json; codex: $CODEX_HOME/hooks.json;\n"
-    '                     gemini-cli: the "hooks" of ~/.gemini/settings.json\n'
+    '                     gemini-cli: the "hooks" of ~/.gemini/settings.json;\n'
+    "                     copilot-cli: .github/hooks/otelguard.json\n"
+    "  --event EVENT      copilot-cli: the event of the payload (its payloads name none)\n"
+    "  --print-plugin     opencode: print the plugin to save as .opencode/plugin/otelguard.js\n"
     "  --http             with --print-settings: Claude Code posts each event to the sidecar itself\n"
     "  --print-config     print a starter config for unattended use: otelguard serve --config it\n"
 )
@@ -74,7 +84,10 @@ class _Failed(Exception):
 class _Options:
     """What the command line asked for (a plain class: dataclasses would cost startup time)."""
 
-    __slots__ = ("cli", "print_config", "print_settings", "timeout", "url", "url_given", "use_http")
+    __slots__ = (
+        "cli", "event", "print_config", "print_plugin", "print_settings", "timeout", "url", "url_given",
+        "use_http",
+    )  # fmt: skip
 
     def __init__(self, cli: str) -> None:
         self.cli = cli
@@ -84,6 +97,8 @@ class _Options:
         self.print_settings = False
         self.use_http = False
         self.print_config = False
+        self.print_plugin = False
+        self.event: str | None = None
 
 
 class _Read:
@@ -146,11 +161,13 @@ def _run(argv: list[str]) -> int:
     if options is None:
         sys.stdout.write(USAGE)
         return 0
-    if options.print_settings or options.print_config:
+    if options.print_settings or options.print_config or options.print_plugin:
         sys.stdout.write(_printed(options))
         return 0
     deadline = time.monotonic() + options.timeout
     payload = _read_payload(deadline)
+    if options.event is not None:
+        payload = _with_event(payload, options.event)
     _Read.payload = payload
     answer = post(options.url, payload, deadline, _session_affinity(payload), options.cli)
     if answer:
@@ -172,6 +189,9 @@ def _printed(options: _Options) -> str:
 
         return starter_config()
     module = importlib.import_module(f"otelguard.coding_agents.{CLIS[options.cli]}")
+    if options.print_plugin:
+        plugin: str = module.plugin_source(options.url if options.url_given else None, options.timeout)
+        return plugin
     if options.use_http:
         scheme, hostport, path = endpoint(options.url, options.cli)
         block: str = module.http_settings_block(f"{scheme}://{hostport}{path}", options.timeout)
@@ -250,7 +270,12 @@ def _whole_json(data: bytes) -> bool:
     return True
 
 
-_FLAGS: Final = {"--print-settings": "print_settings", "--http": "use_http", "--print-config": "print_config"}
+_FLAGS: Final = {
+    "--print-settings": "print_settings",
+    "--http": "use_http",
+    "--print-config": "print_config",
+    "--print-plugin": "print_plugin",
+}
 
 
 def _parse(argv: list[str]) -> _Options | None:
@@ -272,7 +297,7 @@ def _parse(argv: list[str]) -> _Options | None:
         if name in _FLAGS and not eq:
             setattr(options, _FLAGS[name], True)
             continue
-        if name not in ("--url", "--timeout"):
+        if name not in ("--url", "--timeout", "--event"):
             raise _Failed(f"unknown option {_shown(name)} (see --help)")
         if not eq:
             if not rest:
@@ -280,6 +305,11 @@ def _parse(argv: list[str]) -> _Options | None:
             inline = rest.pop(0)
         if name == "--url":
             options.url, options.url_given = inline, True
+            continue
+        if name == "--event":
+            if not (inline.isascii() and inline.isalnum() and len(inline) <= 64):
+                raise _Failed(f"--event {_shown(inline)}: expected an event name, e.g. preToolUse")
+            options.event = inline
             continue
         try:
             options.timeout = float(inline)
@@ -293,7 +323,26 @@ def _parse(argv: list[str]) -> _Options | None:
         raise _Failed(f"--http: only Claude Code posts hook events itself; {options.cli} runs the command")
     if options.print_config and options.print_settings:
         raise _Failed("--print-config and --print-settings print different files: one at a time")
+    if options.event is not None and options.cli != "copilot-cli":
+        raise _Failed(f"--event: only Copilot CLI's payloads name no event; {options.cli}'s do")
+    if options.print_plugin and (options.cli != "opencode" or options.print_settings or options.print_config):
+        raise _Failed("--print-plugin: only for opencode (a plugin, no command hooks), and alone")
+    if options.cli == "opencode" and options.print_settings:
+        raise _Failed("opencode runs no hook command: --print-plugin prints its plugin")
     return options
+
+
+def _with_event(payload: bytes, event: str) -> bytes:
+    """The payload with the event written in as its first field (``hookName``, as Copilot CLI names
+    it where it names it at all): by hand, since ``json`` would cost startup on every tool call. A
+    field of the same name already there comes later and wins. Anything but an object is left to the
+    sidecar to refuse."""
+    body = payload.lstrip()
+    if not body.startswith(b"{"):
+        return payload
+    rest = body[1:].lstrip()
+    field = b'{"hookName":"' + event.encode("ascii") + b'"'
+    return field + (rest if rest.startswith(b"}") else b"," + rest)
 
 
 def _shown(text: str) -> str:
@@ -340,7 +389,8 @@ def _session_affinity(payload: bytes) -> str | None:
         import json
 
         try:
-            session_id = json.loads(payload).get("session_id")
+            body = json.loads(payload)
+            session_id = body.get("session_id", body.get("sessionId"))  # Copilot CLI's is camelCase
         except (ValueError, AttributeError):  # not a JSON object: the sidecar answers 400 for it
             return None
     if not isinstance(session_id, str) or not session_id:

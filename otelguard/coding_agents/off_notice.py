@@ -31,6 +31,9 @@ MAX_REMEMBERED: Final = 256
 NOTICE_FILE: Final = "hook-notified"
 SILENT_EVENTS: Final = frozenset({"SessionEnd", "StopFailure"})
 """Events whose output Claude Code ignores: a notice there would be lost, so it waits for the next."""
+COPILOT_SHOWN_EVENT: Final = "postToolUse"
+"""Copilot CLI shows no ``systemMessage``: the one hook output its user sees is ``postToolUse``'s
+``additionalContext``, printed under the call (the model reads it too)."""
 _DIGEST_PERSON: Final = b"otelguard-off"
 
 
@@ -45,7 +48,12 @@ def notice(payload: bytes, reason: str) -> str:
     if not isinstance(body, dict):
         return ""
     session_id, event = body.get("session_id"), body.get("hook_event_name")
+    copilot = "sessionId" in body and session_id is None  # camelCase, the event as the hook wrote it in
+    if copilot:
+        session_id, event = body.get("sessionId"), body.get("hookName")
     if not isinstance(session_id, str) or not session_id or event in SILENT_EVENTS:
+        return ""
+    if copilot and event != COPILOT_SHOWN_EVENT:
         return ""
     if not _first_time(hashlib.blake2b(session_id.encode("utf-8", "surrogatepass"),
                                        digest_size=16, person=_DIGEST_PERSON).hexdigest()):  # fmt: skip
@@ -54,6 +62,8 @@ def notice(payload: bytes, reason: str) -> str:
         f"otelguard is not guarding this session: {reason}. Tool calls go ahead unchecked until the "
         "sidecar (otelguard serve) answers again; this is shown once per session."
     )
+    if copilot:
+        return json.dumps({"additionalContext": message}) + "\n"
     return json.dumps({"systemMessage": message}) + "\n"
 
 

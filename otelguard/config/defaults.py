@@ -122,13 +122,14 @@ DEFAULT_SPAWN_TOOLS: Final[Mapping[str, str | None]] = MappingProxyType(
     {"delegate_task": "tasks", "Task": None, "Agent": None, "spawn_agent": None}
 )
 DEFAULT_IGNORE_ARGS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
-    # Claude Code's and Gemini CLI's free-text labels: the same command retried with a new description
+    # Claude Code's, Gemini CLI's, Copilot CLI's and OpenCode's free-text labels: the same command retried with a new description
     # is the same call.
     {
         "Bash": ("description",),
         "Task": ("description",),
         "Agent": ("description",),
         "run_shell_command": ("description",),  # Gemini CLI's shell
+        "bash": ("description",),  # Copilot CLI's and OpenCode's shell
     }
 )
 DEFAULT_VOLATILE_RESULT_KEYS: Final = (

@@ -22,6 +22,7 @@ from prometheus_client import CollectorRegistry
 
 from otelguard.coding_agents.claude_code import DEFAULT_AGENT, ClaudeCodeHooks
 from otelguard.coding_agents.codex import CodexHooks
+from otelguard.coding_agents.copilot_cli import CopilotCliHooks
 from otelguard.coding_agents.gemini_cli import GeminiCliHooks
 from otelguard.coding_agents.mapping import (
     AgentHooks,
@@ -30,6 +31,7 @@ from otelguard.coding_agents.mapping import (
     optional_text,
     required_text,
 )
+from otelguard.coding_agents.opencode import OpenCodeHooks
 from otelguard.config import GuardConfig
 from otelguard.core.classify import catalog_for
 from otelguard.core.decisions import Decision
@@ -83,6 +85,8 @@ class Sidecar:
                 ClaudeCodeHooks(host=self.host),
                 CodexHooks(host=self.host),
                 GeminiCliHooks(host=self.host),
+                CopilotCliHooks(host=self.host),
+                OpenCodeHooks(host=self.host),
             )
         }
         self._state_io = self.host.config.effective_state().url is not None
@@ -121,7 +125,7 @@ class Sidecar:
         if body is None:
             return True  # answered 400 without touching the state
         self._read_bodies[id(request)] = body  # the handler runs next, here or on a worker
-        session = body.get("session_id")
+        session = body.get("session_id", body.get("sessionId"))  # Copilot CLI's is camelCase
         if not isinstance(session, str):
             return True
         with self._waiting_lock:
