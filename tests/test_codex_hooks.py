@@ -10,13 +10,13 @@ from typing import Any
 
 import pytest
 
-from otelguard import Guard, GuardConfig
+from otelguard import GuardConfig
 from otelguard.coding_agents.claude_code import ClaudeCodeHooks
 from otelguard.coding_agents.codex import CodexHooks
-from otelguard.core.edges import Edges
 from otelguard.core.sessions import SessionHost
 from otelguard.testing import RecordingObserver
 from tests.e2e import stop_process
+from tests.hook_observers import observed
 from tests.test_claude_code_stop import start_starter_serve
 from tests.test_cli_serve import Serve
 
@@ -26,17 +26,6 @@ FAILED_OUTPUT = (
     "Chunk ID: 1a2b3c\nWall time: 0.0000 seconds\nProcess exited with code 2\nOriginal token count: 16\n"
     "Output:\nls: cannot access '/nonexistent-dir': No such file or directory\n"
 )
-
-
-def observed(observer: RecordingObserver) -> CodexHooks:
-    """Hooks whose every guard reports to ``observer`` (the host's own edges), labelled as the CLI."""
-    host = SessionHost(
-        UNATTENDED,
-        edges=Edges(observer=lambda _config: observer),
-        guard_class=Guard,
-        agent=CodexHooks.default_agent,
-    )
-    return CodexHooks(host=host)
 
 
 def real(event: str, **changes: Any) -> dict[str, Any]:
@@ -78,7 +67,7 @@ def test_a_refusal_is_a_plain_deny_never_a_stop_and_every_later_call_is_denied()
 def test_the_failure_is_read_from_the_output_text() -> None:
     """``PostToolUse`` says nothing of a failure: ``Process exited with code 2`` in the output does."""
     observer = RecordingObserver()
-    hooks = observed(observer)
+    hooks = observed(CodexHooks, UNATTENDED, observer)
     play(hooks, 1)
     play(hooks, 1, FAILED_OUTPUT.replace("code 2", "code 0"))
     assert observer.outcomes == ["failed", "ok"]

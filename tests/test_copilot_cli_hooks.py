@@ -19,6 +19,7 @@ from otelguard.coding_agents.hook import _with_event
 from otelguard.coding_agents.off_notice import notice
 from otelguard.testing import RecordingObserver
 from tests.e2e import stop_process
+from tests.hook_observers import observed
 from tests.test_claude_code_stop import start_starter_serve
 from tests.test_cli_serve import Serve
 
@@ -57,7 +58,7 @@ def play(hooks: CopilotCliHooks, calls: int, code: int = 2) -> list[dict[str, An
 
 def test_a_refusal_is_a_deny_and_every_call_after_the_block_is_denied_with_the_stop() -> None:
     observer = RecordingObserver()
-    answers = play(CopilotCliHooks(UNATTENDED, telemetry=observer), 20)
+    answers = play(observed(CopilotCliHooks, UNATTENDED, observer), 20)
     assert answers[:5] == [None] * 5  # ran, and failed: the exit code read from the text
     assert observer.outcomes[:5] == ["failed"] * 5
     refused = [answer for answer in answers if answer is not None]
@@ -78,7 +79,7 @@ def test_the_exit_code_line_decides_the_failure_and_the_shell_number_is_left_out
         "x\n<shellId: 4 completed with exit code 0>"
     )
     observer = RecordingObserver()
-    play(CopilotCliHooks(UNATTENDED, telemetry=observer), 6, code=0)
+    play(observed(CopilotCliHooks, UNATTENDED, observer), 6, code=0)
     # four runs with the same output but four shell numbers: the same result each time, so the
     # fifth identical call (its description aside) is refused
     assert observer.outcomes[:5] == ["ok"] * 4 + ["rejected"], observer.outcomes
@@ -87,7 +88,7 @@ def test_the_exit_code_line_decides_the_failure_and_the_shell_number_is_left_out
 
 def test_a_failure_result_type_is_a_failure_whatever_the_text() -> None:
     observer = RecordingObserver()
-    hooks = CopilotCliHooks(UNATTENDED, telemetry=observer)
+    hooks = observed(CopilotCliHooks, UNATTENDED, observer)
     hooks.handle(real("userPromptSubmitted"))
     hooks.handle(real("preToolUse"))
     result = {"resultType": "failure", "textResultForLlm": "permission denied"}

@@ -10,28 +10,16 @@ from typing import Any
 
 import pytest
 
-from otelguard import Guard, GuardConfig
+from otelguard import GuardConfig
 from otelguard.coding_agents.gemini_cli import GeminiCliHooks, exit_code
-from otelguard.core.edges import Edges
-from otelguard.core.sessions import SessionHost
 from otelguard.testing import RecordingObserver
 from tests.e2e import stop_process
+from tests.hook_observers import observed
 from tests.test_claude_code_stop import start_starter_serve
 from tests.test_cli_serve import Serve
 
 PAYLOADS = Path(__file__).parent / "data" / "gemini_cli_payloads"
 UNATTENDED = GuardConfig(mode="unattended", signature_key="k")
-
-
-def observed(observer: RecordingObserver) -> GeminiCliHooks:
-    """Hooks whose every guard reports to ``observer`` (the host's own edges), labelled as the CLI."""
-    host = SessionHost(
-        UNATTENDED,
-        edges=Edges(observer=lambda _config: observer),
-        guard_class=Guard,
-        agent=GeminiCliHooks.default_agent,
-    )
-    return GeminiCliHooks(host=host)
 
 
 def real(event: str, **changes: Any) -> dict[str, Any]:
@@ -63,7 +51,7 @@ def play(hooks: GeminiCliHooks, calls: int, code: int = 2) -> list[dict[str, Any
 
 def test_a_refusal_is_a_deny_and_a_block_is_the_stop() -> None:
     observer = RecordingObserver()
-    answers = play(observed(observer), 20)
+    answers = play(observed(GeminiCliHooks, UNATTENDED, observer), 20)
     assert answers[:5] == [None] * 5  # ran, and failed: the exit code read from the text
     assert observer.outcomes[:5] == ["failed"] * 5
     refused = [answer for answer in answers if answer is not None]
@@ -81,7 +69,7 @@ def test_the_exit_code_line_decides_the_failure_and_the_process_group_is_left_ou
     assert exit_code(after(1)["tool_response"]["llmContent"]) == 2
     assert exit_code("Output: fine\nExit Code: 0\n") == 0 and exit_code("no status here") is None
     observer = RecordingObserver()
-    play(observed(observer), 6, code=0)
+    play(observed(GeminiCliHooks, UNATTENDED, observer), 6, code=0)
     # four runs with the same output but four process groups: the same result each time, so the
     # fifth identical call is refused
     assert observer.outcomes[:5] == ["ok"] * 4 + ["rejected"], observer.outcomes

@@ -15,6 +15,7 @@ from otelguard import GuardConfig
 from otelguard.coding_agents.opencode import OpenCodeHooks
 from otelguard.testing import RecordingObserver
 from tests.e2e import stop_process
+from tests.hook_observers import observed
 from tests.test_claude_code_stop import start_starter_serve
 from tests.test_cli_serve import Serve
 
@@ -61,7 +62,7 @@ def play(hooks: OpenCodeHooks, calls: int, code: int = 2) -> list[dict[str, Any]
 
 def test_a_refusal_is_a_deny_and_the_block_and_every_later_call_a_stop() -> None:
     observer = RecordingObserver()
-    answers = play(OpenCodeHooks(UNATTENDED, telemetry=observer), 20)
+    answers = play(observed(OpenCodeHooks, UNATTENDED, observer), 20)
     assert answers[:5] == [{"action": "allow"}] * 5
     assert observer.outcomes[:5] == ["failed"] * 5  # output.metadata.exit 2
     refused = [answer for answer in answers if answer != {"action": "allow"}]
@@ -75,7 +76,7 @@ def test_a_refusal_is_a_deny_and_the_block_and_every_later_call_a_stop() -> None
 
 def test_an_exit_status_of_zero_is_no_failure_and_a_warning_is_an_allow_with_a_message() -> None:
     observer = RecordingObserver()
-    hooks = OpenCodeHooks(GuardConfig(signature_key="k"), telemetry=observer)  # interactive: warns
+    hooks = observed(OpenCodeHooks, GuardConfig(signature_key="k"), observer)  # interactive: warns
     hooks.handle(prompt())
     warned = []
     for number in range(6):
