@@ -101,16 +101,9 @@ class ClaudeCodeHooks(AgentHooks):
     # labelled claude-agent-sdk: its sessions keep that label
     label_own_sessions = False
 
-    def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not isinstance(payload, Mapping):
-            raise HookPayloadError("body", "a JSON object")
-        event = required_text(payload, "hook_event_name")
-        session_id = required_text(payload, "session_id")
-        if event == "SessionEnd":
-            self.sessions.end_session(session_id)
-            return None
-        if event not in EVENTS:
-            return None  # an event this mapping does not use (SessionStart, Notification, ...)
+    events = EVENTS
+
+    def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         agent_id = optional_text(payload, "agent_id") or None
         session = self.session(session_id)
         if event == "UserPromptSubmit":

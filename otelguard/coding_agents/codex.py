@@ -28,7 +28,6 @@ from typing import Any, Final
 from otelguard.coding_agents.hook import DEFAULT_TIMEOUT_SECONDS
 from otelguard.coding_agents.mapping import (
     AgentHooks,
-    HookPayloadError,
     optional_text,
     required_text,
     stop_reason,
@@ -54,16 +53,9 @@ class CodexHooks(AgentHooks):
     default_agent = DEFAULT_AGENT
     cli = "codex"
 
-    def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not isinstance(payload, Mapping):
-            raise HookPayloadError("body", "a JSON object")
-        event = required_text(payload, "hook_event_name")
-        session_id = required_text(payload, "session_id")
-        if event == "SessionEnd":
-            self.sessions.end_session(session_id)
-            return None
-        if event not in HOOK_EVENTS:
-            return None  # SessionStart, PermissionRequest, ...: nothing for the guard
+    events = HOOK_EVENTS
+
+    def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         session = self.session(session_id)
         if event == "UserPromptSubmit":
             session.start_turn(turn_id=optional_text(payload, "turn_id"), agent=self.agent)

@@ -37,7 +37,6 @@ from otelguard.coding_agents.hook import DEFAULT_TIMEOUT_SECONDS
 from otelguard.coding_agents.mapping import AgentHooks, required_text, stop_reason
 from otelguard.coding_agents.settings import hook_command
 from otelguard.core.decisions import Decision
-from otelguard.errors import HookPayloadError
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -70,16 +69,12 @@ class CopilotCliHooks(AgentHooks):
     default_agent = DEFAULT_AGENT
     cli = "copilot-cli"
 
-    def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not isinstance(payload, Mapping):
-            raise HookPayloadError("body", "a JSON object")
-        event = required_text(payload, EVENT_FIELD)
-        session_id = required_text(payload, "sessionId")
-        if event == "sessionEnd":
-            self.sessions.end_session(session_id)
-            return None
-        if event not in HOOK_EVENTS:
-            return None  # sessionStart, permissionRequest, errorOccurred, ...: nothing for the guard
+    event_field = EVENT_FIELD
+    session_field = "sessionId"
+    end_event = "sessionEnd"
+    events = HOOK_EVENTS
+
+    def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         session = self.session(session_id)
         if event == "userPromptSubmitted":
             session.start_turn(agent=self.agent)

@@ -30,7 +30,6 @@ from otelguard.coding_agents.hook import DEFAULT_TIMEOUT_SECONDS
 from otelguard.coding_agents.mapping import AgentHooks, required_text, stop_reason
 from otelguard.coding_agents.settings import hook_command, hooks_block
 from otelguard.core.decisions import Decision
-from otelguard.errors import HookPayloadError
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -61,16 +60,9 @@ class GeminiCliHooks(AgentHooks):
     default_agent = DEFAULT_AGENT
     cli = "gemini-cli"
 
-    def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not isinstance(payload, Mapping):
-            raise HookPayloadError("body", "a JSON object")
-        event = required_text(payload, "hook_event_name")
-        session_id = required_text(payload, "session_id")
-        if event == "SessionEnd":
-            self.sessions.end_session(session_id)
-            return None
-        if event not in HOOK_EVENTS:
-            return None  # SessionStart, BeforeModel, PreCompress, ...: nothing for the guard
+    events = HOOK_EVENTS
+
+    def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         session = self.session(session_id)
         if event == "BeforeAgent":
             session.start_turn(agent=self.agent)

@@ -12,7 +12,7 @@ what it should be, never its value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, ClassVar, Final
 
 from otelguard.config import GuardConfig
@@ -47,6 +47,13 @@ class AgentHooks(SessionHosted):
     cli: ClassVar[str] = ""
     """The CLI's name, as ``otelguard hook CLI`` and the sidecar's ``/v1/hooks/CLI`` spell it."""
     label_own_sessions: ClassVar[bool] = True
+    event_field: ClassVar[str] = "hook_event_name"
+    session_field: ClassVar[str] = "session_id"
+    end_event: ClassVar[str] = "SessionEnd"
+    """The event after which the CLI sends nothing more for the session: the host forgets it."""
+    events: ClassVar[Collection[str]] = ()
+    """The events ``answer`` is asked about; any other (a session's start, a notification, ...) gets
+    no output and touches no guard."""
 
     def __init__(
         self,
@@ -66,6 +73,22 @@ class AgentHooks(SessionHosted):
         return self.sessions.session(session_id, self.agent)
 
     def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
+        """What every CLI's payload goes through first: an object naming its event and its session;
+        the session's end forgets the session; an event outside ``events`` gets no output. The rest
+        is the CLI's own ``answer``."""
+        if not isinstance(payload, Mapping):
+            raise HookPayloadError("body", "a JSON object")
+        event = required_text(payload, self.event_field)
+        session_id = required_text(payload, self.session_field)
+        if event == self.end_event:
+            self.sessions.end_session(session_id)
+            return None
+        if event not in self.events:
+            return None
+        return self.answer(event, session_id, payload)
+
+    def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
+        """The CLI's answer to one of its ``events``, in the shape that CLI reads."""
         raise NotImplementedError
 
     def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:

@@ -32,7 +32,6 @@ from otelguard.coding_agents.hook import DEFAULT_TIMEOUT_SECONDS
 from otelguard.coding_agents.mapping import AgentHooks, optional_text, required_text, stop_reason
 from otelguard.config.environment import OTELGUARD_TOKEN, OTELGUARD_URL
 from otelguard.core.decisions import Decision
-from otelguard.errors import HookPayloadError
 
 __all__ = ["DEFAULT_AGENT", "EVENTS", "PLUGIN_FILE", "OpenCodeHooks", "answer", "plugin_source"]
 
@@ -58,16 +57,11 @@ class OpenCodeHooks(AgentHooks):
     default_agent = DEFAULT_AGENT
     cli = "opencode"
 
-    def handle(self, payload: Mapping[str, Any]) -> dict[str, Any] | None:
-        if not isinstance(payload, Mapping):
-            raise HookPayloadError("body", "a JSON object")
-        event = required_text(payload, "event")
-        session_id = required_text(payload, "session_id")
-        if event == "session.deleted":
-            self.sessions.end_session(session_id)
-            return None
-        if event not in EVENTS:
-            return None
+    event_field = "event"
+    end_event = "session.deleted"
+    events = EVENTS
+
+    def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         session = self.session(session_id)
         if event == "chat.message":
             session.start_turn(agent=self.agent)
