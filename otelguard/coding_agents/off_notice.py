@@ -10,7 +10,7 @@ Which sessions were told is remembered in one small file in the user's cache dir
 (``$XDG_CACHE_HOME/otelguard/hook-notified``, else ``~/.cache/otelguard/``): at most
 ``MAX_REMEMBERED`` lines, each a digest of a session id, never the id itself, the oldest forgotten
 first. The directory is used only when it is the user's own and nobody else can write into it
-(otherwise the notice is skipped); the file is read without following a link or waiting on a FIFO,
+(otherwise nothing is remembered, and the notice is shown on every failing call); the file is read without following a link or waiting on a FIFO,
 and replaced through a temporary file of a random name created exclusively, never left behind.
 Imported only on a failure: it loads ``json`` and ``hashlib``.
 """
@@ -74,13 +74,12 @@ def notice_path() -> str:
 
 
 def _first_time(digest: str) -> bool:
-    """Whether ``digest`` is new, remembering it. ``False`` when the directory is not the user's own
-    (see ``_private_directory``): nothing is read or written there, and the notice is skipped. A
-    file that cannot be read or written in the user's own directory: ``True`` (better told on every
-    call than never)."""
+    """Whether ``digest`` is new, remembering it. ``True`` without reading or writing anything when
+    the directory is not the user's own (see ``_private_directory``), and when the file cannot be
+    read or written: better told on every call than never."""
     directory = _private_directory(os.path.dirname(notice_path()))
     if directory is None:
-        return False
+        return True
     try:
         known = _read_known(directory)
         if digest in known:
