@@ -41,6 +41,7 @@ __all__ = [
     "exit_code",
     "refusal",
     "settings_block",
+    "shell_result",
 ]
 
 DEFAULT_AGENT: Final = "gemini-cli"
@@ -87,15 +88,22 @@ class GeminiCliHooks(AgentHooks):
         text = response.get("llmContent") if isinstance(response, Mapping) else None
         if not isinstance(text, str):
             return context(guard.after_call(tool_name, args, response))
-        code = exit_code(text)
-        failed = None if code is None else code != 0
-        return context(guard.after_call(tool_name, args, _PROCESS_GROUP.sub("", text), failed=failed))
+        result, failed = shell_result(text)
+        return context(guard.after_call(tool_name, args, result, failed=failed))
 
     def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:
         event = body.get("hook_event_name")
         if event == "BeforeTool":
             return charges(body.get("tool_name"))
         return event not in ("AfterTool", "BeforeAgent", "AfterAgent")  # nothing refunded there
+
+
+def shell_result(text: str) -> tuple[str, bool | None]:
+    """A call's text for the model as the guard reads it: without its process-group line, failed
+    when its ``Exit Code: N`` line is not 0 (``None``: no such line, the guard judges the text).
+    ``otelguard replay`` reads Gemini CLI's chats through this too."""
+    code = exit_code(text)
+    return _PROCESS_GROUP.sub("", text), None if code is None else code != 0
 
 
 def exit_code(text: str) -> int | None:
