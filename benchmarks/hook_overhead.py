@@ -1,6 +1,6 @@
 """What one hook process costs each coding-agent CLI per tool call, against ``python -c pass``.
 
-    python -m benchmarks.hook_overhead [--runs 31] [--json]
+    python -m benchmarks.hook_overhead [--runs 31] [--python PATH] [--json]
 
 Against one real ``otelguard serve`` on loopback, each CLI's hook command is run exactly as
 ``--print-settings`` writes it (``python -m otelguard hook CLI``, Copilot CLI's with ``--event``) on
@@ -13,6 +13,9 @@ run beside it (``paired_ratio``: what load drift moves least). The target is a p
 The commands run as installed: with their bytecode compiled (a package install compiles it), so
 ``PYTHONDONTWRITEBYTECODE`` is dropped from their environment and each runs once before the timing
 (an editable checkout would otherwise compile the hook module from source on every call).
+``--python`` runs the hooks and the floor under another interpreter, e.g. a fresh virtualenv's with
+nothing installed (the hook needs only the standard library; otelguard is put on its path): its
+startup loads no site-packages, so the floor is lower and the same hook costs a larger ratio.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ import time
 from pathlib import Path
 from typing import Any, Final
 
+import otelguard
 from otelguard.bench.serving import serve
 
 PAYLOADS: Final = Path(__file__).resolve().parent.parent / "tests" / "data"
@@ -40,23 +44,25 @@ CLIS: Final = (
 )
 
 
-def commands(port: int) -> dict[str, tuple[list[str], bytes]]:
+def commands(port: int, python: str) -> dict[str, tuple[list[str], bytes]]:
     """``"cli event"`` → the hook command as the CLI runs it, and the payload it reads on stdin."""
     found: dict[str, tuple[list[str], bytes]] = {}
     for cli, folder, *events in CLIS:
         for event in events:
-            command = [sys.executable, "-m", "otelguard", "hook", cli, "--url", f"http://127.0.0.1:{port}"]
+            command = [python, "-m", "otelguard", "hook", cli, "--url", f"http://127.0.0.1:{port}"]
             if cli == "copilot-cli":  # its payloads name no event: each event has its own command
                 command += ["--event", event]
             found[f"{cli} {event}"] = (command, (PAYLOADS / folder / f"{event}.json").read_bytes())
     return found
 
 
-def measure(runs: int) -> dict[str, Any]:
-    floor = [sys.executable, "-c", "pass"]
+def measure(runs: int, python: str = sys.executable) -> dict[str, Any]:
+    floor = [python, "-c", "pass"]
     env = {k: v for k, v in os.environ.items() if k != "PYTHONDONTWRITEBYTECODE"}
+    source = str(Path(otelguard.__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (source, env.get("PYTHONPATH")) if p)
     with serve(10_000) as (port, _pid):
-        hooks = commands(port)
+        hooks = commands(port, python)
         for command, payload in hooks.values():  # writes the bytecode an install would have
             subprocess.run(command, input=payload, capture_output=True, check=True, timeout=60, env=env)
         times: dict[str, list[float]] = {name: [] for name in ["python -c pass", *hooks]}
@@ -79,6 +85,7 @@ def measure(runs: int) -> dict[str, Any]:
     }
     return {
         "runs": runs,
+        "python": python,
         "python_pass_median_ms": round(floor_ms, 2),
         "hooks": figures,
         "target_ratio": TARGET_RATIO,
@@ -101,9 +108,10 @@ def main() -> None:
         description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter
     )
     parser.add_argument("--runs", type=int, default=31)
+    parser.add_argument("--python", default=sys.executable)
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args()
-    result = measure(options.runs)
+    result = measure(options.runs, options.python)
     if options.json:
         print(json.dumps(result, indent=2))
         return
