@@ -3,7 +3,7 @@
     python -m benchmarks.hook_overhead [--runs 31] [--python PATH] [--json]
 
 Against one real ``otelguard serve`` on loopback, each CLI's hook command is run exactly as
-``--print-settings`` writes it (``python -m otelguard hook CLI``, Copilot CLI's with ``--event``) on
+``--print-settings`` writes it (``python -c LAUNCH hook CLI``, Copilot CLI's with ``--event``) on
 that CLI's real payloads (``tests/data/<cli>_payloads``) of the two events every tool call fires: the
 one before the tool and the one after it. Every run of every command is interleaved with a run of
 ``python -c pass`` so load drift hits all alike; the figure is the median wall time of each, and the
@@ -32,6 +32,7 @@ from typing import Any, Final
 
 import otelguard
 from otelguard.bench.serving import serve
+from otelguard.coding_agents.settings import LAUNCH
 
 PAYLOADS: Final = Path(__file__).resolve().parent.parent / "tests" / "data"
 TARGET_RATIO: Final = 1.3
@@ -49,7 +50,7 @@ def commands(port: int, python: str) -> dict[str, tuple[list[str], bytes]]:
     found: dict[str, tuple[list[str], bytes]] = {}
     for cli, folder, *events in CLIS:
         for event in events:
-            command = [python, "-m", "otelguard", "hook", cli, "--url", f"http://127.0.0.1:{port}"]
+            command = [python, "-c", LAUNCH, "hook", cli, "--url", f"http://127.0.0.1:{port}"]
             if cli == "copilot-cli":  # its payloads name no event: each event has its own command
                 command += ["--event", event]
             found[f"{cli} {event}"] = (command, (PAYLOADS / folder / f"{event}.json").read_bytes())
