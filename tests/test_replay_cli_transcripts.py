@@ -136,6 +136,24 @@ def test_the_older_codex_shell_tool_is_bash_too(tmp_path: Path) -> None:
     ]
 
 
+def test_a_live_codex_rollout_ends_with_its_calls_in_progress(tmp_path: Path) -> None:
+    """A rollout still being written: the calls of the model's last answer (two at once) await their
+    output, which is no input error."""
+    records = [
+        {"type": "session_meta", "payload": {"id": "s"}},
+        {"type": "response_item", "payload": {"type": "message", "role": "user", "content": "go"}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "call_id": "a",
+                                              "arguments": '{"cmd": "ls"}'}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "call_id": "b",
+                                              "arguments": '{"cmd": "pwd"}'}},
+    ]  # fmt: skip
+    sink = read_lines(tmp_path, "live.jsonl", records)
+    assert sink.errors == [] and [(c.call_id, c.in_progress) for c in sink.calls] == [
+        ("a", True),
+        ("b", True),
+    ]
+
+
 # --- Gemini CLI -----------------------------------------------------------------------------------
 
 

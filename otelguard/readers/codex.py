@@ -35,6 +35,7 @@ __all__ = ["CODEX", "CodexReader", "is_codex_record"]
 
 CODEX: Final = "codex"
 _RECORD_TYPES: Final = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
+_CALLS: Final = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
 _SHELL_TOOLS: Final = frozenset({"exec_command", "shell", "local_shell", "container.exec"})
 _HOOK_SHELL_NAME: Final = "Bash"
 """What Codex's hooks name its shell tool (``tool_name``), whatever the model called it."""
@@ -84,16 +85,19 @@ class _Session:
     def __init__(self, sink: EventSink, key: SessionKey) -> None:
         self.feed = SessionFeed(sink, key, dedupe=True)
         self.outputs: BoundedMap[str, str] = BoundedMap(_REMEMBERED_OUTPUTS)
+        self._calling = False  # the last item was a call: the next one is of the same model answer
 
     def item(self, line: int, item: dict[str, Any], time: float | None) -> None:
         kind = item.get("type")
+        calling, self._calling = self._calling, kind in _CALLS
         if kind == "message":
             if item.get("role") == "user" and _is_prompt(item.get("content")):
                 self.feed.start_turn(time)
             elif item.get("role") == "assistant":
                 self.feed.tick()
-        elif kind in ("function_call", "custom_tool_call", "local_shell_call"):
-            self.feed.tick()
+        elif kind in _CALLS:
+            if not calling:
+                self.feed.tick()  # one model answer, however many calls it made at once
             call_id, name = item.get("call_id"), item.get("name")
             if kind == "local_shell_call":
                 name = "local_shell"
