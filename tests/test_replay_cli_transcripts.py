@@ -123,16 +123,22 @@ def test_codex_rollout_records_that_are_not_tool_traffic_are_skipped_and_bad_one
     ]  # fmt: skip
 
 
-def test_the_older_codex_shell_tool_is_bash_too(tmp_path: Path) -> None:
+def test_codex_shell_calls_carry_only_the_command_as_its_hooks_do(tmp_path: Path) -> None:
+    """Measured on codex-cli 0.171.0: ``exec_command {"cmd", "workdir", "yield_time_ms"}`` reaches the
+    hooks as ``Bash {"command"}``; the older ``shell`` tool's argv is read the same way."""
     records = [
         {"type": "session_meta", "payload": {"id": "s"}},
+        {"type": "response_item", "payload": {"type": "function_call", "name": "exec_command", "call_id": "w",
+                                              "arguments": '{"cmd": "ls", "workdir": "/tmp", "yield_time_ms": 1}'}},
+        {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "w", "output": "x"}},
         {"type": "response_item", "payload": {"type": "function_call", "name": "shell", "call_id": "c",
                                               "arguments": '{"command": ["bash", "-lc", "ls"]}'}},
         {"type": "response_item", "payload": {"type": "function_call_output", "call_id": "c",
                                               "output": "Exit code: 0\nWall time: 0 seconds\nOutput:\na\n"}},
     ]  # fmt: skip
     assert read_lines(tmp_path, "r.jsonl", records).summary() == [
-        ("c", "Bash", {"command": "ls"}, "a\n", None, True)
+        ("w", "Bash", {"command": "ls"}, "x", None, True),
+        ("c", "Bash", {"command": "ls"}, "a\n", None, True),
     ]
 
 
