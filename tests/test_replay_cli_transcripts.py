@@ -16,10 +16,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from otelguard.cli import main
-from otelguard.readers.codex import CODEX
-from otelguard.readers.gemini_cli import GEMINI_CLI
+from otelguard.readers.codex import CODEX, CodexReader
+from otelguard.readers.feed import input_ending
+from otelguard.readers.gemini_cli import GEMINI_CLI, GeminiCliReader
 from otelguard.replay import replay_inputs
 from tests.test_replay_new_readers import Sink, read_document, read_lines, read_text
 
@@ -272,3 +275,49 @@ def test_any_cut_of_a_real_transcript_reads_without_crashing(path: Path, tmp_pat
     data = path.read_bytes()
     for cut in range(0, len(data), max(1, len(data) // 97)):
         read_text(tmp_path, "cut.jsonl", data[:cut].decode("utf-8", "replace"))
+
+
+_JSON = st.recursive(
+    st.none() | st.booleans() | st.integers() | st.text(max_size=8),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=6), inner, max_size=3),
+    max_leaves=12,
+)
+_CODEX_ITEM = st.fixed_dictionaries(
+    {"type": st.sampled_from(["message", "function_call", "function_call_output", "custom_tool_call"])},
+    optional={"role": st.sampled_from(["user", "assistant"]), "name": _JSON, "call_id": st.sampled_from(["a", "b", 3]),
+              "arguments": _JSON, "output": _JSON, "content": _JSON},
+)  # fmt: skip
+_GEMINI_MESSAGE = st.fixed_dictionaries(
+    {"type": st.sampled_from(["user", "gemini", "info", 5])},
+    optional={"id": st.sampled_from(["m1", "m2", 7]), "content": _JSON, "timestamp": _JSON,
+              "toolCalls": st.lists(st.fixed_dictionaries({}, optional={"id": st.sampled_from(["a", "b"]),
+                                                                       "name": _JSON, "args": _JSON, "status": _JSON,
+                                                                       "result": _JSON}), max_size=3) | _JSON},
+)  # fmt: skip
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(
+        st.one_of(_CODEX_ITEM.map(lambda item: {"type": "response_item", "payload": item}), _JSON), max_size=8
+    )
+)
+def test_hostile_rollout_lines_never_crash_the_codex_reader(records: list[Any]) -> None:
+    sink = Sink()
+    sink_feed(CodexReader(sink, "r.jsonl", "r"), [{"type": "session_meta", "payload": {"id": "s"}}, *records])
+    assert all(isinstance(reason, str) and line is not None for _, line, reason in sink.errors)
+
+
+@settings(max_examples=150, deadline=None)
+@given(st.lists(st.one_of(_GEMINI_MESSAGE, st.fixed_dictionaries({"$set": _JSON}), _JSON), max_size=8))
+def test_hostile_chat_lines_never_crash_the_gemini_cli_reader(records: list[Any]) -> None:
+    sink = Sink()
+    sink_feed(GeminiCliReader(sink, "c.jsonl", "c"), [{"sessionId": "g", "projectHash": "h"}, *records])
+    assert all(isinstance(reason, str) and line is not None for _, line, reason in sink.errors)
+
+
+def sink_feed(reader: CodexReader | GeminiCliReader, records: list[Any]) -> None:
+    for line, record in enumerate(records, 1):
+        reader.feed(line, record)
+    with input_ending():
+        reader.close()
