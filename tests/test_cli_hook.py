@@ -576,7 +576,7 @@ def test_the_settings_block_shown_in_the_docs_is_the_real_one() -> None:
     assert json.loads(shown) == json.loads(settings_block(None, program=DOCS_PROGRAM))
 
 
-DOCS_PROGRAM = "/home/me/otelguard/.venv/bin/python -m otelguard"
+DOCS_PROGRAM = "/home/me/otelguard/.venv/bin/python -c 'from otelguard.cli import main; main()'"
 """The installation the docs' example block was printed from."""
 
 
@@ -849,7 +849,7 @@ def test_the_printed_command_runs_as_printed_without_path(tmp_path: Path) -> Non
             capture_output=True, timeout=TIMEOUT, check=True, env={**os.environ, "PYTHONPATH": packages},
         )  # fmt: skip
         command = json.loads(printed.stdout)["hooks"]["PreToolUse"][0]["hooks"][0]["command"]
-        assert command.startswith(f"'{python}' -m otelguard hook claude-code")
+        assert command.startswith(f"'{python}' -c 'from otelguard.cli import main; main()' hook claude-code")
         env = {"PATH": "/nonexistent", "PYTHONPATH": str(REPO), "XDG_CACHE_HOME": str(tmp_path)}
         ran = subprocess.run(
             ["/bin/sh", "-c", command], input=json.dumps(PRE).encode(), capture_output=True,

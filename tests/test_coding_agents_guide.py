@@ -11,7 +11,7 @@ import pytest
 from otelguard.coding_agents import codex, gemini_cli
 
 GUIDE = Path(__file__).resolve().parent.parent / "docs" / "coding-agents.md"
-PIPX = "/home/me/.local/pipx/venvs/otelguard/bin/python -m otelguard"
+PIPX = "/home/me/.local/pipx/venvs/otelguard/bin/python -c 'from otelguard.cli import main; main()'"
 """The installation the guide's examples name (a ``pipx`` install)."""
 
 

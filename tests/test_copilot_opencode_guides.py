@@ -11,7 +11,7 @@ from otelguard.coding_agents import copilot_cli
 from tests.side_clients import COPILOT_CLI_VERSION, OPENCODE_VERSION
 
 DOCS = Path(__file__).resolve().parent.parent / "docs"
-PIPX = "/home/me/.local/pipx/venvs/otelguard/bin/python -m otelguard"
+PIPX = "/home/me/.local/pipx/venvs/otelguard/bin/python -c 'from otelguard.cli import main; main()'"
 """The installation the guides' examples name (a ``pipx`` install)."""
 
 

@@ -76,6 +76,27 @@ def test_the_exit_code_line_decides_the_failure_and_the_process_group_is_left_ou
     assert observer.decisions[4].code == "identical_call_reject"
 
 
+READ_FILE_NOT_FOUND: dict[str, Any] = {
+    "llmContent": "Could not read file because no file was found at the specified path.",
+    "returnDisplay": "File not found.",
+    "error": {"message": "File not found: /home/me/project/missing.txt", "type": "file_not_found"},
+}
+"""``AfterTool``'s ``tool_response`` of a ``read_file`` whose file is missing, as Gemini CLI 0.61.0 sent it."""
+
+
+def test_a_tool_that_answered_with_an_error_failed() -> None:
+    observer = RecordingObserver()
+    hooks = observed(GeminiCliHooks, UNATTENDED, observer)
+    hooks.handle(real("BeforeAgent"))
+    read = {"file_path": "missing.txt"}
+    for _ in range(2):
+        assert hooks.handle(real("BeforeTool", tool_name="read_file", tool_input=read)) is None
+        hooks.handle(
+            real("AfterTool", tool_name="read_file", tool_input=read, tool_response=READ_FILE_NOT_FOUND)
+        )
+    assert observer.outcomes == ["failed", "failed"]
+
+
 def test_a_warning_after_a_call_reaches_the_model_as_additional_context() -> None:
     hooks = GeminiCliHooks(GuardConfig(signature_key="k"))  # interactive: warns, never refuses
     hooks.handle(real("BeforeAgent"))

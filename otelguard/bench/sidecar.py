@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any, Final
 
 from otelguard.bench.serving import CLIENTS, pairs_per_second, request, serve
+from otelguard.coding_agents.settings import LAUNCH
 
 __all__ = ["SIDECAR_TARGETS", "SidecarOptions", "run_sidecar_bench"]
 
@@ -103,7 +104,8 @@ def _hook_round_trip(port: int, runs: int) -> tuple[float, float]:
     """Median wall milliseconds of a hook process answering PreToolUse, and of ``python -c pass``,
     interleaved so both see the same machine."""
     payload = json.dumps(_PRE_TOOL_USE).encode()
-    hook = [sys.executable, "-m", "otelguard", "hook", "claude-code", "--url", f"http://127.0.0.1:{port}"]
+    # as --print-settings writes the command
+    hook = [sys.executable, "-c", LAUNCH, "hook", "claude-code", "--url", f"http://127.0.0.1:{port}"]
     floor = [sys.executable, "-c", "pass"]
     hook_ms: list[float] = []
     floor_ms: list[float] = []

@@ -8,9 +8,11 @@ to).
 Events: ``BeforeAgent`` (a prompt) starts a turn; ``BeforeTool`` asks ``before_call``; ``AfterTool``
 reports through ``after_call``; ``AfterAgent`` ends the turn; ``SessionEnd`` ends the session. The
 tool events carry no call id: a call's two events are paired by its arguments, in order. ``AfterTool``
-says nothing of a failure: it is read from the ``Exit Code: N`` line Gemini CLI writes into the text
-it hands the model (``tool_response.llmContent``), and that text, without its process-group line (a
-new number on every run), is the result the guard compares.
+has no failure flag: a tool that failed (a file not found, ...) carries an ``error`` object beside its
+text, and a shell command's failure is read from the ``Exit Code: N`` line Gemini CLI writes into the
+text it hands the model (``tool_response.llmContent``); that text, without its process-group line (a
+new number on every run), is the result the guard compares. A call Gemini CLI rejects before running
+it (arguments that fail its checks, a path outside the workspace) fires no hook at all.
 
 What Gemini CLI honours (0.61.0): ``{"decision": "deny", "reason": R}`` refuses the call, and the
 model reads ``Tool execution blocked: R``; ``{"continue": false, "stopReason": S}`` on ``BeforeTool``
@@ -40,6 +42,7 @@ __all__ = [
     "exit_code",
     "refusal",
     "settings_block",
+    "shell_result",
 ]
 
 DEFAULT_AGENT: Final = "gemini-cli"
@@ -79,15 +82,24 @@ class GeminiCliHooks(AgentHooks):
         text = response.get("llmContent") if isinstance(response, Mapping) else None
         if not isinstance(text, str):
             return context(guard.after_call(tool_name, args, response))
-        code = exit_code(text)
-        failed = None if code is None else code != 0
-        return context(guard.after_call(tool_name, args, _PROCESS_GROUP.sub("", text), failed=failed))
+        result, failed = shell_result(text)
+        if isinstance(response, Mapping) and isinstance(response.get("error"), Mapping):
+            failed = True  # the tool's own error (a file not found, ...): Gemini CLI's failure mark
+        return context(guard.after_call(tool_name, args, result, failed=failed))
 
     def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:
         event = body.get("hook_event_name")
         if event == "BeforeTool":
             return charges(body.get("tool_name"))
         return event not in ("AfterTool", "BeforeAgent", "AfterAgent")  # nothing refunded there
+
+
+def shell_result(text: str) -> tuple[str, bool | None]:
+    """A call's text for the model as the guard reads it: without its process-group line, failed
+    when its ``Exit Code: N`` line is not 0 (``None``: no such line, the guard judges the text).
+    ``otelguard replay`` reads Gemini CLI's chats through this too."""
+    code = exit_code(text)
+    return _PROCESS_GROUP.sub("", text), None if code is None else code != 0
 
 
 def exit_code(text: str) -> int | None:

@@ -13,21 +13,28 @@ import sys
 from collections.abc import Iterable, Mapping
 from typing import Final
 
-__all__ = ["STARTER_CONFIG", "hook_command", "hook_program", "hooks_block", "starter_config"]
+__all__ = ["LAUNCH", "STARTER_CONFIG", "hook_command", "hook_program", "hooks_block", "starter_config"]
 
 STARTER_CONFIG: Final = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "claude-code.yaml")
 """The starter config ``--print-config`` prints, with a fresh signature key written in."""
 
 
+LAUNCH: Final = "from otelguard.cli import main; main()"
+"""What the interpreter runs (``-c``): the hook always returns 0, so its exit status needs no more."""
+
+
 def hook_program() -> str:
-    """This installation's otelguard as a shell word: its own interpreter, absolute, with ``-m
-    otelguard``. A CLI runs the hook command through a shell whose ``PATH`` need not hold a
+    """This installation's otelguard as a shell word: its own interpreter, absolute, running
+    ``LAUNCH``. A CLI runs the hook command through a shell whose ``PATH`` need not hold a
     virtualenv's ``bin`` (a bare ``otelguard`` would then be "command not found", which the CLIs
-    take as a non-blocking error: the guard silently off). ``-m`` rather than the ``otelguard``
-    script: the script pip writes imports ``re`` before otelguard runs, the costlier start."""
+    take as a non-blocking error: the guard silently off). ``-c`` rather than ``-m otelguard``:
+    ``-m`` goes through ``runpy``, whose imports (``importlib.util``, ``contextlib``,
+    ``collections``, ``functools``) cost a fresh virtualenv about 5 ms on every call, nearly half of
+    the interpreter's own start; and rather than the ``otelguard`` script, which imports ``re``
+    before otelguard runs."""
     if not sys.executable:  # an embedded interpreter that cannot name itself
         return "otelguard"
-    return f"{shlex.quote(os.path.abspath(sys.executable))} -m otelguard"
+    return f"{shlex.quote(os.path.abspath(sys.executable))} -c {shlex.quote(LAUNCH)}"
 
 
 def hook_command(cli: str, url: str | None, timeout: float | None, program: str | None = None) -> str:

@@ -18,8 +18,10 @@ import orjson
 from otelguard.errors import UsageError
 from otelguard.readers.chat import ANTHROPIC, OPENAI, ChatReader
 from otelguard.readers.claude_code import CLAUDE_CODE, ClaudeCodeReader
+from otelguard.readers.codex import CODEX, CodexReader, is_codex_record
 from otelguard.readers.events import EventSink
 from otelguard.readers.feed import input_ending
+from otelguard.readers.gemini_cli import GEMINI_CLI, GeminiCliReader, is_gemini_cli_session
 from otelguard.readers.lines import MAX_LINE_BYTES, LineSplitter, open_nonblocking, read_chunks
 from otelguard.readers.mini_swe_agent import MINI_SWE_AGENT, MiniSweAgentReader, is_mini_swe_agent_messages
 from otelguard.readers.openhands import OPENHANDS, OpenHandsReader, completion_log_fields, is_openhands_event
@@ -38,7 +40,17 @@ __all__ = [
 ]
 
 AUTO: Final = "auto"
-FORMATS: Final = (AUTO, OPENAI, ANTHROPIC, CLAUDE_CODE, OPENHANDS, SWE_AGENT, MINI_SWE_AGENT)
+FORMATS: Final = (
+    AUTO,
+    OPENAI,
+    ANTHROPIC,
+    CLAUDE_CODE,
+    CODEX,
+    GEMINI_CLI,
+    OPENHANDS,
+    SWE_AGENT,
+    MINI_SWE_AGENT,
+)
 STDIN: Final = "-"
 SUFFIXES: Final = (".jsonl", ".json", ".traj")
 _DOCUMENT_SUFFIXES: Final = (".json", ".traj")
@@ -60,6 +72,10 @@ def detect_format(record: Any) -> str | None:
     """
     if not isinstance(record, dict):
         return None
+    if is_gemini_cli_session(record):  # before the chat checks: an older chat holds "messages"
+        return GEMINI_CLI
+    if is_codex_record(record):
+        return CODEX
     if ("history" in record and "instance_id" in record) or is_openhands_event(record):
         return OPENHANDS
     if completion_log_fields(record) is not None:  # read as chat, whatever its messages look like
@@ -205,8 +221,8 @@ class InputFile:
             self.sink.error(
                 self.path,
                 line,
-                "unknown transcript format: expected OpenAI chat, Anthropic Messages, Claude Code, "
-                "OpenHands, SWE-agent or mini-swe-agent records (use --format to force one); file skipped",
+                "unknown transcript format: expected OpenAI chat, Anthropic Messages, Claude Code, Codex, "
+                "Gemini CLI, OpenHands, SWE-agent or mini-swe-agent records (use --format to force one); file skipped",
             )
             return False
         self._reader = self._make_reader(detected)
@@ -227,6 +243,10 @@ class InputFile:
     def _make_reader(self, fmt: str) -> _Reader:
         if fmt == CLAUDE_CODE:
             return ClaudeCodeReader(self.sink, self.path, self._stem)
+        if fmt == CODEX:
+            return CodexReader(self.sink, self.path, self._stem)
+        if fmt == GEMINI_CLI:
+            return GeminiCliReader(self.sink, self.path, self._stem)
         if fmt == OPENHANDS:
             return OpenHandsReader(self.sink, self.path, self._stem)
         if fmt == SWE_AGENT:
