@@ -190,3 +190,12 @@ def test_a_loop_printing_a_volatile_value_is_stopped(shape: str, failed: bool) -
     assert _stopped(steps[:60]), [s.decision.code for s in steps]
     codes = {step.decision.code for step in steps}
     assert any(code.startswith("stagnation_") for code in codes)
+
+
+@pytest.mark.parametrize(
+    ("one", "other"), [("26:19.583", "14h5m44s"), ("16:44:03", "36.37µs"), ("9:08.053", "925 second")]
+)
+def test_a_word_after_any_duration_is_read_alike(one: str, other: str) -> None:
+    """``am`` after a clock time is its half of the day; after a duration of another shape it is taken
+    the same way, so the word that follows a value never tells two runs apart."""
+    assert normalised(_around("", one, "am")) == normalised(_around("", other, "am"))

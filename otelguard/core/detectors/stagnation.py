@@ -83,8 +83,8 @@ _NUMBER: Final = re.compile(
     rb"|\s(?:(?:milli|micro|nano)?seconds?|secs?|minutes?|mins?|hours?|hrs?|days?|weeks?|[mun]s)(?![A-Za-z])"
     rb"|(?:st|nd|rd|th)?[\s/-](?:" + _MONTHS + rb")\.?(?![A-Za-z])"  # 7 Dec, 07-Dec-2026, 07/Dec/2026
     rb"|(?:st|nd|rd|th)(?![A-Za-z]))"
-    rb"|[0-9a-fA-F.]*(?:[:/-]\d[0-9a-fA-F.,]*)*(?:\s?(?:AM|PM|am|pm)(?![A-Za-z]))?"
-    rb")"
+    rb"|[0-9a-fA-F.]*(?:[:/-]\d[0-9a-fA-F.,]*)*"
+    rb")(?:\s?(?:AM|PM|am|pm)(?![A-Za-z]))?"  # after any of them: a clock's half, or a word it took
 )
 
 _hash64: Final = xxhash.xxh3_64_intdigest
