@@ -1,43 +1,60 @@
-"""The order the detectors are consulted in, as data: the docs' "Ordering" (docs/detectors.md), pinned
-against it by tests/test_detector_package.py. A new detector takes its place here, in its module, in
-its thresholds and in its docs."""
+"""The order the detectors are walked in: this declaration is the order, read by the code that runs
+(``TurnDetectors`` walks ``BEFORE_CALL`` before a call and ``AFTER_CALL`` after it), and the docs'
+"Ordering" (docs/detectors.md) is pinned to it by tests/test_detector_package.py. A new detector is
+one new module (an object with the verbs of ``rule.py``) and one line here."""
 
 from __future__ import annotations
 
-from typing import Final
+from typing import TYPE_CHECKING, Final
 
-from otelguard.core import decisions as codes
+from otelguard.core.detectors import checks, cycle, failures, progress
+
+if TYPE_CHECKING:
+    from otelguard.core.detectors.rule import AfterRule, BeforeRule
 
 __all__ = ["AFTER_CALL", "BEFORE_CALL"]
 
 # before_call, after an already halted turn and the caps: the hard-stop refusals, each a reject first
-BEFORE_CALL: Final[tuple[str, ...]] = (
-    "exact_failure",
-    "cross_turn_failure",
-    "no_progress",
-    "identical_call",
-    "stagnation",
-    "unchanged_check",
-    "cycle",
-    "same_tool_failure",
+BEFORE_CALL: Final[tuple[BeforeRule, ...]] = (
+    failures.EXACT_FAILURE,
+    failures.CROSS_TURN_FAILURE,
+    progress.NO_PROGRESS,
+    progress.IDENTICAL_CALL,
+    checks.STAGNATION,
+    checks.UNCHANGED_CHECK,
+    cycle.CYCLE,
+    failures.SAME_TOOL_FAILURE,
 )
 
 # after_call: the first of these that fires is the call's decision
-AFTER_CALL: Final[tuple[str, ...]] = (
-    codes.REFUSAL_HALT,
-    codes.SAME_TOOL_FAILURE_HALT,
-    codes.SAME_ERROR_HALT,
-    codes.IDENTICAL_CALL_HALT,
-    codes.STAGNATION_HALT,
-    codes.EXACT_FAILURE_WARN,
-    codes.CROSS_TURN_FAILURE_WARN,
-    codes.REFUSAL_WARN,
-    codes.SAME_TOOL_FAILURE_WARN,
-    codes.SAME_ERROR_WARN,
-    codes.NO_PROGRESS_WARN,
-    codes.IDENTICAL_CALL_WARN,
-    codes.STAGNATION_WARN,
-    codes.CYCLE_WARN,
-    codes.READ_ONLY_STREAK_WARN,
-    codes.WRITE_STREAK_WARN,
+AFTER_CALL: Final[tuple[AfterRule, ...]] = (
+    failures.REFUSAL_HALT,
+    failures.SAME_TOOL_FAILURE_HALT,
+    failures.SAME_ERROR_HALT,
+    progress.IDENTICAL_CALL_HALT,
+    checks.STAGNATION_HALT,
+    failures.EXACT_FAILURE,
+    failures.CROSS_TURN_FAILURE,
+    failures.REFUSAL_WARN,
+    failures.SAME_TOOL_FAILURE,
+    failures.SAME_ERROR_WARN,
+    progress.NO_PROGRESS,
+    progress.IDENTICAL_CALL,
+    checks.STAGNATION,
+    cycle.CYCLE,
+    progress.READ_ONLY_STREAK,
+    progress.WRITE_STREAK,
 )
+
+
+def after_rules(warnings: bool, hard_stop: bool) -> tuple[AfterRule, ...]:
+    """``AFTER_CALL`` as a turn with these settings walks it: without ``warnings`` no warning is
+    asked, without ``hard_stop`` no halt (neither could fire), so the quiet walk is shorter."""
+    return _AFTER[warnings, hard_stop]
+
+
+_AFTER: Final = {
+    (warnings, hard): tuple(rule for rule in AFTER_CALL if (warnings if rule.warns else hard))
+    for warnings in (False, True)
+    for hard in (False, True)
+}

@@ -1,0 +1,149 @@
+"""The progress detectors: ``no_progress``, ``identical_call`` and the read and write streaks
+(docs/detectors.md). Their counts are the turn's (``TurnDetectors``); these objects judge them,
+walked in the order ``precedence.py`` gives."""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Final
+
+from otelguard.core import decisions as codes
+
+if TYPE_CHECKING:
+    from otelguard.core.decisions import Decision, Signature, ToolClass
+    from otelguard.core.detectors.rule import Ran
+    from otelguard.core.detectors.state import SignatureState
+    from otelguard.core.detectors.turn import TurnDetectors
+
+__all__ = [
+    "IDENTICAL_CALL",
+    "IDENTICAL_CALL_HALT",
+    "NO_PROGRESS",
+    "READ_ONLY_STREAK",
+    "WRITE_STREAK",
+]
+
+
+class NoProgress:
+    """no_progress: a read returning what it returned before."""
+
+    __slots__ = ()
+    name = "no_progress"
+    code = codes.NO_PROGRESS_WARN
+    warns = True
+
+    def before(
+        self,
+        turn: TurnDetectors,
+        sig: Signature,
+        state: SignatureState | None,
+        tool_class: ToolClass,
+        commit: bool,
+    ) -> Decision | None:
+        limit = turn.stop_after["no_progress"]
+        if state is None or tool_class != "read" or state.no_progress < limit:
+            return None
+        if not commit:
+            return turn.WOULD_REFUSE
+        return turn.refuse(
+            state, codes.NO_PROGRESS_REJECT, codes.NO_PROGRESS_BLOCK, sig, state.no_progress, limit
+        )
+
+    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+        warn = turn.warn_after["no_progress"]
+        if call.tool_class == "read" and call.state.no_progress >= warn:
+            return turn.decide("warn", codes.NO_PROGRESS_WARN, call.sig, call.state.no_progress, warn)
+        return None
+
+
+class IdenticalCall:
+    """identical_call: the call that would make the streak reach its stop is rejected first. A model
+    that keeps sending it is rejected again, ``rejects_before_stop`` times in all; sent once more,
+    it runs, and halts if its result is the same again. A shell is rejected once and never halted
+    for it: a check re-run is often how an agent moves on."""
+
+    __slots__ = ()
+    name = "identical_call"
+    code = codes.IDENTICAL_CALL_WARN
+    warns = True
+
+    def before(
+        self,
+        turn: TurnDetectors,
+        sig: Signature,
+        state: SignatureState | None,
+        tool_class: ToolClass,
+        commit: bool,
+    ) -> Decision | None:
+        if state is None:
+            return None
+        limit = turn.stop_after["identical_call"]
+        count = turn.identical_count
+        if turn.identical_sig != sig or not limit - 1 <= count < limit:
+            return None
+        shell = tool_class == "shell"
+        # a shell is never halted for it, so its one reject is a nudge, not a count towards a stop
+        if turn.valid_rejects(state) >= (turn.pattern_rejects if shell else turn.rejects_before_stop):
+            return None
+        if not commit:
+            return turn.WOULD_REFUSE
+        turn.count_reject(state)
+        message = turn.SHELL_IDENTICAL_REJECT if shell else None
+        return turn.decide("reject", codes.IDENTICAL_CALL_REJECT, sig, count, limit, message=message)
+
+    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+        identical = call.identical
+        warn = turn.warn_after["identical_call"]
+        if identical and identical >= warn and not _refusal_pending(turn, identical):
+            return turn.decide("warn", codes.IDENTICAL_CALL_WARN, call.sig, identical, warn)
+        return None
+
+
+def _refusal_pending(turn: TurnDetectors, identical: int) -> bool:
+    """identical_call, with ``hard_stop``: the streak was warned at ``warn_after`` and its next
+    repeat is the one refused (``identical_call_reject`` says why), so the counts in between are
+    not warned again. Once the call has been refused and sent again, its repeats warn as before."""
+    warn_at, stop = turn.warn_after["identical_call"], turn.stop_after["identical_call"]
+    return turn.hard_stop and turn.rejects_before_stop > 0 and warn_at < identical < stop
+
+
+class IdenticalCallHalt:
+    __slots__ = ()
+    code = codes.IDENTICAL_CALL_HALT
+    warns = False
+
+    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+        stop = turn.stop_after["identical_call"]
+        if call.identical >= stop and call.tool_class != "shell":
+            return turn.decide("halt", codes.IDENTICAL_CALL_HALT, call.sig, call.identical, stop)
+        return None
+
+
+class ReadOnlyStreak:
+    __slots__ = ()
+    code = codes.READ_ONLY_STREAK_WARN
+    warns = True
+
+    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+        warn = turn.warn_after["read_only_streak"]
+        if call.tool_class == "read" and turn.read_streak >= warn:
+            return turn.decide("warn", codes.READ_ONLY_STREAK_WARN, call.sig, turn.read_streak, warn)
+        return None
+
+
+class WriteStreak:
+    __slots__ = ()
+    code = codes.WRITE_STREAK_WARN
+    warns = True
+
+    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+        warn = turn.warn_after["write_streak"]
+        if call.tool_class == "write" and turn.write_streak >= warn:
+            return turn.decide("warn", codes.WRITE_STREAK_WARN, call.sig, turn.write_streak, warn)
+        return None
+
+
+NO_PROGRESS: Final = NoProgress()
+IDENTICAL_CALL: Final = IdenticalCall()
+IDENTICAL_CALL_HALT: Final = IdenticalCallHalt()
+READ_ONLY_STREAK: Final = ReadOnlyStreak()
+WRITE_STREAK: Final = WriteStreak()
