@@ -19,13 +19,17 @@ from otelguard.core import decisions as codes
 from otelguard.core.decisions import Decision, Signature
 
 if TYPE_CHECKING:
+    from otelguard.core.classify import ToolFacts
+    from otelguard.core.detectors.turn import TurnDetectors
     from otelguard.core.tree_identity import DelegationTree
 
 __all__ = [
+    "Asked",
     "CapLedger",
     "CapRefusal",
     "Charge",
     "ChargeAnswer",
+    "Gate",
     "LocalSessionCaps",
     "SessionCapStore",
     "TreeCaps",
@@ -161,33 +165,14 @@ class CapLedger:
         self.tree: TreeCaps | None = None
         """The delegation tree's caps and depth limit, for a guard in a tree (``otelguard.core.tree``)."""
         self.tree_charged: Sequence[tuple[str, int]] = ()
-        """The tree caps the last ``charge_tree`` charged: ``charge`` records them (both run under the
-        guard's lock, one after the other)."""
+        """The tree caps the ``cap_tree`` gate last charged: ``charge`` records them (both run under
+        the guard's lock, one after the other)."""
 
     def start_turn(self) -> None:
         self.turn = {}
         self.turn_peak_ratio = {}
         if self.tree is not None:
             self.tree.start_turn()
-
-    def check(
-        self,
-        sig: Signature,
-        turn_caps: Sequence[tuple[str, int]],
-        session_caps: Sequence[tuple[str, int]],
-        requested: int,
-    ) -> Decision | None:
-        """The first cap this call would exceed (turn caps before session caps, config order).
-
-        When it exceeds none, the session caps are charged already (atomically with their check:
-        another guard of the session may charge them at the same moment); the turn caps are charged
-        by ``charge`` once the call is allowed. Only for a call nothing else may refuse: one a
-        detector refuses asks ``check_turn`` and ``session_hit``, which charge nothing.
-        """
-        decision = self.check_turn(sig, turn_caps, requested)
-        if decision is None and session_caps:
-            return self.charge_session(sig, session_caps, requested)
-        return decision
 
     def charge_session(
         self, sig: Signature, session_caps: Sequence[tuple[str, int]], requested: int
@@ -224,42 +209,6 @@ class CapLedger:
                 return self._hit(sig, "session", key, used, limit, requested)
         return None
 
-    def charge_tree(
-        self,
-        sig: Signature,
-        session_caps: Sequence[tuple[str, int]],
-        tree_caps: Sequence[tuple[str, int]],
-        spawning: bool,
-        requested: int,
-    ) -> Decision | None:
-        """After the session caps were charged: the depth limit of a spawn, then the tree caps
-        (charged as the session caps are: atomically with their check). A refusal gives the session
-        caps their charge back; a charge is recorded for ``charge`` (or ``refund_session``)."""
-        tree = self.tree
-        if tree is None:
-            return None
-        decision = tree.depth_refusal(sig) if spawning else None
-        if decision is None and tree_caps:
-            decision, fell_back = tree.charge(sig, tree_caps, requested)
-            self.fell_back = self.fell_back or fell_back
-        if decision is not None and session_caps:
-            self.session.refund([key for key, _limit in session_caps], requested)
-        elif decision is None:
-            self.tree_charged = tree_caps
-        return decision
-
-    def tree_hit(
-        self, sig: Signature, tree_caps: Sequence[tuple[str, int]], spawning: bool, requested: int
-    ) -> Decision | None:
-        """What the tree would refuse this call for (the depth limit of a spawn, then the first tree
-        cap it would exceed), read from the tree's usage and charging nothing: for a call refused
-        anyway, as ``session_hit`` is."""
-        tree = self.tree
-        if tree is None:
-            return None
-        decision = tree.depth_refusal(sig) if spawning else None
-        return decision if decision is not None or not tree_caps else tree.hit(sig, tree_caps, requested)
-
     def charge(
         self, turn_caps: Sequence[tuple[str, int]], session_caps: Sequence[tuple[str, int]], amount: int
     ) -> tuple[Charge, ...]:
@@ -277,17 +226,6 @@ class CapLedger:
             charges.extend(("tree", key, amount) for key, _limit in self.tree_charged)
             self.tree_charged = ()
         return tuple(charges)
-
-    def refund_session(
-        self, session_caps: Sequence[tuple[str, int]], amount: int, tree_caps: Sequence[tuple[str, int]] = ()
-    ) -> None:
-        """Give back what ``charge_session`` and ``charge_tree`` charged to a call that was then
-        refused all the same."""
-        self.tree_charged = ()
-        if session_caps:
-            self.session.refund([key for key, _limit in session_caps], amount)
-        if tree_caps and self.tree is not None:
-            self.tree.refund([key for key, _limit in tree_caps], amount)
 
     def take_fell_back(self) -> bool:
         fell_back, self.fell_back = self.fell_back, False
@@ -332,3 +270,192 @@ class CapLedger:
             signature=sig,
             cap=key,
         )
+
+
+# The gates of ``before_call`` -------------------------------------------------------------------
+#
+# Each cap, the depth limit, the delegation cycle and the hard-stop detectors are a gate behind one
+# verb: ``before(asked, commit)``, the refusal of the call or ``None``. A gate that ``charges`` (a
+# session or tree cap: counters another guard may charge at the same moment) checks and charges in
+# one step with ``commit``, and only reads its counts without; ``refund`` gives its charge back. Any
+# other gate changes nothing without ``commit``; one that ``counts`` its refusals (the detectors:
+# a reject counted towards the stop) counts with it. The guard walks them in the order
+# ``detectors/precedence.py`` declares (``GATES``).
+
+
+class Asked(NamedTuple):
+    """A call as the gates read it."""
+
+    ledger: CapLedger
+    detectors: TurnDetectors
+    sig: Signature
+    facts: ToolFacts
+    units: int
+    delegate_to: str | None
+    spawning: bool
+    """A delegation by a guard in a tree (a spawn tool, or a call naming the agent it delegates to)."""
+    tree_caps: tuple[tuple[str, int], ...]
+
+
+class Gate(Protocol):
+    """One gate of ``before_call`` (see above)."""
+
+    name: str
+    charges: bool
+    counts: bool
+
+    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
+        """Whether it may have something to say to a guard with this ledger: the walk skips it if not."""
+        ...
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None: ...
+
+    def refund(self, asked: Asked) -> None: ...
+
+
+class TurnCap:
+    """``cap_turn``: the turn's counters are the guard's alone, so it only reads them here (the
+    guard charges an allowed call's turn caps as it lets it run)."""
+
+    __slots__ = ()
+    name = "cap_turn"
+    charges = counts = False
+
+    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
+        return True
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        caps = asked.facts.caps_turn
+        return asked.ledger.check_turn(asked.sig, caps, asked.units) if caps else None
+
+    def refund(self, asked: Asked) -> None:
+        return None
+
+
+class SessionCap:
+    """``cap_session``: charged atomically with its check, in the session's store."""
+
+    __slots__ = ()
+    name = "cap_session"
+    charges, counts = True, False
+
+    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
+        return True
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        caps = asked.facts.caps_session
+        if not caps:
+            return None
+        if commit:
+            return asked.ledger.charge_session(asked.sig, caps, asked.units)
+        return asked.ledger.session_hit(asked.sig, caps, asked.units)
+
+    def refund(self, asked: Asked) -> None:
+        caps = asked.facts.caps_session
+        if caps:
+            asked.ledger.session.refund([key for key, _limit in caps], asked.units)
+
+
+class DelegationDepth:
+    """``delegation_depth``: a spawn by an agent at the tree's depth limit."""
+
+    __slots__ = ()
+    name = "delegation_depth"
+    charges, counts = True, False  # asked among the charges, in its place: nothing to give back
+
+    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
+        return ledger.tree is not None
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        tree = asked.ledger.tree
+        return tree.depth_refusal(asked.sig) if asked.spawning and tree is not None else None
+
+    def refund(self, asked: Asked) -> None:
+        return None
+
+
+class TreeCap:
+    """``cap_tree``: the tree's counters, charged as the session's are; a charge is recorded for the
+    allowed call's charges (``CapLedger.charge``)."""
+
+    __slots__ = ()
+    name = "cap_tree"
+    charges, counts = True, False
+
+    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
+        return ledger.tree is not None
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        ledger, caps = asked.ledger, asked.tree_caps
+        tree = ledger.tree
+        if tree is None or not (caps or asked.spawning):
+            return None
+        if not commit:
+            return tree.hit(asked.sig, caps, asked.units) if caps else None
+        decision = None
+        if caps:
+            decision, fell_back = tree.charge(asked.sig, caps, asked.units)
+            ledger.fell_back = ledger.fell_back or fell_back
+        if decision is None:
+            ledger.tree_charged = caps
+        return decision
+
+    def refund(self, asked: Asked) -> None:
+        ledger = asked.ledger
+        ledger.tree_charged = ()
+        if asked.tree_caps and ledger.tree is not None:
+            ledger.tree.refund([key for key, _limit in asked.tree_caps], asked.units)
+
+
+class DelegationCycle:
+    """``delegation_cycle``: a delegation back to an agent already on its path; its warning lets the
+    call run (the walk returns it when nothing refuses)."""
+
+    __slots__ = ()
+    name = "delegation_cycle"
+    charges = counts = False
+
+    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
+        return ledger.tree is not None
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        tree, agent = asked.ledger.tree, asked.delegate_to
+        if tree is None or agent is None:
+            return None
+        return tree.cycle(asked.sig, agent, asked.detectors.hard_stop)
+
+    def refund(self, asked: Asked) -> None:
+        return None
+
+
+class HardStops:
+    """The hard-stop detectors, walked by the turn in the order ``precedence.BEFORE_CALL`` gives:
+    without ``commit`` whether one would refuse; with it the refusal, its reject counted (or, for a
+    call let through, the rejects its signature was given spent)."""
+
+    __slots__ = ()
+    name = "hard_stop"
+    charges, counts = False, True
+
+    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
+        return hard_stop
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        detectors, tool_class = asked.detectors, asked.facts.tool_class
+        if commit:
+            return detectors.refuse_before(asked.sig, tool_class)
+        return WOULD_REFUSE if detectors.would_refuse(asked.sig, tool_class) else None
+
+    def refund(self, asked: Asked) -> None:
+        return None
+
+
+WOULD_REFUSE: Final = Decision(action="reject", code="would_refuse")
+"""What a gate asked without ``commit`` may answer when it would refuse, without the decision."""
+
+TURN_CAP: Final = TurnCap()
+SESSION_CAP: Final = SessionCap()
+DELEGATION_DEPTH: Final = DelegationDepth()
+TREE_CAP: Final = TreeCap()
+DELEGATION_CYCLE: Final = DelegationCycle()
+HARD_STOPS: Final = HardStops()

@@ -17,14 +17,22 @@ from typing import Any, Final, TypeVar
 
 from otelguard.config import GuardConfig
 from otelguard.core import decisions as codes
-from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore, TreeCaps
+from otelguard.core.caps import Asked, CapLedger, Charge, Gate, LocalSessionCaps, SessionCapStore, TreeCaps
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
+from otelguard.core.detectors.precedence import GATES
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
 from otelguard.core.observers import GuardObserver, ObserverGroup, TurnInfo, call_event
-from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
+from otelguard.core.pending_calls import (
+    PendingCall,
+    PendingCalls,
+    TurnState,
+    call_key,
+    new_pending,
+    unrecorded,
+)
 from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
@@ -76,6 +84,8 @@ class Guard:
         self._known_facts = self._catalog.known_facts
         self._caps = _cap_ledger(self.config, self.agent, session_id, session_caps, tree, edges, key)
         self.delegation_tree = self._caps.tree.tree if self._caps.tree is not None else None  # or in none
+        # the gates of ``before_call``, in their order, less those with nothing to say to this guard
+        self._gates = tuple(gate for gate in GATES if gate.serves(self._caps, self.config.hard_stop_enabled))
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
@@ -222,7 +232,7 @@ class Guard:
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
-                decision = _decide(self._caps, turn, sig, facts, requested or 1, delegate_to)
+                decision = _decide(self._caps, self._gates, turn, sig, facts, requested or 1, delegate_to)
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
                     decision = decision or codes.allow_decision(name, sig)
@@ -232,7 +242,15 @@ class Guard:
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     at = time.time_ns() if self._observed else 0
                     pending = new_pending(
-                        (sig, turn, charges, requested, decision, at, tokens, fallback, delegation)
+                        sig=sig,
+                        turn=turn,
+                        charges=charges,
+                        spawn_count=requested,
+                        before=decision,
+                        start_time_ns=at,
+                        tokens=tokens,
+                        state_fallback=fallback,
+                        delegation=delegation,
                     )
                     self._pending.add(  # found by call id, or by (tool, id(args)): args never kept alive
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
@@ -244,9 +262,7 @@ class Guard:
                 record = pending
                 if record is None:  # refused: it ends here
                     outcome = "rejected" if decision.action == "reject" else "blocked"
-                    record = new_pending(
-                        (sig, turn, (), requested, decision, time.time_ns(), [], fallback, delegation)
-                    )
+                    record = _refused(sig, turn, requested, decision, fallback, delegation)
                 event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
                 started = self._observers.call_started(event)
                 if pending is None:
@@ -280,15 +296,7 @@ class Guard:
             if type(call_id) is str and len(call_id) > _MAX:
                 call_id = bounded_name(call_id)
             tool_class = facts.tool_class
-            if cancelled:
-                outcome: Outcome = "cancelled"
-                refusal = None
-            elif refusal is None and failed is not None:  # the host's flag: _outcome without the call
-                outcome = "failed" if failed else "ok"
-            else:
-                outcome = _outcome(result, failed, refusal, tool_class == "shell")
-                if refusal is not None and not isinstance(refusal, str):
-                    refusal = str(refusal)
+            outcome, refusal = _told(result, failed, refusal, cancelled, tool_class == "shell")
             error = self._results.error_fingerprint(result) if outcome == "failed" else None  # unlocked
             gist = result if tool_class == "shell" and (outcome == "ok" or outcome == "failed") else None
             verdict = None
@@ -397,7 +405,13 @@ def _delegation(tree: TreeCaps | None, facts: ToolFacts, delegate_to: str | None
 
 
 def _decide(
-    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
+    caps: CapLedger,
+    gates: tuple[Gate, ...],
+    turn: TurnState,
+    sig: Signature,
+    facts: ToolFacts,
+    units: int,
+    delegate_to: str | None,
 ) -> Decision | None:
     """The ``before_call`` decision of a call, or ``None`` (allowed): a turn already halted blocks it;
     else a refusal, only looked for when something could refuse. A delegation cycle's warning (the
@@ -405,7 +419,10 @@ def _decide(
     if turn.halt is not None:
         decision: Decision | None = _turn_halted(sig, turn.halt)
     elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop or caps.tree is not None:
-        decision = _refusal(caps, turn, sig, facts, units, delegate_to)
+        tree_caps = facts.caps_tree if caps.tree is not None else ()
+        spawning = caps.tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
+        asked = Asked(caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps)
+        decision = _refusal(gates, asked)
         if decision is not None and decision.allows_execution:
             turn.record(decision)
     else:
@@ -416,51 +433,62 @@ def _decide(
     return decision
 
 
-def _refusal(
-    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
-) -> Decision | None:
-    """What refuses a call of a turn not yet halted: a turn cap, a session cap, the tree (a spawn at
-    the depth limit, a tree cap), a hard-stop detector, in that order. A call is charged to the
-    session caps, and then to the tree caps, only once no detector would refuse it: a refused call
-    never holds a charge, not even for a moment (another guard of the session or tree would see it
-    one call fuller). For a call a detector refuses, the counts are only read, to report the cap when
-    it would refuse the call too. A charge the tree refuses, or a detector after it, is given back.
-    A delegation cycle (the tree's last word, before the detectors) refuses as a detector does; its
-    warning is returned when nothing refuses the call (the call runs)."""
-    detectors = turn.detectors
-    decision = caps.check_turn(sig, facts.caps_turn, units) if facts.caps_turn else None
-    if decision is not None:
-        return decision
-    tree = caps.tree
-    tree_caps = facts.caps_tree if tree is not None else ()
-    spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
-    cycle = None
-    if tree is not None and delegate_to is not None:
-        cycle = tree.cycle(sig, delegate_to, detectors.hard_stop)
-    cycle_refuses = cycle is not None and not cycle.allows_execution
-    if cycle_refuses or (detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class)):
-        decision = caps.session_hit(sig, facts.caps_session, units) if facts.caps_session else None
-        if decision is None and (tree_caps or spawning):
-            decision = caps.tree_hit(sig, tree_caps, spawning, units)
+def _refusal(gates: tuple[Gate, ...], asked: Asked) -> Decision | None:
+    """What refuses a call of a turn not yet halted: the first of ``gates`` (``GATES``, less those
+    with nothing to say to this guard) that refuses, in their order. A refused call never holds a
+    charge, not even for a moment (another guard of the session or tree would see it one call
+    fuller): the gates that change nothing are asked first; when one refuses, a gate that charges
+    before it only reads its counts, to report its cap instead. When none refuses, the gates that
+    charge are charged in order (a refusal gives back what those before it charged), then the
+    gates that count their refusals are asked for real (a detector's reject counted, or the call's
+    rejects spent). A delegation cycle's warning is returned when nothing refuses (the call runs)."""
+    warning = None
+    for index, gate in enumerate(gates):
+        if gate.charges:
+            continue
+        decision = gate.before(asked, False)
         if decision is None:
-            decision = cycle if cycle_refuses else detectors.refuse_before(sig, facts.tool_class)
-        if decision is not None:
-            return decision
-    if facts.caps_session:
-        decision = caps.charge_session(sig, facts.caps_session, units)
-        if decision is not None:
-            return decision
-    if tree_caps or spawning:
-        decision = caps.charge_tree(sig, facts.caps_session, tree_caps, spawning, units)
-        if decision is not None:
-            return decision
-    if detectors.hard_stop:
-        decision = detectors.refuse_before(sig, facts.tool_class)  # ``None``: ``would_refuse`` said so
-        if decision is not None:
-            if facts.caps_session or tree_caps:
-                caps.refund_session(facts.caps_session, units, tree_caps)
-            return decision
-    return cycle  # a warning, or None
+            continue
+        if decision.allows_execution:
+            warning = decision
+            continue
+        for earlier in gates[:index]:
+            hit = earlier.before(asked, False) if earlier.charges else None
+            if hit is not None:
+                return hit
+        return gate.before(asked, True) if gate.counts else decision
+    charged: list[Gate] = []
+    for gate in gates:
+        if gate.charges or gate.counts:
+            decision = gate.before(asked, True)
+            if decision is not None:
+                for done in charged:
+                    done.refund(asked)
+                return decision
+            charged.append(gate)
+    return warning
+
+
+def _refused(
+    sig: Signature,
+    turn: TurnState,
+    requested: int,
+    decision: Decision,
+    fallback: bool,
+    delegation: DelegationTree | None,
+) -> PendingCall:
+    """The record of a refused call, for its observers: it holds no charge and ends as it starts."""
+    return new_pending(
+        sig=sig,
+        turn=turn,
+        charges=(),
+        spawn_count=requested,
+        before=decision,
+        start_time_ns=time.time_ns(),
+        tokens=[],
+        state_fallback=fallback,
+        delegation=delegation,
+    )
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:
@@ -476,6 +504,20 @@ def _turn_halted(sig: Signature, halt: Decision) -> Decision:
         limit=halt.limit,
         signature=sig,
     )
+
+
+def _told(
+    result: Any, failed: bool | None, refusal: object, cancelled: bool, shell: bool
+) -> tuple[Outcome, str | None]:
+    """How the host says the call went, and its refusal as text (``None`` for a cancelled call)."""
+    if cancelled:
+        return "cancelled", None
+    if refusal is None and failed is not None:  # the host's flag: _outcome without the call
+        return ("failed" if failed else "ok"), None
+    outcome = _outcome(result, failed, refusal, shell)
+    if refusal is not None and not isinstance(refusal, str):
+        refusal = str(refusal)
+    return outcome, refusal
 
 
 def _outcome(result: Any, failed: bool | None, refusal: object, shell: bool) -> Outcome:

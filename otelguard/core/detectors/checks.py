@@ -4,7 +4,7 @@ walked in the order ``precedence.py`` gives."""
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Any, Final
 
 from otelguard.core import decisions as codes
 
@@ -15,7 +15,13 @@ if TYPE_CHECKING:
     from otelguard.core.detectors.state import SignatureState
     from otelguard.core.detectors.turn import TurnDetectors
 
-__all__ = ["STAGNATION", "STAGNATION_HALT", "UNCHANGED_CHECK"]
+__all__ = ["STAGNATION", "STAGNATION_HALT", "UNCHANGED_AFTER_EDITS_FACTOR", "UNCHANGED_CHECK", "record_shell"]
+
+# A check rerun right after each edit and returning what it already returned halts the turn only at
+# this many times ``hard_stop_after.unchanged_check`` (20 by default): on real runs every lower count
+# stopped a solved run before the edit that fixed it (one reran its script after 15 edits with the
+# same output, then passed at its last call), while a loop of edits that change nothing stays bounded.
+UNCHANGED_AFTER_EDITS_FACTOR: Final = 4
 
 
 def _check(turn: TurnDetectors, sig: Signature, tool_class: ToolClass) -> ShellCheck | None:
@@ -116,6 +122,48 @@ class StagnationHalt:
     def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
         judged = call.judged
         return judged if judged is not None and judged.action == "halt" else None
+
+
+def record_shell(
+    turn: TurnDetectors, sig: Signature, state: SignatureState, ok: bool, error: int | None, progress: Any
+) -> tuple[int, int, bool, Decision | None]:
+    """stagnation: count a shell's result; its (stale, unchanged) counts, whether one is at its
+    warning, and the judgement of a send that followed an edit (``_judged_after_edit``)."""
+    # its raw digest, already made: by ``same_as_previous`` for a success, the error's for a failure
+    key = (state.raw if state.raw is not None else state.fingerprint) if ok else error
+    first = state.shell_first
+    if first is None:  # a command's first run: most run once, its digest is all it leaves
+        state.shell_first = -1 if key is None else key
+        state.shell_edits = turn.edits
+        return 0, 0, False, None
+    rerun = turn.cycle.second == sig
+    memory = turn.stagnation
+    check = memory.stale(sig)
+    before = (check.stale, check.unchanged) if check is not None else (0, 0)
+    stale = memory.record(
+        sig, None if first < 0 else first, key, progress, rerun, ok, state.shell_edits, turn.edits
+    )
+    unchanged = memory.unchanged
+    loud = stale >= turn.quiet_stagnation or unchanged >= turn.quiet_unchanged
+    judged = _judged_after_edit(turn, sig, before, stale, unchanged) if loud and turn.hard_stop else None
+    return stale, unchanged, loud, judged
+
+
+def _judged_after_edit(
+    turn: TurnDetectors, sig: Signature, before: tuple[int, int], stale: int, unchanged: int
+) -> Decision | None:
+    """stagnation, a send that ran only because it directly followed an edit (``before_call``
+    would have refused it: its count was at its stop), judged by its result: counted again, it
+    halts the turn. The model was told at the stop (``Stagnation.after``'s warning that the next result
+    like this one stops the turn). A result new for the command, or less of what is wrong in it,
+    ends the count as ever, and the call goes on."""
+    stop = turn.stop_after
+    if stale > before[0] >= stop["stagnation"]:
+        return turn.decide("halt", codes.STAGNATION_HALT, sig, stale, stop["stagnation"])
+    limit = stop["unchanged_check"] * UNCHANGED_AFTER_EDITS_FACTOR
+    if unchanged > before[1] >= limit:
+        return turn.decide("halt", codes.STAGNATION_HALT, sig, unchanged, limit)
+    return None
 
 
 STAGNATION: Final = Stagnation()

@@ -9,10 +9,12 @@ from typing import TYPE_CHECKING, Final
 from otelguard.core import decisions as codes
 
 if TYPE_CHECKING:
-    from otelguard.core.decisions import Decision, Signature, ToolClass
+    from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
     from otelguard.core.detectors.rule import Ran
     from otelguard.core.detectors.state import SignatureState
     from otelguard.core.detectors.turn import TurnDetectors
+
+_NO_FAILURES: Final = (0, 0, 0, 0)
 
 __all__ = [
     "CROSS_TURN_FAILURE",
@@ -23,6 +25,8 @@ __all__ = [
     "SAME_ERROR_WARN",
     "SAME_TOOL_FAILURE",
     "SAME_TOOL_FAILURE_HALT",
+    "count_error",
+    "count_outcome",
 ]
 
 
@@ -211,6 +215,107 @@ class RefusalWarn:
         if refusals and refusals >= warn:
             return turn.decide("warn", codes.REFUSAL_WARN, call.sig, refusals, warn)
         return None
+
+
+def count_outcome(
+    turn: TurnDetectors,
+    sig: Signature,
+    state: SignatureState,
+    tool_class: ToolClass,
+    outcome: Outcome,
+    refusal: str | None,
+    error: int | None,
+) -> tuple[int, int, int, int]:
+    """Count the call's outcome in the failure detectors: a success ends its counts. The counts of
+    ``FailureCounts``."""
+    ok = outcome == "ok"
+    if tool_class == "poll":
+        across = 0
+    elif ok:  # what SessionMemory.record does for a success, without the call
+        across = 0
+        remembered = turn.memory.failures
+        if remembered:
+            remembered.pop(sig, None)
+    else:
+        across = turn.memory.record(sig, outcome, error)
+    if ok:
+        state.exact_failures = 0
+        if tool_class == "write" or tool_class == "shell" or turn.tool_failures or turn.refusals:
+            _clear_after_success(turn, sig.tool_name, tool_class)
+        return _NO_FAILURES
+    tool_failures, refusals = _count_failure(turn, sig.tool_name, state, outcome, refusal, tool_class, error)
+    same_errors = count_error(turn, error, sig.tool_name) if outcome == "failed" and error is not None else 0
+    return tool_failures, refusals, same_errors, across
+
+
+def _clear_after_success(turn: TurnDetectors, tool: str, tool_class: ToolClass) -> None:
+    """After a success (whose signature's exact_failure streak ``record_after`` ended): any
+    successful write or shell call is progress (an edit made with ``sed -i``); same_tool_failure
+    and refusal: only a success of the same tool clears them."""
+    if tool_class == "write" or tool_class == "shell":
+        turn.write_epoch += 1
+        if turn.errors:
+            turn.errors.clear()
+    if turn.tool_failures:
+        turn.tool_failures.pop(tool, None)
+        turn.tool_errors.pop(tool, None)
+        if turn.tool_rejects:
+            turn.tool_rejects.pop(tool, None)
+    if turn.refusals:
+        for key in [k for k in turn.refusals if k[0] == tool]:
+            del turn.refusals[key]
+
+
+def _count_failure(
+    turn: TurnDetectors,
+    tool: str,
+    state: SignatureState,
+    outcome: Outcome,
+    refusal: str | None,
+    tool_class: ToolClass,
+    error: int | None,
+) -> tuple[int, int]:
+    """Count a failed or refused call; returns the tool's (failures and refusals, refusals of the
+    category). A refusal counts for the content-blind bound but not for exact_failure. A shell's
+    count starts again after any successful write or shell call: the tests failing between two
+    edits are how a fix is made, not a tool breaking down."""
+    if outcome == "failed":
+        state.exact_failures = turn.exact_failures(state) + 1
+        state.exact_epoch = turn.write_epoch
+    if tool_class == "shell":
+        count, epoch = turn.shell_failures.touch(tool, lambda: (0, turn.write_epoch))
+        tool_failures = (count if epoch == turn.write_epoch else 0) + 1
+        turn.shell_failures[tool] = (tool_failures, turn.write_epoch)
+    elif outcome == "failed" and state.exact_failures > 1:
+        # The same call failing again (since it last succeeded or a write or shell call did) is
+        # exact_failure's loop, refused before it stops; counted here too, one call resent
+        # unchanged would halt the turn with no refusal first.
+        tool_failures = 0
+    else:
+        tool_failures = turn.tool_failures.touch(tool, int) + 1
+        turn.tool_failures[tool] = tool_failures
+        seen = turn.tool_errors.get(tool, ()) if tool_failures > 1 else ()
+        if outcome == "refused":  # a gate saying no: the same answer, whatever was sent
+            turn.tool_errors[tool] = seen
+        elif len(seen) < turn.new_errors_kept and (error is None or error not in seen):
+            turn.tool_errors[tool] = (*seen, error)
+    refusals = 0
+    if outcome == "refused":
+        key = (tool, refusal or "refused")
+        refusals = turn.refusals.touch(key, int) + 1
+        turn.refusals[key] = refusals
+    return tool_failures, refusals
+
+
+def count_error(turn: TurnDetectors, error: int, tool: str) -> int:
+    """Count a failure with this error fingerprint. Returns the count once the error has come from
+    two different tools (the failures before the second tool included), else 0: one tool repeating
+    one error is exact_failure's and same_tool_failure's to judge."""
+    count, only_tool = turn.errors.touch(error, lambda: (0, tool))
+    if only_tool != tool:
+        only_tool = None
+    turn.errors[error] = (count + 1, only_tool)
+    return count + 1 if only_tool is None else 0
 
 
 EXACT_FAILURE: Final = ExactFailure()

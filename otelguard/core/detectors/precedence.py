@@ -1,20 +1,34 @@
-"""The order the detectors are walked in: this declaration is the order, read by the code that runs
-(``TurnDetectors`` walks ``BEFORE_CALL`` before a call and ``AFTER_CALL`` after it), and the docs'
-"Ordering" (docs/detectors.md) is pinned to it by tests/test_detector_package.py. A new detector is
-one new module (an object with the verbs of ``rule.py``) and one line here."""
+"""The order of the decision path: this declaration is the order, read by the code that runs (the
+guard walks ``GATES`` before a call; its ``HARD_STOPS`` gate is the turn walking ``BEFORE_CALL``; the
+turn walks ``AFTER_CALL`` after it), and the docs' "Ordering" (docs/detectors.md) is pinned to it by
+tests/test_detector_package.py. A new detector is one new module (an object with the verbs of
+``rule.py``) and one line here; a new gate (a cap, a limit) one object with the verb of the gates
+in ``caps.py`` and one line in ``GATES``."""
 
 from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
+from otelguard.core import caps
 from otelguard.core.detectors import checks, cycle, failures, progress
 
 if TYPE_CHECKING:
     from otelguard.core.detectors.rule import AfterRule, BeforeRule
 
-__all__ = ["AFTER_CALL", "BEFORE_CALL"]
+__all__ = ["AFTER_CALL", "BEFORE_CALL", "GATES"]
 
-# before_call, after an already halted turn and the caps: the hard-stop refusals, each a reject first
+# before_call, after an already halted turn: the first gate that refuses is the call's decision (a
+# refused call is charged nothing: the caps that charge are charged once no gate refuses)
+GATES: Final = (
+    caps.TURN_CAP,
+    caps.SESSION_CAP,
+    caps.DELEGATION_DEPTH,
+    caps.TREE_CAP,
+    caps.DELEGATION_CYCLE,
+    caps.HARD_STOPS,
+)
+
+# HARD_STOPS, the hard-stop refusals, each a reject first
 BEFORE_CALL: Final[tuple[BeforeRule, ...]] = (
     failures.EXACT_FAILURE,
     failures.CROSS_TURN_FAILURE,

@@ -20,6 +20,7 @@ __all__ = [
     "NO_PROGRESS",
     "READ_ONLY_STREAK",
     "WRITE_STREAK",
+    "track_progress",
 ]
 
 
@@ -140,6 +141,61 @@ class WriteStreak:
         if call.tool_class == "write" and turn.write_streak >= warn:
             return turn.decide("warn", codes.WRITE_STREAK_WARN, call.sig, turn.write_streak, warn)
         return None
+
+
+def track_progress(
+    turn: TurnDetectors,
+    sig: Signature,
+    state: SignatureState,
+    tool_class: ToolClass,
+    ok: bool,
+    same_result: bool,
+) -> int:
+    """Advance no_progress, identical_call, the cycle window and the streaks; the identical count."""
+    # no_progress (read tools)
+    if tool_class == "read":
+        if not ok:
+            state.no_progress = 0
+        elif same_result and state.no_progress:
+            state.no_progress += 1
+        else:
+            state.no_progress = 1
+
+    # identical_call (write/unknown), cycle and streaks ignore poll tools
+    identical = 0
+    if tool_class != "poll":
+        if ok and tool_class != "read":
+            back_to_back = same_result and turn.identical_sig == sig
+            turn.identical_count = turn.identical_count + 1 if back_to_back else 1
+            turn.identical_sig = sig
+            identical = turn.identical_count
+        else:
+            turn.identical_sig, turn.identical_count = None, 0
+        cycle = turn.cycle
+        cycle.push(sig)
+        if turn.cycle_rejects and not cycle.runs_any():
+            turn.cycle_rejects = 0
+    _track_streaks(turn, tool_class, ok)
+    return identical
+
+
+def _track_streaks(turn: TurnDetectors, tool_class: ToolClass, ok: bool) -> None:
+    """The read and write streaks, and the edits stagnation counts."""
+    if tool_class == "read":
+        turn.read_streak += 1
+        if ok:
+            turn.write_streak = 0
+    elif tool_class == "write":
+        turn.write_streak += 1
+        turn.read_streak = 0
+        turn.edits += 1  # a fix attempt, for stagnation's unchanged_check
+    elif tool_class == "shell":
+        # A shell may have changed something, but its calls are not a run of blind writes (a
+        # shell-only agent would be warned on every call after its 30th); a successful one may
+        # have read the changes back (the tests run, the file printed).
+        turn.read_streak = 0
+        if ok:
+            turn.write_streak = 0
 
 
 NO_PROGRESS: Final = NoProgress()

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Final
 
-from otelguard.core import decisions as codes
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.core.detectors import messages
+from otelguard.core.detectors.checks import record_shell
+from otelguard.core.detectors.failures import count_outcome
 from otelguard.core.detectors.messages import decision
 from otelguard.core.detectors.precedence import BEFORE_CALL, after_rules
+from otelguard.core.detectors.progress import track_progress
 from otelguard.core.detectors.repetition import Cycle
 from otelguard.core.detectors.rule import WOULD_REFUSE, Ran
 from otelguard.core.detectors.stagnation import StagnationMemory
@@ -24,15 +26,8 @@ from otelguard.core.detectors.state import FailureCounts, SessionMemory, Signatu
 if TYPE_CHECKING:
     from otelguard.config import GuardConfig
 
-# A check rerun right after each edit and returning what it already returned halts the turn only at
-# this many times ``hard_stop_after.unchanged_check`` (20 by default): on real runs every lower count
-# stopped a solved run before the edit that fixed it (one reran its script after 15 edits with the
-# same output, then passed at its last call), while a loop of edits that change nothing stays bounded.
-UNCHANGED_AFTER_EDITS_FACTOR: Final = 4
 
 __all__ = ["TurnDetectors"]
-
-_NO_FAILURES: Final = FailureCounts(0, 0, 0, 0)
 
 
 class TurnDetectors:
@@ -66,7 +61,7 @@ class TurnDetectors:
         # calls have been given
         self.tool_errors: BoundedMap[str, tuple[int | None, ...]] = BoundedMap(capacity)
         self.tool_rejects: BoundedMap[str, int] = BoundedMap(capacity)
-        self._new_errors_kept = self.stop_after["same_tool_failure"] // 2 + 1
+        self.new_errors_kept = self.stop_after["same_tool_failure"] // 2 + 1
         # same_tool_failure of shell tools: (failures, the write epoch they were counted in)
         self.shell_failures: BoundedMap[str, tuple[int, int]] = BoundedMap(capacity)
         self.refusals: BoundedMap[tuple[str, str], int] = BoundedMap(capacity)
@@ -87,8 +82,8 @@ class TurnDetectors:
         self.read_streak = 0
         self.write_streak = 0
         self.stagnation = StagnationMemory(capacity)
-        self._quiet_stagnation = self.warn_after["stagnation"]
-        self._quiet_unchanged = self.warn_after["unchanged_check"]
+        self.quiet_stagnation = self.warn_after["stagnation"]
+        self.quiet_unchanged = self.warn_after["unchanged_check"]
         self.edits = 0  # write calls this turn (the file editors' fix attempts): see StagnationMemory.record
         # the turn's last call that ran (``poll`` calls aside) was an edit: a check sent now may show
         # the edit's fix, so stagnation does not refuse it before it runs (see ``_refuse_stagnation``)
@@ -207,15 +202,15 @@ class TurnDetectors:
         shell call's result, ``None`` for any other call.
         """
         ok = outcome == "ok"
-        failures = self._count_outcome(sig, state, tool_class, outcome, refusal, error)
-        identical = self._track_progress(sig, state, tool_class, ok, same_result)
+        failures = count_outcome(self, sig, state, tool_class, outcome, refusal, error)
+        identical = track_progress(self, sig, state, tool_class, ok, same_result)
         if tool_class != "poll":
             self.after_edit = tool_class == "write" and outcome != "refused"
         stale = unchanged = 0
         loud = False  # whether a stagnation count is at its warning (it is rare: one test, not two)
         judged: Decision | None = None  # a check its stop would have refused, judged after it ran
         if progress is not None:  # a shell's result: see stagnation.py
-            stale, unchanged, loud, judged = self._record_shell(sig, state, ok, error, progress)
+            stale, unchanged, loud, judged = record_shell(self, sig, state, ok, error, progress)
         cycle = self.cycle
         if (
             ok
@@ -227,197 +222,10 @@ class TurnDetectors:
             and not loud
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
-        ran = Ran(sig, state, tool_class, failure_tolerant, failures, identical, stale, unchanged, judged)
+        counts = FailureCounts(*failures)
+        ran = Ran(sig, state, tool_class, failure_tolerant, counts, identical, stale, unchanged, judged)
         for rule in self._after:
             verdict = rule.after(self, ran)
             if verdict is not None:
                 return verdict
         return None
-
-    def _count_outcome(
-        self,
-        sig: Signature,
-        state: SignatureState,
-        tool_class: ToolClass,
-        outcome: Outcome,
-        refusal: str | None,
-        error: int | None,
-    ) -> FailureCounts:
-        """Count the call's outcome in the failure detectors: a success ends its counts."""
-        ok = outcome == "ok"
-        if tool_class == "poll":
-            across = 0
-        elif ok:  # what SessionMemory.record does for a success, without the call
-            across = 0
-            remembered = self.memory.failures
-            if remembered:
-                remembered.pop(sig, None)
-        else:
-            across = self.memory.record(sig, outcome, error)
-        if ok:
-            state.exact_failures = 0
-            if tool_class == "write" or tool_class == "shell" or self.tool_failures or self.refusals:
-                self._clear_after_success(sig.tool_name, tool_class)
-            return _NO_FAILURES
-        tool_failures, refusals = self._count_failure(
-            sig.tool_name, state, outcome, refusal, tool_class, error
-        )
-        same_errors = (
-            self._count_error(error, sig.tool_name) if outcome == "failed" and error is not None else 0
-        )
-        return FailureCounts(tool_failures, refusals, same_errors, across)
-
-    def _record_shell(
-        self, sig: Signature, state: SignatureState, ok: bool, error: int | None, progress: Any
-    ) -> tuple[int, int, bool, Decision | None]:
-        """stagnation: count a shell's result; its (stale, unchanged) counts, whether one is at its
-        warning, and the judgement of a send that followed an edit (``_judged_after_edit``)."""
-        # its raw digest, already made: by ``same_as_previous`` for a success, the error's for a failure
-        key = (state.raw if state.raw is not None else state.fingerprint) if ok else error
-        first = state.shell_first
-        if first is None:  # a command's first run: most run once, its digest is all it leaves
-            state.shell_first = -1 if key is None else key
-            state.shell_edits = self.edits
-            return 0, 0, False, None
-        rerun = self.cycle.second == sig
-        memory = self.stagnation
-        check = memory.stale(sig)
-        before = (check.stale, check.unchanged) if check is not None else (0, 0)
-        stale = memory.record(
-            sig, None if first < 0 else first, key, progress, rerun, ok, state.shell_edits, self.edits
-        )
-        unchanged = memory.unchanged
-        loud = stale >= self._quiet_stagnation or unchanged >= self._quiet_unchanged
-        judged = self._judged_after_edit(sig, before, stale, unchanged) if loud and self.hard_stop else None
-        return stale, unchanged, loud, judged
-
-    def _judged_after_edit(
-        self, sig: Signature, before: tuple[int, int], stale: int, unchanged: int
-    ) -> Decision | None:
-        """stagnation, a send that ran only because it directly followed an edit (``before_call``
-        would have refused it: its count was at its stop), judged by its result: counted again, it
-        halts the turn. The model was told at the stop (``_verdict``'s warning that the next result
-        like this one stops the turn). A result new for the command, or less of what is wrong in it,
-        ends the count as ever, and the call goes on."""
-        stop = self.stop_after
-        if stale > before[0] >= stop["stagnation"]:
-            return decision("halt", codes.STAGNATION_HALT, sig, stale, stop["stagnation"])
-        limit = stop["unchanged_check"] * UNCHANGED_AFTER_EDITS_FACTOR
-        if unchanged > before[1] >= limit:
-            return decision("halt", codes.STAGNATION_HALT, sig, unchanged, limit)
-        return None
-
-    def _track_progress(
-        self, sig: Signature, state: SignatureState, tool_class: ToolClass, ok: bool, same_result: bool
-    ) -> int:
-        """Advance no_progress, identical_call, the cycle window and the streaks; the identical count."""
-        # no_progress (read tools)
-        if tool_class == "read":
-            if not ok:
-                state.no_progress = 0
-            elif same_result and state.no_progress:
-                state.no_progress += 1
-            else:
-                state.no_progress = 1
-
-        # identical_call (write/unknown), cycle and streaks ignore poll tools
-        identical = 0
-        if tool_class != "poll":
-            if ok and tool_class != "read":
-                back_to_back = same_result and self.identical_sig == sig
-                self.identical_count = self.identical_count + 1 if back_to_back else 1
-                self.identical_sig = sig
-                identical = self.identical_count
-            else:
-                self.identical_sig, self.identical_count = None, 0
-            cycle = self.cycle
-            cycle.push(sig)
-            if self.cycle_rejects and not cycle.runs_any():
-                self.cycle_rejects = 0
-        self._track_streaks(tool_class, ok)
-        return identical
-
-    def _track_streaks(self, tool_class: ToolClass, ok: bool) -> None:
-        """The read and write streaks, and the edits stagnation counts."""
-        if tool_class == "read":
-            self.read_streak += 1
-            if ok:
-                self.write_streak = 0
-        elif tool_class == "write":
-            self.write_streak += 1
-            self.read_streak = 0
-            self.edits += 1  # a fix attempt, for stagnation's unchanged_check
-        elif tool_class == "shell":
-            # A shell may have changed something, but its calls are not a run of blind writes (a
-            # shell-only agent would be warned on every call after its 30th); a successful one may
-            # have read the changes back (the tests run, the file printed).
-            self.read_streak = 0
-            if ok:
-                self.write_streak = 0
-
-    def _clear_after_success(self, tool: str, tool_class: ToolClass) -> None:
-        """After a success (whose signature's exact_failure streak ``record_after`` ended): any
-        successful write or shell call is progress (an edit made with ``sed -i``); same_tool_failure
-        and refusal: only a success of the same tool clears them."""
-        if tool_class == "write" or tool_class == "shell":
-            self.write_epoch += 1
-            if self.errors:
-                self.errors.clear()
-        if self.tool_failures:
-            self.tool_failures.pop(tool, None)
-            self.tool_errors.pop(tool, None)
-            if self.tool_rejects:
-                self.tool_rejects.pop(tool, None)
-        if self.refusals:
-            for key in [k for k in self.refusals if k[0] == tool]:
-                del self.refusals[key]
-
-    def _count_failure(
-        self,
-        tool: str,
-        state: SignatureState,
-        outcome: Outcome,
-        refusal: str | None,
-        tool_class: ToolClass,
-        error: int | None,
-    ) -> tuple[int, int]:
-        """Count a failed or refused call; returns the tool's (failures and refusals, refusals of the
-        category). A refusal counts for the content-blind bound but not for exact_failure. A shell's
-        count starts again after any successful write or shell call: the tests failing between two
-        edits are how a fix is made, not a tool breaking down."""
-        if outcome == "failed":
-            state.exact_failures = self.exact_failures(state) + 1
-            state.exact_epoch = self.write_epoch
-        if tool_class == "shell":
-            count, epoch = self.shell_failures.touch(tool, lambda: (0, self.write_epoch))
-            tool_failures = (count if epoch == self.write_epoch else 0) + 1
-            self.shell_failures[tool] = (tool_failures, self.write_epoch)
-        elif outcome == "failed" and state.exact_failures > 1:
-            # The same call failing again (since it last succeeded or a write or shell call did) is
-            # exact_failure's loop, refused before it stops; counted here too, one call resent
-            # unchanged would halt the turn with no refusal first.
-            tool_failures = 0
-        else:
-            tool_failures = self.tool_failures.touch(tool, int) + 1
-            self.tool_failures[tool] = tool_failures
-            seen = self.tool_errors.get(tool, ()) if tool_failures > 1 else ()
-            if outcome == "refused":  # a gate saying no: the same answer, whatever was sent
-                self.tool_errors[tool] = seen
-            elif len(seen) < self._new_errors_kept and (error is None or error not in seen):
-                self.tool_errors[tool] = (*seen, error)
-        refusals = 0
-        if outcome == "refused":
-            key = (tool, refusal or "refused")
-            refusals = self.refusals.touch(key, int) + 1
-            self.refusals[key] = refusals
-        return tool_failures, refusals
-
-    def _count_error(self, error: int, tool: str) -> int:
-        """Count a failure with this error fingerprint. Returns the count once the error has come from
-        two different tools (the failures before the second tool included), else 0: one tool repeating
-        one error is exact_failure's and same_tool_failure's to judge."""
-        count, only_tool = self.errors.touch(error, lambda: (0, tool))
-        if only_tool != tool:
-            only_tool = None
-        self.errors[error] = (count + 1, only_tool)
-        return count + 1 if only_tool is None else 0
