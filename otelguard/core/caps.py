@@ -11,9 +11,10 @@ one for a config with a state URL).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
 
 from otelguard.core import decisions as codes
 from otelguard.core.decisions import Decision, Signature
@@ -279,8 +280,21 @@ class CapLedger:
 # session or tree cap: counters another guard may charge at the same moment) checks and charges in
 # one step with ``commit``, and only reads its counts without; ``refund`` gives its charge back. Any
 # other gate changes nothing without ``commit``; one that ``counts`` its refusals (the detectors:
-# a reject counted towards the stop) counts with it. The guard walks them in the order
-# ``detectors/precedence.py`` declares (``GATES``).
+# a reject counted towards the stop) counts with it, and is told with ``passed`` that the call goes
+# ahead. The guard walks them in the order ``detectors/precedence.py`` declares (``GATES``), less
+# those that do not ``ask`` about the call: what it is is a mask of the bits below.
+
+HAS_TREE: Final = 1
+"""The guard is in a delegation tree."""
+HARD_STOP: Final = 2
+"""The guard's config has ``hard_stop``."""
+TURN_CAPS: Final = 4
+SESSION_CAPS: Final = 8
+TREE_CAPS: Final = 16
+SPAWNS: Final = 32
+"""A delegation by a guard in a tree: a spawn tool, or a call naming the agent it delegates to."""
+DELEGATES: Final = 64
+"""A call naming the agent it delegates to, by a guard in a tree."""
 
 
 class Asked(NamedTuple):
@@ -293,8 +307,12 @@ class Asked(NamedTuple):
     units: int
     delegate_to: str | None
     spawning: bool
-    """A delegation by a guard in a tree (a spawn tool, or a call naming the agent it delegates to)."""
     tree_caps: tuple[tuple[str, int], ...]
+
+
+new_asked: Final[Callable[[tuple[Any, ...]], Asked]] = partial(tuple.__new__, Asked)
+"""``new_asked((ledger, detectors, sig, facts, units, delegate_to, spawning, tree_caps))``: an
+``Asked`` built without the named tuple's Python-level ``__new__`` (it runs on most calls)."""
 
 
 class Gate(Protocol):
@@ -304,98 +322,99 @@ class Gate(Protocol):
     charges: bool
     counts: bool
 
-    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
-        """Whether it may have something to say to a guard with this ledger: the walk skips it if not."""
+    def asks(self, call: int) -> bool:
+        """Whether it may have something to say about a call of this mask: the walk skips it if not."""
         ...
 
     def before(self, asked: Asked, commit: bool) -> Decision | None: ...
 
     def refund(self, asked: Asked) -> None: ...
 
+    def passed(self, asked: Asked) -> None: ...
 
-class TurnCap:
+
+class _Gate:
+    """What a gate that charges nothing and counts nothing does by default: nothing."""
+
+    __slots__ = ()
+    charges = counts = False
+
+    def refund(self, asked: Asked) -> None:
+        return None
+
+    def passed(self, asked: Asked) -> None:
+        return None
+
+
+class TurnCap(_Gate):
     """``cap_turn``: the turn's counters are the guard's alone, so it only reads them here (the
     guard charges an allowed call's turn caps as it lets it run)."""
 
     __slots__ = ()
     name = "cap_turn"
-    charges = counts = False
 
-    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
-        return True
+    def asks(self, call: int) -> bool:
+        return bool(call & TURN_CAPS)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
-        caps = asked.facts.caps_turn
-        return asked.ledger.check_turn(asked.sig, caps, asked.units) if caps else None
-
-    def refund(self, asked: Asked) -> None:
-        return None
+        return asked.ledger.check_turn(asked.sig, asked.facts.caps_turn, asked.units)
 
 
-class SessionCap:
+class SessionCap(_Gate):
     """``cap_session``: charged atomically with its check, in the session's store."""
 
     __slots__ = ()
     name = "cap_session"
-    charges, counts = True, False
+    charges = True
 
-    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
-        return True
+    def asks(self, call: int) -> bool:
+        return bool(call & SESSION_CAPS)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
-        caps = asked.facts.caps_session
-        if not caps:
-            return None
         if commit:
-            return asked.ledger.charge_session(asked.sig, caps, asked.units)
-        return asked.ledger.session_hit(asked.sig, caps, asked.units)
+            return asked.ledger.charge_session(asked.sig, asked.facts.caps_session, asked.units)
+        return asked.ledger.session_hit(asked.sig, asked.facts.caps_session, asked.units)
 
     def refund(self, asked: Asked) -> None:
-        caps = asked.facts.caps_session
-        if caps:
-            asked.ledger.session.refund([key for key, _limit in caps], asked.units)
+        asked.ledger.session.refund([key for key, _limit in asked.facts.caps_session], asked.units)
 
 
-class DelegationDepth:
-    """``delegation_depth``: a spawn by an agent at the tree's depth limit."""
+class DelegationDepth(_Gate):
+    """``delegation_depth``: a spawn by an agent at the tree's depth limit. Asked among the caps
+    that charge, in its place (it has nothing to give back)."""
 
     __slots__ = ()
     name = "delegation_depth"
-    charges, counts = True, False  # asked among the charges, in its place: nothing to give back
+    charges = True
 
-    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
-        return ledger.tree is not None
+    def asks(self, call: int) -> bool:
+        return bool(call & SPAWNS)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
         tree = asked.ledger.tree
-        return tree.depth_refusal(asked.sig) if asked.spawning and tree is not None else None
-
-    def refund(self, asked: Asked) -> None:
-        return None
+        return tree.depth_refusal(asked.sig) if tree is not None else None
 
 
-class TreeCap:
+class TreeCap(_Gate):
     """``cap_tree``: the tree's counters, charged as the session's are; a charge is recorded for the
     allowed call's charges (``CapLedger.charge``)."""
 
     __slots__ = ()
     name = "cap_tree"
-    charges, counts = True, False
+    charges = True
 
-    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
-        return ledger.tree is not None
+    def asks(self, call: int) -> bool:
+        return bool(call & TREE_CAPS)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
         ledger, caps = asked.ledger, asked.tree_caps
         tree = ledger.tree
-        if tree is None or not (caps or asked.spawning):
+        if tree is None:
             return None
         if not commit:
-            return tree.hit(asked.sig, caps, asked.units) if caps else None
-        decision = None
-        if caps:
-            decision, fell_back = tree.charge(asked.sig, caps, asked.units)
-            ledger.fell_back = ledger.fell_back or fell_back
+            return tree.hit(asked.sig, caps, asked.units)
+        decision, fell_back = tree.charge(asked.sig, caps, asked.units)
+        ledger.fell_back = ledger.fell_back or fell_back
         if decision is None:
             ledger.tree_charged = caps
         return decision
@@ -403,20 +422,19 @@ class TreeCap:
     def refund(self, asked: Asked) -> None:
         ledger = asked.ledger
         ledger.tree_charged = ()
-        if asked.tree_caps and ledger.tree is not None:
+        if ledger.tree is not None:
             ledger.tree.refund([key for key, _limit in asked.tree_caps], asked.units)
 
 
-class DelegationCycle:
+class DelegationCycle(_Gate):
     """``delegation_cycle``: a delegation back to an agent already on its path; its warning lets the
     call run (the walk returns it when nothing refuses)."""
 
     __slots__ = ()
     name = "delegation_cycle"
-    charges = counts = False
 
-    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
-        return ledger.tree is not None
+    def asks(self, call: int) -> bool:
+        return bool(call & DELEGATES)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
         tree, agent = asked.ledger.tree, asked.delegate_to
@@ -424,21 +442,18 @@ class DelegationCycle:
             return None
         return tree.cycle(asked.sig, agent, asked.detectors.hard_stop)
 
-    def refund(self, asked: Asked) -> None:
-        return None
 
-
-class HardStops:
+class HardStops(_Gate):
     """The hard-stop detectors, walked by the turn in the order ``precedence.BEFORE_CALL`` gives:
-    without ``commit`` whether one would refuse; with it the refusal, its reject counted (or, for a
-    call let through, the rejects its signature was given spent)."""
+    without ``commit`` whether one would refuse; with it the refusal, its reject counted. A call let
+    through spends the rejects its signature was given (``passed``)."""
 
     __slots__ = ()
     name = "hard_stop"
-    charges, counts = False, True
+    counts = True
 
-    def serves(self, ledger: CapLedger, hard_stop: bool) -> bool:
-        return hard_stop
+    def asks(self, call: int) -> bool:
+        return bool(call & HARD_STOP)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
         detectors, tool_class = asked.detectors, asked.facts.tool_class
@@ -446,8 +461,8 @@ class HardStops:
             return detectors.refuse_before(asked.sig, tool_class)
         return WOULD_REFUSE if detectors.would_refuse(asked.sig, tool_class) else None
 
-    def refund(self, asked: Asked) -> None:
-        return None
+    def passed(self, asked: Asked) -> None:
+        asked.detectors.let_through(asked.sig)
 
 
 WOULD_REFUSE: Final = Decision(action="reject", code="would_refuse")

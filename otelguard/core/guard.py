@@ -17,10 +17,26 @@ from typing import Any, Final, TypeVar
 
 from otelguard.config import GuardConfig
 from otelguard.core import decisions as codes
-from otelguard.core.caps import Asked, CapLedger, Charge, Gate, LocalSessionCaps, SessionCapStore, TreeCaps
+from otelguard.core.caps import (
+    DELEGATES,
+    HARD_STOP,
+    HAS_TREE,
+    SESSION_CAPS,
+    SPAWNS,
+    TREE_CAPS,
+    TURN_CAPS,
+    Asked,
+    CapLedger,
+    Charge,
+    Gate,
+    LocalSessionCaps,
+    SessionCapStore,
+    TreeCaps,
+    new_asked,
+)
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
-from otelguard.core.detectors.precedence import GATES
+from otelguard.core.detectors.precedence import WALKS
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
@@ -84,8 +100,7 @@ class Guard:
         self._known_facts = self._catalog.known_facts
         self._caps = _cap_ledger(self.config, self.agent, session_id, session_caps, tree, edges, key)
         self.delegation_tree = self._caps.tree.tree if self._caps.tree is not None else None  # or in none
-        # the gates of ``before_call``, in their order, less those with nothing to say to this guard
-        self._gates = tuple(gate for gate in GATES if gate.serves(self._caps, self.config.hard_stop_enabled))
+        self._asks = _asks(self._caps, self.config)  # the guard's part of what the gates ask about
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
@@ -197,18 +212,7 @@ class Guard:
     def _summarise_locked(self, turn: TurnState, errored: bool) -> TurnSummary:
         """The summary of ``turn``, which is ending (called with the lock held)."""
         self._last_halt = turn.halt
-        return TurnSummary(
-            turn_id=turn.turn_id,
-            agent=turn.agent,
-            tool_calls=turn.tool_calls,
-            halted=turn.halt is not None,
-            halt_decision=turn.halt,
-            cap_usage=MappingProxyType(dict(self._caps.turn)),
-            cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
-            session_cap_usage=MappingProxyType(dict(self._caps.session.usage())),
-            decisions=MappingProxyType(dict(turn.decisions)),
-            errored=bool(errored),
-        )
+        return _summary(turn, self._caps, self._turn_limits, errored)
 
     # calls -----------------------------------------------------------------------------------
 
@@ -232,7 +236,7 @@ class Guard:
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
-                decision = _decide(self._caps, self._gates, turn, sig, facts, requested or 1, delegate_to)
+                decision = _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
                     decision = decision or codes.allow_decision(name, sig)
@@ -296,7 +300,15 @@ class Guard:
             if type(call_id) is str and len(call_id) > _MAX:
                 call_id = bounded_name(call_id)
             tool_class = facts.tool_class
-            outcome, refusal = _told(result, failed, refusal, cancelled, tool_class == "shell")
+            if cancelled:
+                outcome: Outcome = "cancelled"
+                refusal = None
+            elif refusal is None and failed is not None:  # the host's flag: _outcome without the call
+                outcome = "failed" if failed else "ok"
+            else:
+                outcome = _outcome(result, failed, refusal, tool_class == "shell")
+                if refusal is not None and not isinstance(refusal, str):
+                    refusal = str(refusal)
             error = self._results.error_fingerprint(result) if outcome == "failed" else None  # unlocked
             gist = result if tool_class == "shell" and (outcome == "ok" or outcome == "failed") else None
             verdict = None
@@ -304,10 +316,12 @@ class Guard:
                 pending = self._pending.take(
                     call_id if type(call_id) is str else call_key(name, args, call_id)
                 )
-                if pending is not None:
-                    sig = pending.sig
-                else:  # no call id, and args equal to (not the very object of) the before_call's
-                    sig, pending = self._pending.find(name, args, call_id, self._hasher, facts.ignored_args)
+                # without a call id: found by args equal to (not the very object of) the before_call's
+                sig, pending = (
+                    (pending.sig, pending)
+                    if pending is not None
+                    else self._pending.find(name, args, call_id, self._hasher, facts.ignored_args)
+                )
                 if (outcome == "refused" or cancelled) and pending is not None:
                     self._caps.refund(pending.charges, same_turn=pending.turn is turn)
                 if not cancelled:
@@ -371,6 +385,12 @@ def _cap_ledger(
     return ledger
 
 
+def _asks(caps: CapLedger, config: GuardConfig) -> int:
+    """What the gates of ``before_call`` ask about every call of a guard (``caps.HAS_TREE``,
+    ``caps.HARD_STOP``): 0 leaves its uncapped calls on the quiet path."""
+    return (HAS_TREE if caps.tree is not None else 0) | (HARD_STOP if config.hard_stop_enabled else 0)
+
+
 def _held_bytes(config: GuardConfig) -> int:
     """The results a guard holds unfingerprinted, in proportion to the signatures it tracks (1 MiB
     at the default 4,096): a session host's small share holds little."""
@@ -391,6 +411,23 @@ def _agent_name(agent: Any) -> Any:
     return bounded_name(agent) if isinstance(agent, str) else agent
 
 
+def _summary(
+    turn: TurnState, caps: CapLedger, turn_limits: tuple[tuple[str, int], ...], errored: bool
+) -> TurnSummary:
+    return TurnSummary(
+        turn_id=turn.turn_id,
+        agent=turn.agent,
+        tool_calls=turn.tool_calls,
+        halted=turn.halt is not None,
+        halt_decision=turn.halt,
+        cap_usage=MappingProxyType(dict(caps.turn)),
+        cap_usage_ratio=caps.usage_ratios(turn_limits),
+        session_cap_usage=MappingProxyType(dict(caps.session.usage())),
+        decisions=MappingProxyType(dict(turn.decisions)),
+        errored=bool(errored),
+    )
+
+
 def _no_turn(agent: str) -> TurnSummary:
     return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
 
@@ -406,7 +443,7 @@ def _delegation(tree: TreeCaps | None, facts: ToolFacts, delegate_to: str | None
 
 def _decide(
     caps: CapLedger,
-    gates: tuple[Gate, ...],
+    asks: int,
     turn: TurnState,
     sig: Signature,
     facts: ToolFacts,
@@ -414,34 +451,46 @@ def _decide(
     delegate_to: str | None,
 ) -> Decision | None:
     """The ``before_call`` decision of a call, or ``None`` (allowed): a turn already halted blocks it;
-    else a refusal, only looked for when something could refuse. A delegation cycle's warning (the
-    call runs) is counted in the turn here; a delegation's decision is told to the tree."""
+    else a refusal, only looked for when something could refuse: the gates that ask about the call
+    (``asks``: the guard's part of its mask). A delegation cycle's warning (the call runs) is counted
+    in the turn here; a delegation's decision is told to the tree."""
+    tree = caps.tree
+    spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
     if turn.halt is not None:
         decision: Decision | None = _turn_halted(sig, turn.halt)
-    elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop or caps.tree is not None:
-        tree_caps = facts.caps_tree if caps.tree is not None else ()
-        spawning = caps.tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
-        asked = Asked(caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps)
+    elif asks or facts.caps_turn or facts.caps_session:
+        tree_caps = facts.caps_tree if tree is not None else ()
+        gates = WALKS[
+            asks
+            | (TURN_CAPS if facts.caps_turn else 0)
+            | (SESSION_CAPS if facts.caps_session else 0)
+            | (TREE_CAPS if tree_caps else 0)
+            | (SPAWNS if spawning else 0)
+            | (DELEGATES if delegate_to is not None and tree is not None else 0)
+        ]
+        if not gates:
+            return None
+        asked = new_asked((caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps))
         decision = _refusal(gates, asked)
         if decision is not None and decision.allows_execution:
             turn.record(decision)
     else:
         return None
-    tree = caps.tree
-    if tree is not None and (facts.spawn_arg is not False or delegate_to is not None):
+    if spawning and tree is not None:
         tree.took(decision)
     return decision
 
 
 def _refusal(gates: tuple[Gate, ...], asked: Asked) -> Decision | None:
     """What refuses a call of a turn not yet halted: the first of ``gates`` (``GATES``, less those
-    with nothing to say to this guard) that refuses, in their order. A refused call never holds a
+    that do not ask about this call) that refuses, in their order. A refused call never holds a
     charge, not even for a moment (another guard of the session or tree would see it one call
-    fuller): the gates that change nothing are asked first; when one refuses, a gate that charges
-    before it only reads its counts, to report its cap instead. When none refuses, the gates that
-    charge are charged in order (a refusal gives back what those before it charged), then the
-    gates that count their refusals are asked for real (a detector's reject counted, or the call's
-    rejects spent). A delegation cycle's warning is returned when nothing refuses (the call runs)."""
+    fuller): the gates that charge nothing are asked first, changing nothing; when one refuses, a
+    gate that charges before it only reads its counts, to report its cap instead, and else the
+    refusing gate is asked for real (a detector's reject counted). When none refuses, the gates
+    that charge are charged in order (a refusal gives back what those before it charged), and the
+    gates that count are told the call passed (its rejects spent). A delegation cycle's warning is
+    returned when nothing refuses (the call runs)."""
     warning = None
     for index, gate in enumerate(gates):
         if gate.charges:
@@ -459,13 +508,15 @@ def _refusal(gates: tuple[Gate, ...], asked: Asked) -> Decision | None:
         return gate.before(asked, True) if gate.counts else decision
     charged: list[Gate] = []
     for gate in gates:
-        if gate.charges or gate.counts:
+        if gate.charges:
             decision = gate.before(asked, True)
             if decision is not None:
                 for done in charged:
                     done.refund(asked)
                 return decision
             charged.append(gate)
+        elif gate.counts:
+            gate.passed(asked)
     return warning
 
 
@@ -504,20 +555,6 @@ def _turn_halted(sig: Signature, halt: Decision) -> Decision:
         limit=halt.limit,
         signature=sig,
     )
-
-
-def _told(
-    result: Any, failed: bool | None, refusal: object, cancelled: bool, shell: bool
-) -> tuple[Outcome, str | None]:
-    """How the host says the call went, and its refusal as text (``None`` for a cancelled call)."""
-    if cancelled:
-        return "cancelled", None
-    if refusal is None and failed is not None:  # the host's flag: _outcome without the call
-        return ("failed" if failed else "ok"), None
-    outcome = _outcome(result, failed, refusal, shell)
-    if refusal is not None and not isinstance(refusal, str):
-        refusal = str(refusal)
-    return outcome, refusal
 
 
 def _outcome(result: Any, failed: bool | None, refusal: object, shell: bool) -> Outcome:

@@ -15,11 +15,11 @@ from otelguard.core.detectors import checks, cycle, failures, progress
 if TYPE_CHECKING:
     from otelguard.core.detectors.rule import AfterRule, BeforeRule
 
-__all__ = ["AFTER_CALL", "BEFORE_CALL", "GATES"]
+__all__ = ["AFTER_CALL", "BEFORE_CALL", "GATES", "WALKS"]
 
 # before_call, after an already halted turn: the first gate that refuses is the call's decision (a
 # refused call is charged nothing: the caps that charge are charged once no gate refuses)
-GATES: Final = (
+GATES: Final[tuple[caps.Gate, ...]] = (
     caps.TURN_CAP,
     caps.SESSION_CAP,
     caps.DELEGATION_DEPTH,
@@ -72,3 +72,10 @@ _AFTER: Final = {
     for warnings in (False, True)
     for hard in (False, True)
 }
+
+
+WALKS: Final[tuple[tuple[caps.Gate, ...], ...]] = tuple(
+    tuple(gate for gate in GATES if gate.asks(call)) for call in range(2 * caps.DELEGATES)
+)
+"""``GATES`` as a call walks them, by its mask (``caps.HAS_TREE`` ...): less the gates that do not
+ask about it. Empty on the quiet path."""

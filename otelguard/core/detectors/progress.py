@@ -152,14 +152,9 @@ def track_progress(
     same_result: bool,
 ) -> int:
     """Advance no_progress, identical_call, the cycle window and the streaks; the identical count."""
-    # no_progress (read tools)
+    # no_progress (read tools): a failure ends the count, a different result starts it again
     if tool_class == "read":
-        if not ok:
-            state.no_progress = 0
-        elif same_result and state.no_progress:
-            state.no_progress += 1
-        else:
-            state.no_progress = 1
+        state.no_progress = (state.no_progress + 1 if same_result and state.no_progress else 1) if ok else 0
 
     # identical_call (write/unknown), cycle and streaks ignore poll tools
     identical = 0
@@ -175,27 +170,18 @@ def track_progress(
         cycle.push(sig)
         if turn.cycle_rejects and not cycle.runs_any():
             turn.cycle_rejects = 0
-    _track_streaks(turn, tool_class, ok)
-    return identical
-
-
-def _track_streaks(turn: TurnDetectors, tool_class: ToolClass, ok: bool) -> None:
-    """The read and write streaks, and the edits stagnation counts."""
-    if tool_class == "read":
-        turn.read_streak += 1
-        if ok:
-            turn.write_streak = 0
-    elif tool_class == "write":
+    if tool_class == "write":
         turn.write_streak += 1
         turn.read_streak = 0
         turn.edits += 1  # a fix attempt, for stagnation's unchanged_check
-    elif tool_class == "shell":
+    elif tool_class == "read" or tool_class == "shell":
         # A shell may have changed something, but its calls are not a run of blind writes (a
         # shell-only agent would be warned on every call after its 30th); a successful one may
         # have read the changes back (the tests run, the file printed).
-        turn.read_streak = 0
+        turn.read_streak = turn.read_streak + 1 if tool_class == "read" else 0
         if ok:
             turn.write_streak = 0
+    return identical
 
 
 NO_PROGRESS: Final = NoProgress()

@@ -29,6 +29,8 @@ if TYPE_CHECKING:
 
 __all__ = ["TurnDetectors"]
 
+_NO_FAILURES: Final = (0, 0, 0, 0)
+
 
 class TurnDetectors:
     """All detector state of one turn. ``start_turn`` replaces the object."""
@@ -132,6 +134,13 @@ class TurnDetectors:
             state.rejects = 0
         return None
 
+    def let_through(self, sig: Signature) -> None:
+        """What ``refuse_before`` does to a call it lets through, for one ``would_refuse`` said no
+        detector refuses: the rejects its signature was given are spent."""
+        state = self.signatures.get(sig) if self.signatures else None
+        if state is not None and state.rejects:
+            state.rejects = 0
+
     def would_refuse(self, sig: Signature, tool_class: ToolClass) -> bool:
         """Whether ``refuse_before`` would refuse the call, without counting a reject or touching any
         state: the guard asks this before charging a session cap, so a refused call never holds one."""
@@ -202,7 +211,14 @@ class TurnDetectors:
         shell call's result, ``None`` for any other call.
         """
         ok = outcome == "ok"
-        failures = count_outcome(self, sig, state, tool_class, outcome, refusal, error)
+        if ok and not (tool_class == "write" or tool_class == "shell" or self.tool_failures or self.refusals):
+            # most calls: a success with no failure count to end (``count_outcome`` would do this)
+            state.exact_failures = 0
+            if self.memory.failures and tool_class != "poll":
+                self.memory.failures.pop(sig, None)
+            failures = _NO_FAILURES
+        else:
+            failures = count_outcome(self, sig, state, tool_class, outcome, refusal, error)
         identical = track_progress(self, sig, state, tool_class, ok, same_result)
         if tool_class != "poll":
             self.after_edit = tool_class == "write" and outcome != "refused"
