@@ -485,27 +485,33 @@ def _refusal(gates: tuple[Gate, ...], asked: Asked) -> Decision | None:
     """What refuses a call of a turn not yet halted: the first of ``gates`` (``GATES``, less those
     that do not ask about this call) that refuses, in their order. A refused call never holds a
     charge, not even for a moment (another guard of the session or tree would see it one call
-    fuller): the gates that charge nothing are asked first, changing nothing; when one refuses, a
-    gate that charges before it only reads its counts, to report its cap instead, and else the
-    refusing gate is asked for real (a detector's reject counted). When none refuses, the gates
-    that charge are charged in order (a refusal gives back what those before it charged), and the
-    gates that count are told the call passed (its rejects spent). A delegation cycle's warning is
-    returned when nothing refuses (the call runs)."""
+    fuller): the gates that charge nothing are asked first, changing nothing (a gate that counts,
+    with no gate that charges before it, is asked for real at once: nothing would report a cap
+    instead); when one refuses, a gate that charges before it only reads its counts, to report its
+    cap instead, and else the refusing gate is asked for real (a detector's reject counted). When
+    none refuses, the gates that charge are charged in order (a refusal gives back what those
+    before it charged), and the gates that count are told the call passed (its rejects spent). A
+    delegation cycle's warning is returned when nothing refuses (the call runs)."""
     warning = None
+    charging = False  # a gate before this one charges
     for index, gate in enumerate(gates):
         if gate.charges:
+            charging = True
             continue
-        decision = gate.before(asked, False)
-        if decision is None:
+        at_once = gate.counts and not charging  # nothing charged before it: asked for real now
+        decision = gate.before(asked, at_once)
+        if decision is None or decision.allows_execution:  # a warning lets the call run
+            warning = decision or warning
             continue
-        if decision.allows_execution:
-            warning = decision
-            continue
+        if at_once:
+            return decision
         for earlier in gates[:index]:
             hit = earlier.before(asked, False) if earlier.charges else None
             if hit is not None:
                 return hit
         return gate.before(asked, True) if gate.counts else decision
+    if not charging:  # every gate that counts was asked for real: the call passed them
+        return warning
     charged: list[Gate] = []
     for gate in gates:
         if gate.charges:

@@ -40,6 +40,7 @@ class Stagnation:
     check's result are the loop), and end when the command returns something new."""
 
     __slots__ = ()
+    before_classes = ("shell",)
     name = "stagnation"
     code = codes.STAGNATION_WARN
     warns = True
@@ -89,6 +90,7 @@ class UnchangedCheck:
     ends the count and its reject. (Its warning is ``Stagnation``'s, after the stale count's.)"""
 
     __slots__ = ()
+    before_classes = ("shell",)
     name = "unchanged_check"
 
     def before(

@@ -22,6 +22,8 @@ class Cycle:
     breaking ends its rejects."""
 
     __slots__ = ()
+    after_classes = ("read", "write", "shell", "unknown")
+    before_classes = ("read", "write", "shell", "unknown")
     name = "cycle"
     code = codes.CYCLE_WARN
     warns = True

@@ -68,6 +68,7 @@ class CrossTurnFailure:
     """cross_turn_failure: the same call failing the same way turn after turn (``SessionMemory``)."""
 
     __slots__ = ()
+    before_classes = ("read", "write", "shell", "unknown")
     name = "cross_turn_failure"
     code = codes.CROSS_TURN_FAILURE_WARN
     warns = True

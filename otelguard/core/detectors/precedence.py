@@ -15,7 +15,7 @@ from otelguard.core.detectors import checks, cycle, failures, progress
 if TYPE_CHECKING:
     from otelguard.core.detectors.rule import AfterRule, BeforeRule
 
-__all__ = ["AFTER_CALL", "BEFORE_CALL", "GATES", "WALKS"]
+__all__ = ["AFTER_CALL", "BEFORE_CALL", "BEFORE_WALKS", "GATES", "WALKS"]
 
 # before_call, after an already halted turn: the first gate that refuses is the call's decision (a
 # refused call is charged nothing: the caps that charge are charged once no gate refuses)
@@ -61,18 +61,42 @@ AFTER_CALL: Final[tuple[AfterRule, ...]] = (
 )
 
 
-def after_rules(warnings: bool, hard_stop: bool) -> tuple[AfterRule, ...]:
-    """``AFTER_CALL`` as a turn with these settings walks it: without ``warnings`` no warning is
-    asked, without ``hard_stop`` no halt (neither could fire), so the quiet walk is shorter."""
+TOOL_CLASSES: Final = ("read", "write", "shell", "poll", "unknown")
+
+
+def _asked_about(rule: object, verb: str, tool_class: str) -> bool:
+    """Whether ``rule`` may answer ``verb`` about a call of ``tool_class``: a detector declares the
+    classes it judges (``before_classes``, ``after_classes``; by default every one)."""
+    return tool_class in getattr(rule, f"{verb}_classes", TOOL_CLASSES)
+
+
+BEFORE_WALKS: Final[dict[str, tuple[BeforeRule, ...]]] = {
+    tool_class: tuple(rule for rule in BEFORE_CALL if _asked_about(rule, "before", tool_class))
+    for tool_class in TOOL_CLASSES
+}
+"""``BEFORE_CALL`` as a call of each tool class walks it: less the detectors that never judge one."""
+
+
+def after_rules(warnings: bool, hard_stop: bool) -> dict[str | None, tuple[AfterRule, ...]]:
+    """``AFTER_CALL`` as a turn with these settings walks it, by tool class: without ``warnings`` no
+    warning is asked, without ``hard_stop`` no halt (neither could fire), nor a detector that never
+    judges a call of the class, so the walk is shorter. Under ``None``: the walk of any class."""
     return _AFTER[warnings, hard_stop]
 
 
 _AFTER: Final = {
-    (warnings, hard): tuple(rule for rule in AFTER_CALL if (warnings if rule.warns else hard))
+    (warnings, hard): {
+        tool_class: tuple(
+            rule
+            for rule in AFTER_CALL
+            if (warnings if rule.warns else hard)
+            and (tool_class is None or _asked_about(rule, "after", tool_class))
+        )
+        for tool_class in (*TOOL_CLASSES, None)
+    }
     for warnings in (False, True)
     for hard in (False, True)
 }
-
 
 WALKS: Final[tuple[tuple[caps.Gate, ...], ...]] = tuple(
     tuple(gate for gate in GATES if gate.asks(call)) for call in range(2 * caps.DELEGATES)

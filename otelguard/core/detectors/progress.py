@@ -28,6 +28,8 @@ class NoProgress:
     """no_progress: a read returning what it returned before."""
 
     __slots__ = ()
+    after_classes = ("read",)
+    before_classes = ("read",)
     name = "no_progress"
     code = codes.NO_PROGRESS_WARN
     warns = True
@@ -109,6 +111,7 @@ def _refusal_pending(turn: TurnDetectors, identical: int) -> bool:
 
 class IdenticalCallHalt:
     __slots__ = ()
+    after_classes = ("read", "write", "poll", "unknown")
     code = codes.IDENTICAL_CALL_HALT
     warns = False
 
@@ -121,6 +124,7 @@ class IdenticalCallHalt:
 
 class ReadOnlyStreak:
     __slots__ = ()
+    after_classes = ("read",)
     code = codes.READ_ONLY_STREAK_WARN
     warns = True
 
@@ -133,6 +137,7 @@ class ReadOnlyStreak:
 
 class WriteStreak:
     __slots__ = ()
+    after_classes = ("write",)
     code = codes.WRITE_STREAK_WARN
     warns = True
 

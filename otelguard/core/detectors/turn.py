@@ -16,7 +16,7 @@ from otelguard.core.detectors import messages
 from otelguard.core.detectors.checks import record_shell
 from otelguard.core.detectors.failures import count_outcome
 from otelguard.core.detectors.messages import decision
-from otelguard.core.detectors.precedence import BEFORE_CALL, after_rules
+from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, after_rules
 from otelguard.core.detectors.progress import track_progress
 from otelguard.core.detectors.repetition import Cycle
 from otelguard.core.detectors.rule import WOULD_REFUSE, Ran
@@ -54,6 +54,7 @@ class TurnDetectors:
         self.warn_after = config.warn_after
         self.stop_after = config.hard_stop_after
         self._after = after_rules(config.warnings, self.hard_stop)  # AFTER_CALL, less what cannot fire
+        self._after_any = self._after[None]
         capacity = self._capacity = config.max_tracked_signatures
         self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
         self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
@@ -126,7 +127,7 @@ class TurnDetectors:
         if not self.hard_stop:
             return None
         state = self.signatures.get(sig)
-        for rule in BEFORE_CALL:
+        for rule in BEFORE_WALKS.get(tool_class, BEFORE_CALL):
             refused = rule.before(self, sig, state, tool_class, True)
             if refused is not None:
                 return refused
@@ -147,7 +148,8 @@ class TurnDetectors:
         if not self.hard_stop:
             return False
         state = self.signatures.get(sig)
-        return any(rule.before(self, sig, state, tool_class, False) is not None for rule in BEFORE_CALL)
+        walk = BEFORE_WALKS.get(tool_class, BEFORE_CALL)
+        return any(rule.before(self, sig, state, tool_class, False) is not None for rule in walk)
 
     def refuse(
         self,
@@ -240,7 +242,7 @@ class TurnDetectors:
             return None  # the common case: nothing can fire, skip the ordered checks
         counts = FailureCounts(*failures)
         ran = Ran(sig, state, tool_class, failure_tolerant, counts, identical, stale, unchanged, judged)
-        for rule in self._after:
+        for rule in self._after.get(tool_class, self._after_any):
             verdict = rule.after(self, ran)
             if verdict is not None:
                 return verdict
