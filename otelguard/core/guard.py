@@ -297,8 +297,7 @@ class Guard:
             name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
             facts = self._known_facts(name) or self._catalog.facts(name)
             turn = self._turn or self._current_turn()
-            if type(call_id) is str and len(call_id) > _MAX:
-                call_id = bounded_name(call_id)
+            call_id = bounded_name(call_id) if type(call_id) is str and len(call_id) > _MAX else call_id
             tool_class = facts.tool_class
             if cancelled:
                 outcome: Outcome = "cancelled"
@@ -316,12 +315,10 @@ class Guard:
                 pending = self._pending.take(
                     call_id if type(call_id) is str else call_key(name, args, call_id)
                 )
-                # without a call id: found by args equal to (not the very object of) the before_call's
-                sig, pending = (
-                    (pending.sig, pending)
-                    if pending is not None
-                    else self._pending.find(name, args, call_id, self._hasher, facts.ignored_args)
-                )
+                if pending is not None:
+                    sig = pending.sig
+                else:  # no call id, and args equal to (not the very object of) the before_call's
+                    sig, pending = self._pending.find(name, args, call_id, self._hasher, facts.ignored_args)
                 if (outcome == "refused" or cancelled) and pending is not None:
                     self._caps.refund(pending.charges, same_turn=pending.turn is turn)
                 if not cancelled:
@@ -455,10 +452,10 @@ def _decide(
     (``asks``: the guard's part of its mask). A delegation cycle's warning (the call runs) is counted
     in the turn here; a delegation's decision is told to the tree."""
     tree = caps.tree
-    spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
     if turn.halt is not None:
         decision: Decision | None = _turn_halted(sig, turn.halt)
     elif asks or facts.caps_turn or facts.caps_session:
+        spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
         tree_caps = facts.caps_tree if tree is not None else ()
         gates = WALKS[
             asks
@@ -476,7 +473,7 @@ def _decide(
             turn.record(decision)
     else:
         return None
-    if spawning and tree is not None:
+    if tree is not None and (facts.spawn_arg is not False or delegate_to is not None):
         tree.took(decision)
     return decision
 

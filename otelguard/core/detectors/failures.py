@@ -14,8 +14,6 @@ if TYPE_CHECKING:
     from otelguard.core.detectors.state import SignatureState
     from otelguard.core.detectors.turn import TurnDetectors
 
-_NO_FAILURES: Final = (0, 0, 0, 0)
-
 __all__ = [
     "CROSS_TURN_FAILURE",
     "EXACT_FAILURE",
@@ -25,8 +23,9 @@ __all__ = [
     "SAME_ERROR_WARN",
     "SAME_TOOL_FAILURE",
     "SAME_TOOL_FAILURE_HALT",
+    "clear_after_success",
     "count_error",
-    "count_outcome",
+    "count_failure",
 ]
 
 
@@ -34,6 +33,7 @@ class ExactFailure:
     """exact_failure: the same call failing with the turn's writes unchanged."""
 
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     name = "exact_failure"
     code = codes.EXACT_FAILURE_WARN
     warns = True
@@ -68,6 +68,7 @@ class CrossTurnFailure:
     """cross_turn_failure: the same call failing the same way turn after turn (``SessionMemory``)."""
 
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     before_classes = ("read", "write", "shell", "unknown")
     name = "cross_turn_failure"
     code = codes.CROSS_TURN_FAILURE_WARN
@@ -109,6 +110,7 @@ class SameToolFailure:
     success ends the count."""
 
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     name = "same_tool_failure"
     code = codes.SAME_TOOL_FAILURE_WARN
     warns = True
@@ -146,6 +148,7 @@ class SameToolFailure:
 
 class SameToolFailureHalt:
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     code = codes.SAME_TOOL_FAILURE_HALT
     warns = False
 
@@ -166,6 +169,7 @@ class SameErrorHalt:
     exempt a tool from it)."""
 
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     code = codes.SAME_ERROR_HALT
     warns = False
 
@@ -179,6 +183,7 @@ class SameErrorHalt:
 
 class SameErrorWarn:
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     code = codes.SAME_ERROR_WARN
     warns = True
 
@@ -194,6 +199,7 @@ class RefusalHalt:
     """refusal: one tool refused for one reason again and again."""
 
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     code = codes.REFUSAL_HALT
     warns = False
 
@@ -207,6 +213,7 @@ class RefusalHalt:
 
 class RefusalWarn:
     __slots__ = ()
+    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
     code = codes.REFUSAL_WARN
     warns = True
 
@@ -218,7 +225,7 @@ class RefusalWarn:
         return None
 
 
-def count_outcome(
+def count_failure(
     turn: TurnDetectors,
     sig: Signature,
     state: SignatureState,
@@ -227,29 +234,15 @@ def count_outcome(
     refusal: str | None,
     error: int | None,
 ) -> tuple[int, int, int, int]:
-    """Count the call's outcome in the failure detectors: a success ends its counts. The counts of
-    ``FailureCounts``."""
-    ok = outcome == "ok"
-    if tool_class == "poll":
-        across = 0
-    elif ok:  # what SessionMemory.record does for a success, without the call
-        across = 0
-        remembered = turn.memory.failures
-        if remembered:
-            remembered.pop(sig, None)
-    else:
-        across = turn.memory.record(sig, outcome, error)
-    if ok:
-        state.exact_failures = 0
-        if tool_class == "write" or tool_class == "shell" or turn.tool_failures or turn.refusals:
-            _clear_after_success(turn, sig.tool_name, tool_class)
-        return _NO_FAILURES
+    """Count a failed or refused call in the failure detectors: the counts of ``FailureCounts``
+    (a success's are all 0: ``TurnDetectors.record_after`` ends them itself)."""
+    across = 0 if tool_class == "poll" else turn.memory.record(sig, outcome, error)
     tool_failures, refusals = _count_failure(turn, sig.tool_name, state, outcome, refusal, tool_class, error)
     same_errors = count_error(turn, error, sig.tool_name) if outcome == "failed" and error is not None else 0
     return tool_failures, refusals, same_errors, across
 
 
-def _clear_after_success(turn: TurnDetectors, tool: str, tool_class: ToolClass) -> None:
+def clear_after_success(turn: TurnDetectors, tool: str, tool_class: ToolClass) -> None:
     """After a success (whose signature's exact_failure streak ``record_after`` ended): any
     successful write or shell call is progress (an edit made with ``sed -i``); same_tool_failure
     and refusal: only a success of the same tool clears them."""

@@ -77,22 +77,29 @@ BEFORE_WALKS: Final[dict[str, tuple[BeforeRule, ...]]] = {
 """``BEFORE_CALL`` as a call of each tool class walks it: less the detectors that never judge one."""
 
 
-def after_rules(warnings: bool, hard_stop: bool) -> dict[str | None, tuple[AfterRule, ...]]:
-    """``AFTER_CALL`` as a turn with these settings walks it, by tool class: without ``warnings`` no
-    warning is asked, without ``hard_stop`` no halt (neither could fire), nor a detector that never
-    judges a call of the class, so the walk is shorter. Under ``None``: the walk of any class."""
+def after_rules(warnings: bool, hard_stop: bool) -> dict[tuple[str | None, bool], tuple[AfterRule, ...]]:
+    """``AFTER_CALL`` as a turn with these settings walks it, by the call's tool class and whether it
+    succeeded: without ``warnings`` no warning is asked, without ``hard_stop`` no halt (neither could
+    fire), nor a detector that never judges a call of the class (``after_classes``) or a success
+    (``judges_successes``), so the walk is shorter. Under ``(None, ok)``: the walk of any class."""
     return _AFTER[warnings, hard_stop]
+
+
+def _walked_after(rule: AfterRule, warnings: bool, hard: bool, tool_class: str | None, ok: bool) -> bool:
+    if not (warnings if rule.warns else hard):
+        return False
+    if ok and not getattr(rule, "judges_successes", True):
+        return False
+    return tool_class is None or _asked_about(rule, "after", tool_class)
 
 
 _AFTER: Final = {
     (warnings, hard): {
-        tool_class: tuple(
-            rule
-            for rule in AFTER_CALL
-            if (warnings if rule.warns else hard)
-            and (tool_class is None or _asked_about(rule, "after", tool_class))
+        (tool_class, ok): tuple(
+            rule for rule in AFTER_CALL if _walked_after(rule, warnings, hard, tool_class, ok)
         )
         for tool_class in (*TOOL_CLASSES, None)
+        for ok in (False, True)
     }
     for warnings in (False, True)
     for hard in (False, True)

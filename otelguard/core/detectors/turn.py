@@ -8,13 +8,15 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
+from collections.abc import Callable
+from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
 from otelguard.core.detectors import messages
 from otelguard.core.detectors.checks import record_shell
-from otelguard.core.detectors.failures import count_outcome
+from otelguard.core.detectors.failures import clear_after_success, count_failure
 from otelguard.core.detectors.messages import decision
 from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, after_rules
 from otelguard.core.detectors.progress import track_progress
@@ -30,6 +32,11 @@ if TYPE_CHECKING:
 __all__ = ["TurnDetectors"]
 
 _NO_FAILURES: Final = (0, 0, 0, 0)
+# the named tuples of the walk after a call, built without their Python-level ``__new__``
+_new_counts: Final[Callable[[tuple[int, int, int, int]], FailureCounts]] = partial(
+    tuple.__new__, FailureCounts
+)
+_new_ran: Final[Callable[[tuple[Any, ...]], Ran]] = partial(tuple.__new__, Ran)
 
 
 class TurnDetectors:
@@ -54,7 +61,6 @@ class TurnDetectors:
         self.warn_after = config.warn_after
         self.stop_after = config.hard_stop_after
         self._after = after_rules(config.warnings, self.hard_stop)  # AFTER_CALL, less what cannot fire
-        self._after_any = self._after[None]
         capacity = self._capacity = config.max_tracked_signatures
         self.signatures: BoundedMap[Signature, SignatureState] = BoundedMap(capacity)
         self.tool_failures: BoundedMap[str, int] = BoundedMap(capacity)
@@ -213,14 +219,16 @@ class TurnDetectors:
         shell call's result, ``None`` for any other call.
         """
         ok = outcome == "ok"
-        if ok and not (tool_class == "write" or tool_class == "shell" or self.tool_failures or self.refusals):
-            # most calls: a success with no failure count to end (``count_outcome`` would do this)
+        if ok:  # a success ends the failure counts of the call (and with a write or shell, more)
             state.exact_failures = 0
-            if self.memory.failures and tool_class != "poll":
-                self.memory.failures.pop(sig, None)
+            remembered = self.memory.failures  # what SessionMemory.record does, without the call
+            if remembered and tool_class != "poll":
+                remembered.pop(sig, None)
+            if tool_class == "write" or tool_class == "shell" or self.tool_failures or self.refusals:
+                clear_after_success(self, sig.tool_name, tool_class)
             failures = _NO_FAILURES
         else:
-            failures = count_outcome(self, sig, state, tool_class, outcome, refusal, error)
+            failures = count_failure(self, sig, state, tool_class, outcome, refusal, error)
         identical = track_progress(self, sig, state, tool_class, ok, same_result)
         if tool_class != "poll":
             self.after_edit = tool_class == "write" and outcome != "refused"
@@ -240,9 +248,12 @@ class TurnDetectors:
             and not loud
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
-        counts = FailureCounts(*failures)
-        ran = Ran(sig, state, tool_class, failure_tolerant, counts, identical, stale, unchanged, judged)
-        for rule in self._after.get(tool_class, self._after_any):
+        counts = _new_counts(failures)
+        ran = _new_ran(
+            (sig, state, tool_class, failure_tolerant, counts, identical, stale, unchanged, judged)
+        )
+        walk = self._after.get((tool_class, ok))
+        for rule in walk if walk is not None else self._after[None, ok]:
             verdict = rule.after(self, ran)
             if verdict is not None:
                 return verdict
