@@ -538,6 +538,48 @@ def test_no_telemetry_class_is_over_250_lines() -> None:
     assert {name: size for name, size in sizes.items() if size > MAX_TELEMETRY_CLASS_LINES} == {}
 
 
+MAX_CORE_CLASS_LINES = 300
+MAX_DECISION_PATH_IFS = 8
+DECISION_PATH = (
+    "otelguard.core.guard",
+    "otelguard.core.caps",
+    "otelguard.core.tree",
+    "otelguard.core.detectors.",
+)
+
+
+def test_no_core_class_is_over_300_lines() -> None:
+    """The core's classes hold one concern each (the guard, a turn's detector state, a cap ledger),
+    within 300 lines, their first line to their last: a detector is an object of its own module."""
+    sizes = {
+        f"{module}.{node.name}": (node.end_lineno or node.lineno) - node.lineno + 1
+        for module, path in _modules().items()
+        if module.startswith("otelguard.core.")
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, ast.ClassDef)
+    }
+    assert "otelguard.core.guard.Guard" in sizes and "otelguard.core.detectors.turn.TurnDetectors" in sizes
+    assert {name: size for name, size in sizes.items() if size > MAX_CORE_CLASS_LINES} == {}
+
+
+def test_no_function_of_the_decision_path_has_more_than_8_ifs() -> None:
+    """The decision path (the guard, the caps, the tree, the detectors) walks its gates and detectors
+    in the order ``detectors/precedence.py`` declares instead of laddering them: no function of it
+    holds more than 8 ``if`` statements (an ``elif`` is one more)."""
+    counts = {
+        f"{module}.{node.name}": sum(isinstance(inner, ast.If) for inner in ast.walk(node))
+        for module, path in _modules().items()
+        if module.startswith(DECISION_PATH)
+        for node in ast.walk(ast.parse(path.read_text(encoding="utf-8")))
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef))
+    }
+    assert (
+        "otelguard.core.guard.before_call" in counts
+        and "otelguard.core.detectors.turn.record_after" in counts
+    )
+    assert {name: count for name, count in counts.items() if count > MAX_DECISION_PATH_IFS} == {}
+
+
 def test_the_package_runs_no_generated_code_and_looks_up_no_module() -> None:
     """No ``exec`` or ``eval`` of source, and no ``sys.modules`` look-up: what a module
     uses it imports or is handed."""

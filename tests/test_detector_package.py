@@ -1,4 +1,4 @@
-"""The detectors' precedence table is the order the docs give (docs/detectors.md, "Ordering")."""
+"""The order the code walks (``precedence.py``) is the order the docs give (docs/detectors.md, "Ordering")."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from otelguard.core.decisions import CODES
-from otelguard.core.detectors.precedence import AFTER_CALL, BEFORE_CALL
+from otelguard.core.detectors.precedence import AFTER_CALL, BEFORE_CALL, GATES
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "detectors.md"
 
@@ -20,12 +20,22 @@ def test_after_call_order_is_the_documented_one() -> None:
     section = _ordering()
     paragraph = section[section.index("`after_call` records the outcome") :].split("\n\n", 1)[0]
     documented = tuple(re.findall(r"`([a-z_]+_(?:warn|halt))`", paragraph))
-    assert documented == AFTER_CALL
-    assert set(AFTER_CALL) <= set(CODES)
+    walked = tuple(rule.code for rule in AFTER_CALL)
+    assert documented == walked
+    assert set(walked) <= set(CODES)
 
 
 def test_before_call_order_is_the_documented_one() -> None:
     section = _ordering()
     item = section[section.index("3. the hard-stop refusals") :].split("\n\n", 1)[0]
     documented = tuple(name for name in re.findall(r"`([a-z_]+)`", item) if not name.endswith("_reject"))
-    assert documented == BEFORE_CALL
+    assert documented == tuple(rule.name for rule in BEFORE_CALL)
+
+
+def test_the_gates_order_is_the_documented_one() -> None:
+    section = _ordering()
+    item = section[section.index("2. the gates") :].split("\n3. ", 1)[0]
+    names = re.findall(r"`([a-z_]+)`", item)
+    documented = tuple(name for name in names if not name.startswith("_") and not name.endswith("_reject"))
+    assert documented == tuple(gate.name for gate in GATES)
+    assert GATES[-1].name == "hard_stop"  # the detectors of item 3 come last

@@ -19,6 +19,7 @@ import pytest
 
 from otelguard import Guard, GuardConfig
 from otelguard.core.detectors import TurnDetectors
+from otelguard.core.detectors.failures import count_error
 from otelguard.demo.simulation import DemoStats, SimulatedAgent
 from otelguard.testing import ScriptedCall, codes, run_script
 from tests.test_detectors import fail, fresh, make_guard, ok, refuse
@@ -138,11 +139,11 @@ def test_the_tools_behind_an_error_are_bounded() -> None:
     config = GuardConfig.from_mapping({"signature_key": "k", "hard_stop": False})
     detectors = TurnDetectors(config)
     for i in range(500):
-        detectors._count_error(7, f"tool_{i}")
+        count_error(detectors, 7, f"tool_{i}")
     assert detectors.errors[7] == (500, None)
     single = TurnDetectors(config)
     for _ in range(3):
-        assert single._count_error(7, "bash") == 0
+        assert count_error(single, 7, "bash") == 0
     assert single.errors[7] == (3, "bash")
 
 

@@ -1,7 +1,7 @@
 """The hot-path tricks, each measured against its plain alternative on the path it sits on.
 
 A trick keeps its place only while it pays: at least ``PAYS`` of the per-call cost of that path. The
-one measured here is the slotted twins (``otelguard.core._slots``): the allow decision and the call
+one measured here is the slotted twins (``otelguard.core.decisions.slotted_twin``): the allow decision and the call
 event built on every call, against the classes' own frozen-dataclass constructors. Both run side by
 side in one process, interleaved turn by turn in a rotating order (as every bench timing is), on the
 guard alone, where the constructors are the largest share of the path.

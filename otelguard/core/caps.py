@@ -11,21 +11,26 @@ one for a config with a state URL).
 from __future__ import annotations
 
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from functools import partial
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
 
 from otelguard.core import decisions as codes
 from otelguard.core.decisions import Decision, Signature
 
 if TYPE_CHECKING:
+    from otelguard.core.classify import ToolFacts
+    from otelguard.core.detectors.turn import TurnDetectors
     from otelguard.core.tree_identity import DelegationTree
 
 __all__ = [
+    "Asked",
     "CapLedger",
     "CapRefusal",
     "Charge",
     "ChargeAnswer",
+    "Gate",
     "LocalSessionCaps",
     "SessionCapStore",
     "TreeCaps",
@@ -161,33 +166,14 @@ class CapLedger:
         self.tree: TreeCaps | None = None
         """The delegation tree's caps and depth limit, for a guard in a tree (``otelguard.core.tree``)."""
         self.tree_charged: Sequence[tuple[str, int]] = ()
-        """The tree caps the last ``charge_tree`` charged: ``charge`` records them (both run under the
-        guard's lock, one after the other)."""
+        """The tree caps the ``cap_tree`` gate last charged: ``charge`` records them (both run under
+        the guard's lock, one after the other)."""
 
     def start_turn(self) -> None:
         self.turn = {}
         self.turn_peak_ratio = {}
         if self.tree is not None:
             self.tree.start_turn()
-
-    def check(
-        self,
-        sig: Signature,
-        turn_caps: Sequence[tuple[str, int]],
-        session_caps: Sequence[tuple[str, int]],
-        requested: int,
-    ) -> Decision | None:
-        """The first cap this call would exceed (turn caps before session caps, config order).
-
-        When it exceeds none, the session caps are charged already (atomically with their check:
-        another guard of the session may charge them at the same moment); the turn caps are charged
-        by ``charge`` once the call is allowed. Only for a call nothing else may refuse: one a
-        detector refuses asks ``check_turn`` and ``session_hit``, which charge nothing.
-        """
-        decision = self.check_turn(sig, turn_caps, requested)
-        if decision is None and session_caps:
-            return self.charge_session(sig, session_caps, requested)
-        return decision
 
     def charge_session(
         self, sig: Signature, session_caps: Sequence[tuple[str, int]], requested: int
@@ -224,42 +210,6 @@ class CapLedger:
                 return self._hit(sig, "session", key, used, limit, requested)
         return None
 
-    def charge_tree(
-        self,
-        sig: Signature,
-        session_caps: Sequence[tuple[str, int]],
-        tree_caps: Sequence[tuple[str, int]],
-        spawning: bool,
-        requested: int,
-    ) -> Decision | None:
-        """After the session caps were charged: the depth limit of a spawn, then the tree caps
-        (charged as the session caps are: atomically with their check). A refusal gives the session
-        caps their charge back; a charge is recorded for ``charge`` (or ``refund_session``)."""
-        tree = self.tree
-        if tree is None:
-            return None
-        decision = tree.depth_refusal(sig) if spawning else None
-        if decision is None and tree_caps:
-            decision, fell_back = tree.charge(sig, tree_caps, requested)
-            self.fell_back = self.fell_back or fell_back
-        if decision is not None and session_caps:
-            self.session.refund([key for key, _limit in session_caps], requested)
-        elif decision is None:
-            self.tree_charged = tree_caps
-        return decision
-
-    def tree_hit(
-        self, sig: Signature, tree_caps: Sequence[tuple[str, int]], spawning: bool, requested: int
-    ) -> Decision | None:
-        """What the tree would refuse this call for (the depth limit of a spawn, then the first tree
-        cap it would exceed), read from the tree's usage and charging nothing: for a call refused
-        anyway, as ``session_hit`` is."""
-        tree = self.tree
-        if tree is None:
-            return None
-        decision = tree.depth_refusal(sig) if spawning else None
-        return decision if decision is not None or not tree_caps else tree.hit(sig, tree_caps, requested)
-
     def charge(
         self, turn_caps: Sequence[tuple[str, int]], session_caps: Sequence[tuple[str, int]], amount: int
     ) -> tuple[Charge, ...]:
@@ -277,17 +227,6 @@ class CapLedger:
             charges.extend(("tree", key, amount) for key, _limit in self.tree_charged)
             self.tree_charged = ()
         return tuple(charges)
-
-    def refund_session(
-        self, session_caps: Sequence[tuple[str, int]], amount: int, tree_caps: Sequence[tuple[str, int]] = ()
-    ) -> None:
-        """Give back what ``charge_session`` and ``charge_tree`` charged to a call that was then
-        refused all the same."""
-        self.tree_charged = ()
-        if session_caps:
-            self.session.refund([key for key, _limit in session_caps], amount)
-        if tree_caps and self.tree is not None:
-            self.tree.refund([key for key, _limit in tree_caps], amount)
 
     def take_fell_back(self) -> bool:
         fell_back, self.fell_back = self.fell_back, False
@@ -332,3 +271,206 @@ class CapLedger:
             signature=sig,
             cap=key,
         )
+
+
+# The gates of ``before_call`` -------------------------------------------------------------------
+#
+# Each cap, the depth limit, the delegation cycle and the hard-stop detectors are a gate behind one
+# verb: ``before(asked, commit)``, the refusal of the call or ``None``. A gate that ``charges`` (a
+# session or tree cap: counters another guard may charge at the same moment) checks and charges in
+# one step with ``commit``, and only reads its counts without; ``refund`` gives its charge back. Any
+# other gate changes nothing without ``commit``; one that ``counts`` its refusals (the detectors:
+# a reject counted towards the stop) counts with it, and is told with ``passed`` that the call goes
+# ahead. The guard walks them in the order ``detectors/precedence.py`` declares (``GATES``), less
+# those that do not ``ask`` about the call: what it is is a mask of the bits below.
+
+HAS_TREE: Final = 1
+"""The guard is in a delegation tree."""
+HARD_STOP: Final = 2
+"""The guard's config has ``hard_stop``."""
+TURN_CAPS: Final = 4
+SESSION_CAPS: Final = 8
+TREE_CAPS: Final = 16
+SPAWNS: Final = 32
+"""A delegation by a guard in a tree: a spawn tool, or a call naming the agent it delegates to."""
+DELEGATES: Final = 64
+"""A call naming the agent it delegates to, by a guard in a tree."""
+
+
+class Asked(NamedTuple):
+    """A call as the gates read it."""
+
+    ledger: CapLedger
+    detectors: TurnDetectors
+    sig: Signature
+    facts: ToolFacts
+    units: int
+    delegate_to: str | None
+    spawning: bool
+    tree_caps: tuple[tuple[str, int], ...]
+
+
+new_asked: Final[Callable[[tuple[Any, ...]], Asked]] = partial(tuple.__new__, Asked)
+"""``new_asked((ledger, detectors, sig, facts, units, delegate_to, spawning, tree_caps))``: an
+``Asked`` built without the named tuple's Python-level ``__new__`` (it runs on most calls)."""
+
+
+class Gate(Protocol):
+    """One gate of ``before_call`` (see above)."""
+
+    name: str
+    charges: bool
+    counts: bool
+
+    def asks(self, call: int) -> bool:
+        """Whether it may have something to say about a call of this mask: the walk skips it if not."""
+        ...
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None: ...
+
+    def refund(self, asked: Asked) -> None: ...
+
+    def passed(self, asked: Asked) -> None: ...
+
+
+class _Gate:
+    """What a gate that charges nothing and counts nothing does by default: nothing."""
+
+    __slots__ = ()
+    charges = counts = False
+
+    def refund(self, asked: Asked) -> None:
+        return None
+
+    def passed(self, asked: Asked) -> None:
+        return None
+
+
+class TurnCap(_Gate):
+    """``cap_turn``: the turn's counters are the guard's alone, so it only reads them here (the
+    guard charges an allowed call's turn caps as it lets it run)."""
+
+    __slots__ = ()
+    name = "cap_turn"
+
+    def asks(self, call: int) -> bool:
+        return bool(call & TURN_CAPS)
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        return asked.ledger.check_turn(asked.sig, asked.facts.caps_turn, asked.units)
+
+
+class SessionCap(_Gate):
+    """``cap_session``: charged atomically with its check, in the session's store."""
+
+    __slots__ = ()
+    name = "cap_session"
+    charges = True
+
+    def asks(self, call: int) -> bool:
+        return bool(call & SESSION_CAPS)
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        if commit:
+            return asked.ledger.charge_session(asked.sig, asked.facts.caps_session, asked.units)
+        return asked.ledger.session_hit(asked.sig, asked.facts.caps_session, asked.units)
+
+    def refund(self, asked: Asked) -> None:
+        asked.ledger.session.refund([key for key, _limit in asked.facts.caps_session], asked.units)
+
+
+class DelegationDepth(_Gate):
+    """``delegation_depth``: a spawn by an agent at the tree's depth limit. Asked among the caps
+    that charge, in its place (it has nothing to give back)."""
+
+    __slots__ = ()
+    name = "delegation_depth"
+    charges = True
+
+    def asks(self, call: int) -> bool:
+        return bool(call & SPAWNS)
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        tree = asked.ledger.tree
+        return tree.depth_refusal(asked.sig) if tree is not None else None
+
+
+class TreeCap(_Gate):
+    """``cap_tree``: the tree's counters, charged as the session's are; a charge is recorded for the
+    allowed call's charges (``CapLedger.charge``)."""
+
+    __slots__ = ()
+    name = "cap_tree"
+    charges = True
+
+    def asks(self, call: int) -> bool:
+        return bool(call & TREE_CAPS)
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        ledger, caps = asked.ledger, asked.tree_caps
+        tree = ledger.tree
+        if tree is None:
+            return None
+        if not commit:
+            return tree.hit(asked.sig, caps, asked.units)
+        decision, fell_back = tree.charge(asked.sig, caps, asked.units)
+        ledger.fell_back = ledger.fell_back or fell_back
+        if decision is None:
+            ledger.tree_charged = caps
+        return decision
+
+    def refund(self, asked: Asked) -> None:
+        ledger = asked.ledger
+        ledger.tree_charged = ()
+        if ledger.tree is not None:
+            ledger.tree.refund([key for key, _limit in asked.tree_caps], asked.units)
+
+
+class DelegationCycle(_Gate):
+    """``delegation_cycle``: a delegation back to an agent already on its path; its warning lets the
+    call run (the walk returns it when nothing refuses)."""
+
+    __slots__ = ()
+    name = "delegation_cycle"
+
+    def asks(self, call: int) -> bool:
+        return bool(call & DELEGATES)
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        tree, agent = asked.ledger.tree, asked.delegate_to
+        if tree is None or agent is None:
+            return None
+        return tree.cycle(asked.sig, agent, asked.detectors.hard_stop)
+
+
+class HardStops(_Gate):
+    """The hard-stop detectors, walked by the turn in the order ``precedence.BEFORE_CALL`` gives:
+    without ``commit`` whether one would refuse; with it the refusal, its reject counted. A call let
+    through spends the rejects its signature was given (``passed``)."""
+
+    __slots__ = ()
+    name = "hard_stop"
+    counts = True
+
+    def asks(self, call: int) -> bool:
+        return bool(call & HARD_STOP)
+
+    def before(self, asked: Asked, commit: bool) -> Decision | None:
+        detectors, tool_class = asked.detectors, asked.facts.tool_class
+        if commit:
+            return detectors.refuse_before(asked.sig, tool_class)
+        return WOULD_REFUSE if detectors.would_refuse(asked.sig, tool_class) else None
+
+    def passed(self, asked: Asked) -> None:
+        asked.detectors.let_through(asked.sig)
+
+
+WOULD_REFUSE: Final = Decision(action="reject", code="would_refuse")
+"""What a gate asked without ``commit`` may answer when it would refuse, without the decision."""
+
+TURN_CAP: Final = TurnCap()
+SESSION_CAP: Final = SessionCap()
+DELEGATION_DEPTH: Final = DelegationDepth()
+TREE_CAP: Final = TreeCap()
+DELEGATION_CYCLE: Final = DelegationCycle()
+HARD_STOPS: Final = HardStops()

@@ -11,8 +11,6 @@ from typing import Any, Final, Literal, NamedTuple
 
 import orjson
 
-from otelguard.core._slots import slotted_twin
-
 __all__ = [
     "ACTIONS",
     "CAP_SCOPES",
@@ -28,6 +26,7 @@ __all__ = [
     "TurnOutcome",
     "TurnSummary",
     "new_signature",
+    "slotted_twin",
 ]
 
 Action = Literal["allow", "warn", "reject", "block", "halt"]
@@ -227,11 +226,39 @@ def plain_allow_decision(tool_name: str, signature: Signature) -> Decision:
     return Decision("allow", ALLOW, "", tool_name, 0, 0, signature, None)
 
 
+# Fast construction of frozen slotted dataclasses for the per-call hot path.
+#
+# A frozen dataclass ``__init__`` sets each field through ``object.__setattr__``. The hot-path
+# constructors (``decisions.allow_decision``, ``observers.new_call_event``, written out by hand) set
+# the fields on an instance of a plain slotted twin of the class instead (the same slots, in the same
+# order: the same memory layout), whose attribute stores the interpreter specialises, and the instance
+# then becomes an instance of the class itself (``__class__`` assignment, which CPython allows between
+# layouts that match). The object is exactly what the class's ``__init__`` would have built. Kept
+# because it pays: the allow decision and the call event are built on every call, and ``otelguard
+# bench`` measures the guard with these constructors and with the classes' own side by side
+# (``hot_path_tricks``); where the assignment is refused, the classes' own constructors are used.
+
+
+def slotted_twin(cls: type[Any]) -> type[Any] | None:
+    """A plain class with the slots of ``cls`` (a frozen slotted dataclass), whose instances can become
+    instances of ``cls``; ``None`` when the interpreter does not allow it (or ``cls`` adds more than
+    its slots): then the hot-path constructor calls the class itself."""
+    if cls.__bases__ != (object,):
+        return None
+    twin = type(f"_{cls.__name__}Twin", (), {"__slots__": cls.__slots__})
+    try:
+        probe = twin()
+        probe.__class__ = cls
+    except TypeError:
+        return None
+    return twin
+
+
 _DecisionTwin: Final[Any] = slotted_twin(Decision)  # a class, or None
 
 
 def _allow_by_twin(tool_name: str, signature: Signature) -> Decision:
-    decision = _DecisionTwin()  # see otelguard.core._slots: every slot set, then the class swapped
+    decision = _DecisionTwin()  # see ``slotted_twin``: every slot set, then the class swapped
     decision.action = "allow"
     decision.code = ALLOW
     decision.message = ""

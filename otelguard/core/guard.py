@@ -17,14 +17,38 @@ from typing import Any, Final, TypeVar
 
 from otelguard.config import GuardConfig
 from otelguard.core import decisions as codes
-from otelguard.core.caps import CapLedger, Charge, LocalSessionCaps, SessionCapStore, TreeCaps
+from otelguard.core.caps import (
+    DELEGATES,
+    HARD_STOP,
+    HAS_TREE,
+    SESSION_CAPS,
+    SPAWNS,
+    TREE_CAPS,
+    TURN_CAPS,
+    Asked,
+    CapLedger,
+    Charge,
+    Gate,
+    LocalSessionCaps,
+    SessionCapStore,
+    TreeCaps,
+    new_asked,
+)
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
+from otelguard.core.detectors.precedence import WALKS
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
 from otelguard.core.observers import GuardObserver, ObserverGroup, TurnInfo, call_event
-from otelguard.core.pending_calls import PendingCalls, TurnState, call_key, new_pending, unrecorded
+from otelguard.core.pending_calls import (
+    PendingCall,
+    PendingCalls,
+    TurnState,
+    call_key,
+    new_pending,
+    unrecorded,
+)
 from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name, name_of, resolve_signature_key
 from otelguard.core.tool_calls import call_context, wrap_tool
@@ -76,6 +100,7 @@ class Guard:
         self._known_facts = self._catalog.known_facts
         self._caps = _cap_ledger(self.config, self.agent, session_id, session_caps, tree, edges, key)
         self.delegation_tree = self._caps.tree.tree if self._caps.tree is not None else None  # or in none
+        self._asks = _asks(self._caps, self.config)  # the guard's part of what the gates ask about
         self._turn_limits = tuple((k, v) for k, v in self.config.caps.turn.items() if v > 0)
         self._lock = threading.Lock()
         self._turn: TurnState | None = None
@@ -187,18 +212,7 @@ class Guard:
     def _summarise_locked(self, turn: TurnState, errored: bool) -> TurnSummary:
         """The summary of ``turn``, which is ending (called with the lock held)."""
         self._last_halt = turn.halt
-        return TurnSummary(
-            turn_id=turn.turn_id,
-            agent=turn.agent,
-            tool_calls=turn.tool_calls,
-            halted=turn.halt is not None,
-            halt_decision=turn.halt,
-            cap_usage=MappingProxyType(dict(self._caps.turn)),
-            cap_usage_ratio=self._caps.usage_ratios(self._turn_limits),
-            session_cap_usage=MappingProxyType(dict(self._caps.session.usage())),
-            decisions=MappingProxyType(dict(turn.decisions)),
-            errored=bool(errored),
-        )
+        return _summary(turn, self._caps, self._turn_limits, errored)
 
     # calls -----------------------------------------------------------------------------------
 
@@ -222,7 +236,7 @@ class Guard:
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
-                decision = _decide(self._caps, turn, sig, facts, requested or 1, delegate_to)
+                decision = _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
                     decision = decision or codes.allow_decision(name, sig)
@@ -232,7 +246,15 @@ class Guard:
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     at = time.time_ns() if self._observed else 0
                     pending = new_pending(
-                        (sig, turn, charges, requested, decision, at, tokens, fallback, delegation)
+                        sig=sig,
+                        turn=turn,
+                        charges=charges,
+                        spawn_count=requested,
+                        before=decision,
+                        start_time_ns=at,
+                        tokens=tokens,
+                        state_fallback=fallback,
+                        delegation=delegation,
                     )
                     self._pending.add(  # found by call id, or by (tool, id(args)): args never kept alive
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
@@ -244,9 +266,7 @@ class Guard:
                 record = pending
                 if record is None:  # refused: it ends here
                     outcome = "rejected" if decision.action == "reject" else "blocked"
-                    record = new_pending(
-                        (sig, turn, (), requested, decision, time.time_ns(), [], fallback, delegation)
-                    )
+                    record = _refused(sig, turn, requested, decision, fallback, delegation)
                 event = call_event(name, facts.tool_class, call_id, turn, decision, outcome, None, record)
                 started = self._observers.call_started(event)
                 if pending is None:
@@ -277,8 +297,7 @@ class Guard:
             name = tool_name if type(tool_name) is str and len(tool_name) <= _MAX else name_of(tool_name)
             facts = self._known_facts(name) or self._catalog.facts(name)
             turn = self._turn or self._current_turn()
-            if type(call_id) is str and len(call_id) > _MAX:
-                call_id = bounded_name(call_id)
+            call_id = bounded_name(call_id) if type(call_id) is str and len(call_id) > _MAX else call_id
             tool_class = facts.tool_class
             if cancelled:
                 outcome: Outcome = "cancelled"
@@ -363,6 +382,12 @@ def _cap_ledger(
     return ledger
 
 
+def _asks(caps: CapLedger, config: GuardConfig) -> int:
+    """What the gates of ``before_call`` ask about every call of a guard (``caps.HAS_TREE``,
+    ``caps.HARD_STOP``): 0 leaves its uncapped calls on the quiet path."""
+    return (HAS_TREE if caps.tree is not None else 0) | (HARD_STOP if config.hard_stop_enabled else 0)
+
+
 def _held_bytes(config: GuardConfig) -> int:
     """The results a guard holds unfingerprinted, in proportion to the signatures it tracks (1 MiB
     at the default 4,096): a session host's small share holds little."""
@@ -383,6 +408,23 @@ def _agent_name(agent: Any) -> Any:
     return bounded_name(agent) if isinstance(agent, str) else agent
 
 
+def _summary(
+    turn: TurnState, caps: CapLedger, turn_limits: tuple[tuple[str, int], ...], errored: bool
+) -> TurnSummary:
+    return TurnSummary(
+        turn_id=turn.turn_id,
+        agent=turn.agent,
+        tool_calls=turn.tool_calls,
+        halted=turn.halt is not None,
+        halt_decision=turn.halt,
+        cap_usage=MappingProxyType(dict(caps.turn)),
+        cap_usage_ratio=caps.usage_ratios(turn_limits),
+        session_cap_usage=MappingProxyType(dict(caps.session.usage())),
+        decisions=MappingProxyType(dict(turn.decisions)),
+        errored=bool(errored),
+    )
+
+
 def _no_turn(agent: str) -> TurnSummary:
     return TurnSummary(turn_id=None, agent=agent, tool_calls=0, halted=False, halt_decision=None)
 
@@ -397,70 +439,110 @@ def _delegation(tree: TreeCaps | None, facts: ToolFacts, delegate_to: str | None
 
 
 def _decide(
-    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
+    caps: CapLedger,
+    asks: int,
+    turn: TurnState,
+    sig: Signature,
+    facts: ToolFacts,
+    units: int,
+    delegate_to: str | None,
 ) -> Decision | None:
     """The ``before_call`` decision of a call, or ``None`` (allowed): a turn already halted blocks it;
-    else a refusal, only looked for when something could refuse. A delegation cycle's warning (the
-    call runs) is counted in the turn here; a delegation's decision is told to the tree."""
+    else a refusal, only looked for when something could refuse: the gates that ask about the call
+    (``asks``: the guard's part of its mask). A delegation cycle's warning (the call runs) is counted
+    in the turn here; a delegation's decision is told to the tree."""
+    tree = caps.tree
     if turn.halt is not None:
         decision: Decision | None = _turn_halted(sig, turn.halt)
-    elif facts.caps_turn or facts.caps_session or turn.detectors.hard_stop or caps.tree is not None:
-        decision = _refusal(caps, turn, sig, facts, units, delegate_to)
+    elif asks or facts.caps_turn or facts.caps_session:
+        spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
+        tree_caps = facts.caps_tree if tree is not None else ()
+        gates = WALKS[
+            asks
+            | (TURN_CAPS if facts.caps_turn else 0)
+            | (SESSION_CAPS if facts.caps_session else 0)
+            | (TREE_CAPS if tree_caps else 0)
+            | (SPAWNS if spawning else 0)
+            | (DELEGATES if delegate_to is not None and tree is not None else 0)
+        ]
+        if not gates:
+            return None
+        asked = new_asked((caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps))
+        decision = _refusal(gates, asked)
         if decision is not None and decision.allows_execution:
             turn.record(decision)
     else:
         return None
-    tree = caps.tree
     if tree is not None and (facts.spawn_arg is not False or delegate_to is not None):
         tree.took(decision)
     return decision
 
 
-def _refusal(
-    caps: CapLedger, turn: TurnState, sig: Signature, facts: ToolFacts, units: int, delegate_to: str | None
-) -> Decision | None:
-    """What refuses a call of a turn not yet halted: a turn cap, a session cap, the tree (a spawn at
-    the depth limit, a tree cap), a hard-stop detector, in that order. A call is charged to the
-    session caps, and then to the tree caps, only once no detector would refuse it: a refused call
-    never holds a charge, not even for a moment (another guard of the session or tree would see it
-    one call fuller). For a call a detector refuses, the counts are only read, to report the cap when
-    it would refuse the call too. A charge the tree refuses, or a detector after it, is given back.
-    A delegation cycle (the tree's last word, before the detectors) refuses as a detector does; its
-    warning is returned when nothing refuses the call (the call runs)."""
-    detectors = turn.detectors
-    decision = caps.check_turn(sig, facts.caps_turn, units) if facts.caps_turn else None
-    if decision is not None:
-        return decision
-    tree = caps.tree
-    tree_caps = facts.caps_tree if tree is not None else ()
-    spawning = tree is not None and (facts.spawn_arg is not False or delegate_to is not None)
-    cycle = None
-    if tree is not None and delegate_to is not None:
-        cycle = tree.cycle(sig, delegate_to, detectors.hard_stop)
-    cycle_refuses = cycle is not None and not cycle.allows_execution
-    if cycle_refuses or (detectors.hard_stop and detectors.would_refuse(sig, facts.tool_class)):
-        decision = caps.session_hit(sig, facts.caps_session, units) if facts.caps_session else None
-        if decision is None and (tree_caps or spawning):
-            decision = caps.tree_hit(sig, tree_caps, spawning, units)
-        if decision is None:
-            decision = cycle if cycle_refuses else detectors.refuse_before(sig, facts.tool_class)
-        if decision is not None:
+def _refusal(gates: tuple[Gate, ...], asked: Asked) -> Decision | None:
+    """What refuses a call of a turn not yet halted: the first of ``gates`` (``GATES``, less those
+    that do not ask about this call) that refuses, in their order. A refused call never holds a
+    charge, not even for a moment (another guard of the session or tree would see it one call
+    fuller): the gates that charge nothing are asked first, changing nothing (a gate that counts,
+    with no gate that charges before it, is asked for real at once: nothing would report a cap
+    instead); when one refuses, a gate that charges before it only reads its counts, to report its
+    cap instead, and else the refusing gate is asked for real (a detector's reject counted). When
+    none refuses, the gates that charge are charged in order (a refusal gives back what those
+    before it charged), and the gates that count are told the call passed (its rejects spent). A
+    delegation cycle's warning is returned when nothing refuses (the call runs)."""
+    warning = None
+    charging = False  # a gate before this one charges
+    for index, gate in enumerate(gates):
+        if gate.charges:
+            charging = True
+            continue
+        at_once = gate.counts and not charging  # nothing charged before it: asked for real now
+        decision = gate.before(asked, at_once)
+        if decision is None or decision.allows_execution:  # a warning lets the call run
+            warning = decision or warning
+            continue
+        if at_once:
             return decision
-    if facts.caps_session:
-        decision = caps.charge_session(sig, facts.caps_session, units)
-        if decision is not None:
-            return decision
-    if tree_caps or spawning:
-        decision = caps.charge_tree(sig, facts.caps_session, tree_caps, spawning, units)
-        if decision is not None:
-            return decision
-    if detectors.hard_stop:
-        decision = detectors.refuse_before(sig, facts.tool_class)  # ``None``: ``would_refuse`` said so
-        if decision is not None:
-            if facts.caps_session or tree_caps:
-                caps.refund_session(facts.caps_session, units, tree_caps)
-            return decision
-    return cycle  # a warning, or None
+        for earlier in gates[:index]:
+            hit = earlier.before(asked, False) if earlier.charges else None
+            if hit is not None:
+                return hit
+        return gate.before(asked, True) if gate.counts else decision
+    if not charging:  # every gate that counts was asked for real: the call passed them
+        return warning
+    charged: list[Gate] = []
+    for gate in gates:
+        if gate.charges:
+            decision = gate.before(asked, True)
+            if decision is not None:
+                for done in charged:
+                    done.refund(asked)
+                return decision
+            charged.append(gate)
+        elif gate.counts:
+            gate.passed(asked)
+    return warning
+
+
+def _refused(
+    sig: Signature,
+    turn: TurnState,
+    requested: int,
+    decision: Decision,
+    fallback: bool,
+    delegation: DelegationTree | None,
+) -> PendingCall:
+    """The record of a refused call, for its observers: it holds no charge and ends as it starts."""
+    return new_pending(
+        sig=sig,
+        turn=turn,
+        charges=(),
+        spawn_count=requested,
+        before=decision,
+        start_time_ns=time.time_ns(),
+        tokens=[],
+        state_fallback=fallback,
+        delegation=delegation,
+    )
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

@@ -11,8 +11,7 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from otelguard.core._slots import slotted_twin
-from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary
+from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary, slotted_twin
 
 if TYPE_CHECKING:
     from otelguard.core.pending_calls import PendingCall, TurnState
@@ -246,7 +245,7 @@ def _event_by_twin(
     state_fallback: bool,
     delegation: DelegationTree | None,
 ) -> CallEvent:
-    event = _EventTwin()  # see otelguard.core._slots: every slot set, then the class swapped
+    event = _EventTwin()  # see ``decisions.slotted_twin``: every slot set, then the class swapped
     event.tool_name = tool_name
     event.tool_class = tool_class
     event.signature = signature

@@ -238,20 +238,24 @@ def _canonical_slow(value: Any, budget: list[int] | None = None, sets: int = 0) 
             stack.extend(reversed(_array_parts(item)))
         elif isinstance(item, (Set, frozenset)):
             budget[0] -= 1
-            if sets >= _MAX_SET_DEPTH:
-                out.append(_TRUNCATED)
-                continue
-            try:
-                elements = sorted(_canonical_slow(e, budget, sets + 1) for e in _safe_iter(item))
-            except RecursionError:  # called already deep in the host's own stack
-                out.append(_TRUNCATED)
-                continue
-            out.append("[" + ",".join(e.decode("utf-8", "surrogatepass") for e in elements) + "]")
+            out.append(_set_json(item, budget, sets))
         elif isinstance(item, (bytes, bytearray, memoryview)):
             out.append(encode_str(repr(bytes(item))))
         else:
             out.append(encode_str(_safe_str(item)))
     return "".join(out).encode("utf-8", "surrogatepass")
+
+
+def _set_json(item: Any, budget: list[int], sets: int) -> str:
+    """A set as a sorted JSON array of its elements, each encoded by a call of its own; inside
+    ``_MAX_SET_DEPTH`` sets, ``"<truncated>"``."""
+    if sets >= _MAX_SET_DEPTH:
+        return _TRUNCATED
+    try:
+        elements = sorted(_canonical_slow(e, budget, sets + 1) for e in _safe_iter(item))
+    except RecursionError:  # called already deep in the host's own stack
+        return _TRUNCATED
+    return "[" + ",".join(e.decode("utf-8", "surrogatepass") for e in elements) + "]"
 
 
 def _scalar_json(item: bool | str | int | float | None) -> str:

@@ -380,53 +380,72 @@ class StagnationMemory:
         edited = check.edits != edits
         check.edits = edits
         if key is not None and key in check.keys:  # the very same output: no text to look at
-            resume = check.resume
-            if resume is not None:
-                kept = check.keys
-                since = len(kept) - min(len(kept), resume[4])
-                _resumed(check, key in kept[:since] and key not in kept[since:])
-            if rerun or not ok:
-                check.stale += 1
-            elif edited:
-                check.unchanged += 1
+            _same_output(check, key, rerun or not ok, ok and edited)
             self.unchanged = check.unchanged
             return check.stale
         result = sketch(raw)
         count, size = measure(raw)
         near = [_near(result, seen) for seen in check.sketches]
         if any(near) and not shrank(count, size, check.low_count, check.low_size):
-            resume = check.resume
-            if resume is not None:  # the same as a result from before the last new one, not since?
-                since = len(near) - min(len(near), resume[5])
-                _resumed(check, any(near[:since]) and not any(near[since:]))
-            if not (rerun or ok):
-                check.stale += 1
-            elif ok and edited and not rerun:
-                check.unchanged += 1
-            if count >= 0 and (check.low_count < 0 or count < check.low_count):
-                check.low_count = count
+            _like_output(check, near, count, not (rerun or ok), ok and edited and not rerun)
         else:  # new for the command, or less of what is wrong: progress
-            progress = any(near)  # less of what is wrong: no going back to the counts before
-            check.resume = (
-                None
-                if progress
-                else [check.stale, check.rejects, check.unchanged, check.unchanged_rejects, 0, 0]
-            )
-            check.stale = check.rejects = check.unchanged = check.unchanged_rejects = 0
-            check.low_count, check.low_size = count, size
+            _new_output(check, any(near), count, size)
         self.unchanged = check.unchanged
-        resume = check.resume
-        if key is not None:
-            check.keys = (*check.keys[-(_KEPT - 1) :], key)
-            if resume is not None:
-                resume[4] += 1
-        check.sketches = (*check.sketches[-(_KEPT - 1) :], result)
-        if resume is not None:
-            resume[5] += 1
+        _keep(check, key, result)
         return check.stale
 
     def stale(self, sig: Signature) -> ShellCheck | None:
         return self.checks.get(sig) if self.checks else None
+
+
+def _same_output(check: ShellCheck, key: int, stale: bool, unchanged: bool) -> None:
+    """A run returning the very same output as one the command returned: counted ``stale``, else
+    ``unchanged`` (a success after an edit), else neither."""
+    resume = check.resume
+    if resume is not None:
+        kept = check.keys
+        since = len(kept) - min(len(kept), resume[4])
+        _resumed(check, key in kept[:since] and key not in kept[since:])
+    if stale:
+        check.stale += 1
+    elif unchanged:
+        check.unchanged += 1
+
+
+def _like_output(check: ShellCheck, near: list[bool], count: int, stale: bool, unchanged: bool) -> None:
+    """A run returning what the command returned in other words (and not less wrong)."""
+    resume = check.resume
+    if resume is not None:  # the same as a result from before the last new one, not since?
+        since = len(near) - min(len(near), resume[5])
+        _resumed(check, any(near[:since]) and not any(near[since:]))
+    if stale:
+        check.stale += 1
+    elif unchanged:
+        check.unchanged += 1
+    if count >= 0 and (check.low_count < 0 or count < check.low_count):
+        check.low_count = count
+
+
+def _new_output(check: ShellCheck, progress: bool, count: int, size: int) -> None:
+    """A result new for the command, or ``progress``: less of what is wrong (no going back to the
+    counts before then)."""
+    check.resume = (
+        None if progress else [check.stale, check.rejects, check.unchanged, check.unchanged_rejects, 0, 0]
+    )
+    check.stale = check.rejects = check.unchanged = check.unchanged_rejects = 0
+    check.low_count, check.low_size = count, size
+
+
+def _keep(check: ShellCheck, key: int | None, result: ResultSketch) -> None:
+    """Keep the run's raw digest and sketch among the command's last ones."""
+    resume = check.resume
+    if key is not None:
+        check.keys = (*check.keys[-(_KEPT - 1) :], key)
+        if resume is not None:
+            resume[4] += 1
+    check.sketches = (*check.sketches[-(_KEPT - 1) :], result)
+    if resume is not None:
+        resume[5] += 1
 
 
 def _resumed(check: ShellCheck, back: bool) -> None:
