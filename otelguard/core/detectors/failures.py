@@ -4,7 +4,7 @@ records every outcome); these objects judge them, walked in the order ``preceden
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Final
+from typing import TYPE_CHECKING, Final, Literal
 
 from otelguard.core import decisions as codes
 
@@ -164,64 +164,26 @@ class SameToolFailureHalt:
         return None
 
 
-class SameErrorHalt:
-    """same_error: the very same error from tool after tool is a loop (``failure_tolerant`` does not
-    exempt a tool from it)."""
+class CountRule:
+    """A rule that judges one failure count of the call against one threshold: ``same_error`` (the
+    very same error from tool after tool: ``failure_tolerant`` does not exempt a tool from it) and
+    ``refusal`` (one tool refused for one reason again and again), each a warning and a halt."""
 
-    __slots__ = ()
+    __slots__ = ("action", "code", "count", "detector", "warns")
     judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
-    code = codes.SAME_ERROR_HALT
-    warns = False
+
+    def __init__(self, detector: str, count: str, action: Literal["warn", "halt"], code: str) -> None:
+        self.detector = detector  # the key of its thresholds
+        self.count = count  # the field of ``FailureCounts`` it reads
+        self.action: Literal["warn", "halt"] = action
+        self.code = code
+        self.warns = action == "warn"
 
     def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
-        same_errors = call.failures.same_errors
-        stop = turn.stop_after["same_error"]
-        if same_errors >= stop:
-            return turn.decide("halt", codes.SAME_ERROR_HALT, call.sig, same_errors, stop)
-        return None
-
-
-class SameErrorWarn:
-    __slots__ = ()
-    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
-    code = codes.SAME_ERROR_WARN
-    warns = True
-
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
-        same_errors = call.failures.same_errors
-        warn = turn.warn_after["same_error"]
-        if same_errors and same_errors >= warn:
-            return turn.decide("warn", codes.SAME_ERROR_WARN, call.sig, same_errors, warn)
-        return None
-
-
-class RefusalHalt:
-    """refusal: one tool refused for one reason again and again."""
-
-    __slots__ = ()
-    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
-    code = codes.REFUSAL_HALT
-    warns = False
-
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
-        refusals = call.failures.refusals
-        stop = turn.stop_after["refusal"]
-        if refusals >= stop:
-            return turn.decide("halt", codes.REFUSAL_HALT, call.sig, refusals, stop)
-        return None
-
-
-class RefusalWarn:
-    __slots__ = ()
-    judges_successes = False  # its counts are all 0 after a success (thresholds are 1 or more)
-    code = codes.REFUSAL_WARN
-    warns = True
-
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
-        refusals = call.failures.refusals
-        warn = turn.warn_after["refusal"]
-        if refusals and refusals >= warn:
-            return turn.decide("warn", codes.REFUSAL_WARN, call.sig, refusals, warn)
+        count: int = getattr(call.failures, self.count)
+        limit = (turn.warn_after if self.warns else turn.stop_after)[self.detector]
+        if count and count >= limit:
+            return turn.decide(self.action, self.code, call.sig, count, limit)
         return None
 
 
@@ -316,7 +278,7 @@ EXACT_FAILURE: Final = ExactFailure()
 CROSS_TURN_FAILURE: Final = CrossTurnFailure()
 SAME_TOOL_FAILURE: Final = SameToolFailure()
 SAME_TOOL_FAILURE_HALT: Final = SameToolFailureHalt()
-SAME_ERROR_HALT: Final = SameErrorHalt()
-SAME_ERROR_WARN: Final = SameErrorWarn()
-REFUSAL_HALT: Final = RefusalHalt()
-REFUSAL_WARN: Final = RefusalWarn()
+SAME_ERROR_HALT: Final = CountRule("same_error", "same_errors", "halt", codes.SAME_ERROR_HALT)
+SAME_ERROR_WARN: Final = CountRule("same_error", "same_errors", "warn", codes.SAME_ERROR_WARN)
+REFUSAL_HALT: Final = CountRule("refusal", "refusals", "halt", codes.REFUSAL_HALT)
+REFUSAL_WARN: Final = CountRule("refusal", "refusals", "warn", codes.REFUSAL_WARN)
