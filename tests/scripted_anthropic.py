@@ -14,8 +14,10 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.scripted_http import ScriptedHandler, serving
 
 MODEL = "claude-sonnet-4-5"
 
@@ -102,38 +104,21 @@ def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
 
 
 def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+    class Handler(ScriptedHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             path = self.path.split("?", 1)[0]
             if path == "/v1/messages/count_tokens":
-                return self._json({"input_tokens": 10})
+                return self.send_json({"input_tokens": 10})
             if path != "/v1/messages":
-                return self._json({"type": "error", "error": {"type": "not_found_error"}}, 404)
+                return self.send_json({"type": "error", "error": {"type": "not_found_error"}}, 404)
             message = model.answer(body)
             if not body.get("stream"):
-                return self._json(message)
+                return self.send_json(message)
             data = b"".join(
                 f"event: {name}\ndata: {json.dumps(event)}\n\n".encode() for name, event in _events(message)
             )
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _json(self, answer: dict[str, Any], status: int = 200) -> None:
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_body(data, "text/event-stream")
 
     return Handler
 
@@ -143,14 +128,6 @@ def scripted_model(command: str, max_calls: int, tool: str = "Bash") -> Iterator
     """The server on a free loopback port, ``model.url`` its base URL (``ANTHROPIC_BASE_URL``);
     ``tool``: the client's shell tool, the one the script calls (Copilot CLI and OpenCode: ``bash``)."""
     model = ScriptedModel(command, max_calls, tool)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
-    server.daemon_threads = True
-    model.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(model)) as url:
+        model.url = url
         yield model
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)

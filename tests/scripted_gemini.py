@@ -14,8 +14,10 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.scripted_http import ScriptedHandler, serving
 
 MODEL = "gemini-2.5-flash"
 SHELL_TOOL = "run_shell_command"
@@ -76,36 +78,19 @@ def _chunk(parts: list[dict[str, Any]]) -> dict[str, Any]:
 
 
 def _handler(model: ScriptedGemini) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+    class Handler(ScriptedHandler):
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             path = self.path.split("?", 1)[0]
             if path.endswith(":countTokens"):
-                return self._json({"totalTokens": 10})
+                return self.send_json({"totalTokens": 10})
             if not path.endswith((":streamGenerateContent", ":generateContent")):
-                return self._json({"error": {"code": 404, "message": "not found"}}, 404)
+                return self.send_json({"error": {"code": 404, "message": "not found"}}, 404)
             chunk = _chunk(model.answer(body))
             if path.endswith(":generateContent"):
-                return self._json(chunk)
+                return self.send_json(chunk)
             data = f"data: {json.dumps(chunk)}\r\n\r\n".encode()
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _json(self, answer: dict[str, Any], status: int = 200) -> None:
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_body(data, "text/event-stream")
 
     return Handler
 
@@ -114,14 +99,6 @@ def _handler(model: ScriptedGemini) -> type[BaseHTTPRequestHandler]:
 def scripted_gemini(command: str, max_calls: int) -> Iterator[ScriptedGemini]:
     """The server on a free loopback port, ``model.url`` its base URL (``GOOGLE_GEMINI_BASE_URL``)."""
     model = ScriptedGemini(command, max_calls)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
-    server.daemon_threads = True
-    model.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(model)) as url:
+        model.url = url
         yield model
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)

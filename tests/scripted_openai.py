@@ -13,8 +13,10 @@ import json
 import threading
 from collections.abc import Iterator
 from contextlib import contextmanager
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from typing import Any
+
+from tests.scripted_http import ScriptedHandler, serving
 
 MODEL = "gpt-5"
 SHELL_TOOL = "exec_command"
@@ -96,37 +98,20 @@ def _events(items: list[dict[str, Any]], number: int) -> Iterator[dict[str, Any]
 
 
 def _handler(model: ScriptedResponses) -> type[BaseHTTPRequestHandler]:
-    class Handler(BaseHTTPRequestHandler):
-        protocol_version = "HTTP/1.1"
-
-        def log_message(self, format: str, *args: Any) -> None:
-            pass
-
+    class Handler(ScriptedHandler):
         def do_GET(self) -> None:
-            self._json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
+            self.send_json({"object": "list", "data": [{"id": MODEL, "object": "model"}]})
 
         def do_POST(self) -> None:
             body = json.loads(self.rfile.read(int(self.headers.get("Content-Length") or 0)) or b"{}")
             if self.path.split("?", 1)[0] != "/v1/responses":
-                return self._json({"error": {"message": "not found"}}, 404)
+                return self.send_json({"error": {"message": "not found"}}, 404)
             items = model.answer(body)
             data = b"".join(
                 f"event: {event['type']}\ndata: {json.dumps(event)}\n\n".encode()
                 for event in _events(items, len(model.requests))
             )
-            self.send_response(200)
-            self.send_header("Content-Type", "text/event-stream")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-        def _json(self, answer: dict[str, Any], status: int = 200) -> None:
-            data = json.dumps(answer).encode()
-            self.send_response(status)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
+            self.send_body(data, "text/event-stream")
 
     return Handler
 
@@ -136,14 +121,6 @@ def scripted_responses(command: str, max_calls: int) -> Iterator[ScriptedRespons
     """The server on a free loopback port, ``model.url`` its base URL (the provider's ``base_url``
     is ``model.url + "/v1"``)."""
     model = ScriptedResponses(command, max_calls)
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _handler(model))
-    server.daemon_threads = True
-    model.url = f"http://127.0.0.1:{server.server_address[1]}"
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
+    with serving(_handler(model)) as url:
+        model.url = url
         yield model
-    finally:
-        server.shutdown()
-        server.server_close()
-        thread.join(10)
