@@ -16,10 +16,13 @@ __all__ = [
     "CAP_SCOPES",
     "CODES",
     "LOOP_CODES",
+    "MODEL_OUTCOMES",
+    "MODEL_TOOL",
     "NON_LOOP_CODES",
     "TURN_OUTCOMES",
     "Action",
     "Decision",
+    "ModelOutcome",
     "Outcome",
     "Signature",
     "ToolClass",
@@ -76,6 +79,20 @@ STAGNATION_WARN: Final = "stagnation_warn"
 STAGNATION_REJECT: Final = "stagnation_reject"
 STAGNATION_BLOCK: Final = "stagnation_block"
 STAGNATION_HALT: Final = "stagnation_halt"
+NO_ACTION_WARN: Final = "no_action_warn"
+NO_ACTION_HALT: Final = "no_action_halt"
+REPEATED_REPLY_WARN: Final = "repeated_reply_warn"
+REPEATED_REPLY_HALT: Final = "repeated_reply_halt"
+REWORDED_QUERY_WARN: Final = "reworded_query_warn"
+REWORDED_QUERY_REJECT: Final = "reworded_query_reject"
+REWORDED_QUERY_BLOCK: Final = "reworded_query_block"
+
+MODEL_TOOL: Final = "model"
+"""The ``tool_name`` of a decision about a model reply (and its ``tool`` label in the metrics)."""
+ModelOutcome = Literal["tool_calls", "invalid_tool_call", "no_tool_call"]
+MODEL_OUTCOMES: Final[tuple[ModelOutcome, ...]] = ("tool_calls", "invalid_tool_call", "no_tool_call")
+"""What a model reply asked for: at least one valid tool call; else at least one the harness could
+not run; else none."""
 
 CODES: Final = (
     ALLOW,
@@ -116,6 +133,13 @@ CODES: Final = (
     STAGNATION_REJECT,
     STAGNATION_BLOCK,
     STAGNATION_HALT,
+    NO_ACTION_WARN,
+    NO_ACTION_HALT,
+    REPEATED_REPLY_WARN,
+    REPEATED_REPLY_HALT,
+    REWORDED_QUERY_WARN,
+    REWORDED_QUERY_REJECT,
+    REWORDED_QUERY_BLOCK,
 )
 """Every decision code, stable: they are metric label values."""
 

@@ -11,7 +11,15 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, Final
 
-from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass, TurnSummary, slotted_twin
+from otelguard.core.decisions import (
+    Decision,
+    ModelOutcome,
+    Outcome,
+    Signature,
+    ToolClass,
+    TurnSummary,
+    slotted_twin,
+)
 
 if TYPE_CHECKING:
     from otelguard.core.pending_calls import PendingCall, TurnState
@@ -20,6 +28,7 @@ if TYPE_CHECKING:
 __all__ = [
     "CallEvent",
     "GuardObserver",
+    "ModelEvent",
     "ObserverGroup",
     "Outcome",
     "ToolClass",
@@ -74,6 +83,25 @@ class CallEvent:
     ``None`` for any other call."""
 
 
+@dataclass(frozen=True, slots=True)
+class ModelEvent:
+    """One model event as observers see it: ``before_model`` (``outcome`` ``None``: the model is about
+    to be called, or not, as ``decision`` says) or ``after_model`` (a reply came back). Holds no reply
+    text: what the reply asked for, the tokens the provider reported (``None``: not reported) and the
+    guard's decision (``tool_name`` ``"model"``)."""
+
+    agent: str
+    turn_id: str | None
+    decision: Decision
+    outcome: ModelOutcome | None = None
+    tool_calls: int = 0
+    invalid_tool_calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    tree: DelegationTree | None = None
+    """The agent's place in a delegation tree (``None``: in none)."""
+
+
 class GuardObserver:
     """What the guard calls; subclass it and override the hooks you need (each is a no-op here).
 
@@ -97,6 +125,10 @@ class GuardObserver:
 
     def on_turn_end(self, summary: TurnSummary) -> None:
         """A turn ended."""
+
+    def on_model_call(self, event: ModelEvent) -> None:
+        """A model event (``before_model`` or ``after_model``). Observers written before model events
+        existed need not have this method."""
 
     def on_internal_error(self, stage: str) -> None:
         """The guard (or another observer) hit an internal error in ``stage``; the call was allowed."""
@@ -187,6 +219,16 @@ class ObserverGroup:
                 observer.on_turn_end(summary)
             except Exception as exc:
                 self._observer_failed(observer, "on_turn_end", exc)
+
+    def model_called(self, event: ModelEvent) -> None:
+        for observer in self._observers:
+            hook = getattr(observer, "on_model_call", None)
+            if hook is None:
+                continue
+            try:
+                hook(event)
+            except Exception as exc:
+                self._observer_failed(observer, "on_model_call", exc)
 
     def internal_error(self, stage: str, exc: BaseException) -> None:
         """The guard itself failed in ``stage``: log it once and tell every observer."""
