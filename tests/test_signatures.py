@@ -389,6 +389,22 @@ def test_sets_nested_thousands_deep_do_not_raise() -> None:
     assert canonical_args({"s": nested}).startswith(b'{"s":[')
 
 
+def test_a_tuple_chain_thousands_deep_in_arguments_is_hashed_without_ending_the_process() -> None:
+    """A tuple nested a few thousand deep: orjson 3.12 and 3.13 serialise tuples with no depth limit
+    and abort the whole process (a double free) instead of raising; the guard must hash it and the
+    agent loop go on. Run in a child process, which an abort would end."""
+    script = (
+        "import otelguard\n"
+        "chain = ()\n"
+        "for _ in range(5_000):\n"
+        "    chain = (chain,)\n"
+        "guard = otelguard.Guard()\n"
+        "print(guard.before_call('tool', {'a': chain}).action)\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout.strip()) == (0, "allow"), done.stderr[-500:]
+
+
 # -- a JSON string and the value it encodes hash alike -------------------------------------------
 
 # Any JSON-able value: every string (lone surrogates included), every integer (past 64 bits too),
