@@ -187,6 +187,10 @@ class HttpServer:
         self.max_connections = open_file_room(self.limits.max_connections)
         """The connection bound in force: the configured one, or less when open files allow less."""
         self.starting: set[asyncio.Task[None]] = set()  # accepted, their transport (or handshake) not ready
+        self.unready = 0
+        """Accepted connections not yet in ``connections``: a starting task's connection joins
+        ``connections`` a loop turn before the task is done, and must not be counted twice (the
+        bound would close an idle connection to make room it already had)."""
         self.stopping = False
         self.accepting = False
         self._shortage_logged_at: float | None = None
@@ -277,7 +281,7 @@ class HttpServer:
 
     def make_room(self) -> bool:
         """At the connection limit, close the connection idle the longest; False when none is idle."""
-        if len(self.connections) + len(self.starting) < self.max_connections:
+        if len(self.connections) + self.unready < self.max_connections:
             return True
         return self._close_idle(1) > 0
 
@@ -319,9 +323,9 @@ class HttpServer:
                     self._out_of_files()
                     return
                 continue  # one connection that failed (reset before it was accepted): the next
-            full = len(self.connections) + len(self.starting) >= self.max_connections
+            full = len(self.connections) + self.unready >= self.max_connections
             room = not self.stopping and (not full or self.make_room())
-            if not room and not self.stopping and self.starting:
+            if not room and not self.stopping and self.unready:
                 # the bound is held by connections still starting, not yet idle or busy: this one
                 # waits (accepted already) until one of them is ready
                 self._waiting.append(sock)
@@ -337,6 +341,7 @@ class HttpServer:
 
     def _begin_start(self, sock: socket.socket) -> None:
         sock.setblocking(False)
+        self.unready += 1
         task = self.loop.create_task(self._start(sock))
         self.starting.add(task)
         task.add_done_callback(self._started)
@@ -346,7 +351,7 @@ class HttpServer:
         self.starting.discard(task)
         if self._waiting and not self.stopping:
             sock = self._waiting.pop()
-            if len(self.connections) + len(self.starting) < self.max_connections or self.make_room():
+            if len(self.connections) + self.unready < self.max_connections or self.make_room():
                 self._begin_start(sock)
             else:
                 sock.close()  # every connection is busy: refused
@@ -355,21 +360,30 @@ class HttpServer:
 
     async def _start(self, sock: socket.socket) -> None:
         """One accepted socket's transport (after its TLS handshake, within its deadline)."""
+        made: list[_Connection] = []
+
+        def connection() -> _Connection:
+            made.append(_Connection(self))
+            return made[0]
+
         try:
             await self.loop.connect_accepted_socket(
-                lambda: _Connection(self),
+                connection,
                 sock,
                 ssl=self._tls,
                 ssl_handshake_timeout=self.limits.handshake_timeout_seconds if self._tls else None,
             )
         except (OSError, asyncio.TimeoutError, ssl.SSLError, asyncio.CancelledError):
             sock.close()  # a failed or timed-out handshake, a client gone, or shutting down
+        finally:
+            if not (made and made[0].made):  # never joined ``connections``: no longer unready
+                self.unready -= 1
 
     def _out_of_files(self) -> None:
         """Accepting ran out of descriptors: make room by closing the longest-idle connections, hold
         the bound under what fits, and accept again after a pause (not in a busy loop)."""
         self._stop_accepting()
-        open_now = len(self.connections) + len(self.starting)
+        open_now = len(self.connections) + self.unready
         closed = self._close_idle(_EVICT_BATCH)
         self.max_connections = max(1, min(self.max_connections, open_now - _EVICT_BATCH))
         self._shortages += 1
@@ -440,6 +454,7 @@ class _Connection(asyncio.Protocol):
         self.limits = server.limits
         self.loop = server.loop
         self.transport: asyncio.Transport | None = None
+        self.made = False  # connection_made has run: it is counted in the server's connections
         self.parser = _parser(self.limits)
         self.request: Request | None = None  # the head of the request being read
         self.keep_alive = True
@@ -466,6 +481,8 @@ class _Connection(asyncio.Protocol):
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self.transport = transport
+        self.made = True
+        self.server.unready -= 1
         if self.server.stopping:  # room was made when it was accepted
             transport.abort()
             return
