@@ -199,6 +199,15 @@ def test_a_valid_call_resets_the_repeat_count_not_the_memory() -> None:
     assert (again.code, again.count) == ("repeated_reply_warn", 2)
 
 
+@pytest.mark.parametrize("blank", ["", "   \n\t", None, b""])
+def test_replies_without_words_are_not_repeats(blank: Any) -> None:
+    """A reply whose content is only its invalid calls (an empty text) says nothing twice: only
+    ``no_action`` counts it."""
+    guard = Guard(GuardConfig(mode="unattended"))
+    seen = [guard.after_model(blank, invalid_tool_calls=1).code for _ in range(8)]
+    assert seen == ["allow", "allow"] + ["no_action_warn"] * 5 + ["no_action_halt"]
+
+
 def test_a_chanting_reply_is_a_repeated_reply_at_once() -> None:
     guard = Guard(GuardConfig(warn_after={"no_action": 8}, hard_stop_after={"no_action": 8}))
     chant = "I will now call the search tool. " * 40

@@ -242,9 +242,10 @@ def _tokens(value: Any) -> int | None:
 
 def _read(text: Any) -> Reply:
     """What a reply without a valid tool call leaves for its judgement: the sketch of its (bounded)
-    text and whether it chants; no text."""
+    text and whether it chants; no text. A blank text is not compared (a reply whose only content is
+    its invalid calls says nothing twice)."""
     bounded = bounded_text(text)
-    if bounded is None:
+    if bounded is None or not bounded or bounded.isspace():  # no words: the reply is its calls alone
         return NO_TEXT
     return Reply(reply_sketch(bounded), chants(bounded))
 
