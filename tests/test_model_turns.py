@@ -258,13 +258,16 @@ def test_an_internal_error_allows() -> None:
 
 def test_model_events_from_many_threads_charge_every_token() -> None:
     store = LocalSessionCaps()
-    guards = [Guard(_tokens_config(session=10**9), session_caps=store) for _ in range(4)]
-    crossed: list[Decision] = []
+    guards = [Guard(_tokens_config(session=4000), session_caps=store) for _ in range(4)]
+    decisions: list[Decision] = []
+    lock = threading.Lock()
 
     def work(guard: Guard) -> None:
         for _ in range(250):
-            guard.before_model()
-            guard.after_model("x", input_tokens=3, output_tokens=1)
+            guard.start_turn()
+            seen = [guard.before_model(), guard.after_model("x", input_tokens=3, output_tokens=1)]
+            with lock:
+                decisions.extend(seen)
 
     threads = [threading.Thread(target=work, args=(g,)) for g in guards]
     for thread in threads:
@@ -272,4 +275,6 @@ def test_model_events_from_many_threads_charge_every_token() -> None:
     for thread in threads:
         thread.join()
     assert store.usage()["tokens"] == 4 * 250 * 4
-    assert crossed == []
+    halts = [d for d in decisions if d.code == "cap_session" and d.action == "halt"]
+    assert [d.count for d in halts] == [4000]  # exactly one reply spent it: the last one
+    assert all(d.code == "allow" for d in decisions if d not in halts)

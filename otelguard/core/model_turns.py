@@ -139,7 +139,6 @@ class ModelTurns:
         if outcome == "tool_calls":
             counts.valid_call()
         elif outcome == "invalid_tool_call":
-            counts.pending = None
             counts.count(reply, near)
             judged = self._judge(counts)
         else:
