@@ -101,6 +101,25 @@ def test_bad_token_counts_are_unknown_usage(bad: Any) -> None:
     assert guard.end_turn().cap_usage.get("tokens", 0) == 0
 
 
+def test_integers_of_any_kind_are_charged() -> None:
+    class Count(int):
+        def __int__(self) -> int:
+            raise AssertionError("never asked")
+
+    class Index:
+        def __index__(self) -> int:
+            return 4
+
+    class Hostile:
+        def __index__(self) -> int:
+            raise RuntimeError("no")
+
+    guard = Guard(_tokens_config(turn=10))
+    assert guard.after_model("x", input_tokens=Count(3), output_tokens=Index()).code == "allow"  # type: ignore[arg-type]
+    assert guard.after_model("x", input_tokens=Hostile(), tool_calls=Hostile()).code == "allow"  # type: ignore[arg-type]
+    assert guard.end_turn().cap_usage["tokens"] == 7
+
+
 def test_float_token_counts_are_charged_whole() -> None:
     guard = Guard(_tokens_config(turn=10))
     four_and_more: Any = 4.9  # JSON numbers from a sidecar may come as floats
