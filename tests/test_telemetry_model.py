@@ -5,6 +5,8 @@ guard hands its observers."""
 
 from __future__ import annotations
 
+import logging
+from collections import Counter
 from collections.abc import Iterator
 from typing import Any
 
@@ -18,10 +20,14 @@ from opentelemetry.trace import Tracer
 from prometheus_client import CollectorRegistry
 from prometheus_client.openmetrics.exposition import generate_latest as openmetrics
 
+from otelguard import Guard, GuardConfig
 from otelguard.config.telemetry import TelemetrySettings
 from otelguard.core.decisions import Decision
 from otelguard.core.observers import GuardObserver, ModelEvent
+from otelguard.serving.metrics_server import serve_metrics
 from otelguard.telemetry import Telemetry
+from tests.e2e import http_get
+from tests.test_telemetry_leak import metric_texts, otel_metric_texts, span_texts
 from tests.test_telemetry_otel_metrics import metric_points, otel_sums, prom_sums
 
 ALLOW = Decision("allow", "allow", tool_name="model")
@@ -230,3 +236,90 @@ def test_a_guard_without_model_events_exports_no_model_series() -> None:
     rig.observer.on_model_call(before())  # the first model event creates the agent's series at 0
     assert rig.value("otelguard_model_calls_total", agent="coder", outcome="tool_calls") == 0
     assert rig.value("otelguard_model_tokens_total", agent="coder", kind="output") == 0
+
+
+# -- through a real guard ----------------------------------------------------------------------------
+
+CANARY = "CANARY-reply-9b1e-never-exported"
+
+
+def _stuck_session(guard: Guard, tracer: Tracer) -> list[Decision]:
+    """Replies carrying the canary that warn, halt and spend a token cap, each inside a chat span."""
+    decisions: list[Decision] = []
+
+    def model(text: str | None, **fields: Any) -> None:
+        with tracer.start_as_current_span("chat m", attributes={"gen_ai.operation.name": "chat"}):
+            decisions.append(guard.before_model())
+            if decisions[-1].allows_execution:
+                decisions.append(guard.after_model(text, **fields))
+
+    guard.start_turn(turn_id="stuck")
+    for i in range(8):  # replies that call nothing, each answered by the harness
+        words = " ".join(f"idea{i}x{j}" for j in range(40))
+        model(f"{CANARY} {words}", input_tokens=10, output_tokens=5)
+    guard.start_turn(turn_id="chant")
+    model((f"{CANARY} again. " * 400).strip(), input_tokens=10, output_tokens=5)
+    guard.start_turn(turn_id="invalid")
+    for _ in range(8):
+        model(f"<tool>{CANARY}</tool>", invalid_tool_calls=1, input_tokens=10, output_tokens=5)
+    guard.start_turn(turn_id="tokens")
+    for _ in range(4):
+        model(f"Reading {CANARY}.", tool_calls=1, input_tokens=400, output_tokens=200)
+    guard.end_turn()
+    return decisions
+
+
+@pytest.mark.parametrize("span_mode", ["auto", "own", "event", "decisions"])
+def test_no_reply_text_leaves_the_process(span_mode: str, caplog: pytest.LogCaptureFixture) -> None:
+    caplog.set_level(logging.DEBUG)
+    rig = Rig(span_mode, turn_spans=True)
+    config = GuardConfig.from_mapping(
+        {
+            "mode": "unattended",
+            "signature_key": "k",
+            "caps": {"turn": {"tokens": 1000}},
+            "telemetry": {"span_mode": span_mode, "turn_spans": True, "otel_metrics": True},
+        }
+    )
+    guard = Guard(config, rig.telemetry, agent="canary-agent")
+    decisions = _stuck_session(guard, rig.tracer)
+
+    spans = rig.exporter.get_finished_spans()
+    exported = [text for span in spans for text in span_texts(span)]
+    exported += list(metric_texts(rig.registry)) + list(otel_metric_texts(rig.reader))
+    with serve_metrics(port=0, registry=rig.registry) as server:
+        for accept in ("", "application/openmetrics-text; version=1.0.0"):
+            exported.append(http_get(server.url, headers={"Accept": accept}).decode())
+    exported += [record.getMessage() for record in caplog.records]
+    exported += [str(record.args) for record in caplog.records]
+    blob = "\n".join(exported)
+
+    # the scan covered something real on every channel
+    codes = {d.code for d in decisions}
+    assert {"no_action_warn", "cap_turn"} <= codes, codes
+    assert any(d.code.startswith("repeated_reply") for d in decisions), codes
+    assert 'otelguard_model_calls_total{agent="canary-agent",outcome="invalid_tool_call"}' in blob
+    assert 'tool="model"' in blob and 'cap="tokens"' in blob and "otelguard.model_tokens" in blob
+    assert "gen_ai.usage.input_tokens=10" in blob and "gen_ai.evaluation.explanation=no_action_warn" in blob
+    assert CANARY not in blob and CANARY.lower() not in blob.lower()
+    for decision in decisions:  # decision messages are for the model only
+        if decision.message:
+            assert decision.message not in blob
+
+
+def test_a_real_guard_counts_what_its_model_events_said() -> None:
+    rig = Rig()
+    config = GuardConfig.from_mapping(
+        {"signature_key": "k", "caps": {"turn": {"tokens": 1000}}, "telemetry": {"otel_metrics": True}}
+    )
+    guard = Guard(config, rig.telemetry, agent="writer")
+    decisions = _stuck_session(guard, rig.tracer)
+    model_decisions = Counter((d.action, d.code) for d in decisions if d.action != "allow")
+    assert prom_sums(rig.registry, "otelguard_decisions", ("action", "code")) == model_decisions
+    calls = prom_sums(rig.registry, "otelguard_model_calls", ("outcome",))
+    assert calls[("invalid_tool_call",)] == 8 and calls[("tool_calls",)] >= 2
+    assert prom_sums(rig.registry, "otelguard_cap_hits", ("cap", "scope")) == {("tokens", "turn"): 1}
+    input_tokens = rig.value("otelguard_model_tokens_total", agent="writer", kind="input")
+    assert (
+        input_tokens is not None and input_tokens >= 800
+    )  # the cap was spent by the last turn's two replies
