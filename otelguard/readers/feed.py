@@ -144,7 +144,9 @@ class SessionFeed:
         self._reply_from = self._calls_added
         if self._model_reply is not None:
             self._replies += 1
-            self._pending[f"\0reply{self._replies}"] = reply
+            slot = f"\0reply{self._replies}"
+            self._pending[slot] = reply
+            self._made_at[slot] = self._messages
         return reply
 
     def close_reply(
@@ -258,7 +260,10 @@ class SessionFeed:
         is not replayed either way)."""
         while self._pending:
             slot, call = next(iter(self._pending.items()))
-            if isinstance(call, ToolCall) and not call.has_result:
+            if isinstance(call, ModelReply):
+                if not call.done and not overdue(slot):
+                    return  # still being read: its calls are not all counted yet
+            elif not call.has_result:
                 if not overdue(slot):
                     return
                 if running is not None and running(slot):
@@ -271,11 +276,11 @@ class SessionFeed:
             self._emit(slot, call)
 
     def _emit(self, slot: str, call: ToolCall | ModelReply) -> None:
+        self._made_at.pop(slot, None)
         if isinstance(call, ModelReply):
             if self._model_reply is not None:
                 self._model_reply(self.key, call)
             return
-        self._made_at.pop(slot, None)
         if self._dedupe and call.call_id is not None:
             self._answered.put(slot, True)
         self.sink.tool_call(self.key, call)
