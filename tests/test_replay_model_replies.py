@@ -272,3 +272,20 @@ def test_gemini_cli_messages_are_one_reply_each_with_their_tokens(tmp_path: Path
         ("call", "run_shell_command"),
         ("reply", 0, 0, 10, 4),
     ]
+
+
+# --- Codex: a response's items up to the next result are one reply; its token count follows it ----
+
+
+def test_codex_rollout_replies_with_their_token_counts() -> None:
+    """The rollout real Codex wrote under the hooks: eight replies of one command each, then the
+    reply it ended on; each reply's usage is the ``token_count`` Codex wrote after it."""
+    sink = Sink()
+    rollout = Path(__file__).parent / "data" / "codex_rollouts" / "rollout-guarded-refusal.jsonl"
+    replay_inputs([str(rollout)], "auto", sink)
+    assert sink.errors == []
+    assert sink.events == [
+        ("turn",),
+        *[("reply", 1, 0, 10, 10), ("call", "Bash")] * 8,
+        ("reply", 0, 0, 10, 10),
+    ]
