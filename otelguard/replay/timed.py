@@ -25,7 +25,7 @@ from typing import IO, Any, Final
 from otelguard.config import GuardConfig, TelemetrySettings
 from otelguard.core.decisions import CAP_SCOPES, Decision, TurnSummary
 from otelguard.core.observers import CallEvent, GuardObserver, ModelEvent
-from otelguard.readers.events import SessionKey, ToolCall
+from otelguard.readers.events import ModelReply, SessionKey, ToolCall
 from otelguard.readers.printable import printable
 from otelguard.readers.times import iso_utc
 from otelguard.replay.report import MAX_LISTED, ReplayReport
@@ -302,6 +302,16 @@ class TimedReplay:
             if times.last is None or call.time > times.last:
                 times.last = call.time
         self.runner.tool_call(key, call)
+
+    def model_reply(self, key: SessionKey, reply: ModelReply) -> None:
+        times = self._at(key)
+        times.events += 1
+        if reply.time is not None:
+            self.clock.now = reply.time
+            self._count_day(reply.time, key, reply.line)
+            if times.last is None or reply.time > times.last:
+                times.last = reply.time
+        self.runner.model_reply(key, reply)
 
     def _count_day(self, time: float, key: SessionKey, line: int | None) -> None:
         number = int(time // _DAY)
