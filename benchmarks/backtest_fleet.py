@@ -86,6 +86,19 @@ class SessionWriter:
         self._line("user", done, {"role": "user", "content": [answer]})
         self.calls.append((done, tool))
 
+    def reply(self, moment: datetime, text: str, input_tokens: int, output_tokens: int) -> None:
+        """An assistant message that calls no tool: text only, with the usage Claude Code records."""
+        self._line(
+            "assistant",
+            moment,
+            {
+                "id": f"msg_{self.session_id}_{self._serial:05d}",
+                "role": "assistant",
+                "content": [{"type": "text", "text": text}],
+                "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+            },
+        )
+
     def text(self) -> str:
         return "".join(json.dumps(line) + "\n" for line in self.lines)
 
@@ -127,6 +140,23 @@ def runaway_session(session_id: str, start: datetime, tool: str, *, spacing: flo
     return writer
 
 
+STALLED_REPLIES = 12
+"""Replies of a stalled turn: the model answers without acting, again and again."""
+
+
+def stalled_session(session_id: str, start: datetime) -> SessionWriter:
+    """One turn in which the model never acts: 12 replies, ten seconds apart, each saying it will
+    look at the build log and calling no tool, each rereading a longer context. Every reply after
+    the second is near-identical to an earlier one of the turn: a repeated-reply warning each."""
+    writer = SessionWriter(session_id)
+    writer.prompt(start, "the nightly build fails: find out why and fix it")
+    for index in range(STALLED_REPLIES):
+        moment = start + timedelta(seconds=10 * (index + 1))
+        text = f"I will look at the build log first to see why the nightly build fails (attempt {index})."
+        writer.reply(moment, text, input_tokens=6000 + 400 * index, output_tokens=40)
+    return writer
+
+
 def runaway_minutes(prefix: str, start: datetime, minutes: int, tool: str) -> Iterator[SessionWriter]:
     """A runaway session starting every minute for ``minutes`` minutes."""
     for minute in range(minutes):
@@ -155,16 +185,20 @@ sessions with a web-search runaway in it (regenerate with ``python -m benchmarks
 
 
 def shipped_history() -> Iterator[SessionWriter]:
-    """Healthy sessions every six minutes from 09:00 to 09:54, and from 09:20 to 09:38 a runaway
+    """Healthy sessions every six minutes from 09:00 to 09:54, from 09:20 to 09:38 a runaway
     web-search turn every three minutes, seven of them: each makes 51 searches and hits the turn cap
-    of 50. The runaway-search alert (for: 10m) fires; the halt-rate and loop-rate alerts (for: 15m)
-    hold for less than their for: and stay quiet."""
+    of 50; and from 09:38 to 09:50 a stalled model every two minutes, seven of them: replies that call
+    nothing and repeat themselves. The runaway-search alert (for: 10m) and the stalled-model alert
+    (for: 10m) fire; the halt-rate and loop-rate alerts (for: 15m) hold for less than their for: and
+    stay quiet."""
     morning = DAY + timedelta(hours=9)
     yield from healthy_sessions(
         "work", morning, morning + timedelta(minutes=55), timedelta(minutes=6), seed=3
     )
     for n in range(7):
         yield runaway_session(f"search-{n}", morning + timedelta(minutes=20 + 3 * n), "WebSearch")
+    for n in range(7):
+        yield stalled_session(f"stalled-{n}", morning + timedelta(minutes=38 + 2 * n))
 
 
 EXAMPLES = HISTORY.parent / "examples" / "backtest"
