@@ -73,14 +73,14 @@ class SessionWriter:
         *,
         error: bool = False,
         took: float = 1,
+        usage: dict[str, int] | None = None,
     ) -> None:
         call_id = f"toolu_{self.sidechain or ''}{self.session_id[:8]}_{self._serial:05d}"
         use = {"type": "tool_use", "id": call_id, "name": tool, "input": args}
-        self._line(
-            "assistant",
-            moment,
-            {"id": f"msg_{call_id}", "role": "assistant", "content": [use]},
-        )
+        message: dict[str, Any] = {"id": f"msg_{call_id}", "role": "assistant", "content": [use]}
+        if usage is not None:
+            message["usage"] = usage
+        self._line("assistant", moment, message)
         answer = {"type": "tool_result", "tool_use_id": call_id, "content": result, "is_error": error}
         done = moment + timedelta(seconds=took)
         self._line("user", done, {"role": "user", "content": [answer]})
@@ -276,6 +276,50 @@ def tree_history(runaway: bool) -> dict[str, str]:
     return files
 
 
+TOKENS = HISTORY.parent / "examples" / "token-runaway"
+"""The shipped token runaway and the config that gives its turns a token cap."""
+TOKEN_CONFIG = """\
+# The config the token runaway is backtested with: at most 500,000 tokens (input and output, as the
+# provider reports them) in one turn.
+caps:
+  turn: {tokens: 500000}
+"""
+
+
+def token_session(session_id: str, start: datetime) -> SessionWriter:
+    """One turn of 20 distinct reads, one every 3 seconds, each reply rereading a context 1,500
+    tokens longer than the last (from 30,000): no call repeats, but the turn's 13th reply takes it
+    past 500,000 tokens."""
+    writer = SessionWriter(session_id)
+    writer.prompt(start, "summarise every module of the monorepo")
+    for index in range(20):
+        usage = {"input_tokens": 30_000 + 1_500 * index, "output_tokens": 300}
+        moment = start + timedelta(seconds=1 + 3 * index)
+        writer.call(moment, "Read", {"file_path": f"/repo/module_{index}.py"}, f"module {index}", usage=usage)
+    return writer
+
+
+def token_history() -> dict[str, str]:
+    """The token runaway, by file name: one session a minute from 16:00 to 16:14, each running past
+    its turn's token cap: ``OtelguardRunawayTokens`` (for: 10m) fires with the config beside it."""
+    start = DAY + timedelta(hours=16)
+    return {
+        f"tokens-{n:02d}.jsonl": token_session(f"tokens-{n:02d}", start + timedelta(minutes=n)).text()
+        for n in range(15)
+    }
+
+
+def write_tokens() -> None:
+    TOKENS.mkdir(parents=True, exist_ok=True)
+    (TOKENS / "otelguard.yaml").write_text(TOKEN_CONFIG, encoding="utf-8")
+    directory = TOKENS / "runaway"
+    directory.mkdir(exist_ok=True)
+    for stale in directory.glob("*.jsonl"):
+        stale.unlink()
+    for name, text in token_history().items():
+        (directory / name).write_text(text, encoding="utf-8")
+
+
 def write_trees() -> None:
     TREES.mkdir(parents=True, exist_ok=True)
     (TREES / "otelguard.yaml").write_text(TREE_CONFIG, encoding="utf-8")
@@ -290,6 +334,7 @@ def write_trees() -> None:
 
 if __name__ == "__main__":
     write_trees()
+    write_tokens()
     (EXAMPLES / "claude-code-delegation-storm.jsonl").write_text(delegation_storm().text(), encoding="utf-8")
     for stale in HISTORY.glob("*.jsonl"):
         stale.unlink()
