@@ -93,7 +93,10 @@ def test_the_reports_show_model_decisions_and_never_what_the_model_said(
     html = page.read_text()
     assert 'data-total="model_replies"' in html
     assert "no_action_halt" in html
-    assert "model · no_action_halt</title>" in html  # the stop's mark on the session's timeline
+    # the stop is a mark of its own on the session's timeline, after the turn's one call; the calls
+    # keep their numbers (the JSON's session_call)
+    assert "model reply after session call 1 · turn 1 · model · no_action_halt</title>" in html
+    assert "session call 2 · turn 1, call 2 · bash · prevented</title>" in html
     assert main(["replay", transcript, "--config", guard_config]) == 0
     text = capsys.readouterr().out
     assert "model replies: 7" in text
