@@ -73,18 +73,31 @@ class SessionWriter:
         *,
         error: bool = False,
         took: float = 1,
+        usage: dict[str, int] | None = None,
     ) -> None:
         call_id = f"toolu_{self.sidechain or ''}{self.session_id[:8]}_{self._serial:05d}"
         use = {"type": "tool_use", "id": call_id, "name": tool, "input": args}
-        self._line(
-            "assistant",
-            moment,
-            {"id": f"msg_{call_id}", "role": "assistant", "content": [use]},
-        )
+        message: dict[str, Any] = {"id": f"msg_{call_id}", "role": "assistant", "content": [use]}
+        if usage is not None:
+            message["usage"] = usage
+        self._line("assistant", moment, message)
         answer = {"type": "tool_result", "tool_use_id": call_id, "content": result, "is_error": error}
         done = moment + timedelta(seconds=took)
         self._line("user", done, {"role": "user", "content": [answer]})
         self.calls.append((done, tool))
+
+    def reply(self, moment: datetime, text: str, input_tokens: int, output_tokens: int) -> None:
+        """An assistant message that calls no tool: text only, with the usage Claude Code records."""
+        self._line(
+            "assistant",
+            moment,
+            {
+                "id": f"msg_{self.session_id}_{self._serial:05d}",
+                "role": "assistant",
+                "content": [{"type": "text", "text": text}],
+                "usage": {"input_tokens": input_tokens, "output_tokens": output_tokens},
+            },
+        )
 
     def text(self) -> str:
         return "".join(json.dumps(line) + "\n" for line in self.lines)
@@ -127,6 +140,23 @@ def runaway_session(session_id: str, start: datetime, tool: str, *, spacing: flo
     return writer
 
 
+STALLED_REPLIES = 12
+"""Replies of a stalled turn: the model answers without acting, again and again."""
+
+
+def stalled_session(session_id: str, start: datetime) -> SessionWriter:
+    """One turn in which the model never acts: 12 replies, ten seconds apart, each saying it will
+    look at the build log and calling no tool, each rereading a longer context. Every reply after
+    the second is near-identical to an earlier one of the turn: a repeated-reply warning each."""
+    writer = SessionWriter(session_id)
+    writer.prompt(start, "the nightly build fails: find out why and fix it")
+    for index in range(STALLED_REPLIES):
+        moment = start + timedelta(seconds=10 * (index + 1))
+        text = f"I will look at the build log first to see why the nightly build fails (attempt {index})."
+        writer.reply(moment, text, input_tokens=6000 + 400 * index, output_tokens=40)
+    return writer
+
+
 def runaway_minutes(prefix: str, start: datetime, minutes: int, tool: str) -> Iterator[SessionWriter]:
     """A runaway session starting every minute for ``minutes`` minutes."""
     for minute in range(minutes):
@@ -155,16 +185,20 @@ sessions with a web-search runaway in it (regenerate with ``python -m benchmarks
 
 
 def shipped_history() -> Iterator[SessionWriter]:
-    """Healthy sessions every six minutes from 09:00 to 09:54, and from 09:20 to 09:38 a runaway
+    """Healthy sessions every six minutes from 09:00 to 09:54, from 09:20 to 09:38 a runaway
     web-search turn every three minutes, seven of them: each makes 51 searches and hits the turn cap
-    of 50. The runaway-search alert (for: 10m) fires; the halt-rate and loop-rate alerts (for: 15m)
-    hold for less than their for: and stay quiet."""
+    of 50; and from 09:38 to 09:50 a stalled model every two minutes, seven of them: replies that call
+    nothing and repeat themselves. The runaway-search alert (for: 10m) and the stalled-model alert
+    (for: 10m) fire; the halt-rate and loop-rate alerts (for: 15m) hold for less than their for: and
+    stay quiet."""
     morning = DAY + timedelta(hours=9)
     yield from healthy_sessions(
         "work", morning, morning + timedelta(minutes=55), timedelta(minutes=6), seed=3
     )
     for n in range(7):
         yield runaway_session(f"search-{n}", morning + timedelta(minutes=20 + 3 * n), "WebSearch")
+    for n in range(7):
+        yield stalled_session(f"stalled-{n}", morning + timedelta(minutes=38 + 2 * n))
 
 
 EXAMPLES = HISTORY.parent / "examples" / "backtest"
@@ -242,6 +276,50 @@ def tree_history(runaway: bool) -> dict[str, str]:
     return files
 
 
+TOKENS = HISTORY.parent / "examples" / "token-runaway"
+"""The shipped token runaway and the config that gives its turns a token cap."""
+TOKEN_CONFIG = """\
+# The config the token runaway is backtested with: at most 500,000 tokens (input and output, as the
+# provider reports them) in one turn.
+caps:
+  turn: {tokens: 500000}
+"""
+
+
+def token_session(session_id: str, start: datetime) -> SessionWriter:
+    """One turn of 20 distinct reads, one every 3 seconds, each reply rereading a context 1,500
+    tokens longer than the last (from 30,000): no call repeats, but the turn's 13th reply takes it
+    past 500,000 tokens."""
+    writer = SessionWriter(session_id)
+    writer.prompt(start, "summarise every module of the monorepo")
+    for index in range(20):
+        usage = {"input_tokens": 30_000 + 1_500 * index, "output_tokens": 300}
+        moment = start + timedelta(seconds=1 + 3 * index)
+        writer.call(moment, "Read", {"file_path": f"/repo/module_{index}.py"}, f"module {index}", usage=usage)
+    return writer
+
+
+def token_history() -> dict[str, str]:
+    """The token runaway, by file name: one session a minute from 16:00 to 16:14, each running past
+    its turn's token cap: ``OtelguardRunawayTokens`` (for: 10m) fires with the config beside it."""
+    start = DAY + timedelta(hours=16)
+    return {
+        f"tokens-{n:02d}.jsonl": token_session(f"tokens-{n:02d}", start + timedelta(minutes=n)).text()
+        for n in range(15)
+    }
+
+
+def write_tokens() -> None:
+    TOKENS.mkdir(parents=True, exist_ok=True)
+    (TOKENS / "otelguard.yaml").write_text(TOKEN_CONFIG, encoding="utf-8")
+    directory = TOKENS / "runaway"
+    directory.mkdir(exist_ok=True)
+    for stale in directory.glob("*.jsonl"):
+        stale.unlink()
+    for name, text in token_history().items():
+        (directory / name).write_text(text, encoding="utf-8")
+
+
 def write_trees() -> None:
     TREES.mkdir(parents=True, exist_ok=True)
     (TREES / "otelguard.yaml").write_text(TREE_CONFIG, encoding="utf-8")
@@ -256,6 +334,7 @@ def write_trees() -> None:
 
 if __name__ == "__main__":
     write_trees()
+    write_tokens()
     (EXAMPLES / "claude-code-delegation-storm.jsonl").write_text(delegation_storm().text(), encoding="utf-8")
     for stale in HISTORY.glob("*.jsonl"):
         stale.unlink()

@@ -27,6 +27,11 @@ ground truth comes from the run's own record: whether it solved its task (the so
 A replayed model never reads a refusal, so a replay shows the most a model might persist: the figures
 are the guard's worst case on these runs.
 
+Where a source records the model's replies, they are replayed too (``before_model``/``after_model``),
+and a model stop is scored like a tool call's: its place is the last call made before it, and it is
+harmful on the same terms. Per source: the replies read, the runs (and stuck runs) whose first stop
+was the model's, and the model's decisions among ``decisions``.
+
 The corpus is third-party data kept outside this repository (see docs/replay.md, "The regression
 corpus"): ``$OTELGUARD_CORPUS``, else a ``shared/corpus`` folder beside the checkout or one of its
 parents. Each source is a folder holding ``runs.tar.xz`` (the runs, whole files, under their paths in
@@ -53,8 +58,8 @@ from benchmarks.changes import ChangeClassifier
 from benchmarks.run_records import RunRecord, run_records
 from otelguard import GuardConfig
 from otelguard.config.environment import OTELGUARD_CORPUS
-from otelguard.core.decisions import Decision
-from otelguard.readers.events import SessionKey, ToolCall
+from otelguard.core.decisions import MODEL_TOOL, Decision
+from otelguard.readers.events import ModelReply, SessionKey, ToolCall
 from otelguard.replay import ReplayReport, ReplayRunner, expand_paths, replay_bytes, replay_inputs
 
 ARCHIVE: Final = "runs.tar.xz"
@@ -105,6 +110,7 @@ class Run:
     """At least one call was refused (``reject``: it did not run, the turn went on)."""
     refused_changes: int = 0
     """Of the refused calls, the ones that were changes (``benchmarks.changes``)."""
+    model_replies: int = 0
     streaks: int = 0
     """Warned streaks: warnings of one detector on one tool whose counts follow each other are one
     streak (a detector that warns at every count from its threshold on warns one streak, not many)."""
@@ -245,6 +251,15 @@ class SourceResult:
         sources can be pooled)."""
         return sum(r.calls - r.halt.call for r in self.stuck if r.halt is not None)
 
+    @property
+    def model_halts(self) -> list[Halt]:
+        """Runs whose first stop was the model's (a stop at ``before_model``/``after_model``)."""
+        return [h for h in self.halts if h.tool == MODEL_TOOL]
+
+    @property
+    def stuck_model_halted(self) -> int:
+        return sum(1 for r in self.stuck if r.halt is not None and r.halt.tool == MODEL_TOOL)
+
     def to_json(self) -> dict[str, Any]:
         return {
             "source": self.name,
@@ -274,6 +289,10 @@ class SourceResult:
             "warned_streaks_per_1000_calls": round(self.streaks_per_1000, 2),
             "solved_warned_streaks_per_1000_calls": round(self.solved_streaks_per_1000, 2),
             "input_errors": len(self.errors),
+            "model_replies": sum(r.model_replies for r in self.runs),
+            "model_halted_runs": len(self.model_halts),
+            "harmful_model_halts": sum(1 for h in self.model_halts if h.harmful),
+            "stuck_model_halted": self.stuck_model_halted,
             "decisions": dict(sorted(self.decisions.items())),
             "halts": [{**vars(h), "harmful": h.harmful} for h in self.halts],
         }
@@ -341,6 +360,12 @@ class Positions:
         turns[-1] += 1
         self.runner.tool_call(key, call)
 
+    def model_reply(self, key: SessionKey, reply: ModelReply) -> None:
+        turns = self.turns.setdefault((key.path, key.session_id), [])
+        if not turns:  # the runner opens a turn for a reply before any request, as for a call
+            turns.append(0)
+        self.runner.model_reply(key, reply)
+
     def end_session(self, key: SessionKey) -> None:
         self.runner.end_session(key)
 
@@ -385,29 +410,36 @@ class StreakRunner(ReplayRunner):
         self.changes = Changes()
         self._classifier = ChangeClassifier(config)
         self._last: dict[tuple[str, str, str, str], int] = {}
+        self._call: ToolCall | None = None
+        """The call being replayed (its decisions name it; a model decision has none)."""
 
     def tool_call(self, key: SessionKey, call: ToolCall) -> None:
         report = self._session(key).report
         prevented = report.prevented_calls
+        self._call = call
         super().tool_call(key, call)
+        self._call = None
         if self._classifier.changes(call):
             run = (key.path, key.session_id)
             self.changes.made.setdefault(run, []).append(report.tool_calls)
             if report.prevented_calls > prevented:
                 self.changes.not_run.setdefault(run, set()).add(report.tool_calls)
 
-    def _note(self, session: Any, call: ToolCall, decision: Decision) -> bool:
+    def _note(
+        self, session: Any, decision: Decision, call_id: str | None, tool_name: str, *, model: bool = False
+    ) -> bool:
         report = session.report
         run = (report.path, report.session_id)
+        call = self._call
         if decision.action == "warn":
-            key = (*run, decision.code, call.tool_name)
+            key = (*run, decision.code, tool_name)
             last = self._last.get(key)
             if last is None or decision.count != last + 1:
                 self.streaks[run] += 1
             self._last[key] = decision.count
-        elif decision.action == "reject" and self._classifier.changes(call):
+        elif decision.action == "reject" and call is not None and self._classifier.changes(call):
             self.changes.refused[run] += 1
-        return super()._note(session, call, decision)
+        return super()._note(session, decision, call_id, tool_name, model=model)
 
 
 Truth = dict[str, Any]
@@ -480,6 +512,7 @@ def score_report(
         refused = any(code in rejects for code in session.decisions)
         run = Run(run_name, solved, at_limit, session.tool_calls, recorded, session.warnings, halt, refused)
         run.refused_changes = changes.refused[(session.path, session.session_id)]
+        run.model_replies = session.model_replies
         run.streaks = (streaks or Counter())[(session.path, session.session_id)]
         result.runs.append(run)
         result.decisions.update(session.decisions)

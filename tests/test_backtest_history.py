@@ -82,6 +82,23 @@ def test_the_documented_command_fires_the_runaway_search_alert(
     assert document["replay"]["errors"] == [] and document["sessions_without_timestamps_total"] == 0
 
 
+def test_the_documented_command_fires_the_stalled_model_alert_on_the_stalled_turns(
+    documented: tuple[str, dict[str, Any], str],
+) -> None:
+    """The stalled turns (09:38 to 09:50, replies read from the transcripts' assistant entries) fire
+    the stalled-model alert ten minutes after their first repeated-reply warning, and nothing else
+    model-related: no token cap is set, so the runaway-tokens alert stays quiet."""
+    _, document, _ = documented
+    assert "OtelguardModelStalled" in document["fired"] and "OtelguardRunawayTokens" in document["quiet"]
+    [stalled] = [a for a in document["alerts"] if a["alert"] == "OtelguardModelStalled"]
+    [interval] = stalled["intervals"]
+    assert interval["labels"]["agent"] == "replay" and interval["resolved"] is True
+    assert "2025-03-03T09:48:00Z" <= interval["start"] <= "2025-03-03T09:52:00Z"
+    assert interval["end"] <= "2025-03-03T10:00:00Z"
+    totals = document["replay"]["totals"]
+    assert totals["model"]["decisions"]["repeated_reply_warn"] >= 7 * 2
+
+
 def test_every_quiet_alert_says_its_for_and_how_long_it_held(
     documented: tuple[str, dict[str, Any], str],
 ) -> None:

@@ -183,6 +183,8 @@ def test_exemplars_enabled_exactly_where_the_metric_has_them(dashboard: dict[str
         "Cap hits per minute by cap",
         "Loop warnings per minute by code",
         "Rejects, blocks and halts per minute by code",
+        "Token cap hits per minute by scope",
+        "No-action and repeated-reply decisions per minute by code",
     }
     for target in all_targets(dashboard):
         raw_exemplar_metric = any(f"{m}{{" in target.expr for m in EXEMPLAR_METRICS)
@@ -206,6 +208,10 @@ REQUIRED_PANELS = {
     "delegation depth distribution": "Delegation depth distribution",
     "tree cap hits": "Tree cap hits per minute by cap",
     "delegation cycles": "Delegation cycles per minute by code",
+    "model calls by outcome": "Model calls per minute by outcome",
+    "tokens per minute by agent": "Tokens per minute by agent",
+    "token cap hits": "Token cap hits per minute by scope",
+    "no-action and repeated-reply decisions": "No-action and repeated-reply decisions per minute by code",
 }
 
 
@@ -404,6 +410,7 @@ def test_queries_select_and_group_only_by_labels_the_telemetry_exports(dashboard
         "signature",
         "stage",
         "version",
+        "kind",
     }
 
 
@@ -421,3 +428,31 @@ def test_the_loop_code_matcher_selects_exactly_the_loop_detector_codes() -> None
     assert {"same_error_warn", "same_error_halt"} <= LOOP_CODES
     streaks = {"read_only_streak_warn", "write_streak_warn"}
     assert {code for code in CODES if not excluded.match(code)} - {"allow"} == set(LOOP_CODES) - streaks
+
+
+def test_model_turns_row_reads_the_model_series_whatever_tool_is_picked(dashboard: dict[str, Any]) -> None:
+    """The model's panels select tool "model" themselves: the tool variable lists the tools of tool
+    calls, and picking one must not empty them; the stuck-model panel shows exactly the codes its
+    alert counts."""
+    rows = [p for p in dashboard["panels"] if p["type"] == "row"]
+    model_row = next(r for r in rows if r["title"].startswith("Model turns"))
+    next_row_y = min(
+        (r["gridPos"]["y"] for r in rows if r["gridPos"]["y"] > model_row["gridPos"]["y"]), default=10**6
+    )
+    panels = [p for p in dashboard["panels"] if model_row["gridPos"]["y"] < p["gridPos"]["y"] < next_row_y]
+    assert [p["title"] for p in panels] == [
+        "Model calls per minute by outcome",
+        "Tokens per minute by agent",
+        "Token cap hits per minute by scope",
+        "No-action and repeated-reply decisions per minute by code",
+    ]
+    exprs = [t["expr"] for p in panels for t in p["targets"]]
+    assert not any("$tool" in expr for expr in exprs)
+    assert 'cap="tokens"' in exprs[2]
+    assert 'tool="model"' in exprs[3]
+    assert set(re.findall(r"[a-z_]+_(?:warn|halt)", exprs[3])) == {
+        "no_action_warn",
+        "no_action_halt",
+        "repeated_reply_warn",
+        "repeated_reply_halt",
+    }

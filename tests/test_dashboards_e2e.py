@@ -41,7 +41,12 @@ from tests.test_dashboards import DASHBOARD_JSON, RULES_YAML, walk
 pytestmark = pytest.mark.e2e
 
 FAST_FOR = "2s"
-RUNAWAY_ALERTS = {"OtelguardRunawaySearchLoop", "OtelguardRunawayDelegationLoop"}
+RUNAWAY_ALERTS = {
+    "OtelguardRunawaySearchLoop",
+    "OtelguardRunawayDelegationLoop",
+    "OtelguardRunawayTokens",
+    "OtelguardModelStalled",
+}
 # Grafana's floor for $__rate_interval is four scrape intervals; the test scrapes every second.
 RATE_INTERVAL = "4s"
 # Panels whose healthy value is 0: they must return series, not necessarily a positive number.
@@ -54,7 +59,7 @@ STATE_RECORD_PREFIX = "otelguard:state_"
 def fast_rules_copy(tmp_path: Path) -> Path:
     """The shipped rules with every `for:` shortened, so a test sees `firing` in seconds."""
     text, count = re.subn(r"(?m)^(\s+for:) \S+$", rf"\1 {FAST_FOR}", RULES_YAML.read_text(encoding="utf-8"))
-    assert count == 7
+    assert count == 9
     path = tmp_path / "otelguard-rules-fast.yaml"
     path.write_text(text, encoding="utf-8")
     return path

@@ -208,15 +208,21 @@ def test_progress_bar_only_when_stderr_is_a_terminal(capsys: pytest.CaptureFixtu
 
 
 def test_nothing_to_replay_says_so_and_exits_3(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    """An empty file, or one of chat without a tool call, was read cleanly but checked nothing: a CI
-    step built on replay must not pass on it."""
+    """An empty file, or one without a tool call or a model reply, was read cleanly but checked
+    nothing: a CI step built on replay must not pass on it. A chat of the model's replies alone was
+    checked (the replies are the guard's to judge)."""
     empty = tmp_path / "empty.jsonl"
     empty.write_text("")
-    chat = tmp_path / "chat.jsonl"
-    chat.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "hello"}\n')
-    for path in (empty, chat):
+    prompts = tmp_path / "prompts.jsonl"
+    prompts.write_text('{"role": "user", "content": "hi"}\n{"role": "user", "content": "again"}\n')
+    for path in (empty, prompts):
         assert main(["replay", str(path), "--json"]) == 3
         captured = capsys.readouterr()
         assert json.loads(captured.out)["totals"]["tool_calls"] == 0
         assert "otelguard replay: nothing to replay: the inputs hold no tool call" in captured.err
+    chat = tmp_path / "chat.jsonl"
+    chat.write_text('{"role": "user", "content": "hi"}\n{"role": "assistant", "content": "hello"}\n')
+    assert main(["replay", str(chat), "--json"]) == 0
+    totals = json.loads(capsys.readouterr().out)["totals"]
+    assert (totals["tool_calls"], totals["model"]["replies"]) == (0, 1)
     assert main(["replay", str(empty), str(FIXTURES / "openai" / "delegation_storm.jsonl")]) in (0, 1)

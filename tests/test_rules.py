@@ -32,6 +32,8 @@ ALERTS = {
     "OtelguardInternalErrors": "internal_errors.yaml",
     "OtelguardSharedStateDown": "shared_state_down.yaml",
     "OtelguardRunawayDelegationTree": "runaway_delegation_tree.yaml",
+    "OtelguardRunawayTokens": "runaway_tokens.yaml",
+    "OtelguardModelStalled": "model_stalled.yaml",
 }
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -91,6 +93,7 @@ def test_runaway_alerts_page_and_key_on_their_cap() -> None:
     for name, cap in (
         ("OtelguardRunawaySearchLoop", "web_search"),
         ("OtelguardRunawayDelegationLoop", "subagents"),
+        ("OtelguardRunawayTokens", "tokens"),
     ):
         assert found[name]["labels"]["severity"] == "critical"
         assert f'cap="{cap}"' in found[name]["expr"]

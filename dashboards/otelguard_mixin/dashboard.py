@@ -39,17 +39,23 @@ from .queries import (
     DELEGATION_DEPTH_BUCKET,
     DELEGATIONS,
     INTERNAL_ERRORS,
+    KIND,
     LOOP_CODE_MATCHER,
+    MODEL,
+    MODEL_CALLS,
+    MODEL_TOKENS,
     OP,
     OUTCOME,
     SCOPE,
     SIGNATURE,
     SIGNATURE_HITS,
     STAGE,
+    STALL_CODE_MATCHER,
     STATE_ERRORS,
     STATE_UP,
     SUBAGENT_SPAWNS,
     TARGET,
+    TOKENS_CAP,
     TOOL,
     TOOL_CALLS,
     TURN_TOOL_CALLS_BUCKET,
@@ -544,6 +550,67 @@ def _signatures_table(ids: _Ids) -> table.Panel:
     )
 
 
+def _model_row(ids: _Ids) -> list[Any]:
+    # Model decisions are selected by tool "model" rather than the tool variable, which lists the
+    # tools of tool calls: picking one must not empty the model's panels.
+    stalls = selector(DECISIONS, MODEL, STALL_CODE_MATCHER)
+    token_hits = rate(selector(CAP_HITS, f'{CAP}="{TOKENS_CAP}"'))
+    return [
+        _row(ids, "Model turns: replies, tokens, stuck models"),
+        _timeseries(
+            ids,
+            "Model calls per minute by outcome",
+            "Model replies by what they asked for: tool_calls (at least one valid call), invalid_tool_call "
+            "(only calls the harness could not run) or no_tool_call (a final answer, or a model that "
+            "answers without acting). A growing share of the last two is a model going nowhere.",
+            "cpm",
+            [_query(f"sum by ({OUTCOME}) ({rate(selector(MODEL_CALLS))}) * 60", legend(OUTCOME))],
+            width=12,
+            stacked=True,
+        ),
+        _timeseries(
+            ids,
+            "Tokens per minute by agent",
+            "Input and output tokens of the model calls, as the provider reported them, per agent. "
+            "Calls whose usage was not reported count nothing.",
+            "short",
+            [
+                _query(
+                    f"sum by ({by(AGENT, KIND)}) ({rate(selector(MODEL_TOKENS))}) * 60",
+                    f"{legend(AGENT)} · {legend(KIND)}",
+                )
+            ],
+            width=12,
+        ),
+        _timeseries(
+            ids,
+            "Token cap hits per minute by scope",
+            "Model calls refused, or replies halted, because a token cap (caps.turn.tokens, "
+            "caps.session.tokens, caps.tree.tokens) was spent. Hits in every window for 10 minutes page "
+            "OtelguardRunawayTokens. Exemplars link to the trace of the model call.",
+            "cpm",
+            [
+                _query(
+                    f"sum by ({SCOPE}) ({token_hits}) * 60",
+                    legend(SCOPE),
+                    exemplar=True,
+                )
+            ],
+            width=12,
+        ),
+        _timeseries(
+            ids,
+            "No-action and repeated-reply decisions per minute by code",
+            "The guard telling a stuck model, then stopping it: replies without a valid tool call "
+            "(no_action_*) and replies that say the same again (repeated_reply_*). Decisions in every "
+            "window for 10 minutes page OtelguardModelStalled. Exemplars link to the trace.",
+            "cpm",
+            [_query(f"sum by ({CODE}) ({rate(stalls)}) * 60", legend(CODE), exemplar=True)],
+            width=12,
+        ),
+    ]
+
+
 def _traffic_row(ids: _Ids) -> list[Any]:
     calls = rate(selector(TOOL_CALLS, tool=True))
     per_turn = rate(selector(TURN_TOOL_CALLS_BUCKET))
@@ -708,7 +775,15 @@ def build_dashboard() -> dash.Dashboard:
     )
     for panel in _top_row(ids):
         builder = builder.with_panel(panel)
-    for section in (_halts_row, _caps_row, _delegation_row, _loops_row, _traffic_row, _health_row):
+    for section in (
+        _halts_row,
+        _caps_row,
+        _delegation_row,
+        _loops_row,
+        _model_row,
+        _traffic_row,
+        _health_row,
+    ):
         for item in section(ids):
             builder = builder.with_row(item) if isinstance(item, dash.Row) else builder.with_panel(item)
     return builder

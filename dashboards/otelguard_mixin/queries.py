@@ -7,7 +7,16 @@ reaches the dashboard, the rules and their tests at once.
 
 from __future__ import annotations
 
-from otelguard.core.decisions import NON_LOOP_CODES, READ_ONLY_STREAK_WARN, WRITE_STREAK_WARN
+from otelguard.core.decisions import (
+    MODEL_TOOL,
+    NO_ACTION_HALT,
+    NO_ACTION_WARN,
+    NON_LOOP_CODES,
+    READ_ONLY_STREAK_WARN,
+    REPEATED_REPLY_HALT,
+    REPEATED_REPLY_WARN,
+    WRITE_STREAK_WARN,
+)
 from otelguard.telemetry import attributes as attr
 
 TOOL_CALLS = f"{attr.TOOL_CALLS}_total"
@@ -25,6 +34,8 @@ BUILD_INFO = attr.BUILD_INFO
 STATE_ERRORS = f"{attr.STATE_ERRORS}_total"
 STATE_FALLBACKS = f"{attr.STATE_FALLBACKS}_total"
 STATE_UP = attr.STATE_UP
+MODEL_CALLS = f"{attr.MODEL_CALLS}_total"
+MODEL_TOKENS = f"{attr.MODEL_TOKENS}_total"
 
 AGENT = attr.LABEL_AGENT
 TOOL = attr.LABEL_TOOL
@@ -37,6 +48,7 @@ SIGNATURE = attr.LABEL_SIGNATURE
 STAGE = attr.LABEL_STAGE
 VERSION = attr.LABEL_VERSION
 OP = attr.LABEL_OP
+KIND = attr.LABEL_KIND
 
 # Codes of the loop detectors that are not loops: a long run of distinct reads (a research agent
 # making 50 searches a turn) or of edits repeats no call, so it must not page as a loop rate.
@@ -45,6 +57,15 @@ STREAK_CODES = (READ_ONLY_STREAK_WARN, WRITE_STREAK_WARN)
 # detector added later counts inside it.
 NOT_LOOP_CODES = (*NON_LOOP_CODES, *STREAK_CODES)
 LOOP_CODE_MATCHER = f'{CODE}!~"{"|".join(NOT_LOOP_CODES)}"'
+
+# Decisions about model replies (tool "model"): the loop rate is per tool call, so they stay out of it
+# and have a row and an alert of their own.
+MODEL = f'{TOOL}="{MODEL_TOOL}"'
+NOT_MODEL = f'{TOOL}!="{MODEL_TOOL}"'
+# The model is stuck: replies that call nothing, over and over, or say the same again.
+STALL_CODES = (NO_ACTION_WARN, NO_ACTION_HALT, REPEATED_REPLY_WARN, REPEATED_REPLY_HALT)
+STALL_CODE_MATCHER = f'{CODE}=~"{"|".join(STALL_CODES)}"'
+TOKENS_CAP = attr.MODEL_CAP
 
 # Labels the recording rules keep: the scrape's target plus the agent, so the dashboard's job,
 # instance and agent variables filter them exactly like the raw series.

@@ -32,7 +32,8 @@ from otelguard.backtest.engine import BacktestError, Binaries, Engine
 from otelguard.backtest.report import AlertOutcome, BacktestReport
 from otelguard.backtest.rules import RULE_FILE_NAME, AlertRule, RuleSet, eval_offset
 from otelguard.config import GuardConfig
-from otelguard.core.decisions import CAP_SCOPES
+from otelguard.core.decisions import CAP_SCOPES, MODEL_TOOL
+from otelguard.core.observers import ModelEvent
 from otelguard.readers.sources import replay_inputs
 from otelguard.replay.openmetrics import AFTER_LAST_EVENT, Playback, ScrapeGrid
 from otelguard.replay.timed import MarkedCall, TimedRun, counted_decisions
@@ -168,18 +169,20 @@ def block_window_ends(grid: ScrapeGrid) -> Iterator[int]:
 
 def _write_marks(stream: IO[bytes], time: float, marked: MarkedCall) -> None:
     call, key = marked.call, marked.key
+    # a model event has no call id, and tool "model"
+    tool, call_id = (MODEL_TOOL, None) if isinstance(call, ModelEvent) else (call.tool_name, call.call_id)
     base = {
         "session_id": key.session_id,
         "path": key.path,
-        "call_id": call.call_id,
+        "call_id": call_id,
         "agent": call.agent,
-        "tool": call.tool_name,
+        "tool": tool,
     }
     for decision in counted_decisions(call):
         fields = {**base, "action": decision.action, "code": decision.code}
         scope = CAP_SCOPES.get(decision.code)
         if scope is not None:
-            fields |= {"cap": decision.cap or call.tool_name, "scope": scope}
+            fields |= {"cap": decision.cap or tool, "scope": scope}
             stream.write(orjson.dumps([time, "cap_hit", fields]) + b"\n")
         if decision.should_halt:
             stream.write(orjson.dumps([time, "halt", fields]) + b"\n")

@@ -22,7 +22,7 @@ from otelguard import ConfigError, GuardConfig
 from otelguard.cli.config_messages import load_config, option_problem, port_problem
 from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY
 from otelguard.core.scripted import ScriptedCall
-from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
+from otelguard.demo.simulation import AGENT_NAMES, DEMO_TOKEN_CAP, SCENARIOS, DemoStats, SimulatedAgent
 from otelguard.serving.metrics_server import MetricsServer, serve_metrics
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
@@ -102,7 +102,17 @@ def _start_agents(
         telemetry.prime(name, tools=tools, caps=tuple(config.caps.turn))
     interval = len(names) / args.rate
     agents = [
-        SimulatedAgent(name, i, config, telemetry, stats, stop, seed=args.seed, interval=interval)
+        SimulatedAgent(
+            name,
+            i,
+            config,
+            telemetry,
+            stats,
+            stop,
+            seed=args.seed,
+            interval=interval,
+            tracer=spans.provider.get_tracer("demo-model-client"),
+        )
         for i, name in enumerate(names)
     ]
     threads = [threading.Thread(target=a.run, name=f"agent-{a.name}", daemon=True) for a in agents]
@@ -136,7 +146,13 @@ def _demo_config(path: str | None) -> GuardConfig | None:
         if config is None:
             return None
     else:
-        config = GuardConfig.from_mapping({"mode": "unattended", "telemetry": {"turn_spans": True}})
+        config = GuardConfig.from_mapping(
+            {
+                "mode": "unattended",
+                "caps": {"turn": {"tokens": DEMO_TOKEN_CAP}},
+                "telemetry": {"turn_spans": True},
+            }
+        )
     if config.signature_key is None and not os.environ.get(OTELGUARD_SIGNATURE_KEY):
         # A per-run key, set explicitly: the demo's hashes need not correlate across runs, and the
         # note that telemetry gives about a random key would only confuse a first-time user.

@@ -220,9 +220,13 @@ def run(args: argparse.Namespace) -> int:
                 shutil.rmtree(workdir, ignore_errors=True)
     if report.errors_total or empty or not pushed or not written or not exported:
         return 1
-    if report.totals()["tool_calls"] == 0 and not args.follow and not stop.is_set():
+    totals = report.totals()
+    if totals["tool_calls"] == 0 and "model" not in totals and not args.follow and not stop.is_set():
         # a CI step fed an empty or truncated file must not pass as if a replay had checked it
-        print("otelguard replay: nothing to replay: the inputs hold no tool call (exit 3)", file=sys.stderr)
+        print(
+            "otelguard replay: nothing to replay: the inputs hold no tool call or model reply (exit 3)",
+            file=sys.stderr,
+        )
         return NOTHING_TO_REPLAY
     return 0
 

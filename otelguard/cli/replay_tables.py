@@ -38,6 +38,13 @@ def render_report(report: ReplayReport, console: Console) -> None:
         f"input errors: [bold]{totals['errors']}[/]",
         highlight=False,
     )
+    model = totals.get("model")
+    if model is not None:
+        console.print(
+            f"model replies: [bold]{model['replies']}[/], replies that would not have been asked for: "
+            f"[bold]{model['prevented']}[/], model decisions: [bold]{sum(model['decisions'].values())}[/]",
+            highlight=False,
+        )
     if totals["in_progress"]:
         console.print(
             f"in progress: [bold]{totals['in_progress']}[/] (still running when the transcript ended; "

@@ -2,9 +2,11 @@
 
 Each agent is a thread that plays scenarios (a healthy turn, a failing test loop, a model re-reading
 one file, a denial storm, an A→B→A→B cycle, a runaway web search, a delegation storm, a delegation
-tree running away across agents, edits of files never read that all fail with the same error...) the
-way a host would: ``before_call``, run
-the fake tool unless refused, ``after_call``, and stop the turn when the guard halts it. The first pass plays the loop scenarios in an order that shows every kind
+tree running away across agents, edits of files never read that all fail with the same error, a
+model that answers without acting, a context that grows until the turn's token cap...) the way a
+host would: a model call asking for each tool call (``before_model``, ``after_model`` with its
+tokens, inside a GenAI ``chat`` span), ``before_call``, run the fake tool unless refused,
+``after_call``, a final answer, and stop the turn when the guard halts it. The first pass plays the loop scenarios in an order that shows every kind
 of decision within seconds; then scenarios are drawn at random (``seed``), mostly healthy.
 """
 
@@ -18,6 +20,7 @@ from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
+from opentelemetry import trace
 
 from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
@@ -25,7 +28,15 @@ from otelguard.core.scripted import ScriptedCall, play_call
 from otelguard.hosting import Guard, TelemetryOption
 from otelguard.propagation import use_tree
 
-__all__ = ["AGENT_NAMES", "SCENARIOS", "TREE_SCENARIO", "DemoStats", "SimulatedAgent", "tree_config"]
+__all__ = [
+    "AGENT_NAMES",
+    "DEMO_TOKEN_CAP",
+    "SCENARIOS",
+    "TREE_SCENARIO",
+    "DemoStats",
+    "SimulatedAgent",
+    "tree_config",
+]
 
 AGENT_NAMES: Final = ("support-bot", "research-agent", "coder", "ops-cron", "sales-assistant", "triage")
 TURNS_PER_SESSION: Final = 8
@@ -134,6 +145,28 @@ def runaway_tree(rng: random.Random) -> Iterator[ScriptedCall]:
         yield ScriptedCall("delegate_task", {"tasks": tasks}, _json(success=True, completed=len(tasks)))
 
 
+STALLED_SCENARIO: Final = "stalled_model"
+TOKENS_SCENARIO: Final = "runaway_tokens"
+DEMO_TOKEN_CAP: Final = 200_000
+"""The demo's ``caps.turn.tokens`` when it runs without ``--config``: far above any other scenario's
+turn, spent by the runaway context's fourth reply."""
+MODEL: Final = "demo-model"
+STALLED_REPLIES: Final = 12
+
+
+def runaway_tokens(rng: random.Random) -> Iterator[ScriptedCall]:
+    """Distinct reads, each reply rereading a context 40,000 tokens longer: only the turn's token cap
+    stops it (no call repeats)."""
+    for i in range(MAX_STEPS_PER_TURN):
+        yield ScriptedCall("read_file", {"path": f"docs/chapter_{i}.md"}, f"# chapter {i}\n" + "text\n" * 20)
+
+
+def stalled_model(rng: random.Random) -> Iterator[ScriptedCall]:
+    """The model answers without acting (no tool call, or one the harness cannot run), saying the
+    same again: no call at all, only replies (``SimulatedAgent.stall``)."""
+    return iter(())
+
+
 def tree_config(config: GuardConfig) -> GuardConfig:
     """The config of a tree's guards: ``config``, with a tree cap on subagents when it sets none."""
     if config.caps.tree:
@@ -184,6 +217,8 @@ SCENARIOS: Final[dict[str, Scenario]] = {
     "flaky_fetch": flaky_fetch,
     "repeated_message": repeated_message,
     "unread_edits": unread_edits,
+    STALLED_SCENARIO: stalled_model,
+    TOKENS_SCENARIO: runaway_tokens,
 }
 _FIRST_PASS: Final = tuple(SCENARIOS)
 _WEIGHTS: Final = {name: (6 if name == "healthy" else 1) for name in SCENARIOS}
@@ -264,8 +299,11 @@ class SimulatedAgent:
         *,
         seed: int | None,
         interval: float,
+        tracer: trace.Tracer | None = None,
     ) -> None:
         self.name = name
+        self.tracer = tracer if tracer is not None else trace.get_tracer("otelguard-demo")
+        """Where the simulated model client's ``chat`` spans go (the global provider by default)."""
         self.config = config
         self.telemetry = telemetry
         self.stats = stats
@@ -300,16 +338,65 @@ class SimulatedAgent:
         guard.start_turn(turn_id=f"{self.name}-{self._turns}")
         # Some hosts ignore a halt once before giving up: that shows the `turn_halted` refusal.
         stubborn = self.rng.random() < 0.3
+        if scenario == STALLED_SCENARIO:
+            self.stall(guard)
         for number, call in enumerate(SCENARIOS[scenario](self.rng)):
             if self.stop.wait(self.interval) or number >= MAX_STEPS_PER_TURN:
                 break
+            if not self.model(guard, scenario, number, tool_calls=1) and not stubborn:
+                break  # blocked or halted: the reply's call is not run
             self.play(guard, scenario, call, f"call_{self._turns}_{number}")
             if guard.halt_decision is not None:
                 if not stubborn:
                     break
                 stubborn = False
+        else:
+            if scenario != STALLED_SCENARIO:
+                self.model(guard, scenario, 0, tool_calls=0)  # the final answer
         summary = guard.end_turn()
         self.stats.record_turn(summary.halted)
+
+    def stall(self, guard: Guard) -> None:
+        """``stalled_model``: replies that call nothing the harness can run, each answered by the
+        harness, until the guard stops the turn (or the host gives up)."""
+        for number in range(STALLED_REPLIES):
+            text = f"I will check the deployment logs before changing anything (step {number % 3})."
+            if self.stop.wait(self.interval):
+                return
+            if not self.model(guard, STALLED_SCENARIO, number, tool_calls=0, invalid=number % 2, text=text):
+                return
+
+    def model(
+        self,
+        guard: Guard,
+        scenario: str,
+        number: int,
+        *,
+        tool_calls: int,
+        invalid: int = 0,
+        text: str | None = None,
+    ) -> bool:
+        """One model call of the simulated host, inside its model client's ``chat`` span: whether the
+        turn goes on (``False``: the call was blocked, or the reply halted the turn)."""
+        # a context that grows by 40,000 tokens a reply, or an ordinary one
+        usage = (40_000 * (number + 1), 300) if scenario == TOKENS_SCENARIO else (800 + 40 * number, 120)
+        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL}
+        with self.tracer.start_as_current_span(f"chat {MODEL}", attributes=attributes):
+            before = guard.before_model()
+            if before.action != "allow":
+                self.stats.record_decision(self.name, scenario, before)
+            if not before.allows_execution:
+                return False
+            after = guard.after_model(
+                text,
+                tool_calls=tool_calls,
+                invalid_tool_calls=invalid,
+                input_tokens=usage[0],
+                output_tokens=usage[1],
+            )
+        if after.action != "allow":
+            self.stats.record_decision(self.name, scenario, after)
+        return guard.halt_decision is None
 
     def run_tree(self) -> None:
         """``runaway_tree``: a new conversation (its root guard, in a tree of its own); each handoff

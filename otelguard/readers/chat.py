@@ -29,6 +29,11 @@ Two layouts of OpenAI messages written by agent harnesses are read too:
   "kwargs", "timestamp", "cost"}``) keep the conversation in ``messages`` and the reply in
   ``response.choices[0].message``. A result is failed when the shell's output ends with a non-zero
   ``[Command finished with exit code N]`` or the editor answered ``ERROR:``.
+
+Every assistant message is a model reply (its text, the calls read from it, its ``usage`` when the
+message records one, as tau2-bench's do). A user message that repeats, normalised, an earlier one of
+the same conversation is the harness's, not a person's (OpenHands' "please continue" when the model
+called nothing, say): it opens no new turn, so replies that call nothing run up to it as one streak.
 """
 
 from __future__ import annotations
@@ -43,6 +48,7 @@ from otelguard.readers.events import EventSink, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, input_ending, result_text, type_name
 from otelguard.readers.openhands import completion_log_fields
 from otelguard.readers.recorded_failures import openhands_result_failed, tau_bench_result_failed
+from otelguard.readers.replies import reply_text, usage_tokens
 
 __all__ = ["ChatReader"]
 
@@ -79,7 +85,12 @@ class _ChatSession:
         role = msg.get("role")
         if role == "assistant":
             self.feed.tick()
+            reply = self.feed.open_reply(line)
             self._assistant(line, msg, where)
+            tokens_in, tokens_out = usage_tokens(msg.get("usage"))
+            self.feed.close_reply(
+                reply, text=reply_text(msg.get("content")), input_tokens=tokens_in, output_tokens=tokens_out
+            )
         elif role == "user":
             if msg.get("tool_calls"):  # a simulated user acting on its own device (tau2-bench)
                 return
@@ -109,9 +120,9 @@ class _ChatSession:
                 else:
                     starts_turn = True
             if starts_turn or not content:
-                self.feed.start_turn()
+                self.feed.start_turn(text=reply_text(content))
         elif content is None or isinstance(content, str):
-            self.feed.start_turn()
+            self.feed.start_turn(text=content)
         else:
             self.feed.error(line, f"{where}content is {type_name(content)}, expected a string or an array")
 

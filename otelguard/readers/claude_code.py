@@ -4,6 +4,10 @@ One event per line; ``user``/``assistant`` lines carry an Anthropic ``message``.
 is often split over several lines with the same ``message.id``. Lines with ``isSidechain: true`` are a
 subagent's own conversation and form their own session (``<sessionId>:<sidechain root uuid>``).
 Every line's ``timestamp`` is kept: a call's time is its result's line, else its request's.
+
+Each assistant message is one model reply (its lines joined: their text, the calls they make, the
+usage of the last line, prompt tokens read from the cache included); a message id seen before in
+the session (a resumed session writes it again) is not a second reply.
 """
 
 from __future__ import annotations
@@ -12,8 +16,9 @@ from typing import Any, Final
 
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.readers.claude_code_results import add_tool_result
-from otelguard.readers.events import EventSink, SessionKey, ToolCall
+from otelguard.readers.events import EventSink, ModelReply, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, result_text, type_name
+from otelguard.readers.replies import MAX_REPLY_CHARS, reply_text, usage_tokens
 from otelguard.readers.times import parse_time
 
 __all__ = ["CLAUDE_CODE", "ClaudeCodeReader"]
@@ -21,6 +26,8 @@ __all__ = ["CLAUDE_CODE", "ClaudeCodeReader"]
 CLAUDE_CODE: Final = "claude-code"
 _MAX_OPEN_SESSIONS: Final = 256
 _MAX_SIDECHAIN_UUIDS: Final = 65536
+_MAX_MESSAGE_IDS: Final = 4096
+"""Replies remembered per session, to know a message written again by a resumed session."""
 """Bounds that keep memory constant on huge files: sessions and sidechain links seen long ago are
 forgotten first (a forgotten sidechain parent starts a new sidechain session)."""
 
@@ -32,12 +39,27 @@ class _Session:
     def __init__(self, sink: EventSink, key: SessionKey) -> None:
         self.feed = SessionFeed(sink, key, dedupe=True)
         self._message_id: object = None
+        self._reply: ModelReply | None = None
+        self._text: list[str] = []
+        self._usage: Any = None
+        self._replied: BoundedMap[str, bool] = BoundedMap(_MAX_MESSAGE_IDS)
 
     def assistant(self, line: int, message: dict[str, Any], time: float | None) -> None:
         message_id = message.get("id")
         if message_id is None or message_id != self._message_id:
             self.feed.tick()  # one message split over several lines counts once
+            self.end_reply()
+            if not (isinstance(message_id, str) and self._replied.use(message_id) is not None):
+                self._reply = self.feed.open_reply(line, time)
+                if isinstance(message_id, str):
+                    self._replied.put(message_id, True)
         self._message_id = message_id
+        if self._reply is not None:
+            text = reply_text(message.get("content"))
+            if text is not None and sum(map(len, self._text)) < MAX_REPLY_CHARS:
+                self._text.append(text)
+            if message.get("usage") is not None:
+                self._usage = message.get("usage")
         content = message.get("content")
         if not isinstance(content, list):
             if not isinstance(content, str):
@@ -54,7 +76,18 @@ class _Session:
                 continue
             self.feed.add_call(ToolCall(call_id, name, block.get("input"), line, time=time))
 
+    def end_reply(self) -> None:
+        """The assistant message being read is complete: its reply goes on (before its calls)."""
+        reply, self._reply = self._reply, None
+        if reply is None:
+            return
+        tokens_in, tokens_out = usage_tokens(self._usage)
+        text = "\n".join(self._text)[:MAX_REPLY_CHARS] or None
+        self._text, self._usage = [], None
+        self.feed.close_reply(reply, text=text, input_tokens=tokens_in, output_tokens=tokens_out)
+
     def user(self, line: int, message: dict[str, Any], time: float | None) -> None:
+        self.end_reply()
         content = message.get("content")
         if isinstance(content, str):
             if not content.startswith(_NOT_A_PROMPT):
@@ -83,6 +116,7 @@ class _Session:
 
 
 def _close(_session_id: str, session: _Session) -> None:
+    session.end_reply()
     session.feed.close()
 
 

@@ -16,6 +16,10 @@ lines, new on every call, never reach it). An output that is Codex's refusal of 
 ``PreToolUse`` hook denied (``Command blocked by PreToolUse hook: ...``) is a refusal (``hook_denied``):
 the call never ran. A user message starts a turn, except the context blocks Codex writes as the user
 (``<environment_context>``, ``<user_instructions>``, ...). Every line's ``timestamp`` is kept.
+
+The model's replies: the items the model answered with (its messages, reasoning and calls) up to the
+next result or request are one reply; the ``token_count`` event Codex writes after a response gives
+its usage (``last_token_usage``).
 """
 
 from __future__ import annotations
@@ -27,8 +31,9 @@ import orjson
 
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.readers.claude_code_results import HOOK_DENIED
-from otelguard.readers.events import EventSink, SessionKey, ToolCall
+from otelguard.readers.events import EventSink, ModelReply, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, type_name
+from otelguard.readers.replies import MAX_REPLY_CHARS, reply_text, usage_tokens
 from otelguard.readers.times import parse_time
 
 __all__ = ["CODEX", "CodexReader", "is_codex_record"]
@@ -36,6 +41,8 @@ __all__ = ["CODEX", "CodexReader", "is_codex_record"]
 CODEX: Final = "codex"
 _RECORD_TYPES: Final = frozenset({"session_meta", "response_item", "event_msg", "turn_context", "compacted"})
 _CALLS: Final = frozenset({"function_call", "custom_tool_call", "local_shell_call"})
+_MODEL_ITEMS: Final = _CALLS | {"reasoning", "web_search_call"}
+"""Items only the model writes (beside its ``assistant`` messages): each belongs to a reply."""
 _SHELL_TOOLS: Final = frozenset({"exec_command", "shell", "local_shell", "container.exec"})
 _HOOK_SHELL_NAME: Final = "Bash"
 """What Codex's hooks name its shell tool (``tool_name``), whatever the model called it."""
@@ -86,12 +93,35 @@ class _Session:
         self.feed = SessionFeed(sink, key, dedupe=True)
         self.outputs: BoundedMap[str, str] = BoundedMap(_REMEMBERED_OUTPUTS)
         self._calling = False  # the last item was a call: the next one is of the same model answer
+        self._reply: ModelReply | None = None
+        self._text: list[str] = []
+        self._answered = False  # a result came after the open reply: the model's next item is a new one
+
+    def end_reply(self, usage: Any = None) -> None:
+        """The reply being read is complete (``usage``: its token count, when Codex wrote one)."""
+        reply, self._reply = self._reply, None
+        if reply is None:
+            return
+        tokens_in, tokens_out = usage_tokens(usage)
+        text = "\n".join(self._text)[:MAX_REPLY_CHARS] or None
+        self._text = []
+        self.feed.close_reply(reply, text=text, input_tokens=tokens_in, output_tokens=tokens_out)
+
+    def _model_item(self, line: int, time: float | None, text: str | None = None) -> None:
+        if self._reply is None or self._answered:
+            self.end_reply()
+            self._reply, self._answered = self.feed.open_reply(line, time), False
+        if text is not None and sum(map(len, self._text)) < MAX_REPLY_CHARS:
+            self._text.append(text)
 
     def item(self, line: int, item: dict[str, Any], time: float | None) -> None:
         kind = item.get("type")
         calling, self._calling = self._calling, kind in _CALLS
+        if kind in _MODEL_ITEMS or (kind == "message" and item.get("role") == "assistant"):
+            self._model_item(line, time, reply_text(item.get("content")) if kind == "message" else None)
         if kind == "message":
             if item.get("role") == "user" and _is_prompt(item.get("content")):
+                self.end_reply()
                 self.feed.start_turn(time)
             elif item.get("role") == "assistant":
                 self.feed.tick()
@@ -108,6 +138,7 @@ class _Session:
             tool, args = hook_view(name, raw)
             self.feed.add_call(ToolCall(call_id, tool, args, line, time=time))
         elif kind in ("function_call_output", "custom_tool_call_output"):
+            self._answered = self._reply is not None
             self._output(line, item, time)
 
     def command_done(self, item: dict[str, Any]) -> None:
@@ -178,10 +209,15 @@ class CodexReader:
             item = payload.get("item")
             if isinstance(item, dict) and item.get("type") == "CommandExecution":
                 self._current().command_done(item)
+        elif kind == "event_msg" and payload.get("type") == "token_count":
+            info = payload.get("info")
+            if isinstance(info, dict):
+                self._current().end_reply(info.get("last_token_usage"))
 
     def close(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
+            session.end_reply()
             session.feed.close()
 
     def _current(self) -> _Session:

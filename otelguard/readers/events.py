@@ -1,7 +1,8 @@
 """The normalised stream every transcript reader produces, and the sink that consumes it.
 
-Readers turn lines of any format into: a session begins, a turn starts, a tool call (with its result
-when the transcript has one), a session ends, an input error. The guard runner is the only sink that
+Readers turn lines of any format into: a session begins, a turn starts, a model reply (when the format
+records the model's replies), a tool call (with its result when the transcript has one), a session
+ends, an input error. The guard runner is the only sink that
 matters; tests use a recording sink.
 """
 
@@ -10,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any, Protocol
 
-__all__ = ["EventSink", "SessionKey", "ToolCall"]
+__all__ = ["EventSink", "ModelReply", "ModelSink", "SessionKey", "ToolCall"]
 
 
 @dataclass(frozen=True, slots=True)
@@ -48,6 +49,27 @@ class ToolCall:
     time: float | None = None
 
 
+@dataclass(slots=True)
+class ModelReply:
+    """One reply of the model, as the transcript recorded it, in order with the calls it made.
+
+    ``tool_calls`` counts the calls the harness ran from it; ``invalid_tool_calls`` the ones it could
+    not run (a format error the harness answered, a call it could not parse). ``text`` is the reply's
+    text for the guard to fingerprint in process: it never reaches a report. Token counts are the
+    provider's, ``None`` when the transcript does not record them.
+    """
+
+    line: int
+    text: str | None = None
+    tool_calls: int = 0
+    invalid_tool_calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    time: float | None = None
+    done: bool = False
+    """The reader has counted the reply's calls: the feed may release it."""
+
+
 class EventSink(Protocol):
     def describe_input(self, path: str, fmt: str) -> None:
         """The format of ``path`` is known (``auto`` detected it, or the user named it)."""
@@ -63,3 +85,11 @@ class EventSink(Protocol):
 
     def error(self, path: str, line: int | None, reason: str) -> None:
         """A malformed record or an unreadable input. ``reason`` never quotes the input's content."""
+
+
+class ModelSink(EventSink, Protocol):
+    """A sink that also takes the model's replies. Readers hand replies only to sinks that have
+    ``model_reply``: a sink that counts tool calls alone needs nothing new."""
+
+    def model_reply(self, key: SessionKey, reply: ModelReply) -> None:
+        """The model replied (before the calls of that reply, which follow as ``tool_call``)."""

@@ -1,5 +1,6 @@
 """What every reader's session does the same way: pair tool calls with results, release them in the
-order the calls were made, and report calls the transcript never answered.
+order the calls were made (the model's replies in their place among them), and report calls the
+transcript never answered.
 
 A call still unanswered when its input ends, made in the session's last model message, is *in
 progress* (a live session: the host is still running it), not an input error. Whether the input has
@@ -12,12 +13,13 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
+import hashlib
 from collections import OrderedDict, deque
 from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from otelguard.core.bounded_map import BoundedMap
-from otelguard.readers.events import EventSink, SessionKey, ToolCall
+from otelguard.readers.events import EventSink, ModelReply, SessionKey, ToolCall
 
 __all__ = ["SessionFeed", "input_ending", "result_text", "type_name"]
 
@@ -87,7 +89,7 @@ class SessionFeed:
         self.sink = sink
         self.key = key
         # a queue released from the front (by answers, age or overflow), not a cache: no LRU order
-        self._pending: OrderedDict[str, ToolCall] = OrderedDict()
+        self._pending: OrderedDict[str, ToolCall | ModelReply] = OrderedDict()
         self._made_at: dict[str, int] = {}
         self._messages = 0
         self._legacy: deque[str] = deque()
@@ -96,21 +98,75 @@ class SessionFeed:
         # globally unique, so a repeated id there is a duplicate line, not a new call.
         self._dedupe = dedupe
         self._answered: BoundedMap[str, bool] = BoundedMap(_RECENT_IDS)
+        # a sink that counts tool calls alone (tests, tools of their own) is handed no replies
+        self._model_reply = getattr(sink, "model_reply", None)
+        self._replies = 0
+        self._calls_added = 0
+        self._reply_from = 0
+        self._idle_reply = False
+        """The last reply called nothing (a request after it may be the harness's)."""
+        self._requests: BoundedMap[bytes, bool] = BoundedMap(_RECENT_IDS)
         sink.begin_session(key)
 
     def error(self, line: int | None, reason: str) -> None:
         self.sink.error(self.key.path, line, reason)
 
-    def start_turn(self, time: float | None = None) -> None:
+    def start_turn(self, time: float | None = None, text: str | None = None) -> None:
         """A new user request (at ``time``, when known): a call of the previous turn still unanswered
-        never will be."""
+        never will be. A request that answers a reply that called nothing, with a ``text`` repeating
+        (normalised) an earlier request of the session, is the harness's (the fixed "continue" it
+        sends when the model called nothing): no person asked anything new, so no turn starts and the
+        model's streak of replies goes on."""
         self.drain()
+        repeated = text is not None and self._seen_request(text)
+        if repeated and self._idle_reply:
+            return
         self.sink.start_turn(self.key, time)
+
+    def _seen_request(self, text: str) -> bool:
+        normalised = " ".join(text.casefold().split())
+        if not normalised:
+            return False
+        digest = hashlib.blake2b(normalised.encode("utf-8", "replace"), digest_size=16).digest()
+        if self._requests.use(digest) is not None:
+            return True
+        self._requests.put(digest, True)
+        return False
 
     def tick(self) -> None:
         """One more model message; report the calls that waited too long."""
         self._messages += 1
         self._expire(lambda slot: self._messages - self._made_at.get(slot, 0) > MAX_WAIT_MESSAGES)
+
+    def open_reply(self, line: int, time: float | None = None) -> ModelReply:
+        """A model reply begins: it takes its place before the calls added until ``close_reply``."""
+        reply = ModelReply(line, time=time)
+        self._reply_from = self._calls_added
+        if self._model_reply is not None:
+            self._replies += 1
+            slot = f"\0reply{self._replies}"
+            self._pending[slot] = reply
+            self._made_at[slot] = self._messages
+        return reply
+
+    def close_reply(
+        self,
+        reply: ModelReply,
+        *,
+        text: str | None = None,
+        invalid_tool_calls: int = 0,
+        input_tokens: int | None = None,
+        output_tokens: int | None = None,
+    ) -> None:
+        """The reply's calls are all added: it holds as many valid calls as were added since it
+        opened, and goes to the sink as soon as every call before it has."""
+        reply.text = text
+        reply.tool_calls = self._calls_added - self._reply_from
+        reply.invalid_tool_calls = invalid_tool_calls
+        reply.input_tokens, reply.output_tokens = input_tokens, output_tokens
+        reply.done = True
+        self._idle_reply = reply.tool_calls == 0
+        self._release_ready()
 
     def add_call(self, call: ToolCall, slot: str | None = None) -> None:
         """Queue a call; ``slot`` (default: the call id) is the key its result is matched by."""
@@ -127,6 +183,7 @@ class SessionFeed:
                 return
         self._pending[slot] = call
         self._made_at[slot] = self._messages
+        self._calls_added += 1
         if len(self._pending) > MAX_PENDING_CALLS:
             self._expire(lambda _slot: len(self._pending) > MAX_PENDING_CALLS)
 
@@ -150,7 +207,7 @@ class SessionFeed:
             if slot is None and self._dedupe and call_id in self._answered:
                 return
         call = self._pending.get(slot) if slot is not None else None
-        if call is None or call.has_result:
+        if not isinstance(call, ToolCall) or call.has_result:
             which = f"id {call_id}" if call_id is not None else "legacy function result"
             self.error(line, f"tool result without its call ({which})")
             return
@@ -164,7 +221,7 @@ class SessionFeed:
         return slot in self._pending
 
     def __len__(self) -> int:
-        """Calls waiting for their results (or for an earlier call's)."""
+        """Calls (and replies) waiting for their results (or for an earlier call's)."""
         return len(self._pending)
 
     def drain(self) -> None:
@@ -184,7 +241,7 @@ class SessionFeed:
         while self._legacy:
             slot = self._legacy[0]
             call = self._pending.get(slot)
-            if call is not None and not call.has_result:
+            if isinstance(call, ToolCall) and not call.has_result:
                 return slot
             self._legacy.popleft()
         return None
@@ -192,7 +249,7 @@ class SessionFeed:
     def _release_ready(self) -> None:
         while self._pending:
             slot, call = next(iter(self._pending.items()))
-            if not call.has_result:
+            if not _ready(call):
                 return
             del self._pending[slot]
             self._emit(slot, call)
@@ -203,7 +260,10 @@ class SessionFeed:
         is not replayed either way)."""
         while self._pending:
             slot, call = next(iter(self._pending.items()))
-            if not call.has_result:
+            if isinstance(call, ModelReply):
+                if not call.done and not overdue(slot):
+                    return  # still being read: its calls are not all counted yet
+            elif not call.has_result:
                 if not overdue(slot):
                     return
                 if running is not None and running(slot):
@@ -215,8 +275,16 @@ class SessionFeed:
             del self._pending[slot]
             self._emit(slot, call)
 
-    def _emit(self, slot: str, call: ToolCall) -> None:
+    def _emit(self, slot: str, call: ToolCall | ModelReply) -> None:
         self._made_at.pop(slot, None)
+        if isinstance(call, ModelReply):
+            if self._model_reply is not None:
+                self._model_reply(self.key, call)
+            return
         if self._dedupe and call.call_id is not None:
             self._answered.put(slot, True)
         self.sink.tool_call(self.key, call)
+
+
+def _ready(entry: ToolCall | ModelReply) -> bool:
+    return entry.done if isinstance(entry, ModelReply) else entry.has_result

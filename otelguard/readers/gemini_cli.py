@@ -17,6 +17,9 @@ line says so. An ``error`` is a failure, except Gemini CLI's own texts for a cal
 (``Tool execution blocked: ...``) or stopped (``Agent execution stopped by hook: ...``): a refusal
 (``hook_denied``), the call never ran. A call ``cancelled`` never ran either. Every message's and
 call's ``timestamp`` is kept: a call's time is its own (when it ended), else its message's.
+
+Each model message is one model reply (its text, its calls, its ``tokens``: ``input`` and ``output``
+as Gemini reports them), counted once however often it is written again.
 """
 
 from __future__ import annotations
@@ -25,9 +28,11 @@ import re
 from typing import Any, Final
 
 from otelguard.coding_agents.gemini_cli import shell_result
+from otelguard.core.bounded_map import BoundedMap
 from otelguard.readers.claude_code_results import HOOK_DENIED
-from otelguard.readers.events import EventSink, SessionKey, ToolCall
+from otelguard.readers.events import EventSink, ModelReply, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, type_name
+from otelguard.readers.replies import reply_text, usage_tokens
 from otelguard.readers.times import parse_time
 
 __all__ = ["GEMINI_CLI", "GeminiCliReader", "is_gemini_cli_session"]
@@ -36,6 +41,8 @@ GEMINI_CLI: Final = "gemini-cli"
 _HOOK_REFUSALS: Final = ("Tool execution blocked: ", "Agent execution stopped by hook: ")
 _HOOK_CONTEXT: Final = re.compile(r"\s*<hook_context>.*?</hook_context>\s*\Z", re.DOTALL)
 _SESSION_CONTEXT: Final = re.compile(r"\s*<session_context>.*</session_context>\s*", re.DOTALL)
+_MAX_MESSAGE_IDS: Final = 4096
+"""Model messages remembered per session, to count a message written again once."""
 _MAX_HOOK_CONTEXTS: Final = 8
 """Warnings appended to one call's output (one per hook that answered): more is not Gemini CLI's."""
 
@@ -61,15 +68,36 @@ class _Session:
         self.feed = SessionFeed(sink, key, dedupe=True)
         self._message_id: object = None
         self._prompts: set[str] = set()
+        self._reply: ModelReply | None = None
+        self._reply_fields: tuple[str | None, int | None, int | None] = (None, None, None)
+        self._replied: BoundedMap[str, bool] = BoundedMap(_MAX_MESSAGE_IDS)
+
+    def end_reply(self) -> None:
+        """The model message being read is complete: its reply goes on (before its calls)."""
+        reply, self._reply = self._reply, None
+        if reply is not None:
+            text, tokens_in, tokens_out = self._reply_fields
+            self.feed.close_reply(reply, text=text, input_tokens=tokens_in, output_tokens=tokens_out)
 
     def message(self, line: int, message: dict[str, Any]) -> None:
         kind, time = message.get("type"), parse_time(message.get("timestamp"))
         if kind == "user":
+            self.end_reply()
             self._user(line, message, time)
         elif kind == "gemini":
             message_id = message.get("id")
             if message_id is None or message_id != self._message_id:
                 self.feed.tick()  # a message written again once its calls are done counts once
+                self.end_reply()
+                if not (isinstance(message_id, str) and self._replied.use(message_id) is not None):
+                    self._reply = self.feed.open_reply(line, time)
+                    if isinstance(message_id, str):
+                        self._replied.put(message_id, True)
+            if self._reply is not None:  # the last writing of the message holds its final tokens
+                self._reply_fields = (
+                    reply_text(message.get("content")),
+                    *usage_tokens(message.get("tokens")),
+                )
             self._message_id = message_id
             calls = message.get("toolCalls")
             if calls is None:
@@ -191,6 +219,7 @@ class GeminiCliReader:
     def close(self) -> None:
         if self._session is not None:
             session, self._session = self._session, None
+            session.end_reply()
             session.feed.close()
 
     def _current(self) -> _Session:

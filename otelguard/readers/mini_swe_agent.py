@@ -23,6 +23,11 @@ starts a new turn.
 Nothing is dropped silently: an observation arriving while no call waits means the model message
 before it held an action this reader could not read (a custom action format), which is an input error.
 The first user message is the task: a run is one session of one turn.
+
+Every assistant message is a model reply, with the usage of the response recorded beside it
+(``extra.response.usage``). mini-swe-agent runs exactly one action per reply and ends a run by a
+command, never by a reply: a reply it could not run (no action block, or several; no tool call) was
+answered with its format error, so it is a reply with one invalid tool call.
 """
 
 from __future__ import annotations
@@ -35,6 +40,7 @@ import orjson
 
 from otelguard.readers.events import EventSink, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, result_text, type_name
+from otelguard.readers.replies import reply_text, usage_tokens
 from otelguard.readers.times import parse_time
 
 __all__ = ["MINI_SWE_AGENT", "MiniSweAgentReader", "is_mini_swe_agent_messages"]
@@ -116,6 +122,8 @@ class _Run:
     # --- calls ------------------------------------------------------------------------------------
 
     def _model_message(self, line: int, message: dict[str, Any], where: str) -> None:
+        reply = self.feed.open_reply(line, self._time)
+        waiting = len(self._waiting)
         tool_calls = message.get("tool_calls")
         output = message.get("output")
         if tool_calls:
@@ -124,6 +132,15 @@ class _Run:
             self._response_items(line, output, f"{where}output")
         else:
             self._text_actions(line, message, where)
+        response = _extra(message).get("response")
+        tokens_in, tokens_out = usage_tokens(response.get("usage") if isinstance(response, dict) else None)
+        self.feed.close_reply(
+            reply,
+            text=reply_text(message.get("content")),
+            invalid_tool_calls=0 if len(self._waiting) > waiting else 1,
+            input_tokens=tokens_in,
+            output_tokens=tokens_out,
+        )
 
     def _tool_calls(self, line: int, tool_calls: Any, where: str) -> None:
         if not isinstance(tool_calls, list):

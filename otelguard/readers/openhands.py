@@ -17,6 +17,12 @@ category ``user_rejected``. A user ``message`` action starts a turn. ``finish`` 
 the user: the host never answers those with an observation, so they count as calls that succeeded.
 Every event's ``timestamp`` is kept (naive times are UTC): a call's time is its observation's, else
 its action's.
+
+The model's replies: the actions of one model response (``tool_call_metadata.model_response``, the
+SDK's ``llm_response_id``) are one reply, with that response's text and ``usage``; an agent ``message``
+without tool call metadata (the SDK's agent ``MessageEvent``) is a reply that called nothing. A user
+message repeating an earlier one of the session (the "please continue" OpenHands sends when the model
+called nothing) opens no turn.
 """
 
 from __future__ import annotations
@@ -24,8 +30,9 @@ from __future__ import annotations
 from typing import Any, Final
 
 from otelguard.core.bounded_map import BoundedMap
-from otelguard.readers.events import EventSink, SessionKey, ToolCall
+from otelguard.readers.events import EventSink, ModelReply, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, result_text, type_name
+from otelguard.readers.replies import reply_text, usage_tokens
 from otelguard.readers.times import parse_time
 
 __all__ = ["OPENHANDS", "OpenHandsReader", "completion_log_fields", "is_openhands_event"]
@@ -78,6 +85,30 @@ class _Events:
     def __init__(self, sink: EventSink, key: SessionKey) -> None:
         self.feed = SessionFeed(sink, key)
         self._slot_of_call_id: BoundedMap[str, str] = BoundedMap(_REMEMBERED_CALL_IDS)
+        self._reply: ModelReply | None = None
+        self._response: object = None
+        self._reply_fields: tuple[str | None, int | None, int | None] = (None, None, None)
+
+    def end_reply(self) -> None:
+        """The model response being read has no more actions: its reply goes on."""
+        reply, self._reply = self._reply, None
+        if reply is not None:
+            text, tokens_in, tokens_out = self._reply_fields
+            self.feed.close_reply(reply, text=text, input_tokens=tokens_in, output_tokens=tokens_out)
+
+    def _begin_reply(self, line: int, response_id: object, response: Any, time: float | None) -> None:
+        """An action of model response ``response_id``: the first one opens its reply."""
+        if response_id is not None and response_id == self._response:
+            return  # a later action of a response whose reply is already on its way
+        self.end_reply()
+        self._reply, self._response = self.feed.open_reply(line, time), response_id
+        self._reply_fields = _response_fields(response)
+
+    def _message_reply(self, line: int, text: Any, time: float | None) -> None:
+        self.end_reply()
+        self._response = None
+        reply = self.feed.open_reply(line, time)
+        self.feed.close_reply(reply, text=reply_text(text))
 
     def event(self, line: int, event: Any, where: str) -> None:
         if not isinstance(event, dict):
@@ -85,6 +116,8 @@ class _Events:
             return
         kind = event.get("kind")
         time = parse_time(event.get("timestamp"))
+        if kind not in _SDK_CALLS and "action" not in event:
+            self.end_reply()
         if isinstance(kind, str) and kind in _SDK_KINDS:
             self._sdk_event(line, event, kind, where, time)
         elif "observation" in event:
@@ -98,6 +131,7 @@ class _Events:
         ``tool_call_id``, an answer names its action by ``action_id``."""
         if kind in _SDK_CALLS:
             self.feed.tick()
+            self._begin_reply(line, event.get("llm_response_id"), None, time)
             tool_call = event.get("tool_call")
             args = tool_call.get("arguments") if isinstance(tool_call, dict) else None
             self._queue_call(
@@ -116,14 +150,23 @@ class _Events:
                 content = observation.get("content") if isinstance(observation, dict) else observation
                 self.feed.add_result(slot, result_text(content), _sdk_failed(observation), line, time=time)
         elif kind == "MessageEvent" and event.get("source") == "user":
-            self.feed.start_turn(time)
+            self.feed.start_turn(time, _sdk_message_text(event))
+        elif kind == "MessageEvent" and event.get("source") == "agent":
+            self._message_reply(line, _sdk_message_text(event), time)
 
     def _action(self, line: int, event: dict[str, Any], where: str, time: float | None) -> None:
         meta = event.get("tool_call_metadata")
         if not isinstance(meta, dict):
-            if event.get("source") == "user" and event.get("action") == "message":
-                self.feed.start_turn(time)
+            self.end_reply()
+            if event.get("action") == "message":
+                content = _args(event).get("content")
+                if event.get("source") == "user":
+                    self.feed.start_turn(time, content if isinstance(content, str) else None)
+                elif event.get("source") == "agent":
+                    self._message_reply(line, content, time)
             return
+        response = meta.get("model_response")
+        self._begin_reply(line, response.get("id") if isinstance(response, dict) else None, response, time)
         args = _model_arguments(meta.get("model_response"), meta.get("tool_call_id"))
         if args is None:
             args = event.get("args")
@@ -180,6 +223,30 @@ class _Events:
             self.feed.add_result(slot, content, True, line, refusal=_USER_REJECTED, time=time)
         else:
             self.feed.add_result(slot, content, _failed(event), line, time=time)
+
+
+def _args(event: dict[str, Any]) -> dict[str, Any]:
+    args = event.get("args")
+    return args if isinstance(args, dict) else {}
+
+
+def _sdk_message_text(event: dict[str, Any]) -> str | None:
+    message = event.get("llm_message")
+    return reply_text(message.get("content")) if isinstance(message, dict) else None
+
+
+def _response_fields(response: Any) -> tuple[str | None, int | None, int | None]:
+    """A model response's text and token usage (OpenAI chat shape, as OpenHands records it)."""
+    if not isinstance(response, dict):
+        return None, None, None
+    choices = response.get("choices")
+    message = (
+        choices[0].get("message")
+        if isinstance(choices, list) and choices and isinstance(choices[0], dict)
+        else None
+    )
+    text = reply_text(message.get("content")) if isinstance(message, dict) else None
+    return (text, *usage_tokens(response.get("usage")))
 
 
 def _slot_of_cause(cause: Any) -> str | None:
@@ -242,6 +309,7 @@ class OpenHandsReader:
 
     def close(self) -> None:
         if self._file_session is not None:
+            self._file_session.end_reply()
             self._file_session.feed.close()
             self._file_session = None
 
@@ -262,4 +330,5 @@ class OpenHandsReader:
                     session.event(line, item, f"history[{index}][{part}].")
             else:
                 session.event(line, event, f"history[{index}].")
+        session.end_reply()
         session.feed.close()

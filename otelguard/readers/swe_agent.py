@@ -22,6 +22,11 @@ When every step has its role so, each role's steps are a turn of their own (a ro
 conversation of its own), and a role's last step before the next role's, when its first line is one
 word that is not a command (``succeed``, ``fail``, ``plan``), is read under that word: the role
 handing the task on, not a shell command.
+
+Each step (each assistant entry of a function-calling history) is one model reply, its text the
+step's ``response``. A reply that ran nothing (an empty action, an assistant entry with no tool call)
+is one SWE-agent answered with its format error and asked again: a reply with an invalid tool call,
+unless it is the run's last (the reply the run ended on).
 """
 
 from __future__ import annotations
@@ -34,6 +39,7 @@ import orjson
 from otelguard.readers.events import EventSink, SessionKey, ToolCall
 from otelguard.readers.feed import SessionFeed, result_text, type_name
 from otelguard.readers.recorded_failures import editor_failed, swe_agent_step_failed
+from otelguard.readers.replies import reply_text
 
 __all__ = ["AGENT_COMMANDS", "SWE_AGENT", "SweAgentReader", "declared_commands", "is_swe_agent_trajectory"]
 
@@ -112,6 +118,10 @@ class SweAgentReader:
     def _history(self, line: int, history: list[Any], feed: SessionFeed) -> int:
         """Feed the history's calls and results; returns how many calls it made."""
         made = 0
+        last = max(
+            (i for i, e in enumerate(history) if isinstance(e, dict) and e.get("role") == "assistant"),
+            default=-1,
+        )
         for index, entry in enumerate(history):
             where = f"history[{index}]"
             if not isinstance(entry, dict):
@@ -122,7 +132,11 @@ class SweAgentReader:
             role = entry.get("role")
             if role == "assistant":
                 feed.tick()
-                made += self._calls(line, entry.get("tool_calls"), feed, where)
+                reply = feed.open_reply(line)
+                calls = self._calls(line, entry.get("tool_calls"), feed, where)
+                made += calls
+                invalid = 1 if calls == 0 and index != last else 0
+                feed.close_reply(reply, text=reply_text(entry.get("content")), invalid_tool_calls=invalid)
             elif role == "tool":
                 ids = entry.get("tool_call_ids", entry.get("tool_call_id"))
                 ids = [ids] if isinstance(ids, str) else ids
@@ -171,9 +185,14 @@ class SweAgentReader:
             if not isinstance(action, str):
                 feed.error(line, f"{where}.action is {type_name(action)}, expected a command; step skipped")
                 continue
-            if not action.strip():  # a reply with no command (SWE-agent asked again, or ended the run)
-                continue
             assert isinstance(step, dict)
+            if not action.strip():  # a reply with no command (SWE-agent asked again, or ended the run)
+                reply = feed.open_reply(line)
+                last = index == len(trajectory) - 1
+                feed.close_reply(
+                    reply, text=reply_text(step.get("response")), invalid_tool_calls=0 if last else 1
+                )
+                continue
             if action.strip() in HARNESS_EXITS:  # how the run ended, written by SWE-agent: not a call
                 continue
             if roles is not None:
@@ -181,12 +200,14 @@ class SweAgentReader:
                     feed.start_turn()  # another role takes over, with a conversation of its own
                 current_role = roles[index]
             feed.tick()
+            reply = feed.open_reply(line)
             slot = f"step {index + 1}"
             word = action.split()[0]
             tool = word if word in AGENT_COMMANDS or word in commands else SHELL
             if tool == SHELL and roles is not None and _hands_off(roles, index, action):
                 tool = word  # the role's answer to the system running the roles, not a shell command
             feed.add_call(ToolCall(None, tool, {"command": action}, line), slot)
+            feed.close_reply(reply, text=reply_text(step.get("response")))
             if "observation" in step:
                 observation = result_text(step["observation"])
                 feed.add_result(slot, observation, swe_agent_step_failed(tool, observation), line)

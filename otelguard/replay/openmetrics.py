@@ -28,7 +28,7 @@ from prometheus_client.registry import Collector
 
 from otelguard.config import TelemetrySettings
 from otelguard.readers.times import unix_text
-from otelguard.replay.timed import CALL, INTERNAL_ERROR, TURN, MarkedCall, counted_decisions
+from otelguard.replay.timed import CALL, INTERNAL_ERROR, MODEL, TURN, MarkedCall, counted_decisions
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.metrics import MetricFamilies, families_for
 
@@ -283,6 +283,7 @@ def touched_families(families: MetricFamilies) -> dict[str, tuple[Collector, ...
             families.delegations,
             families.delegation_depth,
         ),
+        "model": (families.model_calls, families.model_tokens),
         "decisions": (families.decisions, families.cap_hits, families.loop_signature_hits),
         "turn": (families.turns, families.turn_tool_calls, families.turn_cap_usage_ratio),
         "internal_error": (families.internal_errors,),
@@ -365,6 +366,15 @@ class Playback:
                 payload = payload.call
             self.observer.on_call_end(payload, None)
             touched.update(self.families["call"])
+            if counted_decisions(payload):
+                touched.update(self.families["decisions"])
+        elif kind == MODEL:
+            if isinstance(payload, MarkedCall):
+                if self.on_marked is not None:
+                    self.on_marked(time, payload)
+                payload = payload.call
+            self.observer.on_model_call(payload)
+            touched.update(self.families["model"])
             if counted_decisions(payload):
                 touched.update(self.families["decisions"])
         elif kind == TURN:

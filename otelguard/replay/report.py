@@ -1,6 +1,9 @@
 """The replay report: the data behind the JSON document (docs/replay.md) and the CLI's tables.
 
-It holds tool names, call ids, codes and counts only: never argument values, results or error texts.
+It holds tool names, call ids, codes and counts only: never argument values, results, error texts or
+the model's replies. A session whose transcript records the model's replies also counts them
+(``model_replies``, ``prevented_replies``, and its model decisions, which are in ``decisions`` too);
+a session without replies reads as it always did.
 """
 
 from __future__ import annotations
@@ -97,6 +100,11 @@ class SessionReport:
     warned_calls: list[CallRecord] = field(default_factory=list)
     in_progress: list[CallRecord] = field(default_factory=list)
     in_progress_total: int = 0
+    model_replies: int = 0
+    prevented_replies: int = 0
+    """Replies made after the turn had stopped (or that a model block refused): never asked for live."""
+    model_decisions: Counter[str] = field(default_factory=Counter)
+    """The model's decisions other than allow (``before_model``/``after_model``), by code."""
     first_reject_call: int | None = None
     """The session's first refused call (``reject``: it did not run, the turn went on), by its index in
     the session; a replay cannot show how the model would have answered the refusal."""
@@ -138,6 +146,12 @@ class SessionReport:
             "warned_calls": [call.to_json() for call in self.warned_calls],
             "in_progress": [call.to_json() for call in self.in_progress],
         }
+        if self.model_replies:
+            doc["model"] = {
+                "replies": self.model_replies,
+                "prevented": self.prevented_replies,
+                "decisions": dict(sorted(self.model_decisions.items())),
+            }
         if self.halts_total > len(self.halts):
             doc["halts_omitted"] = self.halts_total - len(self.halts)
         if self.warnings > len(self.warned_calls):
@@ -172,6 +186,9 @@ class _Totals:
     in_progress: int = 0
     decisions: Counter[str] = field(default_factory=Counter)
     cap_hits: Counter[str] = field(default_factory=Counter)
+    model_replies: int = 0
+    prevented_replies: int = 0
+    model_decisions: Counter[str] = field(default_factory=Counter)
 
     def add(self, session: SessionReport) -> None:
         self.sessions += 1
@@ -182,6 +199,9 @@ class _Totals:
         self.in_progress += session.in_progress_total
         self.decisions.update(session.decisions)
         self.cap_hits.update(session.cap_hits)
+        self.model_replies += session.model_replies
+        self.prevented_replies += session.prevented_replies
+        self.model_decisions.update(session.model_decisions)
 
 
 @dataclass(slots=True)
@@ -222,7 +242,7 @@ class ReplayReport:
 
     def totals(self) -> dict[str, Any]:
         totals = self._totals
-        return {
+        doc: dict[str, Any] = {
             "sessions": totals.sessions,
             "turns": totals.turns,
             "tool_calls": totals.tool_calls,
@@ -233,6 +253,13 @@ class ReplayReport:
             "cap_hits": dict(sorted(totals.cap_hits.items())),
             "errors": self.errors_total,
         }
+        if totals.model_replies:
+            doc["model"] = {
+                "replies": totals.model_replies,
+                "prevented": totals.prevented_replies,
+                "decisions": dict(sorted(totals.model_decisions.items())),
+            }
+        return doc
 
     def to_json(self) -> dict[str, Any]:
         """The replay document of docs/replay.md (plus ``cap_hits`` and error/halt overflow counts)."""

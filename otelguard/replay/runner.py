@@ -7,6 +7,12 @@ it to the guard (feeding them would only add ``turn_halted`` decisions and block
 no live run would have produced). A ``halt`` from ``after_call`` came after its call ran: that call
 is not prevented.
 
+A transcript that records the model's replies also drives ``before_model``/``after_model``, one
+each per reply, in their place among the calls: the model's decisions count in the session's
+``decisions``, and a model stop is a halt of tool ``model`` (its ``call`` is the number of calls the
+turn had made before it). A reply after the turn stopped would never have been asked for: it is
+counted in ``prevented_replies`` and not fed. Replies leave no text in the report.
+
 A subagent's own conversation (a Claude Code sidechain, read as the session ``<session>:<root>``)
 is replayed by a guard one level below its parent session's in the delegation tree, when the
 parent's guard is in one (a config with ``caps.tree``): the tree's caps hold across the parent and
@@ -24,7 +30,7 @@ from otelguard.core.observers import GuardObserver
 from otelguard.core.scripted import play_call
 from otelguard.hosting import TelemetryOption
 from otelguard.propagation import use_tree
-from otelguard.readers.events import SessionKey, ToolCall
+from otelguard.readers.events import ModelReply, SessionKey, ToolCall
 from otelguard.replay.report import (
     MAX_DETAILED_SESSIONS,
     CallRecord,
@@ -149,15 +155,41 @@ class ReplayRunner:
         played = play_call(session.guard, call)
         if played.after is None:  # refused at before_call: this call would not have run
             report.prevented_calls += 1
-        self._note(session, call, played.before)
+        self._note(session, played.before, call.call_id, call.tool_name)
         if played.after is None:  # refused before it ran
             self._mark(session, mark_for(played.before), call.tool_name, played.before.code)
             return
-        self._note(session, call, played.after)
+        self._note(session, played.after, call.call_id, call.tool_name)
         # the mark shows the call's notable decision: a warning at before_call is not lost to an allow
         shown = played.before if played.after.code == codes.ALLOW else played.after
         mark = mark_for(shown, cancelled=call.cancelled)
         self._mark(session, mark, call.tool_name, "cancelled" if mark == CANCELLED else shown.code)
+
+    def model_reply(self, key: SessionKey, reply: ModelReply) -> None:
+        session = self._session(key)
+        if not session.turn_open:  # a reply before any user message (a system-prompted agent)
+            self.start_turn(key)
+        report = session.report
+        report.model_replies += 1
+        if session.halted:
+            report.prevented_replies += 1
+            return
+        guard = session.guard
+        before = guard.before_model()
+        self._note(session, before, None, codes.MODEL_TOOL, model=True)
+        self._model_mark(session, before)
+        if not before.allows_execution:  # the model would not have been called
+            report.prevented_replies += 1
+            return
+        after = guard.after_model(
+            reply.text,
+            tool_calls=reply.tool_calls,
+            invalid_tool_calls=reply.invalid_tool_calls,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+        )
+        self._note(session, after, None, codes.MODEL_TOOL, model=True)
+        self._model_mark(session, after)
 
     def end_session(self, key: SessionKey) -> None:
         session = self._open.pop(key, None)
@@ -203,11 +235,27 @@ class ReplayRunner:
         if mark == STOPPED and session.halted and report.halts_total <= len(report.halts):
             marks.halt_here()
 
-    def _note(self, session: _Session, call: ToolCall, decision: Decision) -> bool:
+    def _model_mark(self, session: _Session, decision: Decision) -> None:
+        """A model decision other than allow is a mark of its own on the timeline (tool ``model``);
+        replies the guard let through leave none, so a timeline of calls reads as it always did."""
+        if decision.code != codes.ALLOW:
+            self._mark(session, mark_for(decision), codes.MODEL_TOOL, decision.code)
+
+    def _note(
+        self,
+        session: _Session,
+        decision: Decision,
+        call_id: str | None,
+        tool_name: str,
+        *,
+        model: bool = False,
+    ) -> bool:
         """Count a non-allow decision; record the turn's first block/halt. True when the turn halts."""
         if decision.code == codes.ALLOW:
             return False
         report = session.report
+        if model:
+            report.model_decisions[decision.code] += 1
         report.decisions[decision.code] += 1
         if decision.cap is not None and decision.code in codes.CAP_SCOPES:
             report.cap_hits[decision.cap] += 1
@@ -219,8 +267,8 @@ class ReplayRunner:
                 CallRecord(
                     report.turns,
                     session.call_in_turn,
-                    call.call_id,
-                    call.tool_name,
+                    call_id,
+                    tool_name,
                     decision.code,
                     report.tool_calls,
                 )
@@ -232,8 +280,8 @@ class ReplayRunner:
             HaltRecord(
                 turn=report.turns,
                 call=session.call_in_turn,
-                call_id=call.call_id,
-                tool_name=call.tool_name,
+                call_id=call_id,
+                tool_name=tool_name,
                 action=decision.action,
                 code=decision.code,
                 session_call=report.tool_calls,

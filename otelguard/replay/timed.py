@@ -4,7 +4,7 @@ The replay runs file by file and session by session, but a live exporter saw the
 file interleaved in time. ``TimedReplay`` wraps the ``ReplayRunner``: it follows each session's
 latest time (a call's time is its result's line, else its request's; a turn ends at the latest time
 of the turn) and points a ``Clock`` at it, so ``TimedEvents`` — the observer every guard of the
-replay reports to — stamps each call end, turn end and internal error with its transcript time and
+replay reports to — stamps each call end, model event, turn end and internal error with its transcript time and
 hands it to a ``TimeSortedSpill``. The spill sorts in bounded memory (sorted runs on disk, merged on
 the way out), so a history of any size is read back in time order.
 
@@ -24,8 +24,8 @@ from typing import IO, Any, Final
 
 from otelguard.config import GuardConfig, TelemetrySettings
 from otelguard.core.decisions import CAP_SCOPES, Decision, TurnSummary
-from otelguard.core.observers import CallEvent, GuardObserver
-from otelguard.readers.events import SessionKey, ToolCall
+from otelguard.core.observers import CallEvent, GuardObserver, ModelEvent
+from otelguard.readers.events import ModelReply, SessionKey, ToolCall
 from otelguard.readers.printable import printable
 from otelguard.readers.times import iso_utc
 from otelguard.replay.report import MAX_LISTED, ReplayReport
@@ -34,6 +34,7 @@ from otelguard.replay.runner import ReplayRunner
 __all__ = [
     "CALL",
     "INTERNAL_ERROR",
+    "MODEL",
     "TURN",
     "Clock",
     "TimeSortedSpill",
@@ -46,6 +47,7 @@ __all__ = [
 CALL: Final = 0
 TURN: Final = 1
 INTERNAL_ERROR: Final = 2
+MODEL: Final = 3
 RUN_RECORDS: Final = 20_000
 """Events held in memory before a sorted run goes to disk: the spill's memory bound."""
 MAX_PERIOD_SECONDS: Final = 31 * 86400
@@ -59,9 +61,11 @@ _BATCH: Final = 1000
 _CAP_CODES: Final = frozenset(CAP_SCOPES)
 
 
-def counted_decisions(call: CallEvent) -> tuple[Decision, ...]:
+def counted_decisions(call: CallEvent | ModelEvent) -> tuple[Decision, ...]:
     """The non-allow decisions a call reports, as telemetry counts them: a call that ran after a
-    non-allow ``before_call`` decision has two."""
+    non-allow ``before_call`` decision has two; a model event has its one."""
+    if isinstance(call, ModelEvent):
+        return () if call.decision.action == "allow" else (call.decision,)
     decision, before = call.decision, call.before
     both = before.action != "allow" and before is not decision and before != decision
     found = (before,) if both else ()
@@ -78,9 +82,10 @@ class Clock:
 
 @dataclass(frozen=True, slots=True)
 class MarkedCall:
-    """A call with a halt or a cap hit: kept with its session, for the backtest's report."""
+    """A call (or a model event) with a halt or a cap hit: kept with its session, for the backtest's
+    report."""
 
-    call: CallEvent
+    call: CallEvent | ModelEvent
     key: SessionKey
 
 
@@ -189,6 +194,15 @@ class TimedEvents(GuardObserver):
         marked = any(d.should_halt or d.code in _CAP_CODES for d in counted_decisions(call))
         self._keep(now, (CALL, MarkedCall(call, key) if marked else call))
 
+    def on_model_call(self, event: ModelEvent) -> None:
+        now, key = self.clock.now, self.clock.key
+        if now is None or key is None:
+            self.untimed_events += 1
+            return
+        decision = event.decision
+        marked = decision.should_halt or decision.code in _CAP_CODES
+        self._keep(now, (MODEL, MarkedCall(event, key) if marked else event))
+
     def on_turn_end(self, summary: TurnSummary) -> None:
         now = self.clock.now
         if now is None:
@@ -288,6 +302,16 @@ class TimedReplay:
             if times.last is None or call.time > times.last:
                 times.last = call.time
         self.runner.tool_call(key, call)
+
+    def model_reply(self, key: SessionKey, reply: ModelReply) -> None:
+        times = self._at(key)
+        times.events += 1
+        if reply.time is not None:
+            self.clock.now = reply.time
+            self._count_day(reply.time, key, reply.line)
+            if times.last is None or reply.time > times.last:
+                times.last = reply.time
+        self.runner.model_reply(key, reply)
 
     def _count_day(self, time: float, key: SessionKey, line: int | None) -> None:
         number = int(time // _DAY)

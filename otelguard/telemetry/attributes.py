@@ -24,6 +24,10 @@ TURN_HALT_CODE: Final = "otelguard.turn.halt_code"
 TURN_OUTCOME: Final = "otelguard.turn.outcome"
 DELEGATION_DEPTH: Final = "otelguard.delegation.depth"
 """On a turn span of an agent in a delegation tree: its depth (the root is 0)."""
+MODEL_TOOL_CALLS: Final = "otelguard.model.tool_calls"
+"""On a model call's span: the valid tool calls its reply asked for."""
+MODEL_INVALID_TOOL_CALLS: Final = "otelguard.model.invalid_tool_calls"
+"""On a model call's span: the tool calls of its reply the harness could not run."""
 STATE: Final = "otelguard.state"
 STATE_FALLBACK: Final = "fallback"
 """``otelguard.state`` of a call whose session caps were decided without the shared store."""
@@ -44,6 +48,8 @@ TURN_CAP_USAGE_RATIO: Final = "otelguard_turn_cap_usage_ratio"
 LOOP_SIGNATURE_HITS: Final = "otelguard_loop_signature_hits"
 DELEGATIONS: Final = "otelguard_delegations"
 DELEGATION_DEPTH_HISTOGRAM: Final = "otelguard_delegation_depth"
+MODEL_CALLS: Final = "otelguard_model_calls"
+MODEL_TOKENS: Final = "otelguard_model_tokens"
 INTERNAL_ERRORS: Final = "otelguard_internal_errors"
 BUILD_INFO: Final = "otelguard_build_info"
 STATE_ERRORS: Final = "otelguard_state_errors"
@@ -62,12 +68,18 @@ LABEL_SIGNATURE: Final = "signature"
 LABEL_STAGE: Final = "stage"
 LABEL_VERSION: Final = "version"
 LABEL_OP: Final = "op"
+LABEL_KIND: Final = "kind"
 
 TURN_TOOL_CALLS_BUCKETS: Final = (1, 2, 5, 10, 20, 50, 100, 200, 500, 1000)
 CAP_USAGE_BUCKETS: Final = (0.1, 0.25, 0.5, 0.75, 0.9, 1.0)
 DELEGATION_DEPTH_BUCKETS: Final = (0, 1, 2, 3, 4, 5, 6, 7, 8)
 DELEGATION_OUTCOMES: Final = ("started", "refused")
 """``outcome`` of ``otelguard_delegations_total``: the delegation ran, or a rule or the host refused it."""
+
+TOKEN_KINDS: Final = ("input", "output")
+"""``kind`` of ``otelguard_model_tokens_total``: the tokens a model read, and those it wrote."""
+MODEL_CAP: Final = "tokens"
+"""The ``cap`` of a token cap's hits (``otelguard_cap_hits_total{cap="tokens"}``)."""
 
 STAGES: Final = ("before_call", "after_call", "start_turn", "end_turn", "observer")
 """Guard stages that report internal errors; each has a series at 0 from the start."""

@@ -186,4 +186,5 @@ class GuardTelemetry(ObserverGroup, GuardObserver):
     on_call_start = ObserverGroup.call_started  # type: ignore[assignment]
     on_call_end = ObserverGroup.call_ended  # type: ignore[assignment]  # its token: the group's tokens
     on_turn_end = ObserverGroup.turn_ended
+    on_model_call = ObserverGroup.model_called
     on_internal_error = ObserverGroup.report

@@ -17,12 +17,19 @@ GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_TOKEN_TYPE: Final = "gen_ai.token.type"
+"""``input`` or ``output``: the attribute the conventions' token metrics split by."""
 ERROR_TYPE: Final = "error.type"
 """The general OpenTelemetry attribute the GenAI spans and metrics use for a failure's kind."""
 
 # ``gen_ai.operation.name`` values (and span name prefixes)
 OP_EXECUTE_TOOL: Final = "execute_tool"
 OP_INVOKE_AGENT: Final = "invoke_agent"
+MODEL_OPERATIONS: Final = frozenset(("chat", "text_completion", "generate_content"))
+"""The operations of a span around one model call (a GenAI ``chat`` span and its kin): the spans
+otelguard annotates with a model event."""
 
 # metrics
 EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"

@@ -184,6 +184,18 @@ class MetricFamilies:
             buckets=attr.DELEGATION_DEPTH_BUCKETS,
             registry=registry,
         )
+        self.model_calls = Counter(
+            attr.MODEL_CALLS,
+            "Model replies by what they asked for: valid tool calls, an invalid one only, or none.",
+            (attr.LABEL_AGENT, attr.LABEL_OUTCOME),
+            registry=registry,
+        )
+        self.model_tokens = Counter(
+            attr.MODEL_TOKENS,
+            "Tokens of model calls as the provider reported them, input and output.",
+            (attr.LABEL_AGENT, attr.LABEL_KIND),
+            registry=registry,
+        )
         self.internal_errors = Counter(
             attr.INTERNAL_ERRORS,
             "Internal guard errors (the call was allowed).",
@@ -222,6 +234,8 @@ _BOUNDED_FAMILIES: Final = (
     "turn_cap_usage_ratio",
     "delegations",
     "delegation_depth",
+    "model_calls",
+    "model_tokens",
 )
 """Families labelled by host-chosen values; the signature family has its own (smaller) bound."""
 
@@ -384,6 +398,12 @@ class LabelSpace:
 
     def delegations(self, agent: str, outcome: str) -> Any:
         return self._child("delegations", (self.agent,), (agent,), (outcome,))
+
+    def model_calls(self, agent: str, outcome: str) -> Any:
+        return self._child("model_calls", (self.agent,), (agent,), (outcome,))
+
+    def model_tokens(self, agent: str, kind: str) -> Any:
+        return self._child("model_tokens", (self.agent,), (agent,), (kind,))
 
     def cap_usage(self, agent: str, cap: str) -> Any:
         return self._child("turn_cap_usage_ratio", (self.agent, self.cap), (agent, cap), ())

@@ -17,18 +17,31 @@ from typing import Final
 
 from opentelemetry.metrics import Counter, Histogram, Meter
 
-from otelguard.core.decisions import Decision, TurnSummary
-from otelguard.core.observers import CallEvent, GuardObserver
+from otelguard.core.decisions import MODEL_OUTCOMES, MODEL_TOOL, Decision, TurnSummary
+from otelguard.core.observers import CallEvent, GuardObserver, ModelEvent
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry import genai
 from otelguard.telemetry.metrics import LabelBound, LabelSpace, SeriesBound
 from otelguard.telemetry.names import call_error_type, counts_before
 
-__all__ = ["DECISIONS", "TOOL_CALLS", "TURNS", "OtelInstruments", "OtelMetricsTelemetry", "OtelSpace"]
+__all__ = [
+    "DECISIONS",
+    "MODEL_CALLS",
+    "MODEL_TOKENS",
+    "TOOL_CALLS",
+    "TURNS",
+    "OtelInstruments",
+    "OtelMetricsTelemetry",
+    "OtelSpace",
+]
 
 DECISIONS: Final = "otelguard.decisions"
 TOOL_CALLS: Final = "otelguard.tool_calls"
 TURNS: Final = "otelguard.turns"
+MODEL_CALLS: Final = "otelguard.model_calls"
+MODEL_TOKENS: Final = "otelguard.model_tokens"
+"""otelguard's own name, not the conventions' ``gen_ai.client.token.usage``: that histogram belongs
+to the model client's instrumentation, and the same tokens under its name would count twice."""
 
 _RAN: Final = frozenset(("ok", "failed"))
 _NONE: Final = ""
@@ -38,7 +51,7 @@ Attributes = Mapping[str, str]
 
 
 class OtelInstruments:
-    """The five instruments of one ``Telemetry``, created on the first guard that turns them on."""
+    """The seven instruments of one ``Telemetry``, created on the first guard that turns them on."""
 
     def __init__(self, meter: Meter) -> None:
         self.decisions: Counter = meter.create_counter(
@@ -49,6 +62,12 @@ class OtelInstruments:
         )
         self.turns: Counter = meter.create_counter(
             TURNS, unit="{turn}", description="Guarded turns, by outcome."
+        )
+        self.model_calls: Counter = meter.create_counter(
+            MODEL_CALLS, unit="{call}", description="Model replies, by what they asked for."
+        )
+        self.model_tokens: Counter = meter.create_counter(
+            MODEL_TOKENS, unit="{token}", description="Tokens of model calls as the provider reported them."
         )
         self.duration: Histogram = meter.create_histogram(
             genai.EXECUTE_TOOL_DURATION,
@@ -75,7 +94,16 @@ class OtelSpace:
         self.instruments = instruments
         self._space = space
         self._series = {
-            name: SeriesBound() for name in ("decisions", "tool_calls", "turns", "duration", "agent")
+            name: SeriesBound()
+            for name in (
+                "decisions",
+                "tool_calls",
+                "turns",
+                "duration",
+                "agent",
+                "model_calls",
+                "model_tokens",
+            )
         }
         self._cache: dict[tuple[str, ...], Attributes] = {}
         self._lock = threading.Lock()
@@ -120,6 +148,30 @@ class OtelSpace:
         self.instruments.turn_tool_calls.record(
             summary.tool_calls, self._attributes("agent", (genai.GEN_AI_AGENT_NAME,), bounds, (agent,), ())
         )
+
+    def model_called(self, event: ModelEvent) -> None:
+        """Count a reply by what it asked for, its tokens by type, and a non-allow decision under
+        ``gen_ai.tool.name`` ``model``, as ``otelguard_model_*`` and ``otelguard_decisions`` do."""
+        agent = _name(event.agent)
+        bounds = (self._space.agent,)
+        if event.outcome in MODEL_OUTCOMES:
+            self.instruments.model_calls.add(
+                1,
+                self._attributes(
+                    "model_calls", (genai.GEN_AI_AGENT_NAME, attr.OUTCOME), bounds, (agent,), (event.outcome,)
+                ),
+            )
+            for kind, tokens in zip(attr.TOKEN_KINDS, (event.input_tokens, event.output_tokens), strict=True):
+                if type(tokens) is int and tokens > 0:
+                    self.instruments.model_tokens.add(
+                        tokens,
+                        self._attributes(
+                            "model_tokens", (genai.GEN_AI_AGENT_NAME, genai.GEN_AI_TOKEN_TYPE), bounds,
+                            (agent,), (kind,),
+                        ),
+                    )  # fmt: skip
+        if event.decision.action != "allow":
+            self._count_decision(agent, MODEL_TOOL, event.decision)
 
     def _count_decision(self, agent: str, tool: str, decision: Decision) -> None:
         self.instruments.decisions.add(
@@ -176,3 +228,6 @@ class OtelMetricsTelemetry(GuardObserver):
 
     def on_turn_end(self, summary: TurnSummary) -> None:
         self._otel.turn_ended(summary)
+
+    def on_model_call(self, event: ModelEvent) -> None:
+        self._otel.model_called(event)

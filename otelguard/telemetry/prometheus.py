@@ -1,9 +1,9 @@
-"""The Prometheus metrics of one guard (docs/telemetry.md): calls, decisions, turns, cap hits, looping
-signatures, delegations and internal errors, within the label bounds of its ``LabelSpace``; one
+"""The Prometheus metrics of one guard (docs/telemetry.md): calls, model calls and their tokens,
+decisions, turns, cap hits, looping signatures, delegations and internal errors, within the label bounds of its ``LabelSpace``; one
 observer of the guard's ``ObserverGroup``.
 
 A decision's exemplar is the span the spans observer (which runs before this one in the group) made
-for its call; ``exemplars`` is how this observer asks for it (``None``: the guard has no spans).
+for its call, or the model call's span it annotated; ``exemplars`` is how this observer asks for it (``None``: the guard has no spans).
 """
 
 from __future__ import annotations
@@ -16,11 +16,14 @@ from otelguard.config.telemetry import TelemetrySettings
 from otelguard.core.decisions import (
     CAP_SCOPES,
     LOOP_CODES,
+    MODEL_OUTCOMES,
+    MODEL_TOOL,
     TURN_OUTCOMES,
     Decision,
+    Signature,
     TurnSummary,
 )
-from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
+from otelguard.core.observers import CallEvent, GuardObserver, ModelEvent, TurnInfo
 from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry.metrics import LabelSpace
@@ -47,7 +50,7 @@ class PrometheusTelemetry(GuardObserver):
         space: LabelSpace,
         settings: TelemetrySettings,
         caps: tuple[tuple[str, str], ...] = (),
-        exemplars: Callable[[CallEvent], Exemplar] | None = None,
+        exemplars: Callable[[CallEvent | ModelEvent], Exemplar] | None = None,
     ) -> None:
         self._space = space
         self._caps = caps
@@ -57,6 +60,8 @@ class PrometheusTelemetry(GuardObserver):
         self._primed: str | None = None
         """The agent whose alerting series were last created (priming again is harmless, so one
         name is memory enough: a guard mostly serves one agent)."""
+        self._model_primed: str | None = None
+        """The agent whose model-call series were last created (at its first model event)."""
         self.unkeyed = False
         """Whether the guard's hashes come from a random key (see ``Telemetry.bind``)."""
 
@@ -109,29 +114,69 @@ class PrometheusTelemetry(GuardObserver):
             return
         try:
             exemplar = self._exemplars(call) if self._exemplars is not None else None
+            agent, tool = exported(call.agent), exported(call.tool_name)
             if before_counts:
-                self._record_decision(call, before, exemplar)
+                self._record_decision(agent, tool, before, before.signature or call.signature, exemplar)
             if decision.action != "allow":
-                self._record_decision(call, decision, exemplar)
+                self._record_decision(agent, tool, decision, decision.signature or call.signature, exemplar)
         except Exception as exc:
             self._step_failed("on_call_end", exc)
 
-    def _record_decision(self, call: CallEvent, decision: Decision, exemplar: Exemplar) -> None:
+    def on_model_call(self, event: ModelEvent) -> None:
+        """A model call's reply counted by what it asked for (at ``after_model``: ``outcome`` set), its
+        tokens by kind, and a non-allow decision under tool ``model``, as a call's would be."""
+        agent = exported(event.agent)
+        if agent != self._model_primed:
+            self._prime_model(agent)
         space = self._space
-        agent, tool = exported(call.agent), exported(call.tool_name)
+        try:
+            if event.outcome in MODEL_OUTCOMES:
+                space.model_calls(agent, event.outcome).inc()
+                for kind, tokens in zip(
+                    attr.TOKEN_KINDS, (event.input_tokens, event.output_tokens), strict=True
+                ):
+                    if type(tokens) is int and tokens > 0:  # unreported (None) charges nothing
+                        space.model_tokens(agent, kind).inc(tokens)
+        except Exception as exc:
+            self._step_failed("on_model_call", exc)
+        decision = event.decision
+        if decision.action == "allow":
+            return
+        try:
+            exemplar = self._exemplars(event) if self._exemplars is not None else None
+            # no looping signature: what identifies a reply is a fingerprint of its text, never exported
+            self._record_decision(agent, MODEL_TOOL, decision, None, exemplar)
+        except Exception as exc:
+            self._step_failed("on_model_call", exc)
+
+    def _record_decision(
+        self, agent: str, tool: str, decision: Decision, signature: Signature | None, exemplar: Exemplar
+    ) -> None:
+        space = self._space
         space.decisions(agent, tool, decision.action, decision.code).inc(1, exemplar)
         scope = CAP_SCOPES.get(decision.code)
         if scope is not None:
-            space.cap_hits(agent, exported(decision.cap or call.tool_name), scope).inc(1, exemplar)
-        elif decision.code in LOOP_CODES and decision.action in _LOOP_ACTIONS:
+            space.cap_hits(agent, exported(decision.cap or tool), scope).inc(1, exemplar)
+        elif decision.code in LOOP_CODES and decision.action in _LOOP_ACTIONS and signature is not None:
             if self.unkeyed:
                 self.unkeyed = False  # checked once per guard; said once per process
                 if claim_random_key_note():
                     logger.warning("otelguard: %s", RANDOM_KEY_NOTE)
-            signature = decision.signature or call.signature
             space.signature_hit(
                 agent, tool, decision.code, signature.args_hash, self._max_signature_series, exemplar
             )
+
+    def _prime_model(self, agent: str) -> None:
+        """Create at 0 the model-call series of an agent at its first model event: a guard that never
+        hears of a model call exports none of them."""
+        try:
+            for outcome in MODEL_OUTCOMES:
+                self._space.model_calls(agent, outcome)
+            for kind in attr.TOKEN_KINDS:
+                self._space.model_tokens(agent, kind)
+        except Exception as exc:
+            self._step_failed("prime", exc)
+        self._model_primed = agent
 
     def _prime(self, agent: object) -> None:
         """Create at 0 the series of a newly seen agent that alerts and panels rate (``prime_agent``),

@@ -18,10 +18,11 @@ from opentelemetry.trace import NonRecordingSpan, Span, SpanContext, SpanKind, S
 from otelguard.config.telemetry import TelemetrySettings
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision, TurnSummary
-from otelguard.core.observers import CallEvent, GuardObserver, TurnInfo
+from otelguard.core.observers import CallEvent, GuardObserver, ModelEvent, TurnInfo
 from otelguard.core.signatures import RANDOM_KEY_NOTE, claim_random_key_note
 from otelguard.telemetry import attributes as attr
 from otelguard.telemetry import genai
+from otelguard.telemetry.model_spans import model_attributes, model_span
 from otelguard.telemetry.names import call_error_type, clip, plain
 from otelguard.telemetry.tallies import Exemplar
 
@@ -192,13 +193,23 @@ class SpanTelemetry(GuardObserver):
         if self._every_call_spans or (counted and self._mode == "decisions") or type(token) is _OwnSpan:
             exemplar = self._span_work(call, call.outcome or "ok", counted, before_counts, token)
             if exemplar is not None:  # only a counted call has one
-                if len(self._exemplars) >= _MAX_PENDING_EXEMPLARS:
-                    self._exemplars.clear()  # never taken: the Prometheus observer was replaced
-                self._exemplars[id(call)] = exemplar
+                _hand_over(self._exemplars, call, exemplar)
 
-    def exemplar(self, call: CallEvent) -> Exemplar:
-        """The span of ``call``'s decisions (``None``: none recording), taken once, by the observer
-        that counts them."""
+    def on_model_call(self, event: ModelEvent) -> None:
+        """The model call's own span (a recording GenAI ``chat`` span, current now) is annotated."""
+        span = model_span()
+        if span is None:
+            return
+        span.set_attributes(model_attributes(event))
+        decision = event.decision
+        if decision.action != "allow":
+            span.add_event(attr.DECISION_EVENT, _event_attributes(decision))
+            span.add_event(genai.EVALUATION_RESULT, _evaluation_attributes(decision))
+            _hand_over(self._exemplars, event, span.get_span_context())
+
+    def exemplar(self, call: CallEvent | ModelEvent) -> Exemplar:
+        """The span of the decisions of ``call`` (or of a model event; ``None``: none recording),
+        taken once, by the observer that counts them."""
         return self._exemplars.pop(id(call), None) if self._exemplars else None
 
     def _span_work(
@@ -308,6 +319,13 @@ class SpanTelemetry(GuardObserver):
         ):
             return trace.set_span_in_context(turn_span)
         return context
+
+
+def _hand_over(exemplars: dict[int, SpanContext], event: CallEvent | ModelEvent, span: SpanContext) -> None:
+    """Keep ``span`` as the exemplar of ``event``'s decisions until the Prometheus observer takes it."""
+    if len(exemplars) >= _MAX_PENDING_EXEMPLARS:
+        exemplars.clear()  # never taken: the Prometheus observer was replaced
+    exemplars[id(event)] = span
 
 
 def _start_attributes(call: CallEvent, tool_name: str) -> dict[str, Any]:

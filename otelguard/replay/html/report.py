@@ -146,6 +146,13 @@ def _totals(totals: dict[str, object]) -> str:
     cells = "".join(
         f'<div data-total="{key}"><dt>{label}</dt><dd>{esc(totals[key])}</dd></div>' for key, label in labels
     )
+    model = totals.get("model")
+    if isinstance(model, dict):  # the transcripts recorded the model's replies
+        cells += (
+            f'<div data-total="model_replies"><dt>model replies</dt><dd>{esc(model["replies"])}</dd></div>'
+            f'<div data-total="prevented_replies"><dt>replies that would not have been asked for</dt>'
+            f"<dd>{esc(model['prevented'])}</dd></div>"
+        )
     return f'<h2 id="totals-title">Totals</h2><dl class="totals" id="totals">{cells}</dl>'
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Final
 
+from otelguard.core.decisions import MODEL_TOOL
 from otelguard.replay.html.parts import esc, shown, shown_path, table
 from otelguard.replay.report import SessionReport
 from otelguard.replay.timeline import CLASS_MASK, MARK_CLASSES, TURN_START, SessionMarks, warning_count
@@ -123,17 +124,22 @@ def _marks(marks: SessionMarks, xs: list[int]) -> str:
     """One path per mark, each with its hover text: which call(s), the turn, the tool and the code."""
     per_mark = marks.calls_per_mark
     turn = turn_start = 0
+    models = turn_models = 0  # marks of model decisions so far (in the session, in the turn): not calls
     parts = []
     for column, mark in enumerate(marks.marks):
         if mark & TURN_START or column == 0:
             turn += 1
-            turn_start = column
+            turn_start, turn_models = column, 0
         value = mark & CLASS_MASK
         top, height = MARK_SHAPE[value]
         tool, code = marks.name(column)
         named = " · ".join(esc(part) for part in (tool, code) if part)
-        if per_mark == 1:
-            where = f"session call {column + 1} · turn {turn}, call {column - turn_start + 1}"
+        if per_mark == 1 and tool == MODEL_TOOL:
+            models, turn_models = models + 1, turn_models + 1
+            where = f"model reply after session call {column + 1 - models} · turn {turn}"
+        elif per_mark == 1:
+            call = column - turn_start - turn_models + 1
+            where = f"session call {column + 1 - models} · turn {turn}, call {call}"
         else:
             first = column * per_mark + 1
             where = f"session calls {first}–{min(first + per_mark - 1, marks.calls)}, the most severe"
