@@ -27,6 +27,7 @@ from otelguard.core.decisions import Decision
 from otelguard.core.scripted import ScriptedCall, play_call
 from otelguard.hosting import Guard, TelemetryOption
 from otelguard.propagation import use_tree
+from otelguard.telemetry.genai import GEN_AI_OPERATION_NAME, GEN_AI_REQUEST_MODEL
 
 __all__ = [
     "AGENT_NAMES",
@@ -380,7 +381,7 @@ class SimulatedAgent:
         turn goes on (``False``: the call was blocked, or the reply halted the turn)."""
         # a context that grows by 40,000 tokens a reply, or an ordinary one
         usage = (40_000 * (number + 1), 300) if scenario == TOKENS_SCENARIO else (800 + 40 * number, 120)
-        attributes = {"gen_ai.operation.name": "chat", "gen_ai.request.model": MODEL}
+        attributes = {GEN_AI_OPERATION_NAME: "chat", GEN_AI_REQUEST_MODEL: MODEL}
         with self.tracer.start_as_current_span(f"chat {MODEL}", attributes=attributes):
             before = guard.before_model()
             if before.action != "allow":

@@ -14,6 +14,7 @@ CONVENTIONS_VERSION: Final = "semantic-conventions-genai v0.1.0"
 
 # attributes
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
 GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
 GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
 GEN_AI_AGENT_NAME: Final = "gen_ai.agent.name"
