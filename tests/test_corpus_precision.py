@@ -159,10 +159,11 @@ STUCK_FLOORS: Final = {
     "swe-agent-multi-swe-bench-java": (0.11, 0.16),
     "tau-bench-agentverify-retail": (0.25, 0.25),
     "tau-bench-apollo-gpt-4o-mini": (0.85, 0.89),
-    "tau-bench-asteroid-supervised-retail": (0.018, 0.018),
+    "tau-bench-asteroid-supervised-retail": (0.075, 0.075),
     "tau-bench-gpt-4o-airline": (0.0, 0.20),
     "tau-bench-libgen-iterations": (0.55, 0.79),
     "tau-bench-llama-3.1-8b-airline": (0.20, 0.20),
+    "tau2-bench-grok-airline": (1.0, 1.0),
     "tau2-bench-leaderboard": (0.83, 0.83),
     "tau2-bench-sierra-experiments": (0.85, 1.0),
 }
