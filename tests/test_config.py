@@ -42,7 +42,7 @@ DEFAULT_HARD_STOP_AFTER = {
     "cross_turn_failure": 7,
     "stagnation": 12,
     "unchanged_check": 5,
-    "no_action": 8,
+    "no_action": 12,
     "repeated_reply": 5,
 }
 DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]

@@ -43,6 +43,7 @@ from benchmarks.corpus_precision import (
 )
 from benchmarks.run_records import RunRecord, run_records
 from otelguard import GuardConfig
+from otelguard.readers.events import ModelReply
 from otelguard.replay import ReplayRunner, SessionKey, ToolCall
 
 MAX_WARNINGS_PER_1000 = 5.0
@@ -158,10 +159,11 @@ STUCK_FLOORS: Final = {
     "swe-agent-multi-swe-bench-java": (0.11, 0.16),
     "tau-bench-agentverify-retail": (0.25, 0.25),
     "tau-bench-apollo-gpt-4o-mini": (0.85, 0.89),
-    "tau-bench-asteroid-supervised-retail": (0.018, 0.018),
+    "tau-bench-asteroid-supervised-retail": (0.075, 0.075),
     "tau-bench-gpt-4o-airline": (0.0, 0.20),
     "tau-bench-libgen-iterations": (0.55, 0.79),
     "tau-bench-llama-3.1-8b-airline": (0.20, 0.20),
+    "tau2-bench-grok-airline": (1.0, 1.0),
     "tau2-bench-leaderboard": (0.83, 0.83),
     "tau2-bench-sierra-experiments": (0.85, 1.0),
 }
@@ -476,3 +478,42 @@ def test_a_shell_command_writes_when_its_text_shows_it() -> None:
     reads = ["ls -la > /dev/null 2>&1", "grep -rn 'a > b' .", "git diff", "sed -n 1,20p a.py | grep -i x"]
     assert [shell_writes(c) for c in writes] == [True] * 4
     assert [shell_writes(c) for c in reads] == [False] * 4
+
+
+def _replay_a_model_stop(solved: bool) -> SourceResult:
+    """One run, not at its limit: a write, then replies the harness could not run until the model's
+    stop, then one more write (it would never have run)."""
+    guard_config = GuardConfig.from_mapping(
+        {**CONFIG, "warn_after": {"no_action": 2}, "hard_stop_after": {"no_action": 3}}
+    )
+    runner = StreakRunner(guard_config)
+    positions = Positions(runner)
+    key = SessionKey("run.json", "s")
+    positions.begin_session(key)
+    positions.start_turn(key)
+    for index in range(2):
+        positions.model_reply(key, ModelReply(1, tool_calls=1))
+        call = ToolCall(
+            f"c{index}", "write_file", {"path": "a"}, 1, result="ok", failed=False, has_result=True
+        )
+        positions.tool_call(key, call)
+        if index == 0:
+            for text in ("first try", "second attempt here", "a third one"):
+                positions.model_reply(key, ModelReply(1, text=text, invalid_tool_calls=1))
+    positions.end_session(key)
+    record = {("run.json", None): RunRecord(calls=2, at_limit=False)}
+    return score_report(
+        "source", runner.finish(), {"run.json": solved}, record, positions, runner.streaks, runner.changes
+    )
+
+
+def test_a_model_stop_is_scored_like_a_tool_stop() -> None:
+    """The model's stop comes after the run's first call: it is placed there, the write after it is
+    a change lost, so in a solved run it is harmful; its warning is a warned streak."""
+    result = _replay_a_model_stop(solved=True)
+    [halt] = result.harmful_halts
+    assert (halt.tool, halt.code, halt.call, halt.changes_lost) == ("model", "no_action_halt", 1, 1)
+    doc = result.to_json()
+    assert (doc["model_replies"], doc["model_halted_runs"], doc["harmful_model_halts"]) == (5, 1, 1)
+    assert result.decisions["no_action_warn"] == 1
+    assert result.streaks == 1

@@ -46,12 +46,12 @@ def test_invalid_calls_count_at_once_and_warn_from_the_third() -> None:
     assert "6 model replies in a row" in warn.message
 
 
-def test_no_action_halts_at_eight_with_hard_stop() -> None:
+def test_no_action_halts_at_twelve_with_hard_stop() -> None:
     guard = Guard(GuardConfig(mode="unattended"))
-    seen = [guard.after_model(text, invalid_tool_calls=1) for text in _distinct(8)]
-    assert [d.code for d in seen][2:7] == ["no_action_warn"] * 5
-    halt = seen[7]
-    assert (halt.action, halt.code, halt.count, halt.limit) == ("halt", "no_action_halt", 8, 8)
+    seen = [guard.after_model(text, invalid_tool_calls=1) for text in _distinct(12)]
+    assert [d.code for d in seen][2:11] == ["no_action_warn"] * 9
+    halt = seen[11]
+    assert (halt.action, halt.code, halt.count, halt.limit) == ("halt", "no_action_halt", 12, 12)
     assert guard.halt_decision == halt
     assert guard.before_model().code == "turn_halted"
     assert guard.before_call("read_file", {"path": "a"}).code == "turn_halted"
@@ -65,8 +65,8 @@ def test_without_hard_stop_no_action_only_warns() -> None:
 
 def test_warnings_off_silences_the_warnings_only() -> None:
     guard = Guard(GuardConfig(mode="unattended", warnings=False))
-    seen = [guard.after_model(text, invalid_tool_calls=1).code for text in _distinct(8)]
-    assert seen == ["allow"] * 7 + ["no_action_halt"]
+    seen = [guard.after_model(text, invalid_tool_calls=1).code for text in _distinct(12)]
+    assert seen == ["allow"] * 11 + ["no_action_halt"]
 
 
 def test_the_thresholds_are_config() -> None:
@@ -92,11 +92,11 @@ def test_a_reply_that_calls_nothing_is_counted_only_when_the_model_is_called_aga
     assert (warn.action, warn.code, warn.count) == ("warn", "no_action_warn", 4)
 
 
-def test_the_request_after_the_eighth_such_reply_is_refused() -> None:
+def test_the_request_after_the_twelfth_such_reply_is_refused() -> None:
     guard = Guard(GuardConfig(mode="unattended"))
-    assert {code for pair in _replies(guard, _distinct(8)) for code in pair} == {"allow", "no_action_warn"}
-    halt = guard.before_model()  # counts the eighth reply: the model is not called again
-    assert (halt.action, halt.code, halt.count, halt.limit) == ("halt", "no_action_halt", 8, 8)
+    assert {code for pair in _replies(guard, _distinct(12)) for code in pair} == {"allow", "no_action_warn"}
+    halt = guard.before_model()  # counts the twelfth reply: the model is not called again
+    assert (halt.action, halt.code, halt.count, halt.limit) == ("halt", "no_action_halt", 12, 12)
     assert halt.should_halt and guard.halt_decision == halt
     assert guard.before_model().code == "turn_halted"
 
@@ -213,8 +213,8 @@ def test_replies_without_words_are_not_repeats(blank: Any) -> None:
     """A reply whose content is only its invalid calls (an empty text) says nothing twice: only
     ``no_action`` counts it."""
     guard = Guard(GuardConfig(mode="unattended"))
-    seen = [guard.after_model(blank, invalid_tool_calls=1).code for _ in range(8)]
-    assert seen == ["allow", "allow"] + ["no_action_warn"] * 5 + ["no_action_halt"]
+    seen = [guard.after_model(blank, invalid_tool_calls=1).code for _ in range(12)]
+    assert seen == ["allow", "allow"] + ["no_action_warn"] * 9 + ["no_action_halt"]
 
 
 def test_a_chanting_reply_is_a_repeated_reply_at_once() -> None:

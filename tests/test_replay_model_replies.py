@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from otelguard.readers.events import ModelReply
+from otelguard.readers.replies import MAX_REPLY_CHARS
 from otelguard.replay import SessionKey, ToolCall, replay_inputs
 
 
@@ -289,3 +290,42 @@ def test_codex_rollout_replies_with_their_token_counts() -> None:
         *[("reply", 1, 0, 10, 10), ("call", "Bash")] * 8,
         ("reply", 0, 0, 10, 10),
     ]
+
+
+def test_swe_agent_function_calling_history_replies(tmp_path: Path) -> None:
+    """With a function-calling history, an assistant entry without a tool call was answered with
+    SWE-agent's format error (an invalid call), unless it is the last."""
+
+    def call(call_id: str) -> dict[str, Any]:
+        function = {"name": "bash", "arguments": json.dumps({"command": "ls"})}
+        return {"id": call_id, "type": "function", "function": function}
+
+    history = [
+        {"role": "system", "content": "You are a helpful assistant."},
+        {"role": "user", "content": "Fix the bug."},
+        {"role": "assistant", "content": "Looking.", "tool_calls": [call("c1")]},
+        {"role": "tool", "content": "a b", "tool_call_ids": ["c1"]},
+        {"role": "assistant", "content": "I forgot to call a tool."},
+        {"role": "user", "content": "Your last output did not use any tool calls!"},
+        {"role": "assistant", "content": "Again.", "tool_calls": [call("c2")]},
+        {"role": "tool", "content": "a b", "tool_call_ids": ["c2"]},
+        {"role": "assistant", "content": "All done."},
+    ]
+    sink = read(tmp_path, "run.traj", json.dumps({"history": history, "trajectory": []}, indent=2))
+    assert sink.events == [
+        ("turn",),
+        ("reply", 1, 0, None, None),
+        ("call", "bash"),
+        ("reply", 0, 1, None, None),
+        ("reply", 1, 0, None, None),
+        ("call", "bash"),
+        ("reply", 0, 0, None, None),
+    ]
+
+
+def test_a_huge_reply_reaches_the_guard_bounded(tmp_path: Path) -> None:
+    chant = "I will now call the tool. " * 100_000  # 2.6 MB of one passage
+    records = [{"role": "user", "content": "go"}, {"role": "assistant", "content": chant}]
+    sink = read(tmp_path, "chat.jsonl", lines(records))
+    [text] = sink.texts
+    assert text is not None and len(text) == MAX_REPLY_CHARS and chant.startswith(text)

@@ -61,7 +61,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cross_turn_failure": 7,
         "stagnation": 12,
         "unchanged_check": 5,
-        "no_action": 8,
+        "no_action": 12,
         "repeated_reply": 5,
     }
 )
