@@ -21,6 +21,7 @@ __all__ = [
     "DEFAULT_POLL_TOOLS",
     "DEFAULT_READ_TOOLS",
     "DEFAULT_REJECTS_BEFORE_STOP",
+    "DEFAULT_SEARCH_TOOLS",
     "DEFAULT_SHELL_TOOLS",
     "DEFAULT_SPAWN_TOOLS",
     "DEFAULT_TOOL_GROUPS",
@@ -45,6 +46,7 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cross_turn_failure": 4,
         "stagnation": 11,
         "unchanged_check": 5,
+        "reworded_query": 2,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -59,6 +61,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cross_turn_failure": 7,
         "stagnation": 12,
         "unchanged_check": 5,
+        "reworded_query": 2,
     }
 )
 # How many times one repeated call is refused before sending it again stops the turn. A refused call
@@ -112,6 +115,14 @@ DEFAULT_POLL_TOOLS: Final = (
 )  # fmt: skip
 DEFAULT_FAILURE_TOLERANT: Final = ("terminal", "execute_code", "process")
 
+# Search-like tools besides the `web_search` group (which a config extends with its own search tools):
+# the reworded_query detector reads their query and judges what their results bring. The ReAct
+# agents' knowledge-base actions, and the common names of web and encyclopedia searches.
+DEFAULT_SEARCH_TOOLS: Final = (
+    "Search", "search", "Lookup", "lookup", "search_web", "google_search", "bing_search",
+    "duckduckgo_search", "tavily_search", "brave_search", "wikipedia", "wikipedia_search",
+    "search_wikipedia", "wiki_search",
+)  # fmt: skip
 DEFAULT_TOOL_GROUPS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
     {
         "web_search": ("web_search", "WebSearch", "*web_search*"),

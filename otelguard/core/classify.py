@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from otelguard.config.defaults import DEFAULT_SEARCH_TOOLS
 from otelguard.core.decisions import ToolClass
 
 if TYPE_CHECKING:
@@ -38,7 +39,7 @@ class NamePatterns:
 
 class ToolFacts:
     """What the config says about one tool name: its class, its caps, whether it spawns subagents,
-    which of its arguments are cosmetic."""
+    which of its arguments are cosmetic, whether it is search-like."""
 
     __slots__ = (
         "caps_session",
@@ -46,6 +47,7 @@ class ToolFacts:
         "caps_turn",
         "failure_tolerant",
         "ignored_args",
+        "search",
         "spawn_arg",
         "tool_class",
     )
@@ -59,6 +61,7 @@ class ToolFacts:
         spawn_arg: str | bool | None,
         ignored_args: frozenset[str] = frozenset(),
         caps_tree: tuple[tuple[str, int], ...] = (),
+        search: bool = False,
     ) -> None:
         self.tool_class = tool_class
         self.failure_tolerant = failure_tolerant
@@ -67,6 +70,7 @@ class ToolFacts:
         self.spawn_arg = spawn_arg  # False: not a spawn tool; None: always one; str: batch argument
         self.ignored_args = ignored_args  # top-level argument keys left out of the signature
         self.caps_tree = caps_tree  # counted across the delegation tree (only for a guard in one)
+        self.search = search  # its query and results are judged by reworded_query
 
 
 class ToolCatalog:
@@ -79,6 +83,8 @@ class ToolCatalog:
         self._poll = NamePatterns(tools.poll)
         self._read = NamePatterns(tools.read)
         self._tolerant = NamePatterns(tools.failure_tolerant)
+        # search-like: the web_search group (a config adds its own search tools there) and the defaults'
+        self._search = NamePatterns((*config.tool_groups.get("web_search", ()), *DEFAULT_SEARCH_TOOLS))
         self._cap_matchers = {
             key: NamePatterns(config.tool_groups.get(key, (key,)))
             for key in (*config.caps.turn, *config.caps.session, *config.caps.tree)
@@ -134,6 +140,7 @@ class ToolCatalog:
             spawn_arg=self._spawn.get(name, False),
             ignored_args=frozenset().union(*(keys for names, keys in self._ignore if names.matches(name))),
             caps_tree=tuple((k, v) for k, v in self._tree_limits if self._cap_matchers[k].matches(name)),
+            search=self._search.matches(name),
         )
 
     def spawn_count(self, facts: ToolFacts, parsed_args: Any) -> int:
