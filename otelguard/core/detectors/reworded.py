@@ -9,7 +9,9 @@ saying nothing was found (in its many wordings: ``nothing_found``), or one the t
 this turn (the same page, near enough: a sketch of its word shingles), extends the tool's *streak*
 of searches that brought nothing new; a new result ends it.
 
-* ``after``: a streak at ``warn_after.reworded_query`` (2) is warned, every count from there on.
+* ``after``: a search that brought nothing new and rewords the streak's earlier queries (its words
+  all among theirs, see below) is warned once the streak is at ``warn_after.reworded_query`` (2).
+  Searches for other things that happen to find nothing are not (most ended in a solved task).
 * ``before`` (``hard_stop``): once the streak is at ``hard_stop_after.reworded_query`` (2), a query
   made only of words the streak's queries already used (case, punctuation, stop words, word order and
   simple endings aside: ``words``) is a rewording and is rejected, ``rejects_before_stop`` times per
@@ -70,6 +72,7 @@ _SHORT: Final = 240  # a result this short saying nothing was found says only th
 _NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
 WIDER_AFTER_FACTOR: Final = 2
 """At this many times the stop, a query sharing any word with the streak's is a rewording too."""
+_NEVER: Final = 1 << 62  # a streak no turn reaches: rewordings in the strict sense only
 
 QUERY_ARGS: Final = (
     "query", "q", "search_query", "search_term", "search", "keyword", "keywords", "entity", "term",
@@ -337,13 +340,14 @@ class ToolSearches:
         self.sent.clear()
         self.titles.clear()
 
-    def reworded(self, asked: Query, stop: int) -> bool:
-        """Whether ``asked`` is a rewording of the streak's queries (see the module's docstring)."""
-        if asked.sent in self.titles and asked.sent not in self.sent:
-            return False  # a title a result quoted, taken up
+    def reworded(self, asked: Query | Searched, wider_at: int) -> bool:
+        """Whether ``asked`` rewords the streak's queries (see the module's docstring); from a streak
+        of ``wider_at``, sharing a word with them is enough."""
+        if not self.streak or (asked.sent in self.titles and asked.sent not in self.sent):
+            return False  # no streak; or a title a result quoted, taken up
         if asked.words <= self.words:
             return True
-        return self.streak >= WIDER_AFTER_FACTOR * stop and not asked.words.isdisjoint(self.words)
+        return self.streak >= wider_at and not asked.words.isdisjoint(self.words)
 
 
 def _add(kept: set[int], new: Any, bound: int) -> None:
@@ -363,16 +367,19 @@ class SearchMemory:
         self.last: tuple[Signature | None, int] = (None, 0)  # the call recorded last, its streak
 
     def record(self, sig: Signature, call: Searched) -> int:
-        """Count the search ``sig`` that ran; its tool's streak now (0: it brought something new)."""
+        """Count the search ``sig`` that ran: the streak of its tool it continues when it brought
+        nothing new and reworded the streak's queries (what ``after`` warns); else 0."""
         tool = self.tools.touch(sig.tool_name, ToolSearches)
+        reworded = tool.reworded(call, _NEVER)
         if call.nothing or (call.sketch is not None and tool.seen(call.sketch)):
             tool.extend(call)
         else:
             tool.end()
+            reworded = False
         if call.sketch is not None:
             tool.results.append(call.sketch)
-        self.last = (sig, tool.streak)
-        return tool.streak
+        self.last = (sig, tool.streak if reworded else 0)
+        return self.last[1]
 
 
 # -- the detector --------------------------------------------------------------------------------
@@ -420,7 +427,7 @@ class RewordedQuery:
             return None
         tool = turn.searches.tools.get(sig.tool_name)
         stop = turn.stop_after["reworded_query"]
-        if tool is None or tool.streak < stop or not tool.reworded(asked, stop):
+        if tool is None or tool.streak < stop or not tool.reworded(asked, WIDER_AFTER_FACTOR * stop):
             return None
         if not commit:
             return turn.WOULD_REFUSE
@@ -430,8 +437,8 @@ class RewordedQuery:
         return turn.decide("block", codes.REWORDED_QUERY_BLOCK, sig, tool.streak, stop, message=BLOCK)
 
     def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
-        """The streak of the search just recorded, from ``warn_after`` on; at the stop, with
-        ``hard_stop``, the warning says a rewording will not run."""
+        """The streak of the search just recorded, when it reworded the streak's queries, from
+        ``warn_after`` on; at the stop, with ``hard_stop``, the warning says a rewording will not run."""
         sig, streak = turn.searches.last
         warn = turn.warn_after["reworded_query"]
         if sig is not call.sig or streak < warn:
