@@ -21,7 +21,6 @@ __all__ = [
     "DEFAULT_POLL_TOOLS",
     "DEFAULT_READ_TOOLS",
     "DEFAULT_REJECTS_BEFORE_STOP",
-    "DEFAULT_SEARCH_TOOLS",
     "DEFAULT_SHELL_TOOLS",
     "DEFAULT_SPAWN_TOOLS",
     "DEFAULT_TOOL_GROUPS",
@@ -115,14 +114,6 @@ DEFAULT_POLL_TOOLS: Final = (
 )  # fmt: skip
 DEFAULT_FAILURE_TOLERANT: Final = ("terminal", "execute_code", "process")
 
-# Search-like tools besides the `web_search` group (which a config extends with its own search tools):
-# the reworded_query detector reads their query and judges what their results bring. The ReAct
-# agents' knowledge-base actions, and the common names of web and encyclopedia searches.
-DEFAULT_SEARCH_TOOLS: Final = (
-    "Search", "search", "Lookup", "lookup", "search_web", "google_search", "bing_search",
-    "duckduckgo_search", "tavily_search", "brave_search", "wikipedia", "wikipedia_search",
-    "search_wikipedia", "wiki_search",
-)  # fmt: skip
 DEFAULT_TOOL_GROUPS: Final[Mapping[str, tuple[str, ...]]] = MappingProxyType(
     {
         "web_search": ("web_search", "WebSearch", "*web_search*"),

@@ -11,15 +11,22 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
-from otelguard.config.defaults import DEFAULT_SEARCH_TOOLS
 from otelguard.core.decisions import ToolClass
 
 if TYPE_CHECKING:
     from otelguard.config import GuardConfig
 
-__all__ = ["NamePatterns", "ToolCatalog", "ToolFacts", "catalog_for", "looks_failed"]
+__all__ = ["SEARCH_TOOLS", "NamePatterns", "ToolCatalog", "ToolFacts", "catalog_for", "looks_failed"]
 
 _MAX_CACHED_NAMES: Final = 4096
+# Search-like tools besides the `web_search` group (where a config adds its own search tools): the
+# reworded_query detector reads their query and judges what their results bring. The ReAct agents'
+# knowledge-base actions, and the common names of web and encyclopedia searches.
+SEARCH_TOOLS: Final = (
+    "Search", "search", "Lookup", "lookup", "search_web", "google_search", "bing_search",
+    "duckduckgo_search", "tavily_search", "brave_search", "wikipedia", "wikipedia_search",
+    "search_wikipedia", "wiki_search",
+)  # fmt: skip
 _GLOB_CHARS: Final = frozenset("*?[")
 
 
@@ -84,7 +91,7 @@ class ToolCatalog:
         self._read = NamePatterns(tools.read)
         self._tolerant = NamePatterns(tools.failure_tolerant)
         # search-like: the web_search group (a config adds its own search tools there) and the defaults'
-        self._search = NamePatterns((*config.tool_groups.get("web_search", ()), *DEFAULT_SEARCH_TOOLS))
+        self._search = NamePatterns((*config.tool_groups.get("web_search", ()), *SEARCH_TOOLS))
         self._cap_matchers = {
             key: NamePatterns(config.tool_groups.get(key, (key,)))
             for key in (*config.caps.turn, *config.caps.session, *config.caps.tree)

@@ -21,8 +21,8 @@ from otelguard.core.detectors.messages import decision
 from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, after_rules
 from otelguard.core.detectors.progress import track_progress
 from otelguard.core.detectors.repetition import Cycle
-from otelguard.core.detectors.reworded import Query, Searched, SearchMemory
 from otelguard.core.detectors.rule import WOULD_REFUSE, Ran
+from otelguard.core.detectors.searches import Query, Searched, SearchMemory
 from otelguard.core.detectors.stagnation import StagnationMemory
 from otelguard.core.detectors.state import FailureCounts, SessionMemory, SignatureState, new_state, renewed
 
