@@ -38,7 +38,6 @@ from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
 from otelguard.core.detectors.precedence import WALKS
 from otelguard.core.detectors.searches import query, searched
-from otelguard.core.detectors.stagnation import sketch
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
@@ -313,9 +312,7 @@ class Guard:
                     refusal = str(refusal)
             error = self._results.error_fingerprint(result) if outcome == "failed" else None  # unlocked
             gist = result if tool_class == "shell" and (outcome == "ok" or outcome == "failed") else None
-            search = (
-                searched(args, result, sketch) if facts.search and outcome == "ok" else None
-            )  # digests only
+            search = searched(args, result) if facts.search and outcome == "ok" else None  # digests
             verdict = None
             with self._lock:
                 pending = self._pending.take(

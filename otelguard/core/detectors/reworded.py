@@ -18,7 +18,8 @@ of searches that brought nothing new; a new result ends it.
   streak; sent after that, it stops the turn (``block``). At twice the stop, a query sharing any word
   with the streak's is one. A query that is one of the titles a result of the streak quoted ("Similar:
   ['The Prince & Me', ...]", "did you mean \"...\"") and not yet sent runs: the model is taking up
-  what the search itself answered.
+  what the search itself answered. The very call again (its signature), when it had found something,
+  is left to the exact rules (``no_progress``, ``identical_call``).
 
 Measured on the 811 runs of a ReAct search agent (Reflexion's HotpotQA runs): of the runs whose
 searches brought nothing new three times or more, most are refused a rewording, and no call that
@@ -87,6 +88,8 @@ class RewordedQuery:
         if asked is None or asked.sig is not sig:
             return None
         tool = turn.searches.tools.get(sig.tool_name)
+        if tool is not None and state is not None and asked.sent not in tool.empty:
+            return None  # the very call again, that found something: the exact rules' (no_progress)
         stop = turn.stop_after["reworded_query"]
         if tool is None or tool.streak < stop or not tool.reworded(asked, WIDER_AFTER_FACTOR * stop):
             return None

@@ -14,6 +14,7 @@ import re
 from collections import deque
 from collections.abc import Mapping
 from heapq import nsmallest
+from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
 import orjson
@@ -22,10 +23,7 @@ import xxhash
 from otelguard.core.bounded_map import BoundedMap
 
 if TYPE_CHECKING:
-    from collections.abc import Callable
-
     from otelguard.core.decisions import Signature
-    from otelguard.core.detectors.stagnation import ResultSketch
 
 __all__ = [
     "QUERY_ARGS",
@@ -36,6 +34,7 @@ __all__ = [
     "query_of",
     "searched",
     "sent_query",
+    "sketch",
     "words",
 ]
 
@@ -46,6 +45,11 @@ _RESULTS: Final = 16  # result sketches kept per tool
 _READ: Final = 4096  # characters of a query or a result read
 _SHORT: Final = 240  # a result this short saying nothing was found says only that
 _NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
+_SKETCH: Final = 16  # shingle digests per result
+_NODES: Final = 512  # keys, values and items read of a structured result
+
+ResultSketch = tuple[int, tuple[int, ...]]
+"""A result as compared: the digest of its words and the smallest digests of its three-word shingles."""
 _NEVER: Final = 1 << 62  # a streak no turn reaches: rewordings in the strict sense only
 
 QUERY_ARGS: Final = (
@@ -261,16 +265,51 @@ class Searched(NamedTuple):
     titles: frozenset[int]
 
 
-def searched(args: Any, result: Any, sketch: Callable[[Any], ResultSketch]) -> Searched | None:
+def searched(args: Any, result: Any) -> Searched | None:
     """A successful search call with ``args`` that returned ``result``, or ``None`` when its query
-    cannot be read. ``sketch``: how results are compared (``stagnation.sketch``, handed in by the
-    guard: the memory of a turn needs none of stagnation's code)."""
+    cannot be read."""
     text = query_of(args)
-    if text is None:
-        return None
+    if text is None or result is None or (isinstance(result, (str, bytes)) and not result.strip()):
+        return None  # no query; or no result to judge (a transcript that did not record it)
     found_words, sent_digest, sent = _digests(text)
     nothing = nothing_found(result, sent)
     return Searched(found_words, sent_digest, nothing, None if nothing else sketch(result), _titles(result))
+
+
+def sketch(result: Any) -> ResultSketch:
+    """The digest of the result's words (case folded, numbers kept: two pages differ by their
+    addresses and ids) and the ``_SKETCH`` smallest digests of its three-word shingles."""
+    found = _WORD.findall(_flat_text(result).casefold())
+    digest = _digest(" ".join(found))
+    if len(found) <= 3:
+        return digest, (digest,)
+    shingles = {_digest(" ".join(found[i : i + 3])) for i in range(len(found) - 2)}
+    return digest, tuple(sorted(nsmallest(_SKETCH, shingles)))
+
+
+def _flat_text(result: Any) -> str:
+    """A result's text: a text result's first ``_READ`` characters; a structured one's scalars, in
+    order, read with a stack and bounded (at most ``_NODES`` items, ``_READ`` characters)."""
+    text = _result_text(result)
+    if text is not None:
+        return text
+    parts: list[str] = []
+    stack: list[Any] = [result]
+    read = size = 0
+    while stack and read < _NODES and size < _READ:
+        item = stack.pop()
+        read += 1
+        try:
+            if isinstance(item, Mapping):
+                stack.extend(reversed(list(islice(item.values(), _NODES))))
+            elif isinstance(item, (list, tuple)):
+                stack.extend(reversed(item[:_NODES]))
+            elif isinstance(item, (str, int, float)):
+                parts.append(str(item)[:_READ])
+                size += len(parts[-1])
+        except Exception:  # a hostile container: not read
+            continue
+    return " ".join(parts)
 
 
 def _alike(a: ResultSketch, b: ResultSketch) -> bool:
@@ -288,7 +327,7 @@ class ToolSearches:
     """One search tool's turn: its streak of searches that brought nothing new, their words and
     queries, the titles their results quoted, the rejects given during it, its last results."""
 
-    __slots__ = ("rejects", "results", "sent", "streak", "titles", "words")
+    __slots__ = ("empty", "rejects", "results", "sent", "streak", "titles", "words")
 
     def __init__(self) -> None:
         self.streak = 0
@@ -296,6 +335,7 @@ class ToolSearches:
         self.words: set[int] = set()
         self.sent: set[int] = set()
         self.titles: set[int] = set()
+        self.empty: set[int] = set()  # of ``sent``, the queries that found nothing
         self.results: deque[ResultSketch] = deque(maxlen=_RESULTS)
 
     def seen(self, result: ResultSketch) -> bool:
@@ -308,12 +348,15 @@ class ToolSearches:
         _add(self.words, call.words, _WORDS)
         _add(self.sent, (call.sent,), _TITLES)
         _add(self.titles, call.titles, _TITLES)
+        if call.nothing:
+            _add(self.empty, (call.sent,), _TITLES)
 
     def end(self) -> None:
         self.streak = self.rejects = 0
         self.words.clear()
         self.sent.clear()
         self.titles.clear()
+        self.empty.clear()
 
     def reworded(self, asked: Query | Searched, wider_at: int) -> bool:
         """Whether ``asked`` rewords the streak's queries (see the module's docstring); from a streak
