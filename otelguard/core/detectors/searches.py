@@ -110,10 +110,16 @@ def _stem_once(word: str) -> str:
     return word[:-1] if plural or (size > 4 and word.endswith("e")) else word
 
 
+def _fold(text: str) -> str:
+    """``text`` case folded so that its upper and lower case fold alike (``casefold`` alone keeps a
+    dotless ``ı`` apart from the ``i`` of its upper case ``I``)."""
+    return text.upper().casefold()
+
+
 def words(query: str) -> tuple[str, ...]:
     """The query's words as compared: case folded, punctuation and stop words out, each word stemmed,
     sorted, each once. Two queries with the same words ask the same thing."""
-    found = (_stem(word) for word in _WORD.findall(query[:_READ].casefold()) if word not in _STOP)
+    found = (_stem(word) for word in _WORD.findall(_fold(query[:_READ])) if word not in _STOP)
     return tuple(sorted({word for word in found if word not in _STOP}))
 
 
