@@ -321,7 +321,7 @@ def _flat_text(result: Any) -> str:
 def _alike(a: ResultSketch, b: ResultSketch) -> bool:
     if a[0] == b[0]:
         return True
-    union = nsmallest(len(a[1]), set(a[1]) | set(b[1]))
+    union = nsmallest(_SKETCH, set(a[1]) | set(b[1]))
     shared = set(a[1]) & set(b[1])
     return sum(1 for h in union if h in shared) >= _NEAR * len(union)
 
