@@ -4,22 +4,24 @@ answered.
 A search agent that cannot find something rewords its query ("CBS station", "CBS affiliate",
 "CBS-affiliated station") and gets "could not find" back each time, or the same page again: no exact
 rule sees it, since the arguments differ each time. Here each successful call of a search-like tool
-(``ToolFacts.search``) whose query can be read (``searches.query_of``) is judged by what it brought: a result
-saying nothing was found (in its many wordings: ``searches.nothing_found``), or one the tool already returned
-this turn (the same page, near enough: a sketch of its word shingles), extends the tool's *streak*
-of searches that brought nothing new; a new result ends it.
+(``ToolFacts.search``) whose query can be read (``searches.query_of``) is judged by what it brought:
+a result saying nothing was found (in its many wordings: ``searches.nothing_found``), or one the tool
+already returned this turn (the same page, near enough: a sketch of its word shingles), extends the
+tool's *streak* of searches that brought nothing new; a new result ends it.
 
 * ``after``: a search that brought nothing new and rewords the streak's earlier queries (its words
   all among theirs, see below) is warned once the streak is at ``warn_after.reworded_query`` (2).
-  Searches for other things that happen to find nothing are not (most ended in a solved task).
+  Searches for other things that happen to find nothing are not: runs that solve their task make
+  them too.
 * ``before`` (``hard_stop``): once the streak is at ``hard_stop_after.reworded_query`` (2), a query
-  made only of words the streak's queries already used (case, punctuation, stop words, word order and
-  simple endings aside: ``searches.words``) is a rewording and is rejected, ``rejects_before_stop`` times per
-  streak; sent after that, it stops the turn (``block``). At twice the stop, a query sharing any word
-  with the streak's is one. A query that is one of the titles a result of the streak quoted ("Similar:
-  ['The Prince & Me', ...]", "did you mean \"...\"") and not yet sent runs: the model is taking up
-  what the search itself answered. The very call again (its signature), when it had found something,
-  is left to the exact rules (``no_progress``, ``identical_call``).
+  made only of words the streak's queries already used (case, punctuation, stop words, word order
+  and simple endings aside: ``searches.words``) is a rewording and is rejected,
+  ``rejects_before_stop`` times per streak; sent after that, it stops the turn (``block``). At twice
+  the stop, a query sharing any word with the streak's is one. A query that is one of the titles a
+  result of the streak quoted ("Similar: ['The Prince & Me', ...]", "did you mean \"...\"") and not
+  yet sent runs: the model is taking up what the search itself answered. The very call again (its
+  signature), when it had found something, is left to the exact rules (``no_progress``,
+  ``identical_call``).
 
 Measured on the 811 runs of a ReAct search agent (Reflexion's HotpotQA runs): of the runs whose
 searches brought nothing new three times or more, most are refused a rewording, and no call that

@@ -68,8 +68,10 @@ _STOP: Final = frozenset((
 _WORD: Final = re.compile(r"[^\W_]+")
 # "nothing found" in the wordings search tools use: at the start of a result, or anywhere in a short one
 _NOTHING: Final = re.compile(
-    r"no (?:search )?results?\b|no (?:matches|match|matching|hits|documents|pages|entries|items|links|records)\b"
-    r"|nothing (?:was )?(?:found|matched)|(?:could ?n[o']?t|can ?n[o']?t|did ?n[o']?t|unable to|failed to) find"
+    r"no (?:search )?results?\b"
+    r"|no (?:matches|match|matching|hits|documents|pages|entries|items|links|records)\b"
+    r"|nothing (?:was )?(?:found|matched)"
+    r"|(?:could ?n[o']?t|can ?n[o']?t|did ?n[o']?t|unable to|failed to) find"
     r"|\bnot found\b|\b(?:0|zero) (?:results|matches|hits)\b|did not match any|returned no\b|found no\b"
 )
 _RESULT_LISTS: Final = (
