@@ -355,3 +355,38 @@ def test_the_results_kept_are_bounded_and_only_digests_are_kept() -> None:
     kept = [*tool.words, *tool.sent, *tool.titles, *tool.empty]
     kept += [h for digest, small in tool.results for h in (digest, *small)]
     assert all(type(value) is int for value in kept)  # no text of a query or a result
+
+
+_QUERIES = ["CBS station", "station of CBS", "CBS", "WKRC TV", "CBS affiliate Cincinnati"]
+_RESULTS = [NOTHING, NOTHING, _page(1), _page(2), "Similar: ['WKRC TV']"]
+
+
+@settings(max_examples=200, deadline=None)
+@given(
+    st.lists(
+        st.tuples(st.integers(0, 4), st.integers(0, 4), st.sampled_from(["Search", "Lookup"])), max_size=40
+    )
+)
+def test_the_answer_asked_without_commit_is_the_refusal_given(steps: list[tuple[int, int, str]]) -> None:
+    """``would_refuse`` (asked before a cap is charged, changing nothing) says exactly whether the
+    walk refuses the call; the rejects are counted once, by the walk."""
+    guard = make_guard(rejects_before_stop=2, caps={"session": {"web_search": 1000}})
+    mismatches: list[tuple[bool, bool]] = []
+    detectors = guard._current_turn().detectors
+    refuse = detectors.refuse_before
+
+    def checked(sig: Any, tool_class: Any) -> Any:
+        predicted = detectors.would_refuse(sig, tool_class)
+        refused = refuse(sig, tool_class)
+        if predicted != (refused is not None):
+            mismatches.append((predicted, refused is not None))
+        return refused
+
+    detectors.refuse_before = checked  # type: ignore[method-assign]
+    for query, result, tool in steps:
+        decision = guard.before_call(tool, {"query": _QUERIES[query]})
+        if decision.should_halt:
+            break
+        if decision.allows_execution:
+            guard.after_call(tool, {"query": _QUERIES[query]}, _RESULTS[result])
+    assert mismatches == []
