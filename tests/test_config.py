@@ -30,6 +30,7 @@ DEFAULT_WARN_AFTER = {
     "unchanged_check": 5,
     "no_action": 3,
     "repeated_reply": 2,
+    "reworded_query": 2,
 }
 DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,
@@ -44,6 +45,7 @@ DEFAULT_HARD_STOP_AFTER = {
     "unchanged_check": 5,
     "no_action": 12,
     "repeated_reply": 5,
+    "reworded_query": 2,
 }
 DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
 

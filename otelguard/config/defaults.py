@@ -47,6 +47,7 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "unchanged_check": 5,
         "no_action": 3,
         "repeated_reply": 2,
+        "reworded_query": 2,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -63,6 +64,7 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "unchanged_check": 5,
         "no_action": 12,
         "repeated_reply": 5,
+        "reworded_query": 2,
     }
 )
 # How many times one repeated call is refused before sending it again stops the turn. A refused call

@@ -17,9 +17,17 @@ from otelguard.core.decisions import ToolClass
 if TYPE_CHECKING:
     from otelguard.config import GuardConfig
 
-__all__ = ["NamePatterns", "ToolCatalog", "ToolFacts", "catalog_for", "looks_failed"]
+__all__ = ["SEARCH_TOOLS", "NamePatterns", "ToolCatalog", "ToolFacts", "catalog_for", "looks_failed"]
 
 _MAX_CACHED_NAMES: Final = 4096
+# Search-like tools besides the `web_search` group (where a config adds its own search tools): the
+# reworded_query detector reads their query and judges what their results bring. The ReAct agents'
+# knowledge-base actions, and the common names of web and encyclopedia searches.
+SEARCH_TOOLS: Final = (
+    "Search", "search", "Lookup", "lookup", "search_web", "google_search", "bing_search",
+    "duckduckgo_search", "tavily_search", "brave_search", "wikipedia", "wikipedia_search",
+    "search_wikipedia", "wiki_search",
+)  # fmt: skip
 _GLOB_CHARS: Final = frozenset("*?[")
 
 
@@ -39,7 +47,7 @@ class NamePatterns:
 
 class ToolFacts:
     """What the config says about one tool name: its class, its caps, whether it spawns subagents,
-    which of its arguments are cosmetic."""
+    which of its arguments are cosmetic, whether it is search-like."""
 
     __slots__ = (
         "caps_session",
@@ -47,6 +55,7 @@ class ToolFacts:
         "caps_turn",
         "failure_tolerant",
         "ignored_args",
+        "search",
         "spawn_arg",
         "tool_class",
     )
@@ -60,6 +69,7 @@ class ToolFacts:
         spawn_arg: str | bool | None,
         ignored_args: frozenset[str] = frozenset(),
         caps_tree: tuple[tuple[str, int], ...] = (),
+        search: bool = False,
     ) -> None:
         self.tool_class = tool_class
         self.failure_tolerant = failure_tolerant
@@ -68,6 +78,7 @@ class ToolFacts:
         self.spawn_arg = spawn_arg  # False: not a spawn tool; None: always one; str: batch argument
         self.ignored_args = ignored_args  # top-level argument keys left out of the signature
         self.caps_tree = caps_tree  # counted across the delegation tree (only for a guard in one)
+        self.search = search  # its query and results are judged by reworded_query
 
 
 def _tool_limits(limits: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
@@ -85,6 +96,8 @@ class ToolCatalog:
         self._poll = NamePatterns(tools.poll)
         self._read = NamePatterns(tools.read)
         self._tolerant = NamePatterns(tools.failure_tolerant)
+        # search-like: the web_search group (a config adds its own search tools there) and the defaults'
+        self._search = NamePatterns((*config.tool_groups.get("web_search", ()), *SEARCH_TOOLS))
         # ``tokens`` caps the model's tokens (docs/model-turns.md): no tool is charged to it
         self._cap_matchers = {
             key: NamePatterns(config.tool_groups.get(key, (key,)))
@@ -142,6 +155,7 @@ class ToolCatalog:
             spawn_arg=self._spawn.get(name, False),
             ignored_args=frozenset().union(*(keys for names, keys in self._ignore if names.matches(name))),
             caps_tree=tuple((k, v) for k, v in self._tree_limits if self._cap_matchers[k].matches(name)),
+            search=self._search.matches(name),
         )
 
     def spawn_count(self, facts: ToolFacts, parsed_args: Any) -> int:

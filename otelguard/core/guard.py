@@ -37,6 +37,7 @@ from otelguard.core.caps import (
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
 from otelguard.core.detectors.precedence import WALKS
+from otelguard.core.detectors.searches import query, searched
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
@@ -238,6 +239,7 @@ class Guard(ModelCalls):
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
+                turn.detectors.query = query(sig, parsed) if facts.search else None  # reworded_query's
                 decision = _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
@@ -312,6 +314,7 @@ class Guard(ModelCalls):
                     refusal = str(refusal)
             error = self._results.error_fingerprint(result) if outcome == "failed" else None  # unlocked
             gist = result if tool_class == "shell" and (outcome == "ok" or outcome == "failed") else None
+            search = searched(args, result) if facts.search and outcome == "ok" else None  # digests
             verdict = None
             with self._lock:
                 pending = self._pending.take(
@@ -331,8 +334,9 @@ class Guard(ModelCalls):
                         and self._results.same_as_previous(state, result)
                     )
                     verdict = turn.detectors.record_after(
-                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error, gist
-                    )
+                        sig, state, tool_class, facts.failure_tolerant, outcome, refusal, same, error, gist,
+                        search,
+                    )  # fmt: skip
                 if verdict is None:  # allow, as before_call said (it only ever allows calls that run)
                     decision = pending.before if pending is not None else codes.allow_decision(name, sig)
                 else:

@@ -10,7 +10,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Final
 
 from otelguard.core import caps, token_caps
-from otelguard.core.detectors import checks, cycle, failures, progress, replies
+from otelguard.core.detectors import checks, cycle, failures, progress, replies, reworded
 
 if TYPE_CHECKING:
     from otelguard.core.detectors.rule import AfterRule, BeforeRule
@@ -36,6 +36,7 @@ BEFORE_CALL: Final[tuple[BeforeRule, ...]] = (
     progress.IDENTICAL_CALL,
     checks.STAGNATION,
     checks.UNCHANGED_CHECK,
+    reworded.REWORDED_QUERY,
     cycle.CYCLE,
     failures.SAME_TOOL_FAILURE,
 )
@@ -55,6 +56,7 @@ AFTER_CALL: Final[tuple[AfterRule, ...]] = (
     progress.NO_PROGRESS,
     progress.IDENTICAL_CALL,
     checks.STAGNATION,
+    reworded.REWORDED_QUERY,
     cycle.CYCLE,
     progress.READ_ONLY_STREAK,
     progress.WRITE_STREAK,

@@ -22,6 +22,7 @@ from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, after
 from otelguard.core.detectors.progress import track_progress
 from otelguard.core.detectors.repetition import Cycle
 from otelguard.core.detectors.rule import WOULD_REFUSE, Ran
+from otelguard.core.detectors.searches import Query, Searched, SearchMemory
 from otelguard.core.detectors.stagnation import StagnationMemory
 from otelguard.core.detectors.state import FailureCounts, SessionMemory, SignatureState, new_state, renewed
 
@@ -97,6 +98,11 @@ class TurnDetectors:
         # the turn's last call that ran (``poll`` calls aside) was an edit: a check sent now may show
         # the edit's fix, so stagnation does not refuse it before it runs (see ``_refuse_stagnation``)
         self.after_edit = False
+        # reworded_query: the turn's search tools, and the query of the call ``before_call`` is
+        # judging (the guard puts it here under its lock, ``None`` for a call that is no search)
+        self.searches = SearchMemory()
+        self.query: Query | None = None
+        self._quiet_reworded = self.warn_after["reworded_query"]
 
     def state(self, sig: Signature) -> SignatureState:
         """The signature's state, created if new and marked most recently used.
@@ -209,6 +215,7 @@ class TurnDetectors:
         same_result: bool,
         error: int | None = None,
         progress: Any = None,
+        search: Searched | None = None,
     ) -> Decision | None:
         """Update every detector with the call's outcome; return the first decision of ``AFTER_CALL``
         (``precedence.py``) that fires, if any.
@@ -216,7 +223,8 @@ class TurnDetectors:
         ``state`` is ``state(sig)``; ``same_result`` says whether an ok call returned what the
         signature's previous ok call returned; ``error`` is a failed call's error fingerprint
         (``None`` for a failure without a result, which no error count can match); ``progress`` a
-        shell call's result, ``None`` for any other call.
+        shell call's result, ``None`` for any other call; ``search`` a successful search call's query
+        and result as ``reworded.searched`` reads them.
         """
         ok = outcome == "ok"
         if ok:  # a success ends the failure counts of the call (and with a write or shell, more)
@@ -237,6 +245,7 @@ class TurnDetectors:
         judged: Decision | None = None  # a check its stop would have refused, judged after it ran
         if progress is not None:  # a shell's result: see stagnation.py
             stale, unchanged, loud, judged = record_shell(self, sig, state, ok, error, progress)
+        searching = self.searches.record(sig, search) if search is not None else 0
         cycle = self.cycle
         if (
             ok
@@ -246,6 +255,7 @@ class TurnDetectors:
             and self.write_streak < self._quiet_write_streak
             and not (cycle.run2 or cycle.run3 or cycle.run4)  # cycle.runs_any(), on every call
             and not loud
+            and searching < self._quiet_reworded
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
         counts = _new_counts(failures)
