@@ -35,6 +35,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 import threading
 import weakref
 from collections import deque
@@ -56,8 +57,11 @@ from otelguard.integrations._protocol import (
     error_result,
     guidance,
     missing_framework,
+    model_stop,
     raised,
+    replied,
     stop_if_halted,
+    tokens,
 )
 from otelguard.propagation import use_tree
 
@@ -66,6 +70,7 @@ try:
         Agent,
         FunctionTool,
         Handoff,
+        ModelResponse,
         RunContextWrapper,
         RunHooks,
         Tool,
@@ -440,6 +445,38 @@ class GuardRunHooks(RunHooks[Any]):
             run.session.leave_run(run.token)
             raise GuardHalted(halt)
         stop_if_halted(run.session, run.token)
+        stop = model_stop(run.guard)
+        if stop is not None:
+            run.end_delegated()
+            run.session.leave_run(run.token)
+            raise GuardHalted(stop)
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Any, response: ModelResponse) -> None:
+        run = self.run_of(context)
+        texts: list[str] = []
+        calls = invalid = 0
+        known = _tool_names(agent)
+        for item in response.output:
+            kind = getattr(item, "type", None)
+            if kind == "message":
+                texts.extend(getattr(part, "text", "") or "" for part in getattr(item, "content", ()) or ())
+            elif kind == "function_call":
+                if _valid_call(item, known):
+                    calls += 1
+                else:
+                    invalid += 1
+            elif kind in _LOCAL_CALLS:
+                calls += 1
+        usage = response.usage
+        reported = usage.requests > 0 or usage.input_tokens > 0 or usage.output_tokens > 0
+        replied(
+            run.guard,
+            "\n".join(texts),
+            tool_calls=calls,
+            invalid_tool_calls=invalid,
+            input_tokens=tokens(usage.input_tokens) if reported else None,
+            output_tokens=tokens(usage.output_tokens) if reported else None,
+        )
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         run = self.run_of(context)
@@ -470,6 +507,36 @@ class GuardRunHooks(RunHooks[Any]):
             failed=error is not None,
             call_id=call_id,
         )
+
+
+_LOCAL_CALLS: Final = frozenset(
+    {"computer_call", "local_shell_call", "shell_call", "apply_patch_call", "custom_tool_call"}
+)
+"""Output items of calls the SDK runs here, besides function calls (hosted tools run at the provider)."""
+
+
+def _tool_names(agent: Any) -> frozenset[str] | None:
+    """The function tool and handoff names the SDK resolves a call against; ``None`` when they
+    cannot be known here (MCP servers list their tools when the run asks them)."""
+    if getattr(agent, "mcp_servers", None):
+        return None
+    names = {tool.name for tool in getattr(agent, "tools", ()) if isinstance(tool, FunctionTool)}
+    for entry in getattr(agent, "handoffs", ()):
+        names.add(entry.tool_name if isinstance(entry, Handoff) else Handoff.default_tool_name(entry))
+    return frozenset(names)
+
+
+def _valid_call(item: Any, known: frozenset[str] | None) -> bool:
+    """A function call the SDK can run: a tool it knows, and arguments that parse as JSON (the SDK
+    answers any other with an error, or raises)."""
+    if known is not None and not getattr(item, "namespace", None) and item.name not in known:
+        return False
+    arguments = getattr(item, "arguments", None) or "{}"
+    try:
+        json.loads(arguments)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class _Owned:
@@ -697,6 +764,11 @@ class _NestedRunHooks(RunHooks[Any]):
         nested = _NESTED.get()
         if nested is not None:
             await nested.hooks.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Any, response: ModelResponse) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_llm_end(context, agent, response)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         nested = _NESTED.get()
