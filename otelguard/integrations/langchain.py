@@ -7,6 +7,9 @@
 * A tool that raises, or answers with an error ``ToolMessage``, is a failure. The exception is then
   handled exactly as without the middleware. LangGraph interrupts (``GraphBubbleUp``) pass through
   untouched and are not failures.
+* Model calls: ``before_model`` in the ``before_model`` hook (a ``block`` ends the run as a halt
+  does), ``after_model`` around the model call with the answer's text, ``tool_calls``,
+  ``invalid_tool_calls`` and ``usage_metadata``.
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
 * A run that raises never reaches ``after_agent``. An exception leaving the guard's wrap of a model

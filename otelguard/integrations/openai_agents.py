@@ -15,6 +15,9 @@
   the model gets the message it would get without otelguard.
 * After a ``block``/``halt`` the SDK would call the model again: the next ``on_llm_start`` raises
   ``otelguard.GuardHalted`` instead, and ``Runner.run`` raises it to the caller.
+* Model calls: ``before_model`` in ``on_llm_start`` (a ``block`` raises ``GuardHalted``),
+  ``after_model`` in ``on_llm_end`` with the response's text, its calls (a function call naming no
+  tool or handoff of the agent, or whose arguments are not JSON, is invalid) and its usage.
 * A turn is one ``Runner.run``. Sessions: ``session_key(run_context)`` when given (the hooks cannot
   see the SDK ``Session``; the run's ``context`` object can carry a conversation id), else one
   session per ``guard_agent`` result.

@@ -13,6 +13,8 @@
   ``otelguard.GuardHalted``, so the refused call's result is in the history and the run ends. A run
   that raises anything else (an exception no capability's ``on_run_error`` recovered) is an
   ``errored`` turn.
+* Model calls: ``before_model`` in ``before_model_request`` (a ``block`` raises ``GuardHalted``),
+  ``after_model`` in ``after_model_request`` with the response's text, tool-call parts and usage.
 * One guard per ``conversation_id`` (Pydantic AI always has one: given, inherited from the message
   history, or new; a run without history is a new session).
 * Pydantic AI already traces ``execute_tool``: with ``span_mode: auto`` otelguard's attributes go

@@ -1,0 +1,108 @@
+"""The hermes-agent plugin at hermes' model-request hooks (``pre_api_request``/``post_api_request``):
+real hermes ``AIAgent`` runs in the side venv with a scripted OpenAI-compatible model, and the
+plugin's hooks fed hermes' own payload shapes."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+from pathlib import Path
+from types import SimpleNamespace
+from typing import Any
+
+from otelguard.integrations.hermes import HermesGuardPlugin
+from tests.e2e import free_port
+from tests.integrations.conftest import Rig
+from tests.integrations.model_turns import NO_ACTION_HALT, REPLY_TOKENS, decisions, stalls
+from tests.integrations.test_hermes import _guard_code, _Hooks, _sample
+from tests.side_venvs import PROJECT_ROOT, hermes_python
+
+SCRIPT = Path(__file__).resolve().parent.parent / "side" / "hermes_model_run.py"
+TOKEN_CAP = f"mode: unattended\ncaps: {{turn: {{tokens: {3 * REPLY_TOKENS}}}}}\n"
+
+
+def side_run(scenario: str, config_text: str, work: Path) -> dict[str, Any]:
+    python = hermes_python()
+    config = work / "otelguard.yaml"
+    config.write_text(config_text)
+    env = {
+        **os.environ,
+        "OTELGUARD_CONFIG": str(config),
+        "OTELGUARD_METRICS_PORT": str(free_port()),
+        "OTELGUARD_SIGNATURE_KEY": "hermes-test-key",
+        "PYTHONPATH": str(PROJECT_ROOT),  # the checkout under test, whatever the venv last installed
+    }
+    done = subprocess.run(
+        [str(python), str(SCRIPT), str(work), scenario], env=env, capture_output=True, text=True, timeout=300
+    )
+    assert done.returncode == 0, done.stderr[-3000:]
+    result: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    return result
+
+
+def model_decisions(metrics: str) -> dict[str, float]:
+    found: dict[str, float] = {}
+    for line in metrics.splitlines():
+        if line.startswith("otelguard_decisions_total{") and 'tool="model"' in line:
+            code = line.split('code="', 1)[1].split('"', 1)[0]
+            found[code] = found.get(code, 0.0) + float(line.rsplit(" ", 1)[1])
+    return {code: count for code, count in found.items() if count}
+
+
+def test_a_model_burning_tokens_has_every_call_refused_once_the_turn_cap_is_spent(
+    tmp_path: Path,
+) -> None:
+    """hermes ignores what its model hooks return, so the spent cap halts the turn: each tool call
+    the model asks for after it is refused (hermes then ends the run at its iteration budget)."""
+    run = side_run("burn", TOKEN_CAP, tmp_path)
+
+    results = run["shown"]
+    ran = [r for r in results if _guard_code(r) is None]
+    assert len(ran) == 2  # the third reply crossed the cap: its call and every later one refused
+    assert {_guard_code(r) for r in results[2:]} == {"turn_halted"}
+    assert set(model_decisions(run["metrics"])) == {"cap_turn"}
+    assert _sample(run["metrics"], "otelguard_cap_hits_total", cap="tokens", scope="turn") >= 1
+
+
+def test_a_normal_run_gets_no_decision_and_its_replies_are_counted(tmp_path: Path) -> None:
+    run = side_run("normal", "mode: unattended\n", tmp_path)
+
+    assert run["final"] == "It says hello." and run["requests"] == 2
+    metrics = run["metrics"]
+    assert _sample(metrics, "otelguard_decisions_total") == 0
+    assert _sample(metrics, "otelguard_model_calls_total", outcome="tool_calls") == 1
+    assert _sample(metrics, "otelguard_model_calls_total", outcome="no_tool_call") == 1
+    assert _sample(metrics, "otelguard_model_tokens_total", kind="input") == 800
+    assert _sample(metrics, "otelguard_turns_total", outcome="completed") == 1
+
+
+def test_calls_whose_arguments_do_not_parse_are_warned_then_stopped(rig: Rig) -> None:
+    """hermes' non-streaming path answers a call with malformed JSON by asking the model again; the
+    plugin counts each such reply as one without a valid call (hermes' payloads, hook by hook)."""
+    plugin = HermesGuardPlugin(stalls(), telemetry=rig.telemetry())
+    registry = _Hooks()
+    plugin.register(registry)
+    hooks = registry.hooks
+    common = {"session_id": "s", "turn_id": "t", "task_id": "s", "platform": "cli", "model": "scripted"}
+    hooks["pre_llm_call"](user_message="go", conversation_history=[], is_first_turn=True, **common)
+    call = SimpleNamespace(
+        id="c", type="function", function=SimpleNamespace(name="read_file", arguments="{path")
+    )
+    message = SimpleNamespace(role="assistant", content=None, tool_calls=[call])
+    usage = {"input_tokens": 400, "output_tokens": 100, "prompt_tokens": 400, "total_tokens": 500}
+    for n in range(NO_ACTION_HALT + 1):
+        hooks["pre_api_request"](api_call_count=n + 1, **common)
+        hooks["post_api_request"](
+            api_call_count=n + 1,
+            assistant_message=message,
+            usage=usage,
+            assistant_tool_call_count=1,
+            **common,
+        )
+
+    assert decisions(rig, tool="model") == {"no_action_warn": 1, "no_action_halt": 1}
+    refused = hooks["pre_tool_call"](
+        tool_name="read_file", args={"path": "a"}, tool_call_id="later", **common
+    )
+    assert refused is not None and refused["action"] == "block"  # the halted turn refuses every call
