@@ -455,30 +455,19 @@ class GuardRunHooks(RunHooks[Any]):
             raise GuardHalted(stop)
 
     async def on_llm_end(self, context: RunContextWrapper[Any], agent: Any, response: ModelResponse) -> None:
-        run = self.run_of(context)
-        texts: list[str] = []
-        calls = invalid = 0
-        known = _tool_names(agent)
-        for item in response.output:
-            kind = getattr(item, "type", None)
-            if kind == "message":
-                texts.extend(getattr(part, "text", "") or "" for part in getattr(item, "content", ()) or ())
-            elif kind == "function_call":
-                if _valid_call(item, known):
-                    calls += 1
-                else:
-                    invalid += 1
-            elif kind in _LOCAL_CALLS:
-                calls += 1
-        usage = response.usage
-        reported = usage.requests > 0 or usage.input_tokens > 0 or usage.output_tokens > 0
+        text, calls, invalid = _reply_of(response, agent)
+        usage = getattr(response, "usage", None)
+        input_tokens = tokens(getattr(usage, "input_tokens", None))
+        output_tokens = tokens(getattr(usage, "output_tokens", None))
+        if not (input_tokens or output_tokens or tokens(getattr(usage, "requests", None))):
+            input_tokens = output_tokens = None  # the SDK's zeros for a response that reported none
         replied(
-            run.guard,
-            "\n".join(texts),
+            self.run_of(context).guard,
+            text,
             tool_calls=calls,
             invalid_tool_calls=invalid,
-            input_tokens=tokens(usage.input_tokens) if reported else None,
-            output_tokens=tokens(usage.output_tokens) if reported else None,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
         )
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
@@ -518,6 +507,28 @@ _LOCAL_CALLS: Final = frozenset(
 """Output items of calls the SDK runs here, besides function calls (hosted tools run at the provider)."""
 
 
+def _reply_of(response: Any, agent: Any) -> tuple[str, int, int]:
+    """A response's text, the calls the SDK will run, and the function calls it cannot."""
+    texts: list[str] = []
+    calls = invalid = 0
+    known = _tool_names(agent)
+    for item in getattr(response, "output", None) or ():
+        kind = getattr(item, "type", None)
+        if kind == "message":
+            for part in getattr(item, "content", None) or ():
+                text = getattr(part, "text", None)
+                if isinstance(text, str):
+                    texts.append(text)
+        elif kind == "function_call":
+            if _valid_call(item, known):
+                calls += 1
+            else:
+                invalid += 1
+        elif kind in _LOCAL_CALLS:
+            calls += 1
+    return "\n".join(texts), calls, invalid
+
+
 def _tool_names(agent: Any) -> frozenset[str] | None:
     """The function tool and handoff names the SDK resolves a call against; ``None`` when they
     cannot be known here (MCP servers list their tools when the run asks them)."""
@@ -532,7 +543,11 @@ def _tool_names(agent: Any) -> frozenset[str] | None:
 def _valid_call(item: Any, known: frozenset[str] | None) -> bool:
     """A function call the SDK can run: a tool it knows, and arguments that parse as JSON (the SDK
     answers any other with an error, or raises)."""
-    if known is not None and not getattr(item, "namespace", None) and item.name not in known:
+    if (
+        known is not None
+        and not getattr(item, "namespace", None)
+        and getattr(item, "name", None) not in known
+    ):
         return False
     arguments = getattr(item, "arguments", None) or "{}"
     try:
