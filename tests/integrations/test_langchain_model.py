@@ -18,16 +18,15 @@ from langgraph.checkpoint.memory import InMemorySaver
 
 from otelguard import GuardConfig
 from otelguard.integrations.langchain import GuardMiddleware
-from tests.integrations.conftest import Rig
 from tests.integrations.model_turns import (
     INPUT_TOKENS,
     NO_ACTION_HALT,
+    NO_ACTION_WARN,
     OUTPUT_TOKENS,
     REPLY_TOKENS,
-    decisions,
-    model_calls,
     stalls,
     token_caps,
+    watched,
 )
 from tests.integrations.test_langchain import model
 
@@ -95,43 +94,37 @@ def read_then_answer(messages: list[BaseMessage]) -> AIMessage:
 
 
 @pytest.mark.parametrize("script", [musing, malformed], ids=["no call", "invalid calls"])
-def test_a_stalled_model_re_prompted_by_the_harness_is_warned_then_stopped(rig: Rig, script: Any) -> None:
+def test_a_stalled_model_re_prompted_by_the_harness_is_warned_then_stopped(script: Any) -> None:
+    host, watch = watched(stalls())
     chat = model(script)
-    agent = create_agent(
-        chat, [read_file], middleware=[GuardMiddleware(stalls(), telemetry=rig.telemetry()), Nudge()]
-    )
+    agent = create_agent(chat, [read_file], middleware=[GuardMiddleware(host=host), Nudge()])
     out = agent.invoke({"messages": [HumanMessage("find the config")]})
 
     assert len(chat.seen) == NO_ACTION_HALT  # the halt keeps the model from being asked again
     last = out["messages"][-1]
     assert isinstance(last, AIMessage) and str(last.content).startswith("Stopped by otelguard: ")
-    assert decisions(rig, tool="model") == {"no_action_warn": 1, "no_action_halt": 1}
-    assert rig.sample("otelguard_turns_total", agent="default", outcome="halted") == 1
+    assert watch.model_codes() == {"no_action_warn": NO_ACTION_HALT - NO_ACTION_WARN, "no_action_halt": 1}
+    assert watch.turn_outcomes() == ["halted"]
 
 
-def test_a_model_burning_tokens_is_stopped_by_the_turn_cap(rig: Rig) -> None:
+def test_a_model_burning_tokens_is_stopped_by_the_turn_cap() -> None:
+    host, watch = watched(token_caps(turn=3 * REPLY_TOKENS))  # spent by the third reply
     chat = model(reads)
-    limit = 3 * REPLY_TOKENS  # spent by the third reply
-    agent = create_agent(
-        chat, [read_file], middleware=[GuardMiddleware(token_caps(turn=limit), telemetry=rig.telemetry())]
-    )
+    agent = create_agent(chat, [read_file], middleware=[GuardMiddleware(host=host)])
     out = agent.invoke({"messages": [HumanMessage("read everything")]})
 
     assert len(chat.seen) == 3  # no model request once the cap is spent
     last = out["messages"][-1]
     assert isinstance(last, AIMessage) and str(last.content).startswith("Stopped by otelguard: ")
-    assert set(decisions(rig, tool="model")) == {"cap_turn"}
-    assert rig.sample("otelguard_cap_hits_total", agent="default", cap="tokens", scope="turn") >= 1
+    assert set(watch.model_codes()) == {"cap_turn"}
+    assert watch.turn_outcomes() == ["halted"]
 
 
-def test_the_session_token_cap_spans_the_runs_of_a_thread(rig: Rig) -> None:
+def test_the_session_token_cap_spans_the_runs_of_a_thread() -> None:
+    host, watch = watched(token_caps(session=3 * REPLY_TOKENS))  # two replies per run: spent in the second
     chat = model(read_then_answer)
-    limit = 3 * REPLY_TOKENS  # two replies per run: spent in the second run
     agent = create_agent(
-        chat,
-        [read_file],
-        middleware=[GuardMiddleware(token_caps(session=limit), telemetry=rig.telemetry())],
-        checkpointer=InMemorySaver(),
+        chat, [read_file], middleware=[GuardMiddleware(host=host)], checkpointer=InMemorySaver()
     )
     thread = {"configurable": {"thread_id": "t1"}}
     first = agent.invoke({"messages": [HumanMessage("read one file")]}, thread)
@@ -142,19 +135,19 @@ def test_the_session_token_cap_spans_the_runs_of_a_thread(rig: Rig) -> None:
 
     assert len(chat.seen) == asked  # the spent session cap blocks before any model request
     assert str(third["messages"][-1].content).startswith("Stopped by otelguard: ")
-    assert decisions(rig, tool="model")["cap_session"] >= 1
+    assert watch.model_codes()["cap_session"] >= 1
+    assert watch.turn_outcomes() == ["completed", "halted", "halted"]
 
 
-def test_a_normal_run_gets_no_decision_and_its_replies_are_counted(rig: Rig) -> None:
+def test_a_normal_run_gets_no_decision_and_its_replies_are_reported() -> None:
+    host, watch = watched(GuardConfig())
     chat = model(read_then_answer)
-    agent = create_agent(
-        chat, [read_file], middleware=[GuardMiddleware(GuardConfig(), telemetry=rig.telemetry())]
-    )
+    agent = create_agent(chat, [read_file], middleware=[GuardMiddleware(host=host)])
     out = agent.invoke({"messages": [HumanMessage("read a file")]})
 
     assert str(out["messages"][-1].content) == "It says hello."
     assert len(chat.seen) == 2
-    assert decisions(rig) == {}
-    assert model_calls(rig) == {"tool_calls": 1, "invalid_tool_call": 0, "no_tool_call": 1}
-    assert rig.sample("otelguard_model_tokens_total", agent="default", kind="input") == 2 * INPUT_TOKENS
-    assert rig.sample("otelguard_turns_total", agent="default", outcome="completed") == 1
+    assert watch.model_codes() == {} and watch.codes == []
+    assert watch.replies() == {"tool_calls": 1, "no_tool_call": 1}
+    assert watch.input_tokens() == 2 * INPUT_TOKENS
+    assert watch.turn_outcomes() == ["completed"]

@@ -12,21 +12,20 @@ import pytest
 pytest.importorskip("agents")
 
 from agents import Agent, RunConfig, Runner, Usage, function_tool, set_tracing_disabled
-from agents.testing import ModelCall, ModelStep, ScriptedModel, assistant_message, function_call
+from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from pydantic import BaseModel
 
 from otelguard import GuardConfig, GuardHalted
 from otelguard.integrations.openai_agents import guard_agent
-from tests.integrations.conftest import Rig
 from tests.integrations.model_turns import (
     INPUT_TOKENS,
     NO_ACTION_HALT,
+    NO_ACTION_WARN,
     OUTPUT_TOKENS,
     REPLY_TOKENS,
-    decisions,
-    model_calls,
     stalls,
     token_caps,
+    watched,
 )
 
 set_tracing_disabled(True)  # the SDK's own trace exporter would try the network
@@ -75,75 +74,74 @@ def run(agent: Agent[Any], hooks: Any, text: str, config: RunConfig = NO_TRACING
     return asyncio.run(Runner.run(agent, text, hooks=hooks, run_config=config, context=context, max_turns=40))
 
 
-def calls(model: ScriptedModel) -> list[ModelCall]:
-    return list(model.calls)
-
-
 @pytest.mark.parametrize(
     ("script", "config"),
     [(nothing, NO_TRACING), (unknown_tool, ERRORS_TO_MODEL)],
     ids=["no call", "invalid calls"],
 )
 def test_a_stalled_model_asked_again_by_the_sdk_is_warned_then_stopped(
-    rig: Rig, script: Any, config: RunConfig
+    script: Any, config: RunConfig
 ) -> None:
+    host, watch = watched(stalls())
     model = scripted(script)
     agent: Agent[Any] = Agent(name="finder", model=model, tools=[read_file], output_type=Answer)
-    hooks = guard_agent(agent, stalls(), telemetry=rig.telemetry())
+    hooks = guard_agent(agent, host=host)
 
     with pytest.raises(GuardHalted) as stopped:
         run(agent, hooks, "find the config", config)
 
     assert stopped.value.decision.code == "no_action_halt"
-    assert len(calls(model)) == NO_ACTION_HALT  # the halt keeps the model from being asked again
-    assert decisions(rig, tool="model") == {"no_action_warn": 1, "no_action_halt": 1}
-    assert rig.sample("otelguard_turns_total", agent="finder", outcome="halted") == 1
+    assert len(model.calls) == NO_ACTION_HALT  # the halt keeps the model from being asked again
+    assert watch.model_codes() == {"no_action_warn": NO_ACTION_HALT - NO_ACTION_WARN, "no_action_halt": 1}
+    assert watch.turn_outcomes() == ["halted"]
 
 
-def test_a_model_burning_tokens_is_stopped_by_the_turn_cap(rig: Rig) -> None:
+def test_a_model_burning_tokens_is_stopped_by_the_turn_cap() -> None:
+    host, watch = watched(token_caps(turn=3 * REPLY_TOKENS))
     model = scripted(reads)
     agent: Agent[Any] = Agent(name="reader", model=model, tools=[read_file])
-    hooks = guard_agent(agent, token_caps(turn=3 * REPLY_TOKENS), telemetry=rig.telemetry())
+    hooks = guard_agent(agent, host=host)
 
     with pytest.raises(GuardHalted) as stopped:
         run(agent, hooks, "read everything")
 
     assert stopped.value.decision.code == "cap_turn"
     assert stopped.value.decision.cap == "tokens"
-    assert len(calls(model)) == 3  # no model request once the cap is spent
-    assert set(decisions(rig, tool="model")) == {"cap_turn"}
-    assert rig.sample("otelguard_cap_hits_total", agent="reader", cap="tokens", scope="turn") >= 1
+    assert len(model.calls) == 3  # no model request once the cap is spent
+    assert set(watch.model_codes()) == {"cap_turn"}
+    assert watch.turn_outcomes() == ["halted"]
 
 
-def test_the_session_token_cap_spans_the_runs_of_a_session(rig: Rig) -> None:
+def test_the_session_token_cap_spans_the_runs_of_a_session() -> None:
+    host, watch = watched(token_caps(session=3 * REPLY_TOKENS))
     model = scripted(read_then_answer)
     agent: Agent[Any] = Agent(name="reader", model=model, tools=[read_file])
-    hooks = guard_agent(
-        agent, token_caps(session=3 * REPLY_TOKENS), telemetry=rig.telemetry(), session_key=lambda ctx: "s1"
-    )
+    hooks = guard_agent(agent, host=host, session_key=lambda context: "s1")
 
     first = run(agent, hooks, "read one file")
     assert first.final_output == "It says hello."
     with pytest.raises(GuardHalted):  # the second run crosses the cap
         run(agent, hooks, "read another")
-    before = len(calls(model))
+    before = len(model.calls)
     with pytest.raises(GuardHalted) as stopped:
         run(agent, hooks, "and one more")
 
-    assert len(calls(model)) == before  # blocked before any model request
+    assert len(model.calls) == before  # blocked before any model request
     assert stopped.value.decision.code == "cap_session"
+    assert watch.turn_outcomes() == ["completed", "halted", "halted"]
 
 
-def test_a_normal_run_gets_no_decision_and_its_replies_are_counted(rig: Rig) -> None:
+def test_a_normal_run_gets_no_decision_and_its_replies_are_reported() -> None:
+    host, watch = watched(GuardConfig())
     model = scripted(read_then_answer)
     agent: Agent[Any] = Agent(name="reader", model=model, tools=[read_file])
-    hooks = guard_agent(agent, GuardConfig(), telemetry=rig.telemetry())
+    hooks = guard_agent(agent, host=host)
 
     result = run(agent, hooks, "read a file")
 
     assert result.final_output == "It says hello."
-    assert len(calls(model)) == 2
-    assert decisions(rig) == {}
-    assert model_calls(rig, agent="reader") == {"tool_calls": 1, "invalid_tool_call": 0, "no_tool_call": 1}
-    assert rig.sample("otelguard_model_tokens_total", agent="reader", kind="input") == 2 * INPUT_TOKENS
-    assert rig.sample("otelguard_turns_total", agent="reader", outcome="completed") == 1
+    assert len(model.calls) == 2
+    assert watch.model_codes() == {} and watch.codes == []
+    assert watch.replies() == {"tool_calls": 1, "no_tool_call": 1}
+    assert watch.input_tokens() == 2 * INPUT_TOKENS
+    assert watch.turn_outcomes() == ["completed"]

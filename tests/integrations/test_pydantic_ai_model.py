@@ -16,16 +16,15 @@ from pydantic_ai.usage import RequestUsage
 
 from otelguard import GuardConfig, GuardHalted
 from otelguard.integrations.pydantic_ai import GuardCapability
-from tests.integrations.conftest import Rig
 from tests.integrations.model_turns import (
     INPUT_TOKENS,
     NO_ACTION_HALT,
+    NO_ACTION_WARN,
     OUTPUT_TOKENS,
     REPLY_TOKENS,
-    decisions,
-    model_calls,
     stalls,
     token_caps,
+    watched,
 )
 from tests.integrations.test_pydantic_ai import scripted
 
@@ -95,22 +94,22 @@ def agent_with(capability: GuardCapability, script: Any, **options: Any) -> tupl
 
 
 @pytest.mark.parametrize("script", [musing, unknown_tool], ids=["no call", "invalid calls"])
-def test_a_stalled_model_retried_by_pydantic_ai_is_warned_then_stopped(rig: Rig, script: Any) -> None:
-    capability = GuardCapability(stalls(), telemetry=rig.telemetry())
-    agent, asked = agent_with(capability, script, output_type=Answer, retries=12)
+def test_a_stalled_model_retried_by_pydantic_ai_is_warned_then_stopped(script: Any) -> None:
+    host, watch = watched(stalls())
+    agent, asked = agent_with(GuardCapability(host=host), script, output_type=Answer, retries=12)
 
     with pytest.raises(GuardHalted) as stopped:
         agent.run_sync("find the config")
 
     assert stopped.value.decision.code == "no_action_halt"
     assert len(asked) == NO_ACTION_HALT  # the halt keeps the model from being asked again
-    assert decisions(rig, tool="model") == {"no_action_warn": 1, "no_action_halt": 1}
-    assert rig.sample("otelguard_turns_total", agent="default", outcome="halted") == 1
+    assert watch.model_codes() == {"no_action_warn": NO_ACTION_HALT - NO_ACTION_WARN, "no_action_halt": 1}
+    assert watch.turn_outcomes() == ["halted"]
 
 
-def test_a_model_burning_tokens_is_stopped_by_the_turn_cap(rig: Rig) -> None:
-    capability = GuardCapability(token_caps(turn=3 * REPLY_TOKENS), telemetry=rig.telemetry())
-    agent, asked = agent_with(capability, reads)
+def test_a_model_burning_tokens_is_stopped_by_the_turn_cap() -> None:
+    host, watch = watched(token_caps(turn=3 * REPLY_TOKENS))
+    agent, asked = agent_with(GuardCapability(host=host), reads)
 
     with pytest.raises(GuardHalted) as stopped:
         agent.run_sync("read everything")
@@ -118,13 +117,13 @@ def test_a_model_burning_tokens_is_stopped_by_the_turn_cap(rig: Rig) -> None:
     assert stopped.value.decision.code == "cap_turn"
     assert stopped.value.decision.cap == "tokens"
     assert len(asked) == 3  # no model request once the cap is spent
-    assert set(decisions(rig, tool="model")) == {"cap_turn"}
-    assert rig.sample("otelguard_cap_hits_total", agent="default", cap="tokens", scope="turn") >= 1
+    assert set(watch.model_codes()) == {"cap_turn"}
+    assert watch.turn_outcomes() == ["halted"]
 
 
-def test_the_session_token_cap_spans_the_runs_of_a_conversation(rig: Rig) -> None:
-    capability = GuardCapability(token_caps(session=3 * REPLY_TOKENS), telemetry=rig.telemetry())
-    agent, asked = agent_with(capability, read_then_answer)
+def test_the_session_token_cap_spans_the_runs_of_a_conversation() -> None:
+    host, watch = watched(token_caps(session=3 * REPLY_TOKENS))
+    agent, asked = agent_with(GuardCapability(host=host), read_then_answer)
 
     first = agent.run_sync("read one file")
     assert first.output == "It says hello."
@@ -136,17 +135,18 @@ def test_the_session_token_cap_spans_the_runs_of_a_conversation(rig: Rig) -> Non
 
     assert len(asked) == before  # blocked before any model request
     assert stopped.value.decision.code == "cap_session"
+    assert watch.turn_outcomes() == ["completed", "halted", "halted"]
 
 
-def test_a_normal_run_gets_no_decision_and_its_replies_are_counted(rig: Rig) -> None:
-    capability = GuardCapability(GuardConfig(), telemetry=rig.telemetry())
-    agent, asked = agent_with(capability, read_then_answer)
+def test_a_normal_run_gets_no_decision_and_its_replies_are_reported() -> None:
+    host, watch = watched(GuardConfig())
+    agent, asked = agent_with(GuardCapability(host=host), read_then_answer)
 
     result = agent.run_sync("read a file")
 
     assert result.output == "It says hello."
     assert len(asked) == 2
-    assert decisions(rig) == {}
-    assert model_calls(rig) == {"tool_calls": 1, "invalid_tool_call": 0, "no_tool_call": 1}
-    assert rig.sample("otelguard_model_tokens_total", agent="default", kind="input") == 2 * INPUT_TOKENS
-    assert rig.sample("otelguard_turns_total", agent="default", outcome="completed") == 1
+    assert watch.model_codes() == {} and watch.codes == []
+    assert watch.replies() == {"tool_calls": 1, "no_tool_call": 1}
+    assert watch.input_tokens() == 2 * INPUT_TOKENS
+    assert watch.turn_outcomes() == ["completed"]
