@@ -13,8 +13,7 @@ from typing import Any
 
 from otelguard.integrations.hermes import HermesGuardPlugin
 from tests.e2e import free_port
-from tests.integrations.conftest import Rig
-from tests.integrations.model_turns import NO_ACTION_HALT, NO_ACTION_WARN, REPLY_TOKENS, decisions, stalls
+from tests.integrations.model_turns import NO_ACTION_HALT, NO_ACTION_WARN, REPLY_TOKENS, stalls, watched
 from tests.integrations.test_hermes import _guard_code, _Hooks, _sample
 from tests.side_venvs import PROJECT_ROOT, hermes_python
 
@@ -41,48 +40,42 @@ def side_run(scenario: str, config_text: str, work: Path) -> dict[str, Any]:
     return result
 
 
-def model_decisions(metrics: str) -> dict[str, float]:
-    found: dict[str, float] = {}
-    for line in metrics.splitlines():
-        if line.startswith("otelguard_decisions_total{") and 'tool="model"' in line:
-            code = line.split('code="', 1)[1].split('"', 1)[0]
-            found[code] = found.get(code, 0.0) + float(line.rsplit(" ", 1)[1])
-    return {code: count for code, count in found.items() if count}
+def model_codes(run: dict[str, Any]) -> list[str]:
+    """The guard's answers to the plugin's model hooks, other than ``allow``."""
+    return [answer["code"] for answer in run["answers"] if answer["action"] != "allow"]
 
 
-def test_a_model_burning_tokens_has_every_call_refused_once_the_turn_cap_is_spent(
-    tmp_path: Path,
-) -> None:
-    """hermes ignores what its model hooks return, so the spent cap halts the turn: each tool call
-    the model asks for after it is refused (hermes then ends the run at its iteration budget)."""
+def test_a_model_burning_tokens_has_every_call_refused_once_the_turn_cap_is_spent(tmp_path: Path) -> None:
+    """hermes ignores what its model hooks return, so the reply that spends the cap halts the turn:
+    its call and every call the model asks for after it are refused, and hermes ends the run at its
+    iteration budget."""
     run = side_run("burn", TOKEN_CAP, tmp_path)
 
     results = run["shown"]
-    ran = [r for r in results if _guard_code(r) is None]
-    assert len(ran) == 2  # the third reply crossed the cap: its call and every later one refused
-    assert {_guard_code(r) for r in results[2:]} == {"turn_halted"}
-    assert set(model_decisions(run["metrics"])) == {"cap_turn"}
-    assert _sample(run["metrics"], "otelguard_cap_hits_total", cap="tokens", scope="turn") >= 1
+    assert [_guard_code(r) for r in results[:2]] == [None, None]  # the third reply crossed the cap
+    assert len(results) > 3 and {_guard_code(r) for r in results[2:]} == {"turn_halted"}
+    codes = model_codes(run)
+    assert codes[0] == "cap_turn" and set(codes[1:]) <= {"turn_halted"}
+    assert _sample(run["metrics"], "otelguard_turns_total", outcome="halted") == 1
 
 
-def test_a_normal_run_gets_no_decision_and_its_replies_are_counted(tmp_path: Path) -> None:
+def test_a_normal_run_gets_no_decision(tmp_path: Path) -> None:
     run = side_run("normal", "mode: unattended\n", tmp_path)
 
     assert run["final"] == "It says hello." and run["requests"] == 2
-    metrics = run["metrics"]
-    assert _sample(metrics, "otelguard_decisions_total") == 0
-    assert _sample(metrics, "otelguard_model_calls_total", outcome="tool_calls") == 1
-    assert _sample(metrics, "otelguard_model_calls_total", outcome="no_tool_call") == 1
-    assert _sample(metrics, "otelguard_model_tokens_total", kind="input") == 800
-    assert _sample(metrics, "otelguard_turns_total", outcome="completed") == 1
+    assert [answer["event"] for answer in run["answers"]] == ["before", "after"] * 2
+    assert model_codes(run) == []
+    assert _sample(run["metrics"], "otelguard_decisions_total") == 0
+    assert _sample(run["metrics"], "otelguard_turns_total", outcome="completed") == 1
 
 
-def test_calls_whose_arguments_do_not_parse_are_warned_then_stopped(rig: Rig) -> None:
-    """hermes' non-streaming path answers a call with malformed JSON by asking the model again; the
-    plugin counts each such reply as one without a valid call (hermes' payloads, hook by hook)."""
-    plugin = HermesGuardPlugin(stalls(), telemetry=rig.telemetry())
+def test_calls_whose_arguments_do_not_parse_are_warned_then_stopped() -> None:
+    """hermes' non-streaming path answers a call with malformed JSON by asking the model again (its
+    streaming path retries such a reply as truncated, before ``post_api_request``): the plugin
+    counts each one as a reply without a valid call (hermes' payloads, hook by hook)."""
+    host, watch = watched(stalls(), agent="hermes")
     registry = _Hooks()
-    plugin.register(registry)
+    HermesGuardPlugin(host=host).register(registry)
     hooks = registry.hooks
     common = {"session_id": "s", "turn_id": "t", "task_id": "s", "platform": "cli", "model": "scripted"}
     hooks["pre_llm_call"](user_message="go", conversation_history=[], is_first_turn=True, **common)
@@ -91,7 +84,7 @@ def test_calls_whose_arguments_do_not_parse_are_warned_then_stopped(rig: Rig) ->
     )
     message = SimpleNamespace(role="assistant", content=None, tool_calls=[call])
     usage = {"input_tokens": 400, "output_tokens": 100, "prompt_tokens": 400, "total_tokens": 500}
-    for n in range(NO_ACTION_HALT + 1):
+    for n in range(NO_ACTION_HALT):
         hooks["pre_api_request"](api_call_count=n + 1, **common)
         hooks["post_api_request"](
             api_call_count=n + 1,
@@ -101,10 +94,9 @@ def test_calls_whose_arguments_do_not_parse_are_warned_then_stopped(rig: Rig) ->
             **common,
         )
 
-    assert decisions(rig, tool="model") == {
-        "no_action_warn": NO_ACTION_HALT - NO_ACTION_WARN,
-        "no_action_halt": 1,
-    }
+    assert watch.model_codes() == {"no_action_warn": NO_ACTION_HALT - NO_ACTION_WARN, "no_action_halt": 1}
+    assert watch.replies() == {"invalid_tool_call": NO_ACTION_HALT}
+    assert watch.input_tokens() == NO_ACTION_HALT * 400
     refused = hooks["pre_tool_call"](
         tool_name="read_file", args={"path": "a"}, tool_call_id="later", **common
     )

@@ -111,6 +111,22 @@ threading.Thread(target=server.serve_forever, daemon=True).start()
 from hermes_cli import plugins  # noqa: E402  (hermes reads HERMES_HOME at import)
 from run_agent import AIAgent  # noqa: E402
 
+from otelguard.core.guard import Guard  # noqa: E402
+
+# What the guard answered each model hook of the plugin: the real methods, their answers noted
+# (the metrics the plugin serves are the telemetry's; this is the guard's own word).
+answers: list[dict[str, str]] = []
+_before_model, _after_model = Guard.before_model, Guard.after_model
+
+
+def noted(event: str, decision: Any) -> Any:
+    answers.append({"event": event, "action": decision.action, "code": decision.code})
+    return decision
+
+
+Guard.before_model = lambda self: noted("before", _before_model(self))  # type: ignore[method-assign]
+Guard.after_model = lambda self, *a, **k: noted("after", _after_model(self, *a, **k))  # type: ignore[method-assign]
+
 plugins.discover_plugins()
 agent = AIAgent(
     base_url=f"http://127.0.0.1:{server.server_address[1]}/v1",
@@ -133,4 +149,6 @@ server.shutdown()
 
 port = os.environ["OTELGUARD_METRICS_PORT"]
 metrics = urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10).read().decode()
-print(json.dumps({"final": final, "shown": shown, "requests": requests, "metrics": metrics}))
+print(
+    json.dumps({"final": final, "shown": shown, "requests": requests, "answers": answers, "metrics": metrics})
+)
