@@ -20,8 +20,8 @@ plugin then answers:
 * ``pre_api_request``/``post_api_request`` (each request to the model in a turn) →
   ``before_model``/``after_model``, with the reply's text, its tool calls (one whose arguments do
   not parse as JSON is invalid: hermes answers it with a retry) and the usage hermes reports.
-  hermes ignores what these hooks return, so a ``block`` cannot keep the model from being called:
-  the turn is halted and each tool call it then asks for is refused;
+  hermes ignores what these hooks return, so a ``block``/``halt`` cannot keep the model from being
+  called: the turn is halted and each tool call it then asks for is refused;
 * ``pre_llm_call`` and a new ``turn_id`` start a turn; ``on_session_end`` (hermes fires it at the end
   of every conversation run) ends it, as ``errored`` when hermes says the run did not complete
   (``completed: false``: an API error, the iteration budget spent) and the user did not interrupt it;
