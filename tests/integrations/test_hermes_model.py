@@ -101,3 +101,25 @@ def test_calls_whose_arguments_do_not_parse_are_warned_then_stopped() -> None:
         tool_name="read_file", args={"path": "a"}, tool_call_id="later", **common
     )
     assert refused is not None and refused["action"] == "block"  # the halted turn refuses every call
+
+
+def test_payloads_of_any_shape_never_raise_into_hermes() -> None:
+    """hermes catches a plugin's exceptions, but a plugin that raised would lose the event: odd
+    payloads are read as far as they make sense, the rest as not reported."""
+    host, watch = watched(stalls(), agent="hermes")
+    registry = _Hooks()
+    HermesGuardPlugin(host=host).register(registry)
+    hooks = registry.hooks
+    odd_calls = [object(), SimpleNamespace(function=SimpleNamespace(arguments=b"\xff")), {"function": 3}]
+    for message, usage in [
+        (object(), "lots"),
+        (SimpleNamespace(content=["a", 1], tool_calls="x"), {"input_tokens": -5, "output_tokens": "9"}),
+        (SimpleNamespace(content="ok", tool_calls=odd_calls), {"input_tokens": True}),
+        (None, None),
+    ]:
+        hooks["pre_api_request"](session_id="s", turn_id="t")
+        hooks["post_api_request"](session_id="s", turn_id="t", assistant_message=message, usage=usage)
+
+    assert watch.internal_errors == ()
+    assert len([e for e in watch.model_events if e.outcome is not None]) == 4
+    assert watch.input_tokens() == 0

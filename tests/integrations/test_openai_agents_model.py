@@ -5,13 +5,14 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from types import SimpleNamespace
 from typing import Any
 
 import pytest
 
 pytest.importorskip("agents")
 
-from agents import Agent, RunConfig, Runner, Usage, function_tool, set_tracing_disabled
+from agents import Agent, RunConfig, RunContextWrapper, Runner, Usage, function_tool, set_tracing_disabled
 from agents.testing import ModelStep, ScriptedModel, assistant_message, function_call
 from pydantic import BaseModel
 
@@ -145,3 +146,24 @@ def test_a_normal_run_gets_no_decision_and_its_replies_are_reported() -> None:
     assert watch.replies() == {"tool_calls": 1, "no_tool_call": 1}
     assert watch.input_tokens() == 2 * INPUT_TOKENS
     assert watch.turn_outcomes() == ["completed"]
+
+
+def test_responses_of_any_shape_are_read_without_raising() -> None:
+    """A hook that raised would end the run: odd output items and usage are read as far as they make
+    sense, the rest as invalid calls or usage not reported."""
+    host, watch = watched(GuardConfig())
+    agent: Agent[Any] = Agent(name="reader", model=scripted(reads), tools=[read_file])
+    hooks = guard_agent(agent, host=host)
+    context: RunContextWrapper[Any] = RunContextWrapper(context=None)
+    odd = [
+        SimpleNamespace(type="message", content=[SimpleNamespace(text=3), object()]),
+        SimpleNamespace(type="function_call", name=None, arguments=b"\xff"),
+        SimpleNamespace(type="function_call", name="read_file", arguments=5),
+        SimpleNamespace(type="function_call", name="read_file", arguments='{"path": "a"}'),
+    ]
+    for response in [SimpleNamespace(), SimpleNamespace(output=odd, usage=SimpleNamespace(input_tokens="x"))]:
+        asyncio.run(hooks.on_llm_end(context, agent, response))  # type: ignore[arg-type]
+
+    assert watch.internal_errors == ()
+    last = watch.model_events[-1]
+    assert (last.tool_calls, last.invalid_tool_calls, last.input_tokens) == (1, 2, None)
