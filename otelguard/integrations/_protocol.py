@@ -12,6 +12,11 @@
 * **Before the next model call**: after a ``block``/``halt`` the run ends. ``halt_of(session)``
   for frameworks with a way to end a run; ``stop_if_halted(session)`` raises ``GuardHalted`` for
   those that can only stop a run by raising.
+* **Model requests**: ``model_stop(guard)`` before each (``before_model``): the ``block``/``halt``
+  that keeps the model from being called (a halted turn, a spent token cap), ended like a tool
+  halt; ``replied(guard, ...)`` after each response (``after_model``) with what the framework
+  reports (its text, its valid and invalid tool calls, its token usage). A model warning is
+  recorded only: no tool result carries it to the model.
 * **When a run raises**: its turn ends as ``errored`` (``end_run(session, run, error)``), unless the
   exception is the adapter's own ``GuardHalted`` (that turn was halted) or not an ``Exception`` at
   all (a cancellation or an interrupt is control flow, not an error).
@@ -46,9 +51,12 @@ __all__ = [
     "halt_of",
     "in_tree",
     "missing_framework",
+    "model_stop",
     "raised",
     "refusal",
+    "replied",
     "stop_if_halted",
+    "tokens",
 ]
 
 DELEGATES_TO: Final = "otelguard.delegates_to"
@@ -133,6 +141,40 @@ def stop_if_halted(session: Session, run: object = None) -> None:
         if run is not None:
             session.leave_run(run)
         raise GuardHalted(halt)
+
+
+def model_stop(guard: Guard) -> Decision | None:
+    """Before a model request: the ``block``/``halt`` after which the model is not called (the
+    run ends as after a tool halt), else ``None``. A turn already halted is not asked again."""
+    halt = guard.halt_decision
+    if halt is not None:
+        return halt
+    decision = guard.before_model()
+    return decision if decision.action in ("block", "halt") else None
+
+
+def replied(
+    guard: Guard,
+    text: str | None,
+    *,
+    tool_calls: int,
+    invalid_tool_calls: int = 0,
+    input_tokens: int | None = None,
+    output_tokens: int | None = None,
+) -> Decision:
+    """Record one model response, as the framework reports it (``None``: usage not reported)."""
+    return guard.after_model(
+        text or None,
+        tool_calls=tool_calls,
+        invalid_tool_calls=invalid_tool_calls,
+        input_tokens=input_tokens,
+        output_tokens=output_tokens,
+    )
+
+
+def tokens(value: object) -> int | None:
+    """A token count a framework reported: a non-negative ``int``, else ``None`` (not reported)."""
+    return value if type(value) is int and value >= 0 else None
 
 
 def errored(error: BaseException | None) -> bool:

@@ -17,6 +17,11 @@ plugin then answers:
   ``hermes/orchestrator``). A ``delegate_task`` call for one task is a delegation to that role's
   agent (the depth limit, the tree caps and delegation cycles apply); a batch spawns unnamed
   children (the depth limit and the tree caps apply);
+* ``pre_api_request``/``post_api_request`` (each request to the model in a turn) →
+  ``before_model``/``after_model``, with the reply's text, its tool calls (one whose arguments do
+  not parse as JSON is invalid: hermes answers it with a retry) and the usage hermes reports.
+  hermes ignores what these hooks return, so a ``block``/``halt`` cannot keep the model from being
+  called: the turn is halted and each tool call it then asks for is refused;
 * ``pre_llm_call`` and a new ``turn_id`` start a turn; ``on_session_end`` (hermes fires it at the end
   of every conversation run) ends it, as ``errored`` when hermes says the run did not complete
   (``completed: false``: an API error, the iteration budget spent) and the user did not interrupt it;
@@ -35,6 +40,7 @@ keys) is read here too: ``hermes_dialect`` translates a section into otelguard's
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import threading
@@ -50,7 +56,7 @@ from otelguard.core.guard import Guard
 from otelguard.core.sessions import Session
 from otelguard.errors import ConfigError
 from otelguard.hosting import SessionHosted
-from otelguard.integrations._protocol import CallMemory, guidance, refusal
+from otelguard.integrations._protocol import CallMemory, guidance, model_stop, refusal, replied, tokens
 
 __all__ = ["HermesGuardPlugin", "config_from_hermes", "hermes_dialect", "register"]
 
@@ -115,6 +121,33 @@ class HermesGuardPlugin(SessionHosted):
     def on_pre_llm_call(self, *, session_id: str = "", turn_id: str = "", **_: Any) -> None:
         if self._child(session_id) is None:  # a child's turn runs from its start to its stop
             self._session_for_turn(session_id, turn_id)
+
+    def on_pre_api_request(self, *, session_id: str = "", turn_id: str = "", **_: Any) -> None:
+        model_stop(self._child(session_id) or self._session_for_turn(session_id, turn_id).main)
+
+    def on_post_api_request(
+        self,
+        *,
+        session_id: str = "",
+        turn_id: str = "",
+        assistant_message: Any = None,
+        usage: Any = None,
+        **_: Any,
+    ) -> None:
+        guard = self._child(session_id) or self._session_for_turn(session_id, turn_id).main
+        content = getattr(assistant_message, "content", None)
+        calls = getattr(assistant_message, "tool_calls", None)
+        calls = calls if isinstance(calls, list) else []
+        valid = sum(_parses(getattr(getattr(call, "function", None), "arguments", None)) for call in calls)
+        reported = usage if isinstance(usage, Mapping) else {}
+        replied(
+            guard,
+            content if isinstance(content, str) else None,
+            tool_calls=valid,
+            invalid_tool_calls=len(calls) - valid,
+            input_tokens=tokens(reported.get("input_tokens")),
+            output_tokens=tokens(reported.get("output_tokens")),
+        )
 
     def on_pre_tool_call(
         self,
@@ -236,6 +269,8 @@ class HermesGuardPlugin(SessionHosted):
 
     def register(self, ctx: HookRegistry) -> None:
         ctx.register_hook("pre_llm_call", self.on_pre_llm_call)
+        ctx.register_hook("pre_api_request", self.on_pre_api_request)
+        ctx.register_hook("post_api_request", self.on_post_api_request)
         ctx.register_hook("pre_tool_call", self.on_pre_tool_call)
         ctx.register_hook("post_tool_call", self.on_post_tool_call)
         ctx.register_hook("transform_tool_result", self.on_transform_tool_result)
@@ -243,6 +278,22 @@ class HermesGuardPlugin(SessionHosted):
         ctx.register_hook("on_session_finalize", self.on_session_finalize)
         ctx.register_hook("subagent_start", self.on_subagent_start)
         ctx.register_hook("subagent_stop", self.on_subagent_stop)
+
+
+def _parses(arguments: object) -> bool:
+    """Arguments hermes can run a call with: JSON, an empty text (hermes reads it as ``{}``) or
+    already a mapping or list."""
+    if isinstance(arguments, (dict, list)) or arguments is None:
+        return True
+    if not isinstance(arguments, str):
+        return False
+    if not arguments.strip():
+        return True
+    try:
+        json.loads(arguments)
+    except ValueError:
+        return False
+    return True
 
 
 def register(ctx: HookRegistry) -> None:

@@ -7,6 +7,9 @@
 * A tool that raises, or answers with an error ``ToolMessage``, is a failure. The exception is then
   handled exactly as without the middleware. LangGraph interrupts (``GraphBubbleUp``) pass through
   untouched and are not failures.
+* Model calls: ``before_model`` in the ``before_model`` hook (a ``block`` ends the run as a halt
+  does), ``after_model`` around the model call with the answer's text, ``tool_calls``,
+  ``invalid_tool_calls`` and ``usage_metadata``.
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
 * A run that raises never reaches ``after_agent``. An exception leaving the guard's wrap of a model
@@ -53,8 +56,11 @@ from otelguard.integrations._protocol import (
     halt_of,
     in_tree,
     missing_framework,
+    model_stop,
     raised,
     refusal,
+    replied,
+    tokens,
 )
 from otelguard.propagation import current_tree
 
@@ -124,7 +130,7 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
     def before_model(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         session = self._session()
         update = self._caps_update(session, state)
-        halt = halt_of(session)
+        halt = halt_of(session) or model_stop(session.main)
         if halt is None:
             return update
         return {
@@ -150,9 +156,10 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
     def wrap_model_call(
         self, request: ModelRequest[Any], handler: Callable[[ModelRequest[Any]], ModelResponse[Any]]
     ) -> ModelCallResult[Any]:
-        with _in_flight(self._session(), model=True) as asked:
+        session = self._session()
+        with _in_flight(session, model=True) as asked:
             response = handler(request)
-            asked[0] = _tool_calls(response)
+            asked[0] = _replied(session.main, response)
             return response
 
     async def awrap_model_call(
@@ -160,9 +167,10 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
         request: ModelRequest[Any],
         handler: Callable[[ModelRequest[Any]], Awaitable[ModelResponse[Any]]],
     ) -> ModelCallResult[Any]:
-        with _in_flight(self._session(), model=True) as asked:
+        session = self._session()
+        with _in_flight(session, model=True) as asked:
             response = await handler(request)
-            asked[0] = _tool_calls(response)
+            asked[0] = _replied(session.main, response)
             return response
 
     # -- session caps in the graph's state -----------------------------------------------------
@@ -299,12 +307,30 @@ def _in_flight(session: Session, model: bool = False) -> Iterator[list[int]]:
     run.asked(asked[0])
 
 
-def _tool_calls(response: Any) -> int:
-    """How many tool calls a model answer asks for (a ``ModelResponse``, or a bare ``AIMessage``)."""
+def _replied(guard: Guard, response: Any) -> int:
+    """Record a model answer (a ``ModelResponse``, or a bare ``AIMessage``) as LangChain reports it:
+    its text, ``tool_calls``, ``invalid_tool_calls`` and ``usage_metadata``. Returns how many tool
+    calls it asks for."""
     messages = getattr(response, "result", None)
     if messages is None:
         messages = getattr(getattr(response, "model_response", None), "result", [response])
-    return sum(len(m.tool_calls) for m in messages if isinstance(m, AIMessage))
+    answers = [m for m in messages if isinstance(m, AIMessage)]
+    asked = sum(len(m.tool_calls) for m in answers)
+    usages = [m.usage_metadata for m in answers if m.usage_metadata is not None]
+    replied(
+        guard,
+        "\n".join(m.text for m in answers),
+        tool_calls=asked,
+        invalid_tool_calls=sum(len(m.invalid_tool_calls) for m in answers),
+        input_tokens=_usage(usages, "input_tokens"),
+        output_tokens=_usage(usages, "output_tokens"),
+    )
+    return asked
+
+
+def _usage(usages: list[Any], kind: str) -> int | None:
+    counts = [count for usage in usages if (count := tokens(usage.get(kind))) is not None]
+    return sum(counts) if counts else None
 
 
 class _Call:

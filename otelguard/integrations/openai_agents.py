@@ -15,6 +15,9 @@
   the model gets the message it would get without otelguard.
 * After a ``block``/``halt`` the SDK would call the model again: the next ``on_llm_start`` raises
   ``otelguard.GuardHalted`` instead, and ``Runner.run`` raises it to the caller.
+* Model calls: ``before_model`` in ``on_llm_start`` (a ``block`` raises ``GuardHalted``),
+  ``after_model`` in ``on_llm_end`` with the response's text, its calls (a function call naming no
+  tool or handoff of the agent, or whose arguments are not JSON, is invalid) and its usage.
 * A turn is one ``Runner.run``. Sessions: ``session_key(run_context)`` when given (the hooks cannot
   see the SDK ``Session``; the run's ``context`` object can carry a conversation id), else one
   session per ``guard_agent`` result.
@@ -35,6 +38,7 @@ from __future__ import annotations
 import copy
 import dataclasses
 import itertools
+import json
 import threading
 import weakref
 from collections import deque
@@ -56,8 +60,11 @@ from otelguard.integrations._protocol import (
     error_result,
     guidance,
     missing_framework,
+    model_stop,
     raised,
+    replied,
     stop_if_halted,
+    tokens,
 )
 from otelguard.propagation import use_tree
 
@@ -66,6 +73,7 @@ try:
         Agent,
         FunctionTool,
         Handoff,
+        ModelResponse,
         RunContextWrapper,
         RunHooks,
         Tool,
@@ -440,6 +448,27 @@ class GuardRunHooks(RunHooks[Any]):
             run.session.leave_run(run.token)
             raise GuardHalted(halt)
         stop_if_halted(run.session, run.token)
+        stop = model_stop(run.guard)
+        if stop is not None:
+            run.end_delegated()
+            run.session.leave_run(run.token)
+            raise GuardHalted(stop)
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Any, response: ModelResponse) -> None:
+        text, calls, invalid = _reply_of(response, agent)
+        usage = getattr(response, "usage", None)
+        input_tokens = tokens(getattr(usage, "input_tokens", None))
+        output_tokens = tokens(getattr(usage, "output_tokens", None))
+        if not (input_tokens or output_tokens or tokens(getattr(usage, "requests", None))):
+            input_tokens = output_tokens = None  # the SDK's zeros for a response that reported none
+        replied(
+            self.run_of(context).guard,
+            text,
+            tool_calls=calls,
+            invalid_tool_calls=invalid,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         run = self.run_of(context)
@@ -470,6 +499,62 @@ class GuardRunHooks(RunHooks[Any]):
             failed=error is not None,
             call_id=call_id,
         )
+
+
+_LOCAL_CALLS: Final = frozenset(
+    {"computer_call", "local_shell_call", "shell_call", "apply_patch_call", "custom_tool_call"}
+)
+"""Output items of calls the SDK runs here, besides function calls (hosted tools run at the provider)."""
+
+
+def _reply_of(response: Any, agent: Any) -> tuple[str, int, int]:
+    """A response's text, the calls the SDK will run, and the function calls it cannot."""
+    texts: list[str] = []
+    calls = invalid = 0
+    known = _tool_names(agent)
+    for item in getattr(response, "output", None) or ():
+        kind = getattr(item, "type", None)
+        if kind == "message":
+            for part in getattr(item, "content", None) or ():
+                text = getattr(part, "text", None)
+                if isinstance(text, str):
+                    texts.append(text)
+        elif kind == "function_call":
+            if _valid_call(item, known):
+                calls += 1
+            else:
+                invalid += 1
+        elif kind in _LOCAL_CALLS:
+            calls += 1
+    return "\n".join(texts), calls, invalid
+
+
+def _tool_names(agent: Any) -> frozenset[str] | None:
+    """The function tool and handoff names the SDK resolves a call against; ``None`` when they
+    cannot be known here (MCP servers list their tools when the run asks them)."""
+    if getattr(agent, "mcp_servers", None):
+        return None
+    names = {tool.name for tool in getattr(agent, "tools", ()) if isinstance(tool, FunctionTool)}
+    for entry in getattr(agent, "handoffs", ()):
+        names.add(entry.tool_name if isinstance(entry, Handoff) else Handoff.default_tool_name(entry))
+    return frozenset(names)
+
+
+def _valid_call(item: Any, known: frozenset[str] | None) -> bool:
+    """A function call the SDK can run: a tool it knows, and arguments that parse as JSON (the SDK
+    answers any other with an error, or raises)."""
+    if (
+        known is not None
+        and not getattr(item, "namespace", None)
+        and getattr(item, "name", None) not in known
+    ):
+        return False
+    arguments = getattr(item, "arguments", None) or "{}"
+    try:
+        json.loads(arguments)
+    except (TypeError, ValueError):
+        return False
+    return True
 
 
 class _Owned:
@@ -697,6 +782,11 @@ class _NestedRunHooks(RunHooks[Any]):
         nested = _NESTED.get()
         if nested is not None:
             await nested.hooks.on_llm_start(context, agent, system_prompt, input_items)
+
+    async def on_llm_end(self, context: RunContextWrapper[Any], agent: Any, response: ModelResponse) -> None:
+        nested = _NESTED.get()
+        if nested is not None:
+            await nested.hooks.on_llm_end(context, agent, response)
 
     async def on_agent_end(self, context: Any, agent: Any, output: Any) -> None:
         nested = _NESTED.get()

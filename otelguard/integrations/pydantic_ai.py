@@ -13,6 +13,8 @@
   ``otelguard.GuardHalted``, so the refused call's result is in the history and the run ends. A run
   that raises anything else (an exception no capability's ``on_run_error`` recovered) is an
   ``errored`` turn.
+* Model calls: ``before_model`` in ``before_model_request`` (a ``block`` raises ``GuardHalted``),
+  ``after_model`` in ``after_model_request`` with the response's text, tool-call parts and usage.
 * One guard per ``conversation_id`` (Pydantic AI always has one: given, inherited from the message
   history, or new; a run without history is a new session).
 * Pydantic AI already traces ``execute_tool``: with ``span_mode: auto`` otelguard's attributes go
@@ -41,9 +43,12 @@ from otelguard.integrations._protocol import (
     guidance,
     in_tree,
     missing_framework,
+    model_stop,
     raised,
     refusal,
+    replied,
     stop_if_halted,
+    tokens,
 )
 
 try:
@@ -62,7 +67,7 @@ try:
         ToolFailedError,
         ToolRetryError,
     )
-    from pydantic_ai.messages import ToolCallPart
+    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
     from pydantic_ai.models import ModelRequestContext
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import ToolDefinition
@@ -103,8 +108,33 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
     async def before_model_request(
         self, ctx: RunContext[Any], request_context: ModelRequestContext
     ) -> ModelRequestContext:
-        stop_if_halted(self._session(ctx))  # the run's turn ends in wrap_run, as the exception leaves
+        session = self._session(ctx)
+        stop_if_halted(session)  # the run's turn ends in wrap_run, as the exception leaves
+        stop = model_stop(session.main)
+        if stop is not None:
+            raise GuardHalted(stop)
         return request_context
+
+    async def after_model_request(
+        self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
+    ) -> ModelResponse:
+        """Record the response: its text, its tool calls (one of a tool the request did not offer,
+        or with arguments that do not parse, is invalid: Pydantic AI answers it with a retry
+        prompt) and its usage."""
+        known = request_context.model_request_parameters.tool_defs
+        calls = [part for part in response.parts if isinstance(part, ToolCallPart)]
+        valid = sum(part.tool_name in known and _parses(part) for part in calls)
+        usage = response.usage
+        reported = usage.has_values()
+        replied(
+            self._session(ctx).main,
+            "\n".join(part.content for part in response.parts if isinstance(part, TextPart)),
+            tool_calls=valid,
+            invalid_tool_calls=len(calls) - valid,
+            input_tokens=tokens(usage.input_tokens) if reported else None,
+            output_tokens=tokens(usage.output_tokens) if reported else None,
+        )
+        return response
 
     async def wrap_tool_execute(
         self,
@@ -155,6 +185,14 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
     ) -> Any:
         self._recovered.add(call.tool_call_id, True)
         raise error
+
+
+def _parses(part: ToolCallPart) -> bool:
+    try:
+        part.args_as_dict(raise_if_invalid=True)
+    except (ValueError, AssertionError):
+        return False
+    return True
 
 
 def _annotate_part(part: Any, guard: Guard, name: str, args: Any, call_id: str) -> None:
