@@ -16,7 +16,11 @@ A run ended at its budget limit when the agent did not stop by itself:
 * tau-bench: the agent took the source's ``budget.steps`` actions and the user never said
   ``###STOP###`` (its calls: the tool calls, or the text agents' ``Action:`` JSON naming a tool other
   than ``respond``);
-* tau2-bench: its ``termination_reason`` is ``max_steps`` or ``too_many_errors``.
+* tau2-bench: its ``termination_reason`` is ``max_steps`` or ``too_many_errors``;
+* AutoCodeRover (a conversation file, a list of chat messages): its search rounds ran out, that is the
+  conversation does not end on the harness's ``Here are the code in buggy locations:`` (the one way out
+  of the rounds before the limit); its calls are the search results the harness answered, one
+  ``Result of <api>(...):`` each (the model writes its calls as text, a second model extracts them).
 
 A file holding several runs (tau-bench, tau2-bench) gives one record per run, keyed by the session id
 the replay gives it; a file of one run gives one record keyed ``None``.
@@ -24,6 +28,7 @@ the replay gives it; a file of one run gives one record keyed ``None``.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -41,6 +46,10 @@ TAU_STOP: Final = "###STOP###"
 TAU_TEXT_ACTION: Final = "Action:"
 TAU_REPLY: Final = "respond"
 OPENHANDS_LIMIT: Final = "maximum iteration"
+ACR_SEARCH_PROMPT: Final = "Based on the files, classes, methods, code statements from the issue"
+"""AutoCodeRover's first instruction in every conversation: tells its conversation file apart."""
+ACR_LOCATED: Final = "Here are the code in buggy locations:"
+ACR_RESULT: Final = re.compile(r"^Result of \w+\(", re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -62,6 +71,8 @@ def run_records(data: bytes, budget: dict[str, Any] | None = None) -> dict[str |
     if isinstance(doc, list) and doc and all(isinstance(r, dict) and "traj" in r for r in doc):
         steps = int(budget.get("steps", 30))
         return {_tau_id(r): _tau(r, steps) for r in doc}
+    if isinstance(doc, list) and _is_auto_code_rover(doc):
+        return {None: _auto_code_rover(doc)}
     if isinstance(doc, list):
         return {None: _openhands_events(doc)}
     if not isinstance(doc, dict):
@@ -112,6 +123,18 @@ def _mini_swe_agent(doc: dict[str, Any]) -> RunRecord:
         if m.get("role") == "assistant" and not str(answer.get("content", "")).startswith(MINI_FORMAT_ERROR)
     )
     return RunRecord(doc["info"].get("exit_status") in MINI_SWE_AGENT_LIMITS, calls)
+
+
+def _is_auto_code_rover(doc: list[Any]) -> bool:
+    return all(isinstance(m, dict) and "role" in m for m in doc) and any(
+        m["role"] == "user" and str(m.get("content", "")).startswith(ACR_SEARCH_PROMPT) for m in doc
+    )
+
+
+def _auto_code_rover(doc: list[dict[str, Any]]) -> RunRecord:
+    answers = [str(m.get("content", "")) for m in doc if m["role"] == "user"]
+    located = doc[-1]["role"] == "user" and str(doc[-1].get("content", "")).startswith(ACR_LOCATED)
+    return RunRecord(not located, sum(len(ACR_RESULT.findall(answer)) for answer in answers))
 
 
 def _tool_calls(message: Any) -> list[dict[str, Any]]:

@@ -279,6 +279,33 @@ def test_tau_bench_text_agents_record_their_calls_as_actions_in_the_text() -> No
     assert run_records(_json([run]), {"steps": 3}) == {"task-4-trial-1": RunRecord(True, 1)}
 
 
+def test_auto_code_rover_ran_out_of_rounds_unless_it_located_the_bug() -> None:
+    """AutoCodeRover leaves its search rounds before the limit only by locating the bug; its calls
+    are the search results the harness answered (the model writes them as text)."""
+    start = [
+        {"role": "system", "content": "You are a software developer maintaining a large project."},
+        {"role": "user", "content": "<issue>x</issue>"},
+        {
+            "role": "user",
+            "content": "Based on the files, classes, methods, code statements from the issue...",
+        },
+        {"role": "assistant", "content": "search_class('A')"},
+        {
+            "role": "user",
+            "content": "Result of search_class('A'):\nFound 1\n\nResult of search_method('f'):\nnone",
+        },
+        {"role": "user", "content": "Let's analyze collected context first"},
+        {"role": "assistant", "content": "analysis"},
+    ]
+    invalid = [
+        {"role": "assistant", "content": "I cannot search."},
+        {"role": "user", "content": "The search API calls seem not valid. Please check the arguments..."},
+    ]
+    located = [{"role": "user", "content": "Here are the code in buggy locations:\nFound 1 methods"}]
+    assert run_records(_json(start + invalid * 3)) == {None: RunRecord(at_limit=True, calls=2)}
+    assert run_records(_json(start + located)) == {None: RunRecord(at_limit=False, calls=2)}
+
+
 def test_a_halt_is_placed_by_its_index_in_the_run_across_turns() -> None:
     """A halt is recorded as (turn, call in that turn); the benchmark places it in the run: the second
     call of the second turn after a turn of three calls is the run's fifth."""
