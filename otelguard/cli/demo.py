@@ -22,7 +22,13 @@ from otelguard import ConfigError, GuardConfig
 from otelguard.cli.config_messages import load_config, option_problem, port_problem
 from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY
 from otelguard.core.scripted import ScriptedCall
-from otelguard.demo.simulation import AGENT_NAMES, SCENARIOS, DemoStats, SimulatedAgent
+from otelguard.demo.simulation import (
+    AGENT_NAMES,
+    DEMO_TURN_TOKENS,
+    SCENARIOS,
+    DemoStats,
+    SimulatedAgent,
+)
 from otelguard.serving.metrics_server import MetricsServer, serve_metrics
 from otelguard.telemetry import Telemetry
 from otelguard.telemetry.tracer_setup import SpanExport, span_export_from_env
@@ -130,13 +136,19 @@ def _check_arguments(args: argparse.Namespace) -> str | None:
 
 def _demo_config(path: str | None) -> GuardConfig | None:
     """``--config`` as given (``None`` once its errors are printed); otherwise unattended (hard stops
-    on, so turns get halted) with turn spans."""
+    on, so turns get halted) with turn spans and a cap on a turn's tokens."""
     if path is not None:
         config = load_config("otelguard demo", path)
         if config is None:
             return None
     else:
-        config = GuardConfig.from_mapping({"mode": "unattended", "telemetry": {"turn_spans": True}})
+        config = GuardConfig.from_mapping(
+            {
+                "mode": "unattended",
+                "telemetry": {"turn_spans": True},
+                "caps": {"turn": {"tokens": DEMO_TURN_TOKENS}},
+            }
+        )
     if config.signature_key is None and not os.environ.get(OTELGUARD_SIGNATURE_KEY):
         # A per-run key, set explicitly: the demo's hashes need not correlate across runs, and the
         # note that telemetry gives about a random key would only confuse a first-time user.

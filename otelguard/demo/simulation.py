@@ -4,7 +4,9 @@ Each agent is a thread that plays scenarios (a healthy turn, a failing test loop
 one file, a denial storm, an A→B→A→B cycle, a runaway web search, a delegation storm, a delegation
 tree running away across agents, edits of files never read that all fail with the same error...) the
 way a host would: ``before_call``, run
-the fake tool unless refused, ``after_call``, and stop the turn when the guard halts it. The first pass plays the loop scenarios in an order that shows every kind
+the fake tool unless refused, ``after_call``, and stop the turn when the guard halts it. Two more play
+the model's side (``before_model``, the reply through ``after_model``): a model stalled on a call its
+harness cannot parse, and a token runaway whose context grows with every reply. The first pass plays the loop scenarios in an order that shows every kind
 of decision within seconds; then scenarios are drawn at random (``seed``), mostly healthy.
 """
 
@@ -25,7 +27,17 @@ from otelguard.core.scripted import ScriptedCall, play_call
 from otelguard.hosting import Guard, TelemetryOption
 from otelguard.propagation import use_tree
 
-__all__ = ["AGENT_NAMES", "SCENARIOS", "TREE_SCENARIO", "DemoStats", "SimulatedAgent", "tree_config"]
+__all__ = [
+    "AGENT_NAMES",
+    "DEMO_TURN_TOKENS",
+    "MODEL_SCENARIOS",
+    "SCENARIOS",
+    "TREE_SCENARIO",
+    "DemoStats",
+    "ModelReply",
+    "SimulatedAgent",
+    "tree_config",
+]
 
 AGENT_NAMES: Final = ("support-bot", "research-agent", "coder", "ops-cron", "sales-assistant", "triage")
 TURNS_PER_SESSION: Final = 8
@@ -171,6 +183,56 @@ def unread_edits(rng: random.Random) -> Iterator[ScriptedCall]:
         yield ScriptedCall(tool, {"path": path, "content": f"# rewrite {i}"}, error, failed=True)
 
 
+DEMO_TURN_TOKENS: Final = 200_000
+"""The demo's ``caps.turn.tokens`` (when no ``--config`` is given): the token runaway spends it."""
+
+
+@dataclass(frozen=True, slots=True)
+class ModelReply:
+    """One reply of the model, as a host reports it to ``after_model``, and the call it asks for."""
+
+    text: str | None
+    tool_calls: int = 0
+    invalid_tool_calls: int = 0
+    input_tokens: int | None = None
+    output_tokens: int | None = None
+    call: ScriptedCall | None = None
+
+
+def stalled_model(rng: random.Random) -> Iterator[ModelReply]:
+    """The model answers with a call its harness cannot parse, and the harness asks again, each time."""
+    for i in range(20):
+        yield ModelReply(
+            f'<tool_call>{{"name": "search", "arguments": {{"query": "release {i}"',  # cut short
+            invalid_tool_calls=1,
+            input_tokens=3_000 + 150 * i,
+            output_tokens=rng.randint(30, 60),
+        )
+
+
+def token_runaway(rng: random.Random) -> Iterator[ModelReply]:
+    """Page after page read into a context that grows with every reply: no call repeats, no tool cap is
+    near; only a cap on the turn's tokens stops it."""
+    context = 6_000
+    for i in range(MAX_STEPS_PER_TURN):
+        context += rng.randint(3_000, 6_000)
+        path = f"docs/handbook/chapter_{i:03d}.md"
+        yield ModelReply(
+            f"Reading {path} next.",
+            tool_calls=1,
+            input_tokens=context,
+            output_tokens=rng.randint(200, 600),
+            call=ScriptedCall(
+                "read_file", {"path": path}, f"# Chapter {i}\n" + "text " * rng.randint(50, 90)
+            ),
+        )
+
+
+MODEL_SCENARIOS: Final[dict[str, Callable[[random.Random], Iterator[ModelReply]]]] = {
+    "stalled_model": stalled_model,
+    "token_runaway": token_runaway,
+}
+
 Scenario = Callable[[random.Random], Iterator[ScriptedCall]]
 SCENARIOS: Final[dict[str, Scenario]] = {
     "runaway_search": runaway_search,
@@ -185,8 +247,8 @@ SCENARIOS: Final[dict[str, Scenario]] = {
     "repeated_message": repeated_message,
     "unread_edits": unread_edits,
 }
-_FIRST_PASS: Final = tuple(SCENARIOS)
-_WEIGHTS: Final = {name: (6 if name == "healthy" else 1) for name in SCENARIOS}
+_FIRST_PASS: Final = (*SCENARIOS, *MODEL_SCENARIOS)
+_WEIGHTS: Final = {name: (6 if name == "healthy" else 1) for name in _FIRST_PASS}
 
 
 @dataclass(frozen=True, slots=True)
@@ -296,6 +358,9 @@ class SimulatedAgent:
         if scenario == TREE_SCENARIO:
             self.run_tree()
             return
+        if scenario in MODEL_SCENARIOS:
+            self.run_model_turn(guard, scenario)
+            return
         self._turns += 1
         guard.start_turn(turn_id=f"{self.name}-{self._turns}")
         # Some hosts ignore a halt once before giving up: that shows the `turn_halted` refusal.
@@ -310,6 +375,36 @@ class SimulatedAgent:
                 stubborn = False
         summary = guard.end_turn()
         self.stats.record_turn(summary.halted)
+
+    def run_model_turn(self, guard: Guard, scenario: str) -> None:
+        """A turn of model replies: ``before_model`` for each request (a refused one is not made),
+        the reply through ``after_model``, then the call it asks for; until the guard stops it."""
+        self._turns += 1
+        guard.start_turn(turn_id=f"{self.name}-{self._turns}")
+        for number, reply in enumerate(MODEL_SCENARIOS[scenario](self.rng)):
+            if self.stop.wait(self.interval) or number >= MAX_STEPS_PER_TURN:
+                break
+            before = guard.before_model()
+            if before.action != "allow":
+                self.stats.record_decision(self.name, scenario, before)
+            if not before.allows_execution:
+                break
+            after = guard.after_model(
+                reply.text,
+                tool_calls=reply.tool_calls,
+                invalid_tool_calls=reply.invalid_tool_calls,
+                input_tokens=reply.input_tokens,
+                output_tokens=reply.output_tokens,
+            )
+            if after.action != "allow":
+                self.stats.record_decision(self.name, scenario, after)
+            if guard.halt_decision is not None:
+                break
+            if reply.call is not None:
+                self.play(guard, scenario, reply.call, f"call_{self._turns}_{number}")
+                if guard.halt_decision is not None:
+                    break
+        self.stats.record_turn(guard.end_turn().halted)
 
     def run_tree(self) -> None:
         """``runaway_tree``: a new conversation (its root guard, in a tree of its own); each handoff
