@@ -1,0 +1,67 @@
+"""The demo's model scenarios: a model stalled on calls its harness cannot parse, and a token runaway,
+each played through a real guard until it stops them, and shown by a real ``otelguard demo``."""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from otelguard import Guard, GuardConfig
+from otelguard.demo.simulation import DEMO_TURN_TOKENS, MODEL_SCENARIOS, DemoStats, SimulatedAgent
+from tests.e2e import run_demo, wait_until
+
+CONFIG = GuardConfig.from_mapping(
+    {"mode": "unattended", "signature_key": "demo", "caps": {"turn": {"tokens": DEMO_TURN_TOKENS}}}
+)
+
+
+def played(scenario: str, config: GuardConfig = CONFIG) -> DemoStats:
+    stats = DemoStats()
+    agent = SimulatedAgent("coder", 0, config, None, stats, threading.Event(), seed=7, interval=0)
+    agent.run_turn(Guard(config, agent="coder"), scenario)
+    return stats
+
+
+def test_a_stalled_model_is_warned_then_halted_on_its_replies() -> None:
+    stats = played("stalled_model")
+    rows = stats.snapshot()["recent"]
+    assert [row.code for row in rows] == ["no_action_warn", "no_action_halt"]
+    assert {row.tool_name for row in rows} == {"model"}
+    assert stats.halted_turns == 1 and stats.calls == 0  # no tool call was ever made
+
+
+def test_a_token_runaway_is_stopped_by_the_turn_token_cap() -> None:
+    stats = played("token_runaway")
+    (stop,) = [row for row in stats.snapshot()["recent"] if row.code == "cap_turn"]
+    assert (stop.tool_name, stop.limit) == ("model", DEMO_TURN_TOKENS)
+    assert stop.action in ("halt", "block") and stop.count >= DEMO_TURN_TOKENS
+    assert stats.halted_turns == 1 and 0 < stats.calls < 60  # a handful of pages, then no more requests
+
+
+def test_without_a_token_cap_the_runaway_runs_to_the_demos_own_bound() -> None:
+    """A ``--config`` without a token cap: the runaway is never stopped by one (the demo's own
+    bound on a turn's steps ends it)."""
+    config = GuardConfig.from_mapping({"mode": "unattended", "signature_key": "demo"})
+    stats = played("token_runaway", config)
+    assert "cap_turn" not in stats.snapshot()["codes"]
+
+
+def model_codes(exposition: str) -> set[str]:
+    """The codes of the model's decisions in ``otelguard_decisions_total`` (the ``tool`` label ``model``)."""
+    return {
+        sample.labels["code"]
+        for family in text_string_to_metric_families(exposition)
+        if family.name == "otelguard_decisions"
+        for sample in family.samples
+        if sample.labels.get("tool") == "model" and sample.value > 0
+    }
+
+
+def test_the_demo_shows_both_model_scenarios(tmp_path: Path) -> None:
+    """Within the demo's first pass: the stalled model halted and the runaway's token cap hit."""
+    with run_demo(tmp_path, duration=90, extra_args=("--rate", "200", "--seed", "3")) as demo:
+        wanted = {"no_action_warn", "no_action_halt", "cap_turn"}
+        wait_until(lambda: wanted <= model_codes(demo.metrics()), 60, 0.5, "the model's decisions")
+    assert set(MODEL_SCENARIOS) == {"stalled_model", "token_runaway"}
