@@ -40,9 +40,7 @@ hooks).
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import dataclass
 from typing import Any, Final
 
 from otelguard.coding_agents.hook import DEFAULT_TIMEOUT_SECONDS
@@ -54,14 +52,14 @@ from otelguard.coding_agents.mapping import (
     HookPayloadError,
     optional_bool,
     optional_text,
+    report_replies,
     required_text,
     stop_reason,
 )
 from otelguard.coding_agents.settings import hook_command, hooks_block
-from otelguard.coding_agents.transcript_tail import tail_objects
+from otelguard.coding_agents.transcript_tail import Reply, ReplyLedger, tail_objects
 from otelguard.config import GuardConfig
 from otelguard.config.environment import OTELGUARD_TOKEN
-from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, SessionHost
@@ -108,23 +106,7 @@ TOOL_EVENTS: Final = ("PreToolUse", "PostToolUse", "PostToolUseFailure", "Permis
 """The events about one tool call: their settings entry takes a tool ``matcher``."""
 MODEL_EVENTS: Final = ("UserPromptSubmit", "PostToolBatch", "Stop", "SubagentStop")
 """The events around a model request: before one (a prompt, a batch's end) and after the last one."""
-MAX_STREAMS: Final = 16_384
-"""Turn streams (a session's main agent, each subagent) whose last reported reply is remembered; one
-forgotten reports only its last reply next time, never one twice."""
-MAX_REPLIES_PER_EVENT: Final = 64
-"""Replies reported at one event at most: more since the last one means the events were not seen."""
 _SYNTHETIC_MODEL: Final = "<synthetic>"  # Claude Code's own stand-in replies (an error, an interruption)
-
-
-@dataclass(frozen=True, slots=True)
-class Reply:
-    """One assistant message of a transcript, as ``after_model`` takes it."""
-
-    message_id: str
-    text: str | None
-    tool_calls: int
-    input_tokens: int | None
-    output_tokens: int | None
 
 
 class ClaudeCodeHooks(AgentHooks):
@@ -156,9 +138,7 @@ class ClaudeCodeHooks(AgentHooks):
         host: SessionHost | None = None,
     ) -> None:
         super().__init__(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions, host=host)
-        self._reported_lock = threading.Lock()
-        # (session id, agent id or None) -> the message id of the last reply reported
-        self._reported: BoundedMap[tuple[str, str | None], str] = BoundedMap(MAX_STREAMS)
+        self._reported = ReplyLedger()  # streams: (session id, agent id or None)
 
     def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         agent_id = optional_text(payload, "agent_id") or None
@@ -179,7 +159,7 @@ class ClaudeCodeHooks(AgentHooks):
                 guard = session.guard(agent_id, agent_type)
                 self._report_replies(guard, session_id, agent_id, payload.get("agent_transcript_path"))
                 session.end_subagent(agent_id)
-                self._forget(session_id, agent_id)
+                self._reported.forget((session_id, agent_id))
             return None
         guard = session.guard(agent_id, agent_type)
         if event == "PostToolBatch":
@@ -204,26 +184,7 @@ class ClaudeCodeHooks(AgentHooks):
         """``after_model`` for each reply of the stream not reported yet; the first decision that
         stops the turn, if any."""
         replies = transcript_replies(tail_objects(path), sidechain=agent_id is not None)
-        key = (session_id, agent_id)
-        with self._reported_lock:
-            fresh = _unreported(replies, self._reported.get(key))
-            if fresh:
-                self._reported.put(key, fresh[-1].message_id)
-        stop: Decision | None = None
-        for reply in fresh:
-            decision = guard.after_model(
-                reply.text,
-                tool_calls=reply.tool_calls,
-                input_tokens=reply.input_tokens,
-                output_tokens=reply.output_tokens,
-            )
-            if stop is None and decision.should_halt:
-                stop = decision
-        return stop
-
-    def _forget(self, session_id: str, agent_id: str | None) -> None:
-        with self._reported_lock:
-            self._reported.pop((session_id, agent_id), None)
+        return report_replies(guard, self._reported.unreported((session_id, agent_id), replies))
 
     def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:
         event = body.get("hook_event_name")
@@ -342,17 +303,6 @@ def _reply(message_id: str, texts: list[str], calls: int, usage: dict[str, int])
     # the input the model read: the uncached part and the cache's, as the provider bills them
     read = [usage[field] for field in _INPUT_FIELDS if field in usage]
     return Reply(message_id, text, calls, sum(read) if read else None, usage.get("output_tokens"))
-
-
-def _unreported(replies: list[Reply], last: str | None) -> list[Reply]:
-    """The replies after ``last``; the last reply alone when nothing of the stream was reported yet
-    (a session the sidecar meets mid-way, a resumed one: its history is not this turn's)."""
-    if last is None:
-        return replies[-1:]
-    for index in range(len(replies) - 1, -1, -1):
-        if replies[index].message_id == last:
-            return replies[index + 1 :][-MAX_REPLIES_PER_EVENT:]
-    return replies[-MAX_REPLIES_PER_EVENT:]  # all of the tail is newer than the last one reported
 
 
 def batch_output(halt: Decision | None) -> dict[str, Any] | None:

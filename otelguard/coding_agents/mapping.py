@@ -13,11 +13,13 @@ what it should be, never its value.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
+from otelguard.coding_agents.transcript_tail import Reply
 from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 from otelguard.errors import HookPayloadError
 from otelguard.hosting import SessionHosted, TelemetryOption
@@ -32,6 +34,7 @@ __all__ = [
     "optional_count",
     "optional_reply",
     "optional_text",
+    "report_replies",
     "required_text",
     "stop_reason",
 ]
@@ -110,6 +113,21 @@ class AgentHooks(SessionHosted):
         the safe side (``charges(tool_name)``: whether a call of that tool charges a session cap).
         Here: always; each CLI names the events it knows stay away from it."""
         return True
+
+
+def report_replies(guard: Guard, replies: Iterable[Reply]) -> Decision | None:
+    """``after_model`` for each reply, in order; the first decision that stops the turn, if any."""
+    stop: Decision | None = None
+    for reply in replies:
+        decision = guard.after_model(
+            reply.text,
+            tool_calls=reply.tool_calls,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+        )
+        if stop is None and decision.should_halt:
+            stop = decision
+    return stop
 
 
 def stop_reason(decision: Decision) -> str:

@@ -13,17 +13,35 @@ from __future__ import annotations
 
 import os
 import stat
-from collections.abc import Iterator
+import threading
+from collections.abc import Hashable, Iterator, Sequence
+from dataclasses import dataclass
 from typing import Any, Final
 
 import orjson
 
-__all__ = ["MAX_TAIL_BYTES", "SUFFIX", "tail_lines", "tail_objects"]
+from otelguard.core.bounded_map import BoundedMap
+
+__all__ = [
+    "MAX_REPLIES_PER_EVENT",
+    "MAX_STREAMS",
+    "MAX_TAIL_BYTES",
+    "SUFFIX",
+    "Reply",
+    "ReplyLedger",
+    "tail_lines",
+    "tail_objects",
+]
 
 MAX_TAIL_BYTES: Final = 256 * 1024
 """How much of a transcript's end is read: far more than the replies of one tool batch or one
 final answer take, a bounded read however long the session."""
 SUFFIX: Final = ".jsonl"
+MAX_STREAMS: Final = 16_384
+"""Turn streams (a session's main agent, each subagent) whose last reported reply is remembered; one
+forgotten reports only its last reply next time, never one twice."""
+MAX_REPLIES_PER_EVENT: Final = 64
+"""Replies reported at one event at most: more since the last one means the events were not seen."""
 _FLAGS: Final = os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0)
 
 
@@ -62,3 +80,54 @@ def tail_objects(path: object, limit: int = MAX_TAIL_BYTES) -> Iterator[dict[str
             continue
         if isinstance(value, dict):
             yield value
+
+
+@dataclass(frozen=True, slots=True)
+class Reply:
+    """One model reply of a transcript, as ``after_model`` takes it."""
+
+    message_id: str
+    text: str | None
+    tool_calls: int
+    input_tokens: int | None
+    output_tokens: int | None
+
+
+class ReplyLedger:
+    """Which replies of each turn stream were reported already, by message id. Thread-safe, bounded."""
+
+    def __init__(self, max_streams: int = MAX_STREAMS) -> None:
+        self._lock = threading.Lock()
+        self._last: BoundedMap[Hashable, str] = BoundedMap(max_streams)
+
+    def unreported(self, stream: Hashable, replies: Sequence[Reply]) -> list[Reply]:
+        """The replies after the last one reported for ``stream``, now counted as reported; the last
+        reply alone when nothing of the stream was reported yet (a session met mid-way: its history
+        is not this turn's), all of them (the newest ``MAX_REPLIES_PER_EVENT``) when the last one
+        reported has left the read end of the file."""
+        with self._lock:
+            last = self._last.get(stream)
+            fresh = _after(replies, last)
+            if fresh:
+                self._last.put(stream, fresh[-1].message_id)
+        return fresh
+
+    def skip(self, stream: Hashable, replies: Sequence[Reply]) -> None:
+        """Count every reply in ``replies`` as reported without reporting it (a turn begins: what came
+        before is history)."""
+        if replies:
+            with self._lock:
+                self._last.put(stream, replies[-1].message_id)
+
+    def forget(self, stream: Hashable) -> None:
+        with self._lock:
+            self._last.pop(stream, None)
+
+
+def _after(replies: Sequence[Reply], last: str | None) -> list[Reply]:
+    if last is None:
+        return list(replies[-1:])
+    for index in range(len(replies) - 1, -1, -1):
+        if replies[index].message_id == last:
+            return list(replies[index + 1 :][-MAX_REPLIES_PER_EVENT:])
+    return list(replies[-MAX_REPLIES_PER_EVENT:])
