@@ -28,6 +28,8 @@ DEFAULT_WARN_AFTER = {
     "cross_turn_failure": 4,
     "stagnation": 11,
     "unchanged_check": 5,
+    "no_action": 3,
+    "repeated_reply": 2,
 }
 DEFAULT_HARD_STOP_AFTER = {
     "exact_failure": 5,
@@ -40,6 +42,8 @@ DEFAULT_HARD_STOP_AFTER = {
     "cross_turn_failure": 7,
     "stagnation": 12,
     "unchanged_check": 5,
+    "no_action": 8,
+    "repeated_reply": 5,
 }
 DEFAULT_VOLATILE = ["duration_seconds", "duration_ms", "elapsed", "timestamp", "execution_count"]
 

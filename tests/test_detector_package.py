@@ -6,7 +6,7 @@ import re
 from pathlib import Path
 
 from otelguard.core.decisions import CODES
-from otelguard.core.detectors.precedence import AFTER_CALL, BEFORE_CALL, GATES
+from otelguard.core.detectors.precedence import AFTER_CALL, AFTER_MODEL, BEFORE_CALL, GATES, TOKEN_CAPS
 
 DOCS = Path(__file__).resolve().parent.parent / "docs" / "detectors.md"
 
@@ -39,3 +39,12 @@ def test_the_gates_order_is_the_documented_one() -> None:
     documented = tuple(name for name in names if not name.startswith("_") and not name.endswith("_reject"))
     assert documented == tuple(gate.name for gate in GATES)
     assert GATES[-1].name == "hard_stop"  # the detectors of item 3 come last
+
+
+def test_model_event_order_is_the_documented_one() -> None:
+    section = _ordering()
+    paragraph = section[section.index("`before_model` checks, in order") :].split("\n\n", 1)[0]
+    caps = paragraph[paragraph.index("the token caps") : paragraph.index("the model is not")]
+    assert tuple(re.findall(r"`(cap_[a-z]+)`", caps)) == tuple(cap.code for cap in TOKEN_CAPS)
+    after = paragraph[paragraph.index("returns the first that fires") :]
+    assert tuple(re.findall(r"`([a-z_]+_(?:warn|halt))`", after)) == tuple(rule.code for rule in AFTER_MODEL)

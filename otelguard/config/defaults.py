@@ -45,6 +45,8 @@ DEFAULT_WARN_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cross_turn_failure": 4,
         "stagnation": 11,
         "unchanged_check": 5,
+        "no_action": 3,
+        "repeated_reply": 2,
     }
 )
 DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
@@ -59,6 +61,8 @@ DEFAULT_HARD_STOP_AFTER: Final[Mapping[str, int]] = MappingProxyType(
         "cross_turn_failure": 7,
         "stagnation": 12,
         "unchanged_check": 5,
+        "no_action": 8,
+        "repeated_reply": 5,
     }
 )
 # How many times one repeated call is refused before sending it again stops the turn. A refused call

@@ -41,7 +41,7 @@ from otelguard.config.defaults import (
 )
 from otelguard.config.delegation import DelegationSettings
 from otelguard.config.file import load_config_file
-from otelguard.config.names import is_glob, near_misses
+from otelguard.config.names import TOKENS, is_glob, near_misses
 from otelguard.config.sections import CAP_SCOPES, TOOL_LISTS, CapsConfig, ToolClasses
 from otelguard.config.state import StateSettings, check_state_ready, effective_state
 from otelguard.config.telemetry import TelemetrySettings
@@ -256,6 +256,14 @@ def _merged_fields(given: Mapping[str, Any]) -> dict[str, Any]:
     )
     out["caps"] = problems.attempt(CapsConfig.parse, given["caps"], fallback=_DEFAULT_CAPS)
     out["tool_groups"] = _merged_names("tool_groups", given["tool_groups"], DEFAULT_TOOL_GROUPS, problems)
+    if TOKENS in out["tool_groups"]:
+        problems.found.append(
+            ConfigError(
+                f"tool_groups.{TOKENS}",
+                list(out["tool_groups"][TOKENS]),
+                "`tokens` is the cap key of the model's tokens: give the group another name",
+            )
+        )
     out["tools"] = problems.attempt(ToolClasses.parse, given["tools"], fallback=_DEFAULT_TOOLS)
     out["spawn_tools"] = _spawn_tools(given["spawn_tools"], problems)
     out["ignore_args"] = _ignore_args(given["ignore_args"], problems)
@@ -284,7 +292,7 @@ def _near_miss_lines(values: Mapping[str, Any]) -> tuple[str, ...]:
     caps: CapsConfig = values["caps"]
     tools: ToolClasses = values["tools"]
     members = [name for names in tool_groups.values() for name in names]
-    known = (*KNOWN_NAMES, *tool_groups, *(n for n in members if not is_glob(n)))
+    known = (*KNOWN_NAMES, *tool_groups, *(n for n in members if not is_glob(n)), TOKENS)
     globs = (*KNOWN_GLOBS, *(n for n in members if is_glob(n)))
     named = [(f"caps.{scope}.{key}", key) for scope in CAP_SCOPES for key in getattr(caps, scope)]
     for name in TOOL_LISTS:

@@ -14,7 +14,11 @@ from collections.abc import Iterable
 from fnmatch import fnmatchcase
 from typing import Final
 
-__all__ = ["is_glob", "near_misses"]
+__all__ = ["TOKENS", "is_glob", "near_misses"]
+
+TOKENS: Final = "tokens"
+"""The cap key of the model's tokens (``caps.turn.tokens``, ``caps.session.tokens``,
+``caps.tree.tokens``): reserved, never a tool name, group or glob (docs/model-turns.md)."""
 
 MIN_NAME_CHARS: Final = 5
 """Known names shorter than this are never suggested."""

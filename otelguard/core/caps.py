@@ -76,6 +76,11 @@ class SessionCapStore(Protocol):
         answer the first such key; else add ``amount`` to every key."""
         ...
 
+    def add(self, key: str, amount: int) -> int:
+        """Add ``amount`` to ``key`` whatever its limit and answer the count after, in one atomic step
+        (what was used is charged: the model's tokens, reported once spent; ``amount`` 0 reads it)."""
+        ...
+
     def refund(self, keys: Sequence[str], amount: int) -> None:
         """Give ``amount`` back to each key, floored at 0 (a charged call that was refused or cancelled)."""
         ...
@@ -109,6 +114,12 @@ class LocalSessionCaps:
             for key, _limit in caps:
                 counts[key] = counts.get(key, 0) + amount
         return _CHARGED
+
+    def add(self, key: str, amount: int) -> int:
+        counts = self._counts
+        with self._lock:
+            used = counts[key] = counts.get(key, 0) + amount
+        return used
 
     def refund(self, keys: Sequence[str], amount: int) -> None:
         counts = self._counts
@@ -150,6 +161,8 @@ class TreeCaps(Protocol):
     def hit(self, sig: Signature, caps: Sequence[tuple[str, int]], amount: int) -> Decision | None: ...
 
     def refund(self, keys: Sequence[str], amount: int) -> None: ...
+
+    def add(self, key: str, amount: int) -> int: ...
 
 
 class CapLedger:

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any, Final
 
 import orjson
 
+from otelguard.config.names import TOKENS
 from otelguard.core.decisions import ToolClass
 
 if TYPE_CHECKING:
@@ -69,6 +70,11 @@ class ToolFacts:
         self.caps_tree = caps_tree  # counted across the delegation tree (only for a guard in one)
 
 
+def _tool_limits(limits: Mapping[str, int]) -> tuple[tuple[str, int], ...]:
+    """The caps of one scope that tools are charged to: every key with a limit but ``tokens``."""
+    return tuple((key, limit) for key, limit in limits.items() if limit > 0 and key != TOKENS)
+
+
 class ToolCatalog:
     """What the config says about each tool name, computed once per name and cached (bounded)."""
 
@@ -79,13 +85,15 @@ class ToolCatalog:
         self._poll = NamePatterns(tools.poll)
         self._read = NamePatterns(tools.read)
         self._tolerant = NamePatterns(tools.failure_tolerant)
+        # ``tokens`` caps the model's tokens (docs/model-turns.md): no tool is charged to it
         self._cap_matchers = {
             key: NamePatterns(config.tool_groups.get(key, (key,)))
             for key in (*config.caps.turn, *config.caps.session, *config.caps.tree)
+            if key != TOKENS
         }
-        self._turn_limits = tuple((k, v) for k, v in config.caps.turn.items() if v > 0)
-        self._session_limits = tuple((k, v) for k, v in config.caps.session.items() if v > 0)
-        self._tree_limits = tuple((k, v) for k, v in config.caps.tree.items() if v > 0)
+        self._turn_limits = _tool_limits(config.caps.turn)
+        self._session_limits = _tool_limits(config.caps.session)
+        self._tree_limits = _tool_limits(config.caps.tree)
         self._spawn = dict(config.spawn_tools)
         self._ignore = tuple(
             (NamePatterns((pattern,)), frozenset(keys))

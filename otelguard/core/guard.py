@@ -40,6 +40,7 @@ from otelguard.core.detectors.precedence import WALKS
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
 from otelguard.core.edges import NO_EDGES, Edges
+from otelguard.core.model_turns import ModelCalls, ModelTurns
 from otelguard.core.observers import GuardObserver, ObserverGroup, TurnInfo, call_event
 from otelguard.core.pending_calls import (
     PendingCall,
@@ -67,7 +68,7 @@ HELD_BYTES_PER_SIGNATURE: Final = 256
 _G = TypeVar("_G", bound="Guard")
 
 
-class Guard:
+class Guard(ModelCalls):
     """Watches one session's tool calls and answers each with a ``Decision``.
 
     ``observers``: hear of every turn, call and decision (shared as they are with subagent guards).
@@ -116,6 +117,7 @@ class Guard:
         self._observed = self._observers.any
         # observers with no use for an allowed call's start are spared it, and its event
         self._observe_starts = self._observers.wants_call_start
+        self._model_turns = ModelTurns(self.config, self._caps, self._lock, self._observers)  # model events
 
     @property
     def session_caps(self) -> SessionCapStore:

@@ -19,6 +19,7 @@ from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name
 
 if TYPE_CHECKING:
     from otelguard.core.caps import Charge
+    from otelguard.core.detectors.replies import ReplyCounts
     from otelguard.core.detectors.turn import TurnDetectors
     from otelguard.core.tree_identity import DelegationTree
 
@@ -28,7 +29,7 @@ __all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "new_pending"
 class TurnState:
     """One turn: its detectors, its counts and the decision that halted it (if any)."""
 
-    __slots__ = ("agent", "decisions", "detectors", "halt", "tool_calls", "turn_id")
+    __slots__ = ("agent", "decisions", "detectors", "halt", "model", "tool_calls", "turn_id")
 
     def __init__(self, turn_id: str | None, agent: str, detectors: TurnDetectors) -> None:
         self.turn_id = turn_id
@@ -37,6 +38,7 @@ class TurnState:
         self.tool_calls = 0
         self.halt: Decision | None = None
         self.decisions: Counter[str] = Counter()
+        self.model: ReplyCounts | None = None  # made by the turn's first model event
 
     def record(self, decision: Decision) -> None:
         """Count a decision other than the plain allow; the first block/halt halts the turn."""

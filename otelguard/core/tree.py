@@ -221,6 +221,10 @@ class TreeLedger:
     def refund(self, keys: Sequence[str], amount: int) -> None:
         self.store.refund(keys, amount)
 
+    def add(self, key: str, amount: int) -> int:
+        """Add ``amount`` to the tree's ``key`` whatever its limit; the count after (the model's tokens)."""
+        return self.store.add(key, amount)
+
 
 def join_tree(
     config: GuardConfig,

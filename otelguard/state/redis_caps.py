@@ -52,6 +52,8 @@ _KEY_ERROR_LOG_SECONDS: Final = 60.0
 _TTL_MARGIN_SECONDS: Final = 0.5
 """How much sooner than ``ttl_seconds`` this process takes a session's hash for expired (its clock and
 Redis's are not one)."""
+NO_LIMIT: Final = 1 << 53
+"""The limit of an ``add``: never reached (the script compares Lua numbers, exact to 2**53)."""
 MARKER: Final = b"\xff"
 """The hash field that tells one hash of a session from a later one of the same name: never a cap
 key's field (cap keys are sent as UTF-8, where the byte 0xFF never appears)."""
@@ -425,9 +427,18 @@ class RedisSessionCaps:
     # -- the store's protocol ------------------------------------------------------------------
 
     def charge(self, caps: Sequence[tuple[str, int]], amount: int) -> ChargeAnswer:
-        refusal, report = self._charge(caps, amount)
+        refusal, report, _counts = self._charge(caps, amount)
         self._tell(report)
         return ChargeAnswer(refusal, report.fell_back)
+
+    def add(self, key: str, amount: int) -> int:
+        """The charge script with no limit: the count after comes from the same atomic step, so
+        processes adding at once each get their own count (one of them crosses a limit, never two)."""
+        _refusal, report, counts = self._charge(((key, NO_LIMIT),), amount)
+        self._tell(report)
+        if counts:
+            return counts[0]
+        return self._local.usage().get(key, 0)  # decided without Redis: this process's own count
 
     def refund(self, keys: Sequence[str], amount: int) -> None:
         report = self._refund(keys, amount)
@@ -452,12 +463,15 @@ class RedisSessionCaps:
         except Exception as exc:  # a listener's failure never reaches the tool loop
             _listener_failed(exc)
 
-    def _charge(self, caps: Sequence[tuple[str, int]], amount: int) -> tuple[CapRefusal | None, StateReport]:
+    def _charge(
+        self, caps: Sequence[tuple[str, int]], amount: int
+    ) -> tuple[CapRefusal | None, StateReport, list[int] | None]:
         """All or nothing: the first cap (in the given order) that ``amount`` would overshoot, or
-        ``None`` after charging every cap; and how Redis took part."""
+        ``None`` after charging every cap; how Redis took part; and the counts Redis answered (after
+        the charge; ``None`` when decided without Redis)."""
         link = self.link
         if not link.may_send():
-            return self._charge_locally(caps, amount), _BACKING_OFF
+            return self._charge_locally(caps, amount), _BACKING_OFF, None
         sent_at = link.clock()
         try:
             answer = link.charge(self._charge_command(caps, amount, sent_at, floors=False))
@@ -467,17 +481,17 @@ class RedisSessionCaps:
             counts = [int(count) for count in answer[2:]]
         except _Failed as failure:
             link.failed(failure)
-            return self._charge_locally(caps, amount), StateReport(True, failure.op, True)
+            return self._charge_locally(caps, amount), StateReport(True, failure.op, True), None
         except _KeyError:
             link.key_failed("charge")
             report = StateReport(True, "charge", True, key_error=True)
-            return self._charge_locally(caps, amount, outage=False), report
+            return self._charge_locally(caps, amount, outage=False), report, None
         except _Busy:
             link.was_busy()
-            return self._charge_locally(caps, amount, outage=False), _BUSY
+            return self._charge_locally(caps, amount, outage=False), _BUSY, None
         except (TypeError, ValueError, IndexError) as exc:  # not our script's answer: refusing to serve
             link.failed(_Failed("charge", exc))
-            return self._charge_locally(caps, amount), StateReport(True, "charge", True)
+            return self._charge_locally(caps, amount), StateReport(True, "charge", True), None
         link.answered()
         self._local.restore(dict(zip((cap for cap, _limit in caps), counts, strict=False)))
         with self._lock:
@@ -486,8 +500,8 @@ class RedisSessionCaps:
                 self._last_use = sent_at
         if refused_at:
             cap, limit = caps[refused_at - 1]
-            return CapRefusal(cap, counts[refused_at - 1], limit), _SENT_OK
-        return None, _SENT_OK
+            return CapRefusal(cap, counts[refused_at - 1], limit), _SENT_OK, counts
+        return None, _SENT_OK, counts
 
     def _refund(self, keys: Sequence[str], amount: int) -> StateReport | None:
         """Refund ``amount`` to each key, floored at 0, here and in Redis. ``None``: Redis was not

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Final
 
-from otelguard.core import caps
-from otelguard.core.detectors import checks, cycle, failures, progress
+from otelguard.core import caps, token_caps
+from otelguard.core.detectors import checks, cycle, failures, progress, replies
 
 if TYPE_CHECKING:
     from otelguard.core.detectors.rule import AfterRule, BeforeRule
 
-__all__ = ["AFTER_CALL", "BEFORE_CALL", "BEFORE_WALKS", "GATES", "WALKS"]
+__all__ = ["AFTER_CALL", "AFTER_MODEL", "BEFORE_CALL", "BEFORE_WALKS", "GATES", "TOKEN_CAPS", "WALKS"]
 
 # before_call, after an already halted turn: the first gate that refuses is the call's decision (a
 # refused call is charged nothing: the caps that charge are charged once no gate refuses)
@@ -60,6 +60,22 @@ AFTER_CALL: Final[tuple[AfterRule, ...]] = (
     progress.WRITE_STREAK,
 )
 
+# before_model, after an already halted turn: the token caps, the first spent one blocking the model
+# call; after_model: the token caps (the reply that spent one halts), then AFTER_MODEL
+TOKEN_CAPS: Final[tuple[token_caps.TokenCap, ...]] = (
+    token_caps.TURN_TOKENS,
+    token_caps.SESSION_TOKENS,
+    token_caps.TREE_TOKENS,
+)
+
+# the reply a model event counts (after_model's reply with only invalid calls; at before_model, the
+# reply before it that called nothing): the first of these that fires is the event's decision
+AFTER_MODEL: Final[tuple[replies.ReplyRule, ...]] = (
+    replies.REPEATED_REPLY_HALT,
+    replies.NO_ACTION_HALT,
+    replies.REPEATED_REPLY_WARN,
+    replies.NO_ACTION_WARN,
+)
 
 TOOL_CLASSES: Final = ("read", "write", "shell", "poll", "unknown")
 

@@ -33,7 +33,16 @@ import xxhash
 from otelguard.core.bounded_map import BoundedMap
 from otelguard.core.decisions import Signature
 
-__all__ = ["ResultSketch", "ShellCheck", "StagnationMemory", "measure", "normalised", "shrank", "sketch"]
+__all__ = [
+    "ResultSketch",
+    "ShellCheck",
+    "StagnationMemory",
+    "measure",
+    "near",
+    "normalised",
+    "shrank",
+    "sketch",
+]
 
 _CHECKS: Final = 256  # commands tracked per turn
 _KEPT: Final = 8  # results kept per command
@@ -249,6 +258,10 @@ def _near(a: ResultSketch, b: ResultSketch) -> bool:
     union = nsmallest(_SKETCH, set(small_a) | set(small_b))
     shared = set(small_a) & set(small_b)
     return sum(1 for h in union if h in shared) >= _NEAR * len(union)
+
+
+near: Final = _near
+"""Whether two sketches are of one text in other words (the model's replies are compared so too)."""
 
 
 # A count of what is wrong in a check's output: a number before a word for errors, failures,
