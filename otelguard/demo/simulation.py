@@ -199,14 +199,26 @@ class ModelReply:
     call: ScriptedCall | None = None
 
 
+_CALLED_TOOLS: Final = ("search", "read_file", "open_url", "grep", "list_dir", "run_tests", "fetch", "lookup")
+_TOPICS: Final = (
+    "quarterly revenue", "kernel panic", "login timeout", "invoice totals", "cache misses",
+    "deploy logs", "memory leak", "flaky test", "release notes", "user churn",
+)  # fmt: skip
+
+
 def stalled_model(rng: random.Random) -> Iterator[ModelReply]:
-    """The model answers with a call its harness cannot parse, and the harness asks again, each time."""
+    """The model answers with a call its harness cannot parse, in a new broken shape each time, and
+    the harness asks again: no reply repeats, none calls a tool."""
     for i in range(20):
+        tool, topic = _CALLED_TOOLS[i % len(_CALLED_TOOLS)], rng.choice(_TOPICS)
+        broken = (
+            f'<tool_call>{{"name": "{tool}", "arguments": {{"query": "{topic}"',
+            f"I will call {tool} now. {{tool: {tool}, args: [{topic}]}}",
+            f'```json\n{{"function": "{tool}", "parameters": "{topic}"\n```',
+            f"Action: {tool}[{topic}",
+        )[i % 4]
         yield ModelReply(
-            f'<tool_call>{{"name": "search", "arguments": {{"query": "release {i}"',  # cut short
-            invalid_tool_calls=1,
-            input_tokens=3_000 + 150 * i,
-            output_tokens=rng.randint(30, 60),
+            broken, invalid_tool_calls=1, input_tokens=3_000 + 150 * i, output_tokens=rng.randint(30, 60)
         )
 
 
