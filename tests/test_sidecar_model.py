@@ -47,7 +47,7 @@ def model_turn(serve: Serve, session: str, replies: int, headers: dict[str, str]
 
 def test_model_events_answer_the_decision_and_a_token_cap_stops_at_its_limit(serve: Serve) -> None:
     """300 tokens a reply, a turn cap of 1,000: three replies are allowed; the fourth reaches the
-    limit, and the turn stops there (on that reply, or on the next request), never before."""
+    limit and halts the turn, never one before."""
     serve.post("/v1/start_turn", {"session_id": "m", "agent": "go-agent"})
     first = serve.post("/v1/before_model", {"session_id": "m"})
     assert first == {
@@ -63,9 +63,10 @@ def test_model_events_answer_the_decision_and_a_token_cap_stops_at_its_limit(ser
     actions = [answer["action"] for answer in answers]
     assert actions[:7] == ["allow"] * 7  # three requests and their replies, the fourth request
     stop = answers[-1]
-    assert len(answers) in (8, 9), actions  # the fourth reply halts, or the fifth request is blocked
-    assert (stop["code"], stop["cap"], stop["limit"]) == ("cap_turn", "tokens", 1000)
-    assert stop["count"] >= 1000 and stop["message"]
+    assert len(answers) == 8, actions  # the fourth reply, which reaches the limit, halts the turn
+    assert (stop["action"], stop["code"], stop["cap"]) == ("halt", "cap_turn", "tokens")
+    assert (stop["count"], stop["limit"]) == (1200, 1000) and stop["message"]
+    assert serve.post("/v1/before_model", {"session_id": "m"})["code"] == "turn_halted"
     summary = serve.post("/v1/end_turn", {"session_id": "m"})
     assert summary["halted"] is True and summary["halt_code"] == "cap_turn"
     # the next turn has a budget of its own
@@ -169,8 +170,8 @@ def test_the_baggage_puts_two_agents_of_one_tree_under_one_token_budget(tmp_path
         ]
         stops = [a for a in answers if a["action"] in ("halt", "block")]
         assert stops and stops[0]["code"] == "cap_tree" and stops[0]["cap"] == "tokens", answers
-        # 300 a reply: the 7th reply reaches 2,000, whichever agent sent it
-        assert [a["action"] for a in answers].index(stops[0]["action"]) in (13, 14)
+        # 300 a reply: the 7th reply reaches 2,000, whichever agent sent it, and halts its turn
+        assert [a["action"] for a in answers].index("halt") == 13 and stops[0]["action"] == "halt"
         assert all(a["action"] == "allow" for a in model_turn(running, "outside", 3))
     finally:
         stop_process(running.process)
@@ -212,13 +213,16 @@ def test_two_sidecars_on_one_redis_stop_a_session_at_exactly_its_token_limit(
         after = serve.post("/v1/after_model", {"session_id": "shared", **reply})
         answers.append((number, "after", after))
     stops = [(number, event, a) for number, event, a in answers if a["action"] != "allow"]
-    assert stops, answers
-    number, event, first_stop = stops[0]
-    # the 7th reply (10,500 tokens) stops it: on that reply, or on the request after it
-    assert (number, event) in ((7, "after"), (8, "before")), stops
-    assert (first_stop["code"], first_stop["cap"], first_stop["limit"]) == ("cap_session", "tokens", 10000)
-    cap_stops = [a for _, _, a in stops if a["code"] == "cap_session"]
-    assert len([a for a in cap_stops if a["action"] == "halt"]) <= 1  # halted once, then refused
+    shown = [(number, event, a["action"], a["code"], a.get("cap")) for number, event, a in stops]
+    # the 7th reply (10,500 tokens) halts the session's turn on the sidecar that had it, once; the
+    # other sidecar refuses the next request from the shared count; then both refuse as halted
+    assert shown == [
+        (7, "after", "halt", "cap_session", "tokens"),
+        (8, "before", "block", "cap_session", "tokens"),
+        (9, "before", "block", "turn_halted", None),
+        (10, "before", "block", "turn_halted", None),
+    ]
+    assert (stops[0][2]["count"], stops[0][2]["limit"]) == (10_500, 10_000)
     # both sidecars refuse the session's next request, in a new turn as well
     for serve in replicas:
         serve.post("/v1/start_turn", {"session_id": "shared"})
