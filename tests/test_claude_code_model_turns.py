@@ -227,3 +227,62 @@ def test_a_hostile_transcript_path_never_hangs_or_fails_the_hook(serve: Serve, t
     assert serve.request("GET", "/healthz")[0] == 200
     stop_process(serve.process)
     assert b"fifo" not in (tmp_path / "serve.err").read_bytes()
+
+
+CAPPED = CONFIG + "caps:\n  session: {tokens: 10000}\n"
+
+
+@pytest.fixture
+def capped(tmp_path: Path) -> Iterator[Serve]:
+    running = start_serve(tmp_path, CAPPED)
+    yield running
+    stop_process(running.process)
+
+
+def test_a_final_reply_that_spends_the_cap_ends_the_stop_never_blocks_it_and_refuses_the_next_prompt(
+    capped: Serve, tmp_path: Path
+) -> None:
+    """Six replies with calls (9,000 tokens), then a final answer of 1,500: ``Stop`` answers
+    ``continue: false`` with the reason, never ``decision: "block"`` (which would make Claude Code go
+    on); the session's next prompt is refused with ``decision: "block"``, which drops it."""
+    path = tmp_path / "session.jsonl"
+    entries: list[dict[str, Any]] = []
+    assert hook(capped, event("UserPromptSubmit", str(path), prompt="go"), tmp_path) is None
+    for number in range(1, 7):
+        entries.append(assistant(f"msg_{number}", [tool_use(number)]))
+        write_transcript(path, entries)
+        assert hook(capped, event("PostToolBatch", str(path), tool_calls=[]), tmp_path) is None
+    entries.append(assistant("msg_final", [{"type": "text", "text": "All done."}]))
+    write_transcript(path, entries)
+    stop = hook(capped, event("Stop", str(path), stop_hook_active=False), tmp_path)
+    assert stop is not None and set(stop) == {"continue", "stopReason"} and stop["continue"] is False
+    assert stop["stopReason"].startswith("otelguard stopped this turn (cap_session): ")
+    refused = hook(capped, event("UserPromptSubmit", str(path), prompt="more"), tmp_path)
+    assert refused is not None and refused["decision"] == "block"
+    assert refused["reason"].startswith("otelguard stopped this turn (cap_session): ")
+    # a Stop with nothing new to report answers nothing
+    assert hook(capped, event("Stop", str(path), stop_hook_active=False), tmp_path) is None
+
+
+@pytest.mark.parametrize("batches_name_it", [True, False])
+def test_a_subagents_replies_count_toward_the_session_and_stop_the_main_agent(
+    capped: Serve, tmp_path: Path, batches_name_it: bool
+) -> None:
+    """A subagent's replies, read from its own transcript (at its batch ends when they name it, at
+    ``SubagentStop`` in any case: all of that file is the subagent's run), are charged to the
+    session: the main agent's next batch end is answered with the stop."""
+    main, side = tmp_path / "main.jsonl", tmp_path / "agent-a1.jsonl"
+    assert hook(capped, event("UserPromptSubmit", str(main), prompt="go"), tmp_path) is None
+    write_transcript(main, [assistant("msg_main", [tool_use(1)], input_tokens=100, output_tokens=50)])
+    assert hook(capped, event("PostToolBatch", str(main), tool_calls=[]), tmp_path) is None
+    sub = {"agent_id": "a1", "agent_type": "Explore", "agent_transcript_path": str(side)}
+    lines = [assistant(f"msg_side_{n}", [tool_use(n)], sidechain=True) for n in range(1, 8)]
+    for count in range(1, 8):  # the subagent's own batches: 1,500 tokens each
+        write_transcript(side, lines[:count])
+        batch = sub if batches_name_it else {"agent_id": "a1", "agent_type": "Explore"}
+        answer = hook(capped, event("PostToolBatch", str(main), tool_calls=[], **batch), tmp_path)
+        assert (answer is None) is (count < 7 or not batches_name_it), (count, answer)
+    assert hook(capped, event("SubagentStop", str(main), stop_hook_active=False, **sub), tmp_path) is None
+    stop = hook(capped, event("PostToolBatch", str(main), tool_calls=[]), tmp_path)
+    assert stop is not None and stop["continue"] is False
+    assert stop["stopReason"].startswith("otelguard stopped this turn (cap_session): ")

@@ -21,7 +21,8 @@ subagent: its calls are a turn stream of their own inside the session, sharing t
 
 The replies come from the transcript the payload names (``transcript_path``; a subagent's own,
 ``agent_transcript_path``): a bounded read of its end (``transcript_tail``), the assistant messages
-since the last one reported for that stream (the first time: the last one), each with its text, its
+since the last one reported for that stream (the first time: the last one, or all of a subagent's
+own transcript), each with its text, its
 tool calls and its usage (input tokens with the cache's, as the provider bills them). A transcript
 that cannot be read reports nothing. A Stop is never blocked (``decision: "block"`` would make Claude
 Code go on): a reply that spent a cap or stalled the turn gets ``continue: false`` with the reason,
@@ -184,7 +185,10 @@ class ClaudeCodeHooks(AgentHooks):
         """``after_model`` for each reply of the stream not reported yet; the first decision that
         stops the turn, if any."""
         replies = transcript_replies(tail_objects(path), sidechain=agent_id is not None)
-        return report_replies(guard, self._reported.unreported((session_id, agent_id), replies))
+        own_file = agent_id is not None  # a subagent's transcript is its run alone: no history
+        return report_replies(
+            guard, self._reported.unreported((session_id, agent_id), replies, own_file=own_file)
+        )
 
     def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:
         event = body.get("hook_event_name")

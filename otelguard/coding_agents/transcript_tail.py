@@ -100,14 +100,18 @@ class ReplyLedger:
         self._lock = threading.Lock()
         self._last: BoundedMap[Hashable, str] = BoundedMap(max_streams)
 
-    def unreported(self, stream: Hashable, replies: Sequence[Reply]) -> list[Reply]:
-        """The replies after the last one reported for ``stream``, now counted as reported; the last
-        reply alone when nothing of the stream was reported yet (a session met mid-way: its history
-        is not this turn's), all of them (the newest ``MAX_REPLIES_PER_EVENT``) when the last one
-        reported has left the read end of the file."""
+    def unreported(
+        self, stream: Hashable, replies: Sequence[Reply], *, own_file: bool = False
+    ) -> list[Reply]:
+        """The replies after the last one reported for ``stream``, now counted as reported; when
+        nothing of the stream was reported yet, the last reply alone (a session met mid-way: its
+        history is not this turn's), or all of them when the file is the stream's own (``own_file``:
+        a subagent's transcript holds its run and nothing else); all of them, too, when the last one
+        reported has left the read end of the file. Never more than the newest
+        ``MAX_REPLIES_PER_EVENT``."""
         with self._lock:
             last = self._last.get(stream)
-            fresh = _after(replies, last)
+            fresh = _after(replies, last, own_file)
             if fresh:
                 self._last.put(stream, fresh[-1].message_id)
         return fresh
@@ -124,9 +128,9 @@ class ReplyLedger:
             self._last.pop(stream, None)
 
 
-def _after(replies: Sequence[Reply], last: str | None) -> list[Reply]:
+def _after(replies: Sequence[Reply], last: str | None, own_file: bool) -> list[Reply]:
     if last is None:
-        return list(replies[-1:])
+        return list(replies[-MAX_REPLIES_PER_EVENT:] if own_file else replies[-1:])
     for index in range(len(replies) - 1, -1, -1):
         if replies[index].message_id == last:
             return list(replies[index + 1 :][-MAX_REPLIES_PER_EVENT:])
