@@ -286,3 +286,33 @@ def test_a_subagents_replies_count_toward_the_session_and_stop_the_main_agent(
     stop = hook(capped, event("PostToolBatch", str(main), tool_calls=[]), tmp_path)
     assert stop is not None and stop["continue"] is False
     assert stop["stopReason"].startswith("otelguard stopped this turn (cap_session): ")
+
+
+def test_the_events_that_read_a_transcript_are_answered_off_the_event_loop(tmp_path: Path) -> None:
+    """The sidecar answers a guard call on its event loop, but never one that reads a file: a slow
+    disk would hold up every other session's calls. Without shared state too."""
+    from prometheus_client import CollectorRegistry
+
+    from otelguard import GuardConfig
+    from otelguard.serving.http_server import Request
+    from otelguard.serving.sidecar import Sidecar
+
+    sidecar = Sidecar(GuardConfig(signature_key="k"), registry=CollectorRegistry())
+
+    def inline(path: str, body: dict[str, Any]) -> bool:
+        request = Request("POST", path, "", {}, json.dumps(body).encode())
+        answered_inline = sidecar.inline(request)
+        sidecar.handle(request)
+        return answered_inline
+
+    transcript = str(write_transcript(tmp_path / "t.jsonl", [assistant("msg_1", [tool_use(1)])]))
+    claude, gemini = "/v1/hooks/claude-code", "/v1/hooks/gemini-cli"
+    pre = event("PreToolUse", transcript, tool_name="Bash", tool_input={"command": "ls"}, tool_use_id="t1")
+    assert inline(claude, pre) is True
+    assert inline(claude, event("UserPromptSubmit", transcript, prompt="p")) is True
+    for name in ("PostToolBatch", "Stop", "SubagentStop"):
+        assert inline(claude, event(name, transcript, tool_calls=[], agent_id="a1")) is False, name
+    for name in ("BeforeAgent", "BeforeModel", "AfterAgent"):
+        body = {"session_id": "g", "transcript_path": transcript, "hook_event_name": name}
+        assert inline(gemini, body) is False, name
+    assert inline("/v1/before_model", {"session_id": "m"}) is True

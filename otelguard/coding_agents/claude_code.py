@@ -128,6 +128,7 @@ class ClaudeCodeHooks(AgentHooks):
 
     events = EVENTS
     model_events = MODEL_EVENTS
+    transcript_events = ("PostToolBatch", "Stop", "SubagentStop")
 
     def __init__(
         self,

@@ -92,6 +92,7 @@ class GeminiCliHooks(AgentHooks):
 
     events = HOOK_EVENTS
     model_events = MODEL_EVENTS
+    transcript_events = MODEL_EVENTS
 
     def __init__(
         self,

@@ -71,6 +71,8 @@ class AgentHooks(SessionHosted):
     model_events: ClassVar[Collection[str]] = ()
     """The events answered with the guard's model calls (``before_model``/``after_model``): with a
     token cap in the shared state, answering them may wait on it."""
+    transcript_events: ClassVar[Collection[str]] = ()
+    """The events whose answer reads the transcript file the payload names."""
 
     def __init__(
         self,

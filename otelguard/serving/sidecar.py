@@ -94,6 +94,9 @@ class Sidecar:
             )
         }
         self._state_io = self.host.config.effective_state().url is not None
+        self._reading_paths = frozenset(
+            path for path, mapping in self.hooks.items() if mapping.transcript_events
+        )
         caps = self.host.config.caps
         # a model event charges or reads the session's (or tree's) token count, which then lives
         # in the shared state
@@ -125,11 +128,12 @@ class Sidecar:
         can wait on Redis for up to ``timeout_ms``, so it runs on the worker pool and never holds up
         another request, and so does every later call of that session until it is answered (it would
         wait for the session's lock); the rest stay on the loop, where a call costs less than a
-        thread hop. ``/metrics`` rendering always runs on a worker."""
+        thread hop. ``/metrics`` rendering always runs on a worker, and so does a hook event whose
+        answer reads a transcript file (a slow disk must not hold up the loop), with state or not."""
         path = request.path
         if path == "/metrics":
             return False
-        if not self._state_io or not path.startswith("/v1/"):
+        if not path.startswith("/v1/") or not (self._state_io or path in self._reading_paths):
             return True
         body = _json_object(request.body)
         if body is None:
@@ -139,11 +143,17 @@ class Sidecar:
         if not isinstance(session, str):
             return True
         with self._waiting_lock:
-            if session not in self._waiting and not self._may_wait_on_state(path, body):
+            if session not in self._waiting and not self._may_wait(path, body):
                 return True
             self._waiting[session] += 1
             self._offloaded[id(request)] = session
         return False
+
+    def _may_wait(self, path: str, body: Mapping[str, Any]) -> bool:
+        mapping = self.hooks.get(path)
+        if mapping is not None and body.get(mapping.event_field) in mapping.transcript_events:
+            return True
+        return self._state_io and self._may_wait_on_state(path, body)
 
     def _may_wait_on_state(self, path: str, body: Mapping[str, Any]) -> bool:
         """Read from the body alone, on the safe side: what is not known to stay away from the
