@@ -26,7 +26,8 @@ model reads ``Tool execution blocked: R``; ``{"continue": false, "stopReason": S
 does not run the call and ends the run at once (the user reads ``Agent execution stopped by hook:
 S``). So a refusal is a deny with the guard's message, and a ``block``/``halt`` is that stop. The
 same ``continue: false`` on ``BeforeModel`` ends the run before the request is made: the answer when
-the guard refuses the model request (a spent token cap) or a reply halted the turn. A
+the guard refuses the model request (a spent token cap) or a reply halted the turn, with the reason
+as ``systemMessage`` too: Gemini CLI ends such a run without showing ``stopReason``. A
 warning after a call reaches the model as ``additionalContext`` (appended to the call's output as
 ``<hook_context>``), and a ``systemMessage`` is shown to the user (``Hook system message: ...``).
 """
@@ -144,11 +145,12 @@ class GeminiCliHooks(AgentHooks):
 def model_request(decision: Decision, halt: Decision | None) -> dict[str, Any] | None:
     """The answer to ``BeforeModel``: nothing when the model may be asked; the stop when the guard
     refuses the request or a reply halted the turn (``halt``)."""
-    if halt is not None:
-        return {"continue": False, "stopReason": stop_reason(halt)}
-    if decision.allows_execution:
+    stop = halt if halt is not None else None if decision.allows_execution else decision
+    if stop is None:
         return None
-    return {"continue": False, "stopReason": stop_reason(decision)}
+    # Gemini CLI 0.61.0 ends the run on this without showing its reason: the system message shows it
+    reason = stop_reason(stop)
+    return {"continue": False, "stopReason": reason, "systemMessage": reason}
 
 
 def chat_replies(objects: Iterable[Mapping[str, Any]]) -> list[Reply]:
