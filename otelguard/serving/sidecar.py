@@ -35,6 +35,7 @@ from otelguard.coding_agents.mapping import (
 )
 from otelguard.coding_agents.opencode import OpenCodeHooks
 from otelguard.config import GuardConfig
+from otelguard.config.names import TOKENS
 from otelguard.core.classify import catalog_for
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
@@ -52,8 +53,6 @@ from otelguard.serving.metrics_server import metrics_response
 __all__ = ["Sidecar"]
 
 _JSON: Final = "application/json"
-TOKENS: Final = "tokens"
-"""The cap key of a model's tokens (``caps.turn.tokens``, ``caps.session.tokens``, ``caps.tree.tokens``)."""
 _EMPTY: Final = b""
 
 
