@@ -18,6 +18,7 @@ from typing import Any, Final
 from otelguard import Guard, GuardConfig
 from otelguard.bench.measure import percentile
 from otelguard.bench.runners import BENCH_KEY, TURNS_PER_SESSION
+from otelguard.config.names import TOKENS
 from otelguard.core.scripted import ScriptedCall
 
 __all__ = ["MODEL_TARGET", "model_vs_tool"]
@@ -32,7 +33,7 @@ _UNREACHED: Final = 10**12
 
 
 def _configs() -> dict[str, GuardConfig]:
-    caps = {"turn": {"tokens": _UNREACHED}, "session": {"tokens": _UNREACHED}}
+    caps = {"turn": {TOKENS: _UNREACHED}, "session": {TOKENS: _UNREACHED}}
     return {
         "quiet": GuardConfig.from_mapping({"signature_key": BENCH_KEY}),
         "token_caps": GuardConfig.from_mapping({"signature_key": BENCH_KEY, "caps": caps}),

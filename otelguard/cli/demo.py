@@ -21,6 +21,7 @@ from typing import Any
 from otelguard import ConfigError, GuardConfig
 from otelguard.cli.config_messages import load_config, option_problem, port_problem
 from otelguard.config.environment import OTELGUARD_SIGNATURE_KEY
+from otelguard.config.names import TOKENS
 from otelguard.core.scripted import ScriptedCall
 from otelguard.demo.simulation import (
     AGENT_NAMES,
@@ -146,7 +147,7 @@ def _demo_config(path: str | None) -> GuardConfig | None:
             {
                 "mode": "unattended",
                 "telemetry": {"turn_spans": True},
-                "caps": {"turn": {"tokens": DEMO_TURN_TOKENS}},
+                "caps": {"turn": {TOKENS: DEMO_TURN_TOKENS}},
             }
         )
     if config.signature_key is None and not os.environ.get(OTELGUARD_SIGNATURE_KEY):
