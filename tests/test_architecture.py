@@ -542,6 +542,8 @@ MAX_CORE_CLASS_LINES = 300
 MAX_DECISION_PATH_IFS = 8
 DECISION_PATH = (
     "otelguard.core.guard",
+    "otelguard.core.model_turns",
+    "otelguard.core.token_caps",
     "otelguard.core.caps",
     "otelguard.core.tree",
     "otelguard.core.detectors.",

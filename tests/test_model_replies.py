@@ -92,6 +92,15 @@ def test_a_reply_that_calls_nothing_is_counted_only_when_the_model_is_called_aga
     assert (warn.action, warn.code, warn.count) == ("warn", "no_action_warn", 4)
 
 
+def test_the_request_after_the_eighth_such_reply_is_refused() -> None:
+    guard = Guard(GuardConfig(mode="unattended"))
+    assert {code for pair in _replies(guard, _distinct(8)) for code in pair} == {"allow", "no_action_warn"}
+    halt = guard.before_model()  # counts the eighth reply: the model is not called again
+    assert (halt.action, halt.code, halt.count, halt.limit) == ("halt", "no_action_halt", 8, 8)
+    assert halt.should_halt and guard.halt_decision == halt
+    assert guard.before_model().code == "turn_halted"
+
+
 def test_a_final_answer_is_never_counted() -> None:
     guard = Guard(
         GuardConfig(mode="unattended", warn_after={"no_action": 1}, hard_stop_after={"no_action": 1})
@@ -197,6 +206,15 @@ def test_a_valid_call_resets_the_repeat_count_not_the_memory() -> None:
     guard.after_model("ok", tool_calls=1)
     again = guard.after_model(text, invalid_tool_calls=1)
     assert (again.code, again.count) == ("repeated_reply_warn", 2)
+
+
+@pytest.mark.parametrize("blank", ["", "   \n\t", None, b""])
+def test_replies_without_words_are_not_repeats(blank: Any) -> None:
+    """A reply whose content is only its invalid calls (an empty text) says nothing twice: only
+    ``no_action`` counts it."""
+    guard = Guard(GuardConfig(mode="unattended"))
+    seen = [guard.after_model(blank, invalid_tool_calls=1).code for _ in range(8)]
+    assert seen == ["allow", "allow"] + ["no_action_warn"] * 5 + ["no_action_halt"]
 
 
 def test_a_chanting_reply_is_a_repeated_reply_at_once() -> None:

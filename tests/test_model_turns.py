@@ -101,6 +101,25 @@ def test_bad_token_counts_are_unknown_usage(bad: Any) -> None:
     assert guard.end_turn().cap_usage.get("tokens", 0) == 0
 
 
+def test_integers_of_any_kind_are_charged() -> None:
+    class Count(int):
+        def __int__(self) -> int:
+            raise AssertionError("never asked")
+
+    class Index:
+        def __index__(self) -> int:
+            return 4
+
+    class Hostile:
+        def __index__(self) -> int:
+            raise RuntimeError("no")
+
+    guard = Guard(_tokens_config(turn=10))
+    assert guard.after_model("x", input_tokens=Count(3), output_tokens=Index()).code == "allow"  # type: ignore[arg-type]
+    assert guard.after_model("x", input_tokens=Hostile(), tool_calls=Hostile()).code == "allow"  # type: ignore[arg-type]
+    assert guard.end_turn().cap_usage["tokens"] == 7
+
+
 def test_float_token_counts_are_charged_whole() -> None:
     guard = Guard(_tokens_config(turn=10))
     four_and_more: Any = 4.9  # JSON numbers from a sidecar may come as floats
@@ -258,13 +277,16 @@ def test_an_internal_error_allows() -> None:
 
 def test_model_events_from_many_threads_charge_every_token() -> None:
     store = LocalSessionCaps()
-    guards = [Guard(_tokens_config(session=10**9), session_caps=store) for _ in range(4)]
-    crossed: list[Decision] = []
+    guards = [Guard(_tokens_config(session=4000), session_caps=store) for _ in range(4)]
+    decisions: list[Decision] = []
+    lock = threading.Lock()
 
     def work(guard: Guard) -> None:
         for _ in range(250):
-            guard.before_model()
-            guard.after_model("x", input_tokens=3, output_tokens=1)
+            guard.start_turn()
+            seen = [guard.before_model(), guard.after_model("x", input_tokens=3, output_tokens=1)]
+            with lock:
+                decisions.extend(seen)
 
     threads = [threading.Thread(target=work, args=(g,)) for g in guards]
     for thread in threads:
@@ -272,4 +294,6 @@ def test_model_events_from_many_threads_charge_every_token() -> None:
     for thread in threads:
         thread.join()
     assert store.usage()["tokens"] == 4 * 250 * 4
-    assert crossed == []
+    halts = [d for d in decisions if d.code == "cap_session" and d.action == "halt"]
+    assert [d.count for d in halts] == [4000]  # exactly one reply spent it: the last one
+    assert all(d.code == "allow" for d in decisions if d not in halts)

@@ -11,6 +11,7 @@ from otelguard import Guard, GuardConfig
 from otelguard.config import StateSettings
 from otelguard.core import decisions as codes
 from otelguard.state.redis_caps import RedisLink, RedisSessionCaps
+from tests.e2e import free_port
 from tests.redis_e2e import RedisServer
 
 KEY = "model-turns-redis-key"
@@ -89,3 +90,14 @@ def test_two_processes_reach_a_session_token_cap_exactly_once(redis_server: Redi
     assert guard.session_caps.add("tokens", 0) == 2 * replies * tokens
     blocked = guard.before_model()  # a third guard of the session: read from Redis, not its own counts
     assert (blocked.action, blocked.code, blocked.cap) == ("block", codes.CAP_SESSION, "tokens")
+
+
+def test_tokens_are_counted_here_while_redis_does_not_answer() -> None:
+    """No Redis on the port: each add is decided from this process's own counts, and the guard's
+    token cap still holds (fail open to the local count, never an error in the agent loop)."""
+    url = f"redis://127.0.0.1:{free_port()}/0"
+    guard = Guard(_config(url, 100), session_id="no-redis-here")
+    assert guard.after_model("a", input_tokens=60).code == codes.ALLOW
+    assert guard.session_caps.usage()["tokens"] == 60
+    crossing = guard.after_model("b", output_tokens=40)
+    assert (crossing.code, crossing.count) == (codes.CAP_SESSION, 100)

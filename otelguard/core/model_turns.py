@@ -17,6 +17,7 @@ never kept), counts change under it, observers hear of each event after it is re
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from collections.abc import Callable
 from heapq import nsmallest
@@ -139,7 +140,6 @@ class ModelTurns:
         if outcome == "tool_calls":
             counts.valid_call()
         elif outcome == "invalid_tool_call":
-            counts.pending = None
             counts.count(reply, near)
             judged = self._judge(counts)
         else:
@@ -221,30 +221,37 @@ def _turn_halted(halt: Decision) -> Decision:
 
 
 def _count(value: Any) -> int:
-    """A count of tool calls as a host reports it: a whole number from 0 to ``MAX_COUNT``; anything
-    else (a negative, a string, a NaN) is 0."""
-    if type(value) is int or type(value) is bool:
-        return min(max(int(value), 0), MAX_COUNT)
-    if type(value) is float and math.isfinite(value):
-        return min(max(int(value), 0), MAX_COUNT)
-    return 0
+    """A count of tool calls as a host reports it: a whole number from 0 to ``MAX_COUNT`` (``True``:
+    1); anything else (a negative, a string, a NaN) is 0."""
+    number = int(value) if type(value) is bool else _whole(value)
+    return min(number, MAX_COUNT) if number is not None and number >= 0 else 0
 
 
 def _tokens(value: Any) -> int | None:
     """Tokens as a provider reports them: a whole number from 0 to ``MAX_TOKENS``; anything else
     (``None``, a negative, a ``bool``, a string, a NaN) is unknown usage, which charges nothing."""
-    if type(value) is int:
-        return min(value, MAX_TOKENS) if value >= 0 else None
-    if type(value) is float and math.isfinite(value) and value >= 0:
-        return min(int(value), MAX_TOKENS)
-    return None
+    number = None if type(value) is bool else _whole(value)
+    return min(number, MAX_TOKENS) if number is not None and number >= 0 else None
+
+
+def _whole(value: Any) -> int | None:
+    """A number as a whole number: an ``int`` (or anything that is one, a NumPy integer), a finite
+    float cut to its whole part; ``None`` for anything else, whatever its methods do."""
+    if type(value) is float:
+        return int(value) if math.isfinite(value) else None
+    try:
+        number = operator.index(value)
+    except Exception:
+        return None
+    return number if type(number) is int else None
 
 
 def _read(text: Any) -> Reply:
     """What a reply without a valid tool call leaves for its judgement: the sketch of its (bounded)
-    text and whether it chants; no text."""
+    text and whether it chants; no text. A blank text is not compared (a reply whose only content is
+    its invalid calls says nothing twice)."""
     bounded = bounded_text(text)
-    if bounded is None:
+    if bounded is None or not bounded or bounded.isspace():  # no words: the reply is its calls alone
         return NO_TEXT
     return Reply(reply_sketch(bounded), chants(bounded))
 

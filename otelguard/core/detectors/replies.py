@@ -165,7 +165,9 @@ class ReplyCounts:
         return True
 
     def count(self, reply: Reply, near: Callable[[Sketch, Sketch], bool]) -> None:
-        """Count a reply without a valid tool call answered by the harness."""
+        """Count a reply without a valid tool call answered by the harness (a reply waiting to be
+        counted before it was no request's answer: it is dropped)."""
+        self.pending = None
         self.no_action += 1
         sketch = reply.sketch
         self.repeated = reply.chanting or (
