@@ -5,7 +5,9 @@ request asks (``stream: true``, as Claude Code does), else one JSON message. A r
 ``Bash`` tool is a step of the agent loop: it is answered with a call of ``Bash`` running the same
 command every time (the ``description`` numbered, as a model would vary it), up to ``max_calls``
 calls, then with text. Any other request (a title, a summary) gets a short text. Every request body is
-kept, in order, for the test to read what the client sent the model.
+kept, in order, for the test to read what the client sent the model. ``usage``: the tokens every
+answer of the loop reports (a model that burns tokens); ``numbered``: each call's command ends with
+its number, so no two calls are alike.
 """
 
 from __future__ import annotations
@@ -20,16 +22,26 @@ from typing import Any
 from tests.scripted_http import ScriptedHandler, serving
 
 MODEL = "claude-sonnet-4-5"
+DEFAULT_USAGE = {"input_tokens": 10, "output_tokens": 10}
 
 
 class ScriptedModel:
     """The script and what the client sent: ``requests`` (every body), ``loop_requests`` (the bodies
     of the agent loop's steps)."""
 
-    def __init__(self, command: str, max_calls: int, tool: str = "Bash") -> None:
+    def __init__(
+        self,
+        command: str,
+        max_calls: int,
+        tool: str = "Bash",
+        usage: dict[str, int] | None = None,
+        numbered: bool = False,
+    ) -> None:
         self.command = command
         self.tool = tool
         self.max_calls = max_calls
+        self.usage = usage or DEFAULT_USAGE
+        self.numbered = numbered
         self.requests: list[dict[str, Any]] = []
         self.loop_requests: list[dict[str, Any]] = []
         self.lock = threading.Lock()
@@ -39,7 +51,9 @@ class ScriptedModel:
         """The next answer, a message; records the request."""
         with self.lock:
             self.requests.append(body)
-            return _message(self._content(body), len(self.requests))
+            content = self._content(body)
+            usage = self.usage if self.loop_requests and body is self.loop_requests[-1] else DEFAULT_USAGE
+            return _message(content, len(self.requests), usage)
 
     def _content(self, body: dict[str, Any]) -> list[dict[str, Any]]:
         """The content blocks of the answer to ``body`` (called with the lock held)."""
@@ -50,7 +64,8 @@ class ScriptedModel:
         number = len(self.loop_requests)
         if number > self.max_calls:
             return [{"type": "text", "text": "I give up: the directory cannot be listed."}]
-        call = {"command": self.command, "description": f"Attempt {number}"}
+        command = f"{self.command} {number}" if self.numbered else self.command
+        call = {"command": command, "description": f"Attempt {number}"}
         return [{"type": "tool_use", "id": f"toolu_{number:024d}", "name": self.tool, "input": call}]
 
 
@@ -69,7 +84,7 @@ def result_text(block: dict[str, Any]) -> str:
     return "".join(part.get("text", "") for part in content or () if isinstance(part, dict))
 
 
-def _message(content: list[dict[str, Any]], number: int) -> dict[str, Any]:
+def _message(content: list[dict[str, Any]], number: int, usage: dict[str, int]) -> dict[str, Any]:
     return {
         "id": f"msg_{number:024d}",  # one id per message: Claude Code joins the blocks of one id
         "type": "message",
@@ -78,7 +93,7 @@ def _message(content: list[dict[str, Any]], number: int) -> dict[str, Any]:
         "content": content,
         "stop_reason": "tool_use" if content[-1]["type"] == "tool_use" else "end_turn",
         "stop_sequence": None,
-        "usage": {"input_tokens": 10, "output_tokens": 10},
+        "usage": dict(usage),
     }
 
 
@@ -99,7 +114,8 @@ def _events(message: dict[str, Any]) -> Iterator[tuple[str, dict[str, Any]]]:
         yield "content_block_delta", {"type": "content_block_delta", "index": index, "delta": delta}
         yield "content_block_stop", {"type": "content_block_stop", "index": index}
     stop = {"stop_reason": message["stop_reason"], "stop_sequence": None}
-    yield "message_delta", {"type": "message_delta", "delta": stop, "usage": {"output_tokens": 10}}
+    usage = {"output_tokens": message["usage"]["output_tokens"]}
+    yield "message_delta", {"type": "message_delta", "delta": stop, "usage": usage}
     yield "message_stop", {"type": "message_stop"}
 
 
@@ -124,10 +140,17 @@ def _handler(model: ScriptedModel) -> type[BaseHTTPRequestHandler]:
 
 
 @contextmanager
-def scripted_model(command: str, max_calls: int, tool: str = "Bash") -> Iterator[ScriptedModel]:
+def scripted_model(
+    command: str,
+    max_calls: int,
+    tool: str = "Bash",
+    usage: dict[str, int] | None = None,
+    numbered: bool = False,
+) -> Iterator[ScriptedModel]:
     """The server on a free loopback port, ``model.url`` its base URL (``ANTHROPIC_BASE_URL``);
-    ``tool``: the client's shell tool, the one the script calls (Copilot CLI and OpenCode: ``bash``)."""
-    model = ScriptedModel(command, max_calls, tool)
+    ``tool``: the client's shell tool, the one the script calls (Copilot CLI and OpenCode: ``bash``);
+    ``usage``, ``numbered``: see ``ScriptedModel``."""
+    model = ScriptedModel(command, max_calls, tool, usage, numbered)
     with serving(_handler(model)) as url:
         model.url = url
         yield model

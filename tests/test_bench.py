@@ -162,3 +162,18 @@ def test_the_plain_alternative_really_runs_the_classes_own_constructors() -> Non
     assert decisions.allow_decision is twin_allow and observers.new_call_event is not CallEvent
     assert decision.action == "allow" and type(decision) is decisions.Decision
     assert recorder.outcomes == ["ok"]
+
+
+def test_the_model_event_is_measured_beside_the_tool_call(capsys: pytest.CaptureFixture[str]) -> None:
+    """``model_events``: per configuration, a model event's and a tool call's µs in the same run and
+    their ratio against the target (a model event costs no more than a call); no timing asserted."""
+    from otelguard.bench.model_turns import MODEL_TARGET
+
+    document = _bench_json(capsys)
+    figures = document["model_events"]
+    assert figures["target"] == MODEL_TARGET == 1.0
+    for name in ("quiet", "token_caps"):
+        row = figures[name]
+        assert row["model_event_us"] > 0 and row["tool_call_us"] > 0
+        assert row["ratio"] == pytest.approx(row["model_event_us"] / row["tool_call_us"], rel=0.02)
+        assert row["met"] is (row["ratio"] <= MODEL_TARGET)

@@ -19,9 +19,11 @@ from typing import Any
 import pytest
 from prometheus_client import parser as prometheus_client_parser
 
+from otelguard.coding_agents.settings import starter_config
 from tests.e2e import http_get, stop_process
 from tests.scripted_anthropic import MODEL, result_text, scripted_model, tool_results
 from tests.side_clients import claude_code
+from tests.test_claude_code_model_turns import start_serve as start_serve_with
 from tests.test_claude_code_stop import start_starter_serve
 from tests.test_cli_serve import Serve
 
@@ -146,3 +148,46 @@ def stop_shown(home: Path) -> list[str]:
             if attachment.get("type") == "hook_stopped_continuation":
                 shown.append(attachment.get("message"))
     return shown
+
+
+TOKEN_CAP = 10_000
+BURN = {"input_tokens": 1_000, "output_tokens": 500}
+"""What each reply of the burning model costs: its seventh reply reaches the cap."""
+
+
+def test_claude_code_burning_tokens_is_stopped_at_the_session_token_cap(tmp_path: Path) -> None:
+    """A model that asks for a new command every time (no loop a tool call shows) and reports 1,500
+    tokens a reply, under ``caps.session.tokens: 10000``: the sidecar reads each reply's usage from the
+    transcript Claude Code names, and the batch after the seventh reply (10,500 tokens) ends the run."""
+    claude = claude_code()
+    project, home = tmp_path / "project", tmp_path / "home"
+    home.mkdir()
+    install_hooks(project)
+    config = starter_config().replace(
+        "session: {web_search: 200, subagents: 200}",
+        f"session: {{web_search: 200, subagents: 200, tokens: {TOKEN_CAP}}}",
+    )
+    assert f"tokens: {TOKEN_CAP}" in config
+    running = start_serve_with(tmp_path, config)
+    sidecar = f"http://127.0.0.1:{running.port}"
+    try:
+        with scripted_model("echo burn", MAX_CALLS, usage=BURN, numbered=True) as model:
+            run = subprocess.run(
+                [str(claude), "-p", "Echo until told to stop", "--output-format", "stream-json",
+                 "--verbose", "--allowedTools", "Bash", "--model", MODEL],
+                cwd=project, env=client_env(home, model.url, sidecar), stdin=subprocess.DEVNULL,
+                capture_output=True, timeout=RUN_TIMEOUT,
+            )  # fmt: skip
+            loop = list(model.loop_requests)
+    finally:
+        stop_process(running.process)
+    shown = f"exit {run.returncode}; stderr: {run.stderr.decode(errors='replace')[-2000:]}"
+    assert run.returncode == 0, shown
+    # every command ran (no tool loop to refuse), and the model was asked no more after the 7th reply
+    texts = [result_text(result) for body in loop[1:] for result in tool_results(body)]
+    assert all(text.startswith("burn ") for text in texts), texts
+    assert len(loop) == 7, f"asked {len(loop)} times; {shown}"
+    (final,) = [line for line in stream(run.stdout) if line.get("type") == "result"]
+    assert final["stop_reason"] == "tool_use", final
+    (stop,) = stop_shown(home)
+    assert stop.startswith("otelguard stopped this turn (cap_session): "), stop

@@ -19,9 +19,11 @@ from typing import Any
 
 import pytest
 
+from otelguard.coding_agents.settings import starter_config
 from tests.e2e import free_port, http_get, stop_process
 from tests.scripted_gemini import MODEL, function_responses, scripted_gemini
 from tests.side_clients import gemini_cli
+from tests.test_claude_code_model_turns import start_serve as start_serve_with
 from tests.test_claude_code_stop import start_starter_serve
 from tests.test_cli_serve import Serve
 from tests.test_codex_client import metric_values
@@ -41,7 +43,9 @@ def serve(tmp_path: Path) -> Iterator[Serve]:
     stop_process(running.process)
 
 
-def run_gemini(root: Path, model_url: str, sidecar_url: str) -> subprocess.CompletedProcess[bytes]:
+def run_gemini(
+    root: Path, model_url: str, sidecar_url: str, prompt: str = "List /nonexistent-dir"
+) -> subprocess.CompletedProcess[bytes]:
     """Gemini CLI in a temp home whose ``settings.json`` holds the hooks as ``--print-settings``
     prints them (with a deadline far above the default: a loaded machine must not make a hook fail
     open), beside what running offline takes."""
@@ -66,7 +70,7 @@ def run_gemini(root: Path, model_url: str, sidecar_url: str) -> subprocess.Compl
         GEMINI_API_KEY="scripted", GEMINI_CLI_TRUST_WORKSPACE="true", OTELGUARD_URL=sidecar_url,
     )  # fmt: skip
     return subprocess.run(
-        [str(gemini_cli()), "-p", "List /nonexistent-dir", "--yolo", "--output-format", "stream-json",
+        [str(gemini_cli()), "-p", prompt, "--yolo", "--output-format", "stream-json",
          "-m", MODEL],
         cwd=project, env=env, stdin=subprocess.DEVNULL, capture_output=True, timeout=RUN_TIMEOUT,
     )  # fmt: skip
@@ -120,3 +124,36 @@ def test_with_the_sidecar_down_every_gemini_call_goes_ahead(tmp_path: Path) -> N
     # the user read it once, as Gemini CLI shows a hook's systemMessage
     shown = (run.stdout + run.stderr).decode(errors="replace")
     assert shown.count("Hook system message: otelguard is not guarding this session") == 1, shown[-2000:]
+
+
+TOKEN_CAP = 10_000
+BURN = {"promptTokenCount": 1_000, "candidatesTokenCount": 500}
+"""What each reply of the burning model costs: its seventh reply reaches the cap."""
+
+
+def test_gemini_cli_burning_tokens_is_stopped_at_the_session_token_cap(tmp_path: Path) -> None:
+    """A model that asks for a new command every time and reports 1,500 tokens a reply, under
+    ``caps.session.tokens: 10000``: the sidecar reads each reply's tokens from the chat file Gemini
+    CLI names, and the request after the seventh reply (10,500 tokens) is not made: the run ends."""
+    config = starter_config().replace(
+        "session: {web_search: 200, subagents: 200}",
+        f"session: {{web_search: 200, subagents: 200, tokens: {TOKEN_CAP}}}",
+    )
+    running = start_serve_with(tmp_path, config)
+    try:
+        with scripted_gemini("echo burn", MAX_CALLS, usage=BURN, numbered=True) as model:
+            run = run_gemini(
+                tmp_path, model.url, f"http://127.0.0.1:{running.port}", "Echo until told to stop"
+            )
+            loop = list(model.loop_requests)
+    finally:
+        stop_process(running.process)
+    shown = f"exit {run.returncode}; stderr: {run.stderr.decode(errors='replace')[-1500:]}"
+    outputs = [str(response.get("output")) for response in responses_of_each_call(loop)]
+    assert all("Output: burn" in output for output in outputs), outputs
+    assert len(loop) == 7, f"asked {len(loop)} times; {shown}"
+    (result,) = [json.loads(line) for line in run.stdout.splitlines() if b'"type":"result"' in line]
+    assert result["stats"]["total_tokens"] == 7 * 1_500, result
+    # what the user reads: the stop's reason, as Gemini CLI shows a hook's system message
+    shown_all = (run.stdout + run.stderr).decode(errors="replace")
+    assert "Hook system message: otelguard stopped this turn (cap_session): " in shown_all, shown

@@ -17,6 +17,7 @@ from typing import Any, Final
 
 from otelguard import __version__
 from otelguard.bench import measure
+from otelguard.bench.model_turns import model_vs_tool
 from otelguard.bench.runners import CONFIGURATIONS, SpanPipeline, runners_for
 from otelguard.bench.tricks import slotted_twins
 from otelguard.bench.workloads import WORKLOADS, workload_turns
@@ -76,6 +77,7 @@ def run_bench(options: BenchOptions, progress: Progress = _quiet) -> dict[str, A
     figures: list[dict[str, Any]] = []
     spans = SpanPipeline()
     tricks: dict[str, Any] = {}
+    model_events: dict[str, Any] = {}
     try:
         for workload, prefixes, calls in plan:
             progress(f"timing {workload}: {calls:,} calls x {len(prefixes) + 2} runners")
@@ -83,6 +85,8 @@ def run_bench(options: BenchOptions, progress: Progress = _quiet) -> dict[str, A
             if not tricks:
                 progress(f"hot-path tricks: {workload}, each beside its plain alternative")
                 tricks["slotted_twins"] = slotted_twins(turns)
+                progress(f"model events: {workload}, each beside the tool call it asks for")
+                model_events = model_vs_tool(turns)
             timings = _timed(workload, prefixes, turns, spans)
             floor = timings.pop(f"floor_{workload}")
             floors[workload] = _us(floor.median_ns)
@@ -107,6 +111,7 @@ def run_bench(options: BenchOptions, progress: Progress = _quiet) -> dict[str, A
         "series_after_100k_signatures": series.series,
         "metrics_body_bytes": series.body_bytes,
         "hot_path_tricks": tricks,
+        "model_events": model_events,
     }
     document["targets"] = _targets(document)
     document["parameters"] = {

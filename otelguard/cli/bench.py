@@ -16,6 +16,7 @@ from rich.console import Console
 from rich.table import Table
 
 from otelguard.bench import FIGURE_NAMES, TARGETS, BenchOptions, run_bench
+from otelguard.bench.model_turns import MODEL_TARGET
 from otelguard.bench.sidecar import SidecarOptions, run_sidecar_bench
 from otelguard.bench.tricks import PAYS
 from otelguard.bench.workloads import WORKLOADS
@@ -156,6 +157,15 @@ def _print_tables(console: Console, document: dict[str, Any]) -> None:
             f"≥ {PAYS:.0%}",
             _verdict(twins["pays"]),
         )
+    for name, figures in document.get("model_events", {}).items():
+        if isinstance(figures, dict) and figures.get("ratio") is not None:
+            other.add_row(
+                f"model event ({name}): {figures['model_event_us']:.2f} µs, tool call "
+                f"{figures['tool_call_us']:.2f} µs",
+                f"{figures['ratio']:.2f}x",
+                f"≤ {MODEL_TARGET:g}x",
+                _verdict(figures["met"]),
+            )
     console.print(other)
     if "sidecar" in document:
         _print_sidecar(console, document["sidecar"])

@@ -5,33 +5,47 @@ A CLI's mapping (``claude_code.ClaudeCodeHooks``, ``codex.CodexHooks``, ...) tur
 payloads into guard calls and answers as that CLI reads its hook output. It sits on the session
 host (``otelguard.core.sessions``) like every adapter and imports no framework and no adapter.
 
-The checks (``required_text``, ``optional_text``, ``optional_bool``) serve the hook payloads and
+The checks (``required_text``, ``optional_text``, ``optional_bool``, ``optional_count``,
+``optional_reply``) serve the hook payloads and
 ``otelguard serve``'s ``/v1/`` bodies alike: each raises ``HookPayloadError`` naming the field and
 what it should be, never its value.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping
+from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
+from otelguard.coding_agents.transcript_tail import Reply
 from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
+from otelguard.core.guard import Guard
 from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, Session, SessionHost
 from otelguard.errors import HookPayloadError
 from otelguard.hosting import SessionHosted, TelemetryOption
 
 __all__ = [
+    "MAX_COUNT",
     "MAX_ID_CHARS",
+    "MAX_REPLY_CHARS",
     "AgentHooks",
     "HookPayloadError",
     "optional_bool",
+    "optional_count",
+    "optional_reply",
     "optional_text",
+    "report_replies",
     "required_text",
     "stop_reason",
 ]
 
 MAX_ID_CHARS: Final = 256
+MAX_REPLY_CHARS: Final = 262_144
+"""The longest reply text a payload may hand the guard: a quarter of the body limit, far above what
+a model writes in one reply; the guard reads a reply's text in process only, never keeps it."""
+MAX_COUNT: Final = 10**12
+"""The largest count a payload may give (tool calls of a reply, tokens): a number past it is not a
+count a provider reports but a mistake, and would only make a cap meaningless."""
 
 
 class AgentHooks(SessionHosted):
@@ -54,6 +68,11 @@ class AgentHooks(SessionHosted):
     events: ClassVar[Collection[str]] = ()
     """The events ``answer`` is asked about; any other (a session's start, a notification, ...) gets
     no output and touches no guard."""
+    model_events: ClassVar[Collection[str]] = ()
+    """The events answered with the guard's model calls (``before_model``/``after_model``): with a
+    token cap in the shared state, answering them may wait on it."""
+    transcript_events: ClassVar[Collection[str]] = ()
+    """The events whose answer reads the transcript file the payload names."""
 
     def __init__(
         self,
@@ -98,6 +117,21 @@ class AgentHooks(SessionHosted):
         return True
 
 
+def report_replies(guard: Guard, replies: Iterable[Reply]) -> Decision | None:
+    """``after_model`` for each reply, in order; the first decision that stops the turn, if any."""
+    stop: Decision | None = None
+    for reply in replies:
+        decision = guard.after_model(
+            reply.text,
+            tool_calls=reply.tool_calls,
+            input_tokens=reply.input_tokens,
+            output_tokens=reply.output_tokens,
+        )
+        if stop is None and decision.should_halt:
+            stop = decision
+    return stop
+
+
 def stop_reason(decision: Decision) -> str:
     """What the user reads when the guard stops the agent: the code (to look up) and the message."""
     return f"otelguard stopped this turn ({decision.code}): {decision.message}"
@@ -130,3 +164,24 @@ def optional_bool(body: Mapping[str, Any], field: str) -> bool | None:
     if value is None or isinstance(value, bool):
         return value
     raise HookPayloadError(field, "true, false or null")
+
+
+def optional_count(body: Mapping[str, Any], field: str) -> int | None:
+    """The field's whole number from 0 to ``MAX_COUNT``, or ``None`` when it is absent or null
+    (``true``/``false`` are not numbers here, though JSON parsers make them ints)."""
+    value = body.get(field)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= MAX_COUNT:
+        raise HookPayloadError(field, f"a whole number from 0 to {MAX_COUNT}, or null")
+    return value
+
+
+def optional_reply(body: Mapping[str, Any], field: str) -> str | None:
+    """The field's string of at most ``MAX_REPLY_CHARS`` characters (a model's reply), or ``None``."""
+    value = body.get(field)
+    if value is None:
+        return None
+    if not isinstance(value, str) or len(value) > MAX_REPLY_CHARS:
+        raise HookPayloadError(field, f"a string of at most {MAX_REPLY_CHARS} characters, or null")
+    return value

@@ -1,8 +1,8 @@
 """The sidecar behind ``otelguard serve``: a guard per session over HTTP, and the metrics, on one port.
 
 Routes: ``GET /metrics``, ``GET /healthz``; ``POST /v1/start_turn``, ``/v1/before_call``,
-``/v1/after_call``, ``/v1/end_turn``, ``/v1/end_session`` (bodies as the Python API's arguments,
-answers the decision); ``POST /v1/hooks/CLI`` for each coding-agent CLI (``claude-code``, ``codex``,
+``/v1/after_call``, ``/v1/before_model``, ``/v1/after_model``, ``/v1/end_turn``, ``/v1/end_session``
+(bodies as the Python API's arguments, answers the decision); ``POST /v1/hooks/CLI`` for each coding-agent CLI (``claude-code``, ``codex``,
 ``gemini-cli``: that CLI's hook payload in, the hook output it reads out). With a token, every
 ``/v1/`` request needs ``Authorization: Bearer <token>``. A bad body gets 400 with one line naming
 the field, never a value; bodies are never logged. Guard calls are cheap and answered on the server's event loop, unless they may wait on the
@@ -28,11 +28,14 @@ from otelguard.coding_agents.mapping import (
     AgentHooks,
     HookPayloadError,
     optional_bool,
+    optional_count,
+    optional_reply,
     optional_text,
     required_text,
 )
 from otelguard.coding_agents.opencode import OpenCodeHooks
 from otelguard.config import GuardConfig
+from otelguard.config.names import TOKENS
 from otelguard.core.classify import catalog_for
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
@@ -90,6 +93,13 @@ class Sidecar:
             )
         }
         self._state_io = self.host.config.effective_state().url is not None
+        self._reading_paths = frozenset(
+            path for path, mapping in self.hooks.items() if mapping.transcript_events
+        )
+        caps = self.host.config.caps
+        # a model event charges or reads the session's (or tree's) token count, which then lives
+        # in the shared state
+        self._tokens_shared = bool(caps.session.get(TOKENS) or caps.tree.get(TOKENS))
         self._catalog = catalog_for(self.host.config)
         self._waiting_lock = threading.Lock()
         self._waiting: Counter[str] = Counter()  # sessions with a call on a worker, by session_id
@@ -103,6 +113,8 @@ class Sidecar:
             "/v1/start_turn": self._start_turn,
             "/v1/before_call": self._before_call,
             "/v1/after_call": self._after_call,
+            "/v1/before_model": self._before_model,
+            "/v1/after_model": self._after_model,
             "/v1/end_turn": self._end_turn,
             "/v1/end_session": self._end_session,
             **{path: _hook_route(mapping) for path, mapping in self.hooks.items()},
@@ -115,11 +127,12 @@ class Sidecar:
         can wait on Redis for up to ``timeout_ms``, so it runs on the worker pool and never holds up
         another request, and so does every later call of that session until it is answered (it would
         wait for the session's lock); the rest stay on the loop, where a call costs less than a
-        thread hop. ``/metrics`` rendering always runs on a worker."""
+        thread hop. ``/metrics`` rendering always runs on a worker, and so does a hook event whose
+        answer reads a transcript file (a slow disk must not hold up the loop), with state or not."""
         path = request.path
         if path == "/metrics":
             return False
-        if not self._state_io or not path.startswith("/v1/"):
+        if not path.startswith("/v1/") or not (self._state_io or path in self._reading_paths):
             return True
         body = _json_object(request.body)
         if body is None:
@@ -129,23 +142,33 @@ class Sidecar:
         if not isinstance(session, str):
             return True
         with self._waiting_lock:
-            if session not in self._waiting and not self._may_wait_on_state(path, body):
+            if session not in self._waiting and not self._may_wait(path, body):
                 return True
             self._waiting[session] += 1
             self._offloaded[id(request)] = session
         return False
+
+    def _may_wait(self, path: str, body: Mapping[str, Any]) -> bool:
+        mapping = self.hooks.get(path)
+        if mapping is not None and body.get(mapping.event_field) in mapping.transcript_events:
+            return True
+        return self._state_io and self._may_wait_on_state(path, body)
 
     def _may_wait_on_state(self, path: str, body: Mapping[str, Any]) -> bool:
         """Read from the body alone, on the safe side: what is not known to stay away from the
         shared state goes to a worker."""
         if path in ("/v1/start_turn", "/v1/end_turn"):
             return False
+        if path in ("/v1/before_model", "/v1/after_model"):
+            return self._tokens_shared
         if path == "/v1/before_call":
             return self._charges_a_session_cap(body.get("tool_name"))
         if path == "/v1/after_call":  # a refused or cancelled call is refunded
             return body.get("refusal") is not None or body.get("cancelled") is True
         mapping = self.hooks.get(path)
         if mapping is not None:
+            if self._tokens_shared and body.get(mapping.event_field) in mapping.model_events:
+                return True
             return mapping.may_wait_on_state(body, self._charges_a_session_cap)
         return True
 
@@ -245,6 +268,31 @@ class Sidecar:
         if cancelled:
             return _decision(guard.after_call(tool_name, args, result, call_id=call_id, cancelled=True))
         return _decision(guard.after_call(tool_name, args, result, failed, refusal, call_id))
+
+    def _model_guard(self, body: Mapping[str, Any]) -> Guard:
+        """The session's main guard; a session made now is labelled ``agent`` when the body names one."""
+        session_id, agent = required_text(body, "session_id"), optional_text(body, "agent")
+        return self.host.session(session_id, agent or None).main
+
+    def _before_model(self, body: Mapping[str, Any]) -> Response:
+        return _decision(self._model_guard(body).before_model())
+
+    def _after_model(self, body: Mapping[str, Any]) -> Response:
+        # every field checked before the guard is touched: a 400 leaves no half-counted reply
+        text = optional_reply(body, "text")
+        tool_calls = optional_count(body, "tool_calls") or 0
+        invalid_tool_calls = optional_count(body, "invalid_tool_calls") or 0
+        input_tokens = optional_count(body, "input_tokens")
+        output_tokens = optional_count(body, "output_tokens")
+        guard = self._model_guard(body)
+        decision = guard.after_model(
+            text,
+            tool_calls=tool_calls,
+            invalid_tool_calls=invalid_tool_calls,
+            input_tokens=input_tokens,
+            output_tokens=output_tokens,
+        )
+        return _decision(decision)
 
     def _end_turn(self, body: Mapping[str, Any]) -> Response:
         errored = optional_bool(body, "errored") is True  # the run ended in an exception
