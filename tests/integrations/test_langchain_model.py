@@ -144,6 +144,36 @@ def test_the_async_run_delivers_the_warning_too() -> None:
     assert [notes(seen) for seen in chat.seen] == [[], [], [WARNED.format(2)], [WARNED.format(3)]]
 
 
+def test_a_warning_left_unread_when_the_run_ended_is_not_sent_in_the_next_run() -> None:
+    host, _watch = watched(stalls())
+    chat = model(malformed)
+    agent = create_agent(
+        chat,
+        [read_file],
+        middleware=[GuardMiddleware(host=host), Nudge(limit=2)],
+        checkpointer=InMemorySaver(),
+    )
+    thread = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("find the config")]}, thread)
+    assert len(chat.seen) == 3  # the harness gave up after the 3rd reply, which was warned
+
+    agent.invoke({"messages": [HumanMessage("try again")]}, thread)
+    assert notes(chat.seen[3]) == []  # a new turn: the last run's warning is not carried over
+
+
+def test_a_model_repeating_itself_reads_the_repeated_reply_warning() -> None:
+    host, watch = watched(stalls())
+    chat = model(lambda messages: AIMessage(content=MUSINGS[0], usage_metadata=USAGE))
+    agent = create_agent(chat, [read_file], middleware=[GuardMiddleware(host=host), Nudge()])
+    agent.invoke({"messages": [HumanMessage("find the config")]})
+
+    sent = [notes(seen) for seen in chat.seen]
+    assert sent[:2] == [[], []] and sent[2:] and all(len(n) == 1 for n in sent[2:])
+    assert all(n[0].startswith("[otelguard warn: repeated_reply_warn] ") for n in sent[2:])
+    assert MUSINGS[0] not in "".join(n[0] for n in sent[2:])
+    assert watch.turn_outcomes() == ["halted"]
+
+
 def test_a_model_burning_tokens_is_stopped_by_the_turn_cap() -> None:
     host, watch = watched(token_caps(turn=3 * REPLY_TOKENS))  # spent by the third reply
     chat = model(reads)
