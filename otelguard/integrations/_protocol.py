@@ -15,8 +15,10 @@
 * **Model requests**: ``model_stop(guard)`` before each (``before_model``): the ``block``/``halt``
   that keeps the model from being called (a halted turn, a spent token cap), ended like a tool
   halt; ``replied(guard, ...)`` after each response (``after_model``) with what the framework
-  reports (its text, its valid and invalid tool calls, its token usage). A model warning is
-  recorded only: no tool result carries it to the model.
+  reports (its text, its valid and invalid tool calls, its token usage). A model warning (from
+  either) is kept in the adapter's ``ModelNotes`` when one is given, and ``ModelNotes.take(guard)``
+  hands its text to the next request of the same turn, for frameworks that let an extension add to
+  the request; without one it is recorded only.
 * **When a run raises**: its turn ends as ``errored`` (``end_run(session, run, error)``), unless the
   exception is the adapter's own ``GuardHalted`` (that turn was halted) or not an ``Exception`` at
   all (a cancellation or an interrupt is control flow, not an error).
@@ -28,6 +30,7 @@ learns and a later hook of the same call needs.
 from __future__ import annotations
 
 import threading
+import weakref
 from collections.abc import Hashable, Mapping
 from contextlib import AbstractContextManager, nullcontext
 from typing import Any, Final, Generic, TypeVar
@@ -43,6 +46,7 @@ __all__ = [
     "DELEGATES_TO",
     "MAX_TRACKED_CALLS",
     "CallMemory",
+    "ModelNotes",
     "delegate_of",
     "end_run",
     "error_result",
@@ -143,13 +147,16 @@ def stop_if_halted(session: Session, run: object = None) -> None:
         raise GuardHalted(halt)
 
 
-def model_stop(guard: Guard) -> Decision | None:
+def model_stop(guard: Guard, notes: ModelNotes | None = None) -> Decision | None:
     """Before a model request: the ``block``/``halt`` after which the model is not called (the
-    run ends as after a tool halt), else ``None``. A turn already halted is not asked again."""
+    run ends as after a tool halt), else ``None``; a warning goes to ``notes``. A turn already
+    halted is not asked again."""
     halt = guard.halt_decision
     if halt is not None:
         return halt
     decision = guard.before_model()
+    if notes is not None:
+        notes.keep(guard, decision)
     return decision if decision.action in ("block", "halt") else None
 
 
@@ -161,15 +168,49 @@ def replied(
     invalid_tool_calls: int = 0,
     input_tokens: int | None = None,
     output_tokens: int | None = None,
+    notes: ModelNotes | None = None,
 ) -> Decision:
-    """Record one model response, as the framework reports it (``None``: usage not reported)."""
-    return guard.after_model(
+    """Record one model response, as the framework reports it (``None``: usage not reported); a
+    warning goes to ``notes``."""
+    decision = guard.after_model(
         text or None,
         tool_calls=tool_calls,
         invalid_tool_calls=invalid_tool_calls,
         input_tokens=input_tokens,
         output_tokens=output_tokens,
     )
+    if notes is not None:
+        notes.keep(guard, decision)
+    return decision
+
+
+class ModelNotes:
+    """The model warning each guard's model has not read yet (``no_action_warn``,
+    ``repeated_reply_warn``): kept from ``before_model``/``after_model``, taken for the next model
+    request of the same turn. Its text is the decision's message, which names counts, never the
+    reply. One note per guard, the latest; a guard the session pool dropped takes its note with it.
+    Thread-safe."""
+
+    def __init__(self) -> None:
+        self._notes: weakref.WeakKeyDictionary[Guard, tuple[str | None, Decision]] = (
+            weakref.WeakKeyDictionary()
+        )
+        self._lock = threading.Lock()
+
+    def keep(self, guard: Guard, decision: Decision) -> None:
+        if decision.action == "warn" and decision.message:
+            with self._lock:
+                self._notes[guard] = (guard.turn_id, decision)
+
+    def take(self, guard: Guard) -> str | None:
+        """The text to add to the request about to be sent, or ``None``: a note of an earlier turn
+        (a run that ended after the warning) is dropped."""
+        with self._lock:
+            kept = self._notes.pop(guard, None)
+        if kept is None or kept[0] != guard.turn_id or guard.halt_decision is not None:
+            return None
+        note: str = kept[1].annotate("").lstrip()
+        return note
 
 
 def tokens(value: object) -> int | None:

@@ -21,7 +21,9 @@ plugin then answers:
   ``before_model``/``after_model``, with the reply's text, its tool calls (one whose arguments do
   not parse as JSON is invalid: hermes answers it with a retry) and the usage hermes reports.
   hermes ignores what these hooks return, so a ``block``/``halt`` cannot keep the model from being
-  called: the turn is halted and each tool call it then asks for is refused;
+  called: the turn is halted and each tool call it then asks for is refused. A model warning is
+  recorded only: no hook adds to a request once the turn has begun (``pre_llm_call``'s context
+  goes in once, before the turn's first request);
 * ``pre_llm_call`` and a new ``turn_id`` start a turn; ``on_session_end`` (hermes fires it at the end
   of every conversation run) ends it, as ``errored`` when hermes says the run did not complete
   (``completed: false``: an API error, the iteration budget spent) and the user did not interrupt it;

@@ -9,7 +9,10 @@
   untouched and are not failures.
 * Model calls: ``before_model`` in the ``before_model`` hook (a ``block`` ends the run as a halt
   does), ``after_model`` around the model call with the answer's text, ``tool_calls``,
-  ``invalid_tool_calls`` and ``usage_metadata``.
+  ``invalid_tool_calls`` and ``usage_metadata``. A model warning from either reaches the model in
+  its next request of the turn: a ``HumanMessage`` appended to that request in ``wrap_model_call``,
+  for that request only (never in the graph state, so checkpoints and the history a user sees
+  keep only what the agent and the user said; a model still stalling is warned again).
 * A turn is one agent invocation (``before_agent`` to ``after_agent``). After a ``block``/``halt``
   the run ends before the next model call (``jump_to: "end"``) with an AI message saying why.
 * A run that raises never reaches ``after_agent``. An exception leaving the guard's wrap of a model
@@ -50,6 +53,7 @@ from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
     DELEGATES_TO,
     CallMemory,
+    ModelNotes,
     delegate_of,
     errored,
     guidance,
@@ -72,7 +76,7 @@ try:
         ModelResponse,
         PrivateStateAttr,
     )
-    from langchain_core.messages import AIMessage, ToolMessage
+    from langchain_core.messages import AIMessage, HumanMessage, ToolMessage
     from langgraph.config import get_config
     from langgraph.errors import GraphBubbleUp
     from langgraph.runtime import Runtime
@@ -113,6 +117,7 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
         )
         # (thread id, call id) of calls a LangGraph interrupt paused: they run again on resume
         self._paused: CallMemory[bool] = CallMemory()
+        self._notes = ModelNotes()
 
     # -- turns ---------------------------------------------------------------------------------
 
@@ -130,7 +135,7 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
     def before_model(self, state: GuardState, runtime: Runtime[Any]) -> dict[str, Any] | None:
         session = self._session()
         update = self._caps_update(session, state)
-        halt = halt_of(session) or model_stop(session.main)
+        halt = halt_of(session) or model_stop(session.main, self._notes)
         if halt is None:
             return update
         return {
@@ -158,8 +163,8 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
     ) -> ModelCallResult[Any]:
         session = self._session()
         with _in_flight(session, model=True) as asked:
-            response = handler(request)
-            asked[0] = _replied(session.main, response)
+            response = handler(self._noted(request, session.main))
+            asked[0] = _replied(session.main, response, self._notes)
             return response
 
     async def awrap_model_call(
@@ -169,9 +174,16 @@ class GuardMiddleware(SessionHosted, AgentMiddleware[GuardState, Any, Any]):
     ) -> ModelCallResult[Any]:
         session = self._session()
         with _in_flight(session, model=True) as asked:
-            response = await handler(request)
-            asked[0] = _replied(session.main, response)
+            response = await handler(self._noted(request, session.main))
+            asked[0] = _replied(session.main, response, self._notes)
             return response
+
+    def _noted(self, request: ModelRequest[Any], guard: Guard) -> ModelRequest[Any]:
+        """The request with the model warning the model has not read yet, for this request only."""
+        note = self._notes.take(guard)
+        if note is None:
+            return request
+        return request.override(messages=[*request.messages, HumanMessage(content=note)])
 
     # -- session caps in the graph's state -----------------------------------------------------
 
@@ -307,7 +319,7 @@ def _in_flight(session: Session, model: bool = False) -> Iterator[list[int]]:
     run.asked(asked[0])
 
 
-def _replied(guard: Guard, response: Any) -> int:
+def _replied(guard: Guard, response: Any, notes: ModelNotes) -> int:
     """Record a model answer (a ``ModelResponse``, or a bare ``AIMessage``) as LangChain reports it:
     its text, ``tool_calls``, ``invalid_tool_calls`` and ``usage_metadata``. Returns how many tool
     calls it asks for."""
@@ -324,6 +336,7 @@ def _replied(guard: Guard, response: Any) -> int:
         invalid_tool_calls=sum(len(m.invalid_tool_calls) for m in answers),
         input_tokens=_usage(usages, "input_tokens"),
         output_tokens=_usage(usages, "output_tokens"),
+        notes=notes,
     )
     return asked
 

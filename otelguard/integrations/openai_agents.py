@@ -17,7 +17,10 @@
   ``otelguard.GuardHalted`` instead, and ``Runner.run`` raises it to the caller.
 * Model calls: ``before_model`` in ``on_llm_start`` (a ``block`` raises ``GuardHalted``),
   ``after_model`` in ``on_llm_end`` with the response's text, its calls (a function call naming no
-  tool or handoff of the agent, or whose arguments are not JSON, is invalid) and its usage.
+  tool or handoff of the agent, or whose arguments are not JSON, is invalid) and its usage. A model
+  warning is recorded only: run hooks cannot change the model's input, and the SDK's filter that can
+  (``RunConfig.call_model_input_filter``) runs before ``on_llm_start`` with the run's user context,
+  not the ``RunContextWrapper`` the hooks tell runs apart by.
 * A turn is one ``Runner.run``. Sessions: ``session_key(run_context)`` when given (the hooks cannot
   see the SDK ``Session``; the run's ``context`` object can carry a conversation id), else one
   session per ``guard_agent`` result.

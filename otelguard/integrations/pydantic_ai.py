@@ -15,6 +15,9 @@
   ``errored`` turn.
 * Model calls: ``before_model`` in ``before_model_request`` (a ``block`` raises ``GuardHalted``),
   ``after_model`` in ``after_model_request`` with the response's text, tool-call parts and usage.
+  A model warning from either reaches the model in its next request of the run: a ``ModelRequest``
+  with a ``UserPromptPart`` at the end of the request's messages, a new list, which Pydantic AI sends
+  with this request only (not in the message history, so a saved conversation stays as it was).
 * One guard per ``conversation_id`` (Pydantic AI always has one: given, inherited from the message
   history, or new; a run without history is a new session).
 * Pydantic AI already traces ``execute_tool``: with ``span_mode: auto`` otelguard's attributes go
@@ -29,6 +32,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any, Final
 
 from otelguard.core.guard import Guard
@@ -38,6 +42,7 @@ from otelguard.hosting import SessionHosted
 from otelguard.integrations._protocol import (
     DELEGATES_TO,
     CallMemory,
+    ModelNotes,
     delegate_of,
     end_run,
     guidance,
@@ -67,7 +72,7 @@ try:
         ToolFailedError,
         ToolRetryError,
     )
-    from pydantic_ai.messages import ModelResponse, TextPart, ToolCallPart
+    from pydantic_ai.messages import ModelRequest, ModelResponse, TextPart, ToolCallPart, UserPromptPart
     from pydantic_ai.models import ModelRequestContext
     from pydantic_ai.run import AgentRunResult
     from pydantic_ai.tools import ToolDefinition
@@ -89,6 +94,7 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
     def _set_up(self) -> None:
         # Calls whose exception another capability turned into a result: still failures.
         self._recovered: CallMemory[bool] = CallMemory()
+        self._notes = ModelNotes()
 
     def _session(self, ctx: RunContext[Any]) -> Session:
         return self.sessions.session(ctx.conversation_id)
@@ -110,10 +116,15 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
     ) -> ModelRequestContext:
         session = self._session(ctx)
         stop_if_halted(session)  # the run's turn ends in wrap_run, as the exception leaves
-        stop = model_stop(session.main)
+        stop = model_stop(session.main, self._notes)
         if stop is not None:
             raise GuardHalted(stop)
-        return request_context
+        note = self._notes.take(session.main)
+        if note is None:
+            return request_context
+        # a new list: Pydantic AI sends it with this request only (appending in place would go to history)
+        note_request = ModelRequest(parts=[UserPromptPart(note)])
+        return replace(request_context, messages=[*request_context.messages, note_request])
 
     async def after_model_request(
         self, ctx: RunContext[Any], *, request_context: ModelRequestContext, response: ModelResponse
@@ -133,6 +144,7 @@ class GuardCapability(SessionHosted, AbstractCapability[Any]):
             invalid_tool_calls=len(calls) - valid,
             input_tokens=tokens(usage.input_tokens) if reported else None,
             output_tokens=tokens(usage.output_tokens) if reported else None,
+            notes=self._notes,
         )
         return response
 

@@ -3,6 +3,7 @@ real ``create_agent`` loop with a scripted chat model."""
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
@@ -30,6 +31,10 @@ from tests.integrations.model_turns import (
 )
 from tests.integrations.test_langchain import model
 
+WARNED = (
+    "[otelguard warn: no_action_warn] {} model replies in a row made no tool call that could run (an invalid "
+    "call, or none at all). Call one of the available tools with valid arguments, or give your final answer."
+)
 USAGE = {
     "input_tokens": INPUT_TOKENS,
     "output_tokens": OUTPUT_TOKENS,
@@ -107,6 +112,68 @@ def test_a_stalled_model_re_prompted_by_the_harness_is_warned_then_stopped(scrip
     assert watch.turn_outcomes() == ["halted"]
 
 
+def notes(messages: list[BaseMessage]) -> list[str]:
+    return [str(m.content) for m in messages if "[otelguard warn:" in str(m.content)]
+
+
+@pytest.mark.parametrize("script", [musing, malformed], ids=["no call", "invalid calls"])
+def test_a_stalled_model_reads_the_warning_in_its_next_request_then_is_stopped(script: Any) -> None:
+    host, _watch = watched(stalls())
+    chat = model(script)
+    agent = create_agent(
+        chat, [read_file], middleware=[GuardMiddleware(host=host), Nudge()], checkpointer=InMemorySaver()
+    )
+    out = agent.invoke({"messages": [HumanMessage("find the config")]}, {"configurable": {"thread_id": "t"}})
+
+    # warned from the 2nd stalled reply on: the 3rd and 4th requests end with the warning, for that
+    # request only; the 4th reply is stopped
+    assert [notes(seen) for seen in chat.seen] == [[], [], [WARNED.format(2)], [WARNED.format(3)]]
+    assert all(isinstance(seen[-1], HumanMessage) for seen in chat.seen[2:])
+    assert str(out["messages"][-1].content).startswith("Stopped by otelguard: ")
+    # nothing of the note in the graph state (the checkpoint), and never a word of a reply in it
+    assert notes(out["messages"]) == []
+    assert not any(part in note for seen in chat.seen for note in notes(seen) for part in MUSINGS)
+
+
+def test_the_async_run_delivers_the_warning_too() -> None:
+    host, _watch = watched(stalls())
+    chat = model(musing)
+    agent = create_agent(chat, [read_file], middleware=[GuardMiddleware(host=host), Nudge()])
+    asyncio.run(agent.ainvoke({"messages": [HumanMessage("find the config")]}))
+
+    assert [notes(seen) for seen in chat.seen] == [[], [], [WARNED.format(2)], [WARNED.format(3)]]
+
+
+def test_a_warning_left_unread_when_the_run_ended_is_not_sent_in_the_next_run() -> None:
+    host, _watch = watched(stalls())
+    chat = model(malformed)
+    agent = create_agent(
+        chat,
+        [read_file],
+        middleware=[GuardMiddleware(host=host), Nudge(limit=2)],
+        checkpointer=InMemorySaver(),
+    )
+    thread = {"configurable": {"thread_id": "t"}}
+    agent.invoke({"messages": [HumanMessage("find the config")]}, thread)
+    assert len(chat.seen) == 3  # the harness gave up after the 3rd reply, which was warned
+
+    agent.invoke({"messages": [HumanMessage("try again")]}, thread)
+    assert notes(chat.seen[3]) == []  # a new turn: the last run's warning is not carried over
+
+
+def test_a_model_repeating_itself_reads_the_repeated_reply_warning() -> None:
+    host, watch = watched(stalls())
+    chat = model(lambda messages: AIMessage(content=MUSINGS[0], usage_metadata=USAGE))
+    agent = create_agent(chat, [read_file], middleware=[GuardMiddleware(host=host), Nudge()])
+    agent.invoke({"messages": [HumanMessage("find the config")]})
+
+    sent = [notes(seen) for seen in chat.seen]
+    assert sent[:2] == [[], []] and sent[2:] and all(len(n) == 1 for n in sent[2:])
+    assert all(n[0].startswith("[otelguard warn: repeated_reply_warn] ") for n in sent[2:])
+    assert MUSINGS[0] not in "".join(n[0] for n in sent[2:])
+    assert watch.turn_outcomes() == ["halted"]
+
+
 def test_a_model_burning_tokens_is_stopped_by_the_turn_cap() -> None:
     host, watch = watched(token_caps(turn=3 * REPLY_TOKENS))  # spent by the third reply
     chat = model(reads)
@@ -147,6 +214,10 @@ def test_a_normal_run_gets_no_decision_and_its_replies_are_reported() -> None:
 
     assert str(out["messages"][-1].content) == "It says hello."
     assert len(chat.seen) == 2
+    assert [[type(m).__name__ for m in seen] for seen in chat.seen] == [
+        ["HumanMessage"],
+        ["HumanMessage", "AIMessage", "ToolMessage"],
+    ]  # nothing added to a request
     assert watch.model_codes() == {} and watch.codes == []
     assert watch.replies() == {"tool_calls": 1, "no_tool_call": 1}
     assert watch.input_tokens() == 2 * INPUT_TOKENS

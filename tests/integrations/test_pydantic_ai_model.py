@@ -10,8 +10,16 @@ import pytest
 pytest.importorskip("pydantic_ai")
 
 from pydantic import BaseModel
-from pydantic_ai import Agent
-from pydantic_ai.messages import ModelMessage, ModelResponse, TextPart, ToolCallPart, ToolReturnPart
+from pydantic_ai import Agent, capture_run_messages
+from pydantic_ai.messages import (
+    ModelMessage,
+    ModelRequest,
+    ModelResponse,
+    TextPart,
+    ToolCallPart,
+    ToolReturnPart,
+    UserPromptPart,
+)
 from pydantic_ai.usage import RequestUsage
 
 from otelguard import GuardConfig, GuardHalted
@@ -28,6 +36,10 @@ from tests.integrations.model_turns import (
 )
 from tests.integrations.test_pydantic_ai import scripted
 
+WARNED = (
+    "[otelguard warn: no_action_warn] {} model replies in a row made no tool call that could run (an invalid "
+    "call, or none at all). Call one of the available tools with valid arguments, or give your final answer."
+)
 MUSINGS = (
     "Let me think about where the configuration lives.",
     "Perhaps the answer is in the project's documentation.",
@@ -75,11 +87,14 @@ def read_then_answer(messages: list[ModelMessage]) -> ModelResponse:
     return ModelResponse(parts=[TextPart("It says hello.")], usage=usage())
 
 
-def agent_with(capability: GuardCapability, script: Any, **options: Any) -> tuple[Agent[Any, Any], list[int]]:
-    asked: list[int] = []
+def agent_with(
+    capability: GuardCapability, script: Any, **options: Any
+) -> tuple[Agent[Any, Any], list[list[ModelMessage]]]:
+    """The agent, and what its model was sent, one list of messages per request."""
+    asked: list[list[ModelMessage]] = []
 
     def counted(messages: list[ModelMessage]) -> ModelResponse:
-        asked.append(1)
+        asked.append(list(messages))
         response: ModelResponse = script(messages)
         return response
 
@@ -105,6 +120,42 @@ def test_a_stalled_model_retried_by_pydantic_ai_is_warned_then_stopped(script: A
     assert len(asked) == NO_ACTION_HALT  # the halt keeps the model from being asked again
     assert watch.model_codes() == {"no_action_warn": NO_ACTION_HALT - NO_ACTION_WARN, "no_action_halt": 1}
     assert watch.turn_outcomes() == ["halted"]
+
+
+def notes(messages: list[ModelMessage]) -> list[str]:
+    return [
+        str(part.content)
+        for message in messages
+        if isinstance(message, ModelRequest)
+        for part in message.parts
+        if isinstance(part, UserPromptPart) and "[otelguard warn:" in str(part.content)
+    ]
+
+
+@pytest.mark.parametrize("script", [musing, unknown_tool], ids=["no call", "invalid calls"])
+def test_a_stalled_model_reads_the_warning_in_its_next_request_then_is_stopped(script: Any) -> None:
+    host, _watch = watched(stalls())
+    agent, seen = agent_with(GuardCapability(host=host), script, output_type=Answer, retries=12)
+    with pytest.raises(GuardHalted) as stopped:
+        agent.run_sync("find the config")
+
+    # warned from the 2nd stalled reply on: the 3rd and 4th requests end with the warning, for that
+    # request only; the 4th reply is stopped
+    assert [notes(messages) for messages in seen] == [[], [], [WARNED.format(2)], [WARNED.format(3)]]
+    assert all(notes(messages[-1:]) for messages in seen[2:])
+    assert stopped.value.decision.code == "no_action_halt"
+    # never a word of a reply in a note
+    assert not any(part in note for messages in seen for note in notes(messages) for part in MUSINGS)
+
+
+def test_the_warning_stays_out_of_the_message_history() -> None:
+    host, _watch = watched(stalls())
+    agent, _asked = agent_with(GuardCapability(host=host), musing, output_type=Answer, retries=12)
+    with capture_run_messages() as messages, pytest.raises(GuardHalted):
+        agent.run_sync("find the config")
+
+    assert len([m for m in messages if isinstance(m, ModelResponse)]) == NO_ACTION_HALT
+    assert notes(messages) == []
 
 
 def test_a_model_burning_tokens_is_stopped_by_the_turn_cap() -> None:
@@ -146,6 +197,12 @@ def test_a_normal_run_gets_no_decision_and_its_replies_are_reported() -> None:
 
     assert result.output == "It says hello."
     assert len(asked) == 2
+    # nothing added to a request: the prompt, then the prompt, the call and its result
+    assert [[type(m).__name__ for m in messages] for messages in asked] == [
+        ["ModelRequest"],
+        ["ModelRequest", "ModelResponse", "ModelRequest"],
+    ]
+    assert not any(isinstance(p, UserPromptPart) for p in asked[1][-1].parts)
     assert watch.model_codes() == {} and watch.codes == []
     assert watch.replies() == {"tool_calls": 1, "no_tool_call": 1}
     assert watch.input_tokens() == 2 * INPUT_TOKENS
