@@ -12,6 +12,7 @@ tests at the end read each format's record of a limit without a corpus.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import re
 import tarfile
@@ -517,3 +518,43 @@ def test_a_model_stop_is_scored_like_a_tool_stop() -> None:
     assert (doc["model_replies"], doc["model_halted_runs"], doc["harmful_model_halts"]) == (5, 1, 1)
     assert result.decisions["no_action_warn"] == 1
     assert result.streaks == 1
+
+
+# --- a limit the ground truth lists -------------------------------------------------------------------
+
+
+def _conversation(query: str) -> bytes:
+    """One run of a search agent as a converted conversation: one search, its answer, a reply."""
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "Search", "arguments": json.dumps({"query": query})},
+    }
+    messages = [
+        {"role": "user", "content": "question"},
+        {"role": "assistant", "content": "Thought 1", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": f"Could not find [{query}]."},
+        {"role": "assistant", "content": "Finish[answer]"},
+    ]
+    return json.dumps({"messages": messages}).encode() + b"\n"
+
+
+def test_a_run_the_ground_truth_lists_at_its_limit_is_stuck_when_unsolved(tmp_path: Path) -> None:
+    """A harness whose transcripts do not record its limit (Reflexion's HotpotQA runs) lists the runs
+    that ended there under ``at_limit``: an unsolved one listed is stuck, one not listed is not."""
+    runs = {"a/q1.jsonl": _conversation("x"), "a/q2.jsonl": _conversation("y")}
+    with tarfile.open(tmp_path / ARCHIVE, "w:xz") as archive:
+        for name, data in runs.items():
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    ground = {
+        "source": "test",
+        "runs": {"a/q1.jsonl": False, "a/q2.jsonl": False},
+        "at_limit": ["a/q1.jsonl"],
+    }
+    (tmp_path / GROUND_TRUTH).write_text(json.dumps(ground), encoding="utf-8")
+    (tmp_path / PROVENANCE).write_text("{}", encoding="utf-8")
+    result = measure_source(tmp_path)
+    assert [run.name for run in result.stuck] == ["a/q1.jsonl"]
+    assert result.to_json()["runs_at_limit"] == 1
