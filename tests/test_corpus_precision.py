@@ -157,6 +157,7 @@ def test_warnings_stay_under_five_per_thousand_calls_in_solved_runs(source: Path
 STUCK_FLOORS: Final = {
     CODER: (0.20, 0.36),
     "openhands-multi-swe-bench-python": (0.005, 0.005),
+    "reflexion-react-hotpotqa": (0.0, 0.55),
     "swe-agent-multi-swe-bench-java": (0.11, 0.16),
     "tau-bench-agentverify-retail": (0.25, 0.25),
     "tau-bench-apollo-gpt-4o-mini": (0.85, 0.89),
@@ -175,6 +176,35 @@ def test_stuck_runs_are_caught_at_least_as_often_as_last_measured(source: Path) 
     halted, answered = STUCK_FLOORS.get(source.name, (0.0, 0.0))
     result = measured(source)
     assert result.stuck_recall >= halted and result.stuck_answered >= answered
+
+
+# Solved runs refused harmfully, per source, as last measured: a change that refuses more of them fails
+# here. Sources not named were not measured with this count.
+HARMFUL_REFUSALS: Final = {
+    "mini-swe-agent-gemini-3-pro": 0,
+    "openhands-multi-swe-bench-python": 0,
+    "reflexion-react-hotpotqa": 0,
+    "swe-agent-multi-swe-bench-java": 1,
+    "tau-bench-agentverify-retail": 0,
+    "tau-bench-asteroid-supervised-retail": 0,
+    "tau-bench-gpt-4o-airline": 0,
+    "tau-bench-grok-4-fast": 0,
+    "tau-bench-libgen-iterations": 6,
+    "tau-bench-libgen-retail": 0,
+    "tau-bench-llama-3.1-8b-airline": 0,
+    "tau2-bench-grok-airline": 0,
+    "tau2-bench-sierra-experiments": 0,
+}
+
+
+@pytest.mark.parametrize("source", per_source("refusals"))
+def test_solved_runs_are_refused_no_more_often_than_last_measured(source: Path) -> None:
+    ceiling = HARMFUL_REFUSALS.get(source.name)
+    if ceiling is None:
+        pytest.skip(f"{source.name}: harmful refusals not measured yet")
+    result = measured(source)
+    refused = [run.name for run in result.runs if run.harmfully_refused]
+    assert len(refused) <= ceiling, refused
 
 
 # --- the run's own record, read without a corpus ----------------------------------------------------
