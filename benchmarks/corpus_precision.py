@@ -7,7 +7,8 @@ Replays every run of the regression corpus, and the Claude Code sessions in
 readers) with the default configuration plus ``mode: unattended`` and a fixed signature key. Each run's
 ground truth comes from the run's own record: whether it solved its task (the source's evaluation, in
 ``ground_truth.yaml``) and whether it ended at a budget limit (read from the transcript, see
-``benchmarks.run_records``). Per source it prints:
+``benchmarks.run_records``, or, where the transcript cannot tell, listed in ``ground_truth.yaml``'s
+``at_limit``). Per source it prints:
 
 * harmful halts: a run that solved its task was halted, and either it did not end at its limit, or it
   ended at it but changed its files or its world after the stop (an edit, a write, a state-changing
@@ -36,7 +37,8 @@ The corpus is third-party data kept outside this repository (see docs/replay.md,
 corpus"): ``$OTELGUARD_CORPUS``, else a ``shared/corpus`` folder beside the checkout or one of its
 parents. Each source is a folder holding ``runs.tar.xz`` (the runs, whole files, under their paths in
 the source repository), ``ground_truth.yaml`` (archive path -> solved true/false/null, or for a file of
-several runs session id -> solved) and ``provenance.yaml`` (with the source's ``budget`` where the
+several runs session id -> solved; and, optionally, ``at_limit``: the archive paths of the runs that
+ended at their limit, for a harness whose transcripts do not say so) and ``provenance.yaml`` (with the source's ``budget`` where the
 transcripts do not record their limit). Archives are read in memory; nothing is unpacked to disk.
 """
 
@@ -448,7 +450,9 @@ session id -> solved."""
 
 
 def measure_source(source: Path) -> SourceResult:
-    truth: Truth = read_yaml(source / GROUND_TRUTH)["runs"]
+    ground = read_yaml(source / GROUND_TRUTH)
+    truth: Truth = ground["runs"]
+    listed = frozenset(ground.get("at_limit") or ())
     provenance = read_yaml(source / PROVENANCE) or {}
     budget = provenance.get("budget") or {}
     runner = StreakRunner(config())
@@ -459,7 +463,7 @@ def measure_source(source: Path) -> SourceResult:
         for session_id, record in run_records(data, budget).items():
             records[(name, session_id)] = record
     return score_report(
-        source.name, runner.finish(), truth, records, positions, runner.streaks, runner.changes
+        source.name, runner.finish(), truth, records, positions, runner.streaks, runner.changes, listed
     )
 
 
@@ -486,9 +490,11 @@ def score_report(
     positions: Positions,
     streaks: Counter[tuple[str, str]] | None = None,
     changes: Changes | None = None,
+    limited: frozenset[str] = frozenset(),
 ) -> SourceResult:
     """The source's figures. Without ``changes`` no run is known to have changed anything after a
-    stop, and a halt of a solved run at its limit is harmless."""
+    stop, and a halt of a solved run at its limit is harmless. ``limited``: the archive paths the
+    ground truth lists as ended at their limit (a harness whose transcripts do not say it)."""
     changes = changes or Changes()
     result = SourceResult(name)
     rejects = {code for code, actions in report.actions.items() if "reject" in actions}
@@ -499,7 +505,7 @@ def score_report(
         if record is None:  # a file of one run
             record = records.get((session.path, None))
             run_name = session.path
-        at_limit = record is not None and record.at_limit
+        at_limit = (record is not None and record.at_limit) or session.path in limited
         halt = None
         if session.halts:
             first = session.halts[0]

@@ -12,6 +12,7 @@ tests at the end read each format's record of a limit without a corpus.
 from __future__ import annotations
 
 import functools
+import io
 import json
 import re
 import tarfile
@@ -156,6 +157,7 @@ def test_warnings_stay_under_five_per_thousand_calls_in_solved_runs(source: Path
 STUCK_FLOORS: Final = {
     CODER: (0.20, 0.36),
     "openhands-multi-swe-bench-python": (0.005, 0.005),
+    "reflexion-react-hotpotqa": (0.0, 0.55),
     "swe-agent-multi-swe-bench-java": (0.11, 0.16),
     "tau-bench-agentverify-retail": (0.25, 0.25),
     "tau-bench-apollo-gpt-4o-mini": (0.85, 0.89),
@@ -174,6 +176,35 @@ def test_stuck_runs_are_caught_at_least_as_often_as_last_measured(source: Path) 
     halted, answered = STUCK_FLOORS.get(source.name, (0.0, 0.0))
     result = measured(source)
     assert result.stuck_recall >= halted and result.stuck_answered >= answered
+
+
+# Solved runs refused harmfully, per source, as last measured: a change that refuses more of them fails
+# here. Sources not named were not measured with this count.
+HARMFUL_REFUSALS: Final = {
+    "mini-swe-agent-gemini-3-pro": 0,
+    "openhands-multi-swe-bench-python": 0,
+    "reflexion-react-hotpotqa": 0,
+    "swe-agent-multi-swe-bench-java": 1,
+    "tau-bench-agentverify-retail": 0,
+    "tau-bench-asteroid-supervised-retail": 0,
+    "tau-bench-gpt-4o-airline": 0,
+    "tau-bench-grok-4-fast": 0,
+    "tau-bench-libgen-iterations": 6,
+    "tau-bench-libgen-retail": 0,
+    "tau-bench-llama-3.1-8b-airline": 0,
+    "tau2-bench-grok-airline": 0,
+    "tau2-bench-sierra-experiments": 0,
+}
+
+
+@pytest.mark.parametrize("source", per_source("refusals"))
+def test_solved_runs_are_refused_no_more_often_than_last_measured(source: Path) -> None:
+    ceiling = HARMFUL_REFUSALS.get(source.name)
+    if ceiling is None:
+        pytest.skip(f"{source.name}: harmful refusals not measured yet")
+    result = measured(source)
+    refused = [run.name for run in result.runs if run.harmfully_refused]
+    assert len(refused) <= ceiling, refused
 
 
 # --- the run's own record, read without a corpus ----------------------------------------------------
@@ -544,3 +575,43 @@ def test_a_model_stop_is_scored_like_a_tool_stop() -> None:
     assert (doc["model_replies"], doc["model_halted_runs"], doc["harmful_model_halts"]) == (5, 1, 1)
     assert result.decisions["no_action_warn"] == 1
     assert result.streaks == 1
+
+
+# --- a limit the ground truth lists -------------------------------------------------------------------
+
+
+def _conversation(query: str) -> bytes:
+    """One run of a search agent as a converted conversation: one search, its answer, a reply."""
+    call = {
+        "id": "c1",
+        "type": "function",
+        "function": {"name": "Search", "arguments": json.dumps({"query": query})},
+    }
+    messages = [
+        {"role": "user", "content": "question"},
+        {"role": "assistant", "content": "Thought 1", "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": f"Could not find [{query}]."},
+        {"role": "assistant", "content": "Finish[answer]"},
+    ]
+    return json.dumps({"messages": messages}).encode() + b"\n"
+
+
+def test_a_run_the_ground_truth_lists_at_its_limit_is_stuck_when_unsolved(tmp_path: Path) -> None:
+    """A harness whose transcripts do not record its limit (Reflexion's HotpotQA runs) lists the runs
+    that ended there under ``at_limit``: an unsolved one listed is stuck, one not listed is not."""
+    runs = {"a/q1.jsonl": _conversation("x"), "a/q2.jsonl": _conversation("y")}
+    with tarfile.open(tmp_path / ARCHIVE, "w:xz") as archive:
+        for name, data in runs.items():
+            member = tarfile.TarInfo(name)
+            member.size = len(data)
+            archive.addfile(member, io.BytesIO(data))
+    ground = {
+        "source": "test",
+        "runs": {"a/q1.jsonl": False, "a/q2.jsonl": False},
+        "at_limit": ["a/q1.jsonl"],
+    }
+    (tmp_path / GROUND_TRUTH).write_text(json.dumps(ground), encoding="utf-8")
+    (tmp_path / PROVENANCE).write_text("{}", encoding="utf-8")
+    result = measure_source(tmp_path)
+    assert [run.name for run in result.stuck] == ["a/q1.jsonl"]
+    assert result.to_json()["runs_at_limit"] == 1

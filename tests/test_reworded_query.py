@@ -197,12 +197,35 @@ def test_pages_that_differ_by_their_numbers_are_different_results() -> None:
     assert codes(run_script(guard, script)) == ["allow"] * 16
 
 
-def test_from_twice_the_stop_a_query_sharing_a_word_is_refused() -> None:
+def test_a_query_joining_two_earlier_queries_words_runs_below_twice_the_stop() -> None:
+    """Each query's words checked against one earlier query's, not against all of them pooled: "Nick
+    Park Wallace and Gromit" asks for what neither "Wallace and Gromit creator" nor "Nick Park" asked
+    (a more specific search), while "Gromit Wallace" only trims the first."""
     guard = make_guard()
-    script = [_search(f"VIVA Media AG {word}") for word in ("2004", "name change", "acronym", "new")]
-    script += [_search("VIVA Media AG meaning"), _search("Viacom history")]
+    script = [_search("Wallace and Gromit creator"), _search("Nick Park")]
+    script += [_search("Nick Park Wallace and Gromit"), _search("Gromit Wallace")]
+    assert codes(run_script(guard, script)) == ["allow", "allow", "allow", "reworded_query_reject"]
+
+
+def test_at_twice_the_stop_the_streaks_words_joined_are_refused_and_a_new_word_runs() -> None:
+    guard = make_guard()
+    script = [
+        _search(f"Marvel Netflix series {words}") for words in ("order", "timeline", "leading Defenders")
+    ]
+    script += [_search("Marvel Netflix series timeline order")]  # streak 3: two queries joined, it runs
+    script += [_search("Marvel Netflix series order leading Defenders")]  # streak 4: joined, refused
+    script += [_search("Marvel Netflix series release order")]  # a new word: it runs
     got = codes(run_script(guard, script))
     assert got == ["allow", "allow", "allow", "allow", "reworded_query_reject", "allow"]
+
+
+def test_past_twice_the_stop_a_query_sharing_a_word_is_refused() -> None:
+    guard = make_guard()
+    words = ("2004", "name change", "acronym", "new", "rename")
+    script = [_search(f"VIVA Media AG {word}") for word in words]
+    script += [_search("VIVA Media AG meaning"), _search("Viacom history")]
+    got = codes(run_script(guard, script))
+    assert got == ["allow"] * 5 + ["reworded_query_reject", "allow"]
 
 
 def test_rejects_then_a_stop_like_an_exact_loop() -> None:
@@ -341,6 +364,7 @@ def test_the_words_queries_and_titles_of_a_streak_are_bounded() -> None:
     tool = memory.tools["Search0"]
     assert tool.streak == 500
     assert len(tool.words) == searches._WORDS
+    assert len(tool.asked) == searches._QUERIES
     assert len(tool.sent) == len(tool.empty) == searches._TITLES
 
 

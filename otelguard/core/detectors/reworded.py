@@ -10,22 +10,24 @@ already returned this turn (the same page, near enough: a sketch of its word shi
 tool's *streak* of searches that brought nothing new; a new result ends it.
 
 * ``after``: a search that brought nothing new and rewords the streak's earlier queries (its words
-  all among theirs, see below) is warned once the streak is at ``warn_after.reworded_query`` (2).
-  Searches for other things that happen to find nothing are not: runs that solve their task make
-  them too.
+  all among one of theirs, see below) is warned once the streak is at ``warn_after.reworded_query``
+  (2). Searches for other things that happen to find nothing are not: runs that solve their task
+  make them too.
 * ``before`` (``hard_stop``): once the streak is at ``hard_stop_after.reworded_query`` (2), a query
-  made only of words the streak's queries already used (case, punctuation, stop words, word order
+  made only of words one earlier query of the streak used (case, punctuation, stop words, word order
   and simple endings aside: ``searches.words``) is a rewording and is rejected,
-  ``rejects_before_stop`` times per streak; sent after that, it stops the turn (``block``). At twice
-  the stop, a query sharing any word with the streak's is one. A query that is one of the titles a
-  result of the streak quoted ("Similar: ['The Prince & Me', ...]", "did you mean \"...\"") and not
-  yet sent runs: the model is taking up what the search itself answered. The very call again (its
-  signature), when it had found something, is left to the exact rules (``no_progress``,
-  ``identical_call``).
+  ``rejects_before_stop`` times per streak; sent after that, it stops the turn (``block``). A query
+  joining the words of several earlier ones asks for what none of them asked (a more specific
+  search): it is one only from twice the stop, and past twice the stop so is a query sharing any
+  word with the streak's. A query that is one of the titles a result of the streak quoted
+  ("Similar: ['The Prince & Me', ...]", "did you mean \"...\"") and not yet sent runs: the model is
+  taking up what the search itself answered. The very call again (its signature), when it had found
+  something, is left to the exact rules (``no_progress``, ``identical_call``).
 
 Measured on the 811 runs of a ReAct search agent (Reflexion's HotpotQA runs): of the runs whose
-searches brought nothing new three times or more, most are refused a rewording, and no call that
-found its answer is refused (the refused ones had found nothing either).
+searches brought nothing new three times or more, most are refused a rewording, and no run that
+solved its task is refused a call (refusing a query that joined two earlier ones did: it was a new
+search).
 
 What it knows of searches (queries and results as digests, the streak of each tool) is
 ``searches.py``'s: nothing of a query or result text is kept, and a decision carries counts.
@@ -46,7 +48,8 @@ if TYPE_CHECKING:
 __all__ = ["REWORDED_QUERY", "WIDER_AFTER_FACTOR", "RewordedQuery"]
 
 WIDER_AFTER_FACTOR: Final = 2
-"""At this many times the stop, a query sharing any word with the streak's is a rewording too."""
+"""From this many times the stop, a query made of the words of several of the streak's queries is a
+rewording too, and past it a query sharing any word with them."""
 
 WARN: Final = (
     "{tool} has searched {count} times in a row without finding anything new (nothing found, or "

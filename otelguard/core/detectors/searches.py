@@ -42,6 +42,7 @@ _TOOLS: Final = 32  # search tools tracked per turn
 _WORDS: Final = 256  # word digests kept per streak
 _TITLES: Final = 128  # digests of queries sent and of titles quoted, per streak
 _RESULTS: Final = 16  # result sketches kept per tool
+_QUERIES: Final = 16  # queries' word sets kept per streak
 _READ: Final = 4096  # characters of a query or a result read
 _SHORT: Final = 240  # a result this short saying nothing was found says only that
 _NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
@@ -335,12 +336,13 @@ class ToolSearches:
     """One search tool's turn: its streak of searches that brought nothing new, their words and
     queries, the titles their results quoted, the rejects given during it, its last results."""
 
-    __slots__ = ("empty", "rejects", "results", "sent", "streak", "titles", "words")
+    __slots__ = ("asked", "empty", "rejects", "results", "sent", "streak", "titles", "words")
 
     def __init__(self) -> None:
         self.streak = 0
         self.rejects = 0
         self.words: set[int] = set()
+        self.asked: list[frozenset[int]] = []  # each query's words, the first ``_QUERIES``
         self.sent: set[int] = set()
         self.titles: set[int] = set()
         self.empty: set[int] = set()  # of ``sent``, the queries that found nothing
@@ -354,6 +356,8 @@ class ToolSearches:
         new digests are not kept: a query with words not kept is not a rewording, never the reverse)."""
         self.streak += 1
         _add(self.words, call.words, _WORDS)
+        if len(self.asked) < _QUERIES and call.words not in self.asked:
+            self.asked.append(call.words)
         _add(self.sent, (call.sent,), _TITLES)
         _add(self.titles, call.titles, _TITLES)
         if call.nothing:
@@ -362,18 +366,24 @@ class ToolSearches:
     def end(self) -> None:
         self.streak = self.rejects = 0
         self.words.clear()
+        self.asked.clear()
         self.sent.clear()
         self.titles.clear()
         self.empty.clear()
 
     def reworded(self, asked: Query | Searched, wider_at: int) -> bool:
-        """Whether ``asked`` rewords the streak's queries (see the module's docstring); from a streak
-        of ``wider_at``, sharing a word with them is enough."""
+        """Whether ``asked`` rewords the streak's queries (see ``reworded.py``'s docstring): its words
+        all among one earlier query's; from a streak of ``wider_at``, all among the streak's; past it,
+        one shared with them is enough."""
         if not self.streak or (asked.sent in self.titles and asked.sent not in self.sent):
             return False  # no streak; or a title a result quoted, taken up
-        if asked.words <= self.words:
+        if any(asked.words <= earlier for earlier in self.asked):
             return True
-        return self.streak >= wider_at and not asked.words.isdisjoint(self.words)
+        if self.streak < wider_at:
+            return False  # joining two queries' words asks for what neither asked: a new search
+        return asked.words <= self.words or (
+            self.streak > wider_at and not asked.words.isdisjoint(self.words)
+        )
 
 
 def _add(kept: set[int], new: Any, bound: int) -> None:
