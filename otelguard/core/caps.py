@@ -17,11 +17,10 @@ from types import MappingProxyType
 from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
 
 from otelguard.core import decisions as codes
-from otelguard.core.decisions import Decision, Signature
+from otelguard.core.decisions import Decision, Signature, ToolClass
 
 if TYPE_CHECKING:
     from otelguard.core.classify import ToolFacts
-    from otelguard.core.detectors.turn import TurnDetectors
     from otelguard.core.tree_identity import DelegationTree
 
 __all__ = [
@@ -30,6 +29,7 @@ __all__ = [
     "CapRefusal",
     "Charge",
     "ChargeAnswer",
+    "Detectors",
     "Gate",
     "LocalSessionCaps",
     "SessionCapStore",
@@ -297,11 +297,24 @@ DELEGATES: Final = 64
 """A call naming the agent it delegates to, by a guard in a tree."""
 
 
+class Detectors(Protocol):
+    """The turn's detectors as their gate asks them (``TurnDetectors`` is it: declared here, the
+    gates never import the turn, which imports them)."""
+
+    hard_stop: bool
+
+    def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None: ...
+
+    def would_refuse(self, sig: Signature, tool_class: ToolClass) -> bool: ...
+
+    def let_through(self, sig: Signature) -> None: ...
+
+
 class Asked(NamedTuple):
     """A call as the gates read it."""
 
     ledger: CapLedger
-    detectors: TurnDetectors
+    detectors: Detectors
     sig: Signature
     facts: ToolFacts
     units: int
