@@ -148,14 +148,14 @@ def _print_tables(console: Console, document: dict[str, Any]) -> None:
     for label, value, key, target in rows:
         other.add_row(label, value, target, _verdict(met.get(key)))
     other.add_row("/metrics body bytes", f"{document['metrics_body_bytes']:,}", "", "")
-    twins = document.get("hot_path_tricks", {}).get("slotted_twins")
-    if twins and twins["saving"] is not None:
-        other.add_row(
-            f"slotted twins: guard alone {twins['with_us']:.2f} µs/call, {twins['without_us']:.2f} without",
-            f"{twins['saving']:.1%} saved",
-            f"≥ {PAYS:.0%}",
-            _verdict(twins["pays"]),
-        )
+    for name, trick in document.get("hot_path_tricks", {}).items():
+        if trick["saving"] is not None:
+            other.add_row(
+                f"{name}: {trick['path']} {trick['with_us']:.2f} µs/call, {trick['without_us']:.2f} without",
+                f"{trick['saving']:.1%} saved",
+                f"≥ {PAYS:.0%}",
+                _verdict(trick["pays"]),
+            )
     console.print(other)
     if "sidecar" in document:
         _print_sidecar(console, document["sidecar"])
