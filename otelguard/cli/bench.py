@@ -184,6 +184,13 @@ def _print_sidecar(console: Console, sidecar: dict[str, Any]) -> None:
         row = met[key]
         table.add_row(label, f"{row['value']:,}", row["target"], _verdict(row["met"]))
     table.add_row("hook process median ms", f"{sidecar['hook_median_ms']:.2f}", "", "")
+    cache = sidecar["hot_path_tricks"]["request_head_cache"]
+    table.add_row(
+        f"request-head cache: serve {cache['with_us']:.1f} CPU µs/request, {cache['without_us']:.1f} without",
+        f"{cache['saving']:.1%} saved",
+        f"≥ {PAYS:.0%}",
+        _verdict(cache["pays"]),
+    )
     table.add_row("python -c pass median ms", f"{sidecar['python_pass_median_ms']:.2f}", "", "")
     table.add_row(
         f"serve RSS after {sidecar['serve_sessions_sent']:,} sessions (max {sidecar['serve_max_sessions']:,})",
