@@ -9,9 +9,9 @@ turn by turn in a rotating order (as every bench timing is), on the path where i
   guard alone, where it is built on every allowed call.
 * ``call_event_twin``: the call event built the same way (``observers.new_call_event``) against
   ``CallEvent``'s own constructor; the guard with metrics, the cheapest path that builds events.
-* ``named_tuples``: the records of the decision path (the pending call, what the gates are asked,
-  the detectors' walk after a call) built with ``partial(tuple.__new__, ...)`` against their named
-  tuples' own constructors; the guard alone.
+* ``named_tuples``: the two records of every call (the pending call, what the gates are asked)
+  built with ``partial(tuple.__new__, ...)`` against their named tuples' own constructors; the guard
+  alone.
 
 The sidecar's request-head cache is measured with the sidecar (``otelguard bench --sidecar``,
 ``otelguard.bench.sidecar``), on real processes.
@@ -30,8 +30,6 @@ from otelguard.bench.measure import percentile
 from otelguard.bench.runners import TURNS_PER_SESSION, guard_alone, metrics_guard, run_turn
 from otelguard.core import caps, decisions, observers, pending_calls
 from otelguard.core import guard as guard_module
-from otelguard.core.detectors import rule, state
-from otelguard.core.detectors import turn as turn_module
 from otelguard.core.scripted import ScriptedCall
 from otelguard.hosting import Guard
 
@@ -48,12 +46,9 @@ Swap = tuple[Any, str, Any]
 
 def _plain_named_tuples() -> list[Swap]:
     pending, asked = pending_calls.PendingCall, caps.Asked
-    counts, ran = state.FailureCounts, rule.Ran
     return [
-        (guard_module, "new_pending", pending),
+        (guard_module, "new_pending", lambda fields: pending(*fields)),
         (guard_module, "new_asked", lambda fields: asked(*fields)),
-        (turn_module, "_new_counts", lambda fields: counts(*fields)),
-        (turn_module, "_new_ran", lambda fields: ran(*fields)),
     ]
 
 

@@ -245,16 +245,8 @@ class Guard:
                         charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     at = time.time_ns() if self._observed else 0
-                    pending = new_pending(
-                        sig=sig,
-                        turn=turn,
-                        charges=charges,
-                        spawn_count=requested,
-                        before=decision,
-                        start_time_ns=at,
-                        tokens=tokens,
-                        state_fallback=fallback,
-                        delegation=delegation,
+                    pending = new_pending(  # PendingCall's fields, in order
+                        (sig, turn, charges, requested, decision, at, tokens, fallback, delegation)
                     )
                     self._pending.add(  # found by call id, or by (tool, id(args)): args never kept alive
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
@@ -468,7 +460,10 @@ def _decide(
         if not gates:
             return None
         asked = new_asked((caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps))
-        decision = _refusal(gates, asked)
+        if len(gates) == 1:  # the common walk (the hard stops, or one cap): what ``_refusal`` comes to
+            decision = gates[0].before(asked, gates[0].charges or gates[0].counts)
+        else:
+            decision = _refusal(gates, asked)
         if decision is not None and decision.allows_execution:
             turn.record(decision)
     else:
@@ -532,17 +527,7 @@ def _refused(
     delegation: DelegationTree | None,
 ) -> PendingCall:
     """The record of a refused call, for its observers: it holds no charge and ends as it starts."""
-    return new_pending(
-        sig=sig,
-        turn=turn,
-        charges=(),
-        spawn_count=requested,
-        before=decision,
-        start_time_ns=time.time_ns(),
-        tokens=[],
-        state_fallback=fallback,
-        delegation=delegation,
-    )
+    return new_pending((sig, turn, (), requested, decision, time.time_ns(), [], fallback, delegation))
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:
