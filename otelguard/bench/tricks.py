@@ -9,9 +9,6 @@ turn by turn in a rotating order (as every bench timing is), on the path where i
   guard alone, where it is built on every allowed call.
 * ``call_event_twin``: the call event built the same way (``observers.new_call_event``) against
   ``CallEvent``'s own constructor; the guard with metrics, the cheapest path that builds events.
-* ``named_tuples``: the two records of every call (the pending call, what the gates are asked)
-  built with ``partial(tuple.__new__, ...)`` against their named tuples' own constructors; the guard
-  alone.
 
 The sidecar's request-head cache is measured with the sidecar (``otelguard bench --sidecar``,
 ``otelguard.bench.sidecar``), on real processes.
@@ -28,8 +25,7 @@ from prometheus_client import CollectorRegistry
 
 from otelguard.bench.measure import percentile
 from otelguard.bench.runners import TURNS_PER_SESSION, guard_alone, metrics_guard, run_turn
-from otelguard.core import caps, decisions, observers, pending_calls
-from otelguard.core import guard as guard_module
+from otelguard.core import decisions, observers
 from otelguard.core.scripted import ScriptedCall
 from otelguard.hosting import Guard
 
@@ -42,14 +38,6 @@ _WARMUP_TURNS = 2
 
 Swap = tuple[Any, str, Any]
 """(module, name, plain alternative): what the guard reads from that module on every call."""
-
-
-def _plain_named_tuples() -> list[Swap]:
-    pending, asked = pending_calls.PendingCall, caps.Asked
-    return [
-        (guard_module, "new_pending", lambda fields: pending(*fields)),
-        (guard_module, "new_asked", lambda fields: asked(*fields)),
-    ]
 
 
 class Trick:
@@ -77,7 +65,6 @@ TRICKS: Final[dict[str, Trick]] = {
     "call_event_twin": Trick(
         "guard_metrics", _with_metrics, lambda: [(observers, "new_call_event", observers.CallEvent)]
     ),
-    "named_tuples": Trick("guard_alone", _alone, _plain_named_tuples),
 }
 
 

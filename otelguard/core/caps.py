@@ -11,10 +11,9 @@ one for a config with a state URL).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol
 
 from otelguard.core import decisions as codes
 from otelguard.core.decisions import Decision, Signature, ToolClass
@@ -321,11 +320,6 @@ class Asked(NamedTuple):
     delegate_to: str | None
     spawning: bool
     tree_caps: tuple[tuple[str, int], ...]
-
-
-new_asked: Final[Callable[[tuple[Any, ...]], Asked]] = partial(tuple.__new__, Asked)
-"""``new_asked((ledger, detectors, sig, facts, units, delegate_to, spawning, tree_caps))``: an
-``Asked`` built without the named tuple's Python-level ``__new__`` (it runs on most calls)."""
 
 
 class Gate(Protocol):
