@@ -13,7 +13,7 @@ import pytest
 
 from otelguard.bench import FIGURE_NAMES, TARGETS
 from otelguard.bench.measure import percentile, retained_bytes, series_after_signatures
-from otelguard.bench.tricks import PAYS
+from otelguard.bench.tricks import PAYS, TRICKS, plain_alternatives
 from otelguard.bench.workloads import DistinctCalls, large_turns, mixed_turns
 from otelguard.cli import main
 
@@ -132,34 +132,37 @@ def test_percentile_is_nearest_rank() -> None:
     assert percentile([7.0], 0.99) == 7.0
 
 
-def test_the_slotted_twins_are_measured_beside_the_classes_own_constructors(
+def test_each_hot_path_trick_is_measured_beside_its_plain_alternative_on_its_path(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    """The hot-path trick of the core keeps its own figure: the guard alone with the twins and with the
-    plain frozen-dataclass constructors, side by side, and the share saved against the 5% it must pay."""
-    twins = _bench_json(capsys, "--workload", "mixed")["hot_path_tricks"]["slotted_twins"]
-    assert twins["with_us"] > 0 and twins["without_us"] > 0
-    assert isinstance(twins["saving"], float) and isinstance(twins["pays"], bool)
-    assert twins["pays"] == (twins["saving"] >= PAYS)
+    """Every hot-path trick of the core keeps a figure of its own: its path with the trick and with
+    the plain alternative, side by side, and the share saved against the 5% it must pay."""
+    tricks = _bench_json(capsys, "--workload", "mixed")["hot_path_tricks"]
+    assert set(tricks) == set(TRICKS)
+    for name, trick in tricks.items():
+        assert trick["path"] == TRICKS[name].path
+        assert trick["with_us"] > 0 and trick["without_us"] > 0
+        assert isinstance(trick["saving"], float) and isinstance(trick["pays"], bool)
+        assert trick["pays"] == (trick["saving"] >= PAYS)
 
 
-def test_the_plain_alternative_really_runs_the_classes_own_constructors() -> None:
+def test_the_plain_alternatives_really_run_the_plain_constructors() -> None:
     from otelguard import Guard, GuardConfig
-    from otelguard.bench.tricks import _constructors
     from otelguard.core import decisions, observers
     from otelguard.core.observers import CallEvent
     from otelguard.testing import RecordingObserver
 
-    twin_allow = decisions.allow_decision
+    twin_allow, twin_event = decisions.allow_decision, observers.new_call_event
     recorder = RecordingObserver()
     guard = Guard(GuardConfig(signature_key="k"), observers=[recorder])
     guard.start_turn()
-    with _constructors(decisions.plain_allow_decision, CallEvent):
+    swaps = [swap for trick in TRICKS.values() for swap in trick.plain()]
+    with plain_alternatives(swaps):
         assert decisions.allow_decision is decisions.plain_allow_decision
         assert observers.new_call_event is CallEvent
         decision = guard.before_call("read_file", {"p": 1})
         guard.after_call("read_file", {"p": 1}, "x")
-    assert decisions.allow_decision is twin_allow and observers.new_call_event is not CallEvent
+    assert decisions.allow_decision is twin_allow and observers.new_call_event is twin_event
     assert decision.action == "allow" and type(decision) is decisions.Decision
     assert recorder.outcomes == ["ok"]
 

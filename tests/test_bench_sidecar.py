@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from otelguard.bench.shared_state import SHARED_STATE_TARGETS
 from otelguard.bench.sidecar import SIDECAR_TARGETS, SidecarOptions, run_sidecar_bench
+from otelguard.bench.tricks import PAYS
 
 
 def test_sidecar_figures_are_measured_and_the_session_pool_stays_bounded() -> None:
@@ -18,6 +19,9 @@ def test_sidecar_figures_are_measured_and_the_session_pool_stays_bounded() -> No
     assert figures["serve_sessions_sent"] == 400
     assert figures["serve_sessions_held"] <= 100
     assert figures["serve_rss_kib_after_flood"] > 0
+    cache = figures["hot_path_tricks"]["request_head_cache"]  # serve beside serve without its cache
+    assert cache["with_us"] > 0 and cache["without_us"] > 0
+    assert cache["pays"] == (cache["saving"] >= PAYS)
     shared = set() if "skipped" in figures["shared_state"] else set(SHARED_STATE_TARGETS)
     assert {row["name"] for row in figures["targets"]} == set(SIDECAR_TARGETS) | shared
 

@@ -7,12 +7,12 @@ import pickle
 
 import pytest
 
-from otelguard.core.decisions import Decision, allow_decision, new_signature
+from otelguard.core.decisions import Decision, Signature, allow_decision
 from otelguard.core.observers import CallEvent, new_call_event
 
 
 def test_the_allow_decision_is_a_decision_equal_to_one_built_the_plain_way() -> None:
-    sig = new_signature(("read_file", "0123456789abcdef"))
+    sig = Signature("read_file", "0123456789abcdef")
     built = allow_decision("read_file", sig)
     plain = Decision(action="allow", code="allow", tool_name="read_file", signature=sig)
     assert type(built) is Decision
@@ -24,7 +24,7 @@ def test_the_allow_decision_is_a_decision_equal_to_one_built_the_plain_way() -> 
 
 
 def test_a_call_event_built_for_the_hot_path_is_a_call_event() -> None:
-    sig = new_signature(("grep", "00ff"))
+    sig = Signature("grep", "00ff")
     decision = allow_decision("grep", sig)
     values = ("grep", "read", sig, "c1", "main", "t1", decision, decision, "ok", None, 0, 5, False, 2)
     event = new_call_event(*values)

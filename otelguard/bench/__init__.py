@@ -19,7 +19,7 @@ from otelguard import __version__
 from otelguard.bench import measure
 from otelguard.bench.model_turns import model_vs_tool
 from otelguard.bench.runners import CONFIGURATIONS, SpanPipeline, runners_for
-from otelguard.bench.tricks import slotted_twins
+from otelguard.bench.tricks import TRICKS, measure_trick
 from otelguard.bench.workloads import WORKLOADS, workload_turns
 
 __all__ = ["FIGURE_NAMES", "TARGETS", "BenchOptions", "run_bench"]
@@ -84,7 +84,7 @@ def run_bench(options: BenchOptions, progress: Progress = _quiet) -> dict[str, A
             turns = workload_turns(workload, calls, options.seed)
             if not tricks:
                 progress(f"hot-path tricks: {workload}, each beside its plain alternative")
-                tricks["slotted_twins"] = slotted_twins(turns)
+                tricks.update((name, measure_trick(trick, turns)) for name, trick in TRICKS.items())
                 progress(f"model events: {workload}, each beside the tool call it asks for")
                 model_events = model_vs_tool(turns)
             timings = _timed(workload, prefixes, turns, spans)

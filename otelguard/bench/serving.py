@@ -25,11 +25,14 @@ def free_port() -> int:
 
 
 @contextmanager
-def serve(max_sessions: int, *extra: str) -> Iterator[tuple[int, int]]:
-    """A real ``otelguard serve`` on a free loopback port: ``(port, pid)`` once it answers."""
+def serve(
+    max_sessions: int, *extra: str, launch: tuple[str, ...] = ("-m", "otelguard")
+) -> Iterator[tuple[int, int]]:
+    """A real ``otelguard serve`` on a free loopback port: ``(port, pid)`` once it answers.
+    ``launch``: what the interpreter runs to reach otelguard's command line."""
     port = free_port()
     process = subprocess.Popen(
-        [sys.executable, "-m", "otelguard", "serve", "--port", str(port),
+        [sys.executable, *launch, "serve", "--port", str(port),
          "--max-sessions", str(max_sessions), *extra],
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,

@@ -149,14 +149,14 @@ def _print_tables(console: Console, document: dict[str, Any]) -> None:
     for label, value, key, target in rows:
         other.add_row(label, value, target, _verdict(met.get(key)))
     other.add_row("/metrics body bytes", f"{document['metrics_body_bytes']:,}", "", "")
-    twins = document.get("hot_path_tricks", {}).get("slotted_twins")
-    if twins and twins["saving"] is not None:
-        other.add_row(
-            f"slotted twins: guard alone {twins['with_us']:.2f} µs/call, {twins['without_us']:.2f} without",
-            f"{twins['saving']:.1%} saved",
-            f"≥ {PAYS:.0%}",
-            _verdict(twins["pays"]),
-        )
+    for name, trick in document.get("hot_path_tricks", {}).items():
+        if trick["saving"] is not None:
+            other.add_row(
+                f"{name}: {trick['path']} {trick['with_us']:.2f} µs/call, {trick['without_us']:.2f} without",
+                f"{trick['saving']:.1%} saved",
+                f"≥ {PAYS:.0%}",
+                _verdict(trick["pays"]),
+            )
     for name, figures in document.get("model_events", {}).items():
         if isinstance(figures, dict) and figures.get("ratio") is not None:
             other.add_row(
@@ -194,6 +194,13 @@ def _print_sidecar(console: Console, sidecar: dict[str, Any]) -> None:
         row = met[key]
         table.add_row(label, f"{row['value']:,}", row["target"], _verdict(row["met"]))
     table.add_row("hook process median ms", f"{sidecar['hook_median_ms']:.2f}", "", "")
+    cache = sidecar["hot_path_tricks"]["request_head_cache"]
+    table.add_row(
+        f"request-head cache: serve {cache['with_us']:.1f} CPU µs/request, {cache['without_us']:.1f} without",
+        f"{cache['saving']:.1%} saved",
+        f"≥ {PAYS:.0%}",
+        _verdict(cache["pays"]),
+    )
     table.add_row("python -c pass median ms", f"{sidecar['python_pass_median_ms']:.2f}", "", "")
     table.add_row(
         f"serve RSS after {sidecar['serve_sessions_sent']:,} sessions (max {sidecar['serve_max_sessions']:,})",

@@ -11,17 +11,15 @@ one for a config with a state URL).
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable, Mapping, Sequence
-from functools import partial
+from collections.abc import Mapping, Sequence
 from types import MappingProxyType
-from typing import TYPE_CHECKING, Any, Final, Literal, NamedTuple, Protocol
+from typing import TYPE_CHECKING, Final, Literal, NamedTuple, Protocol
 
 from otelguard.core import decisions as codes
-from otelguard.core.decisions import Decision, Signature
+from otelguard.core.decisions import Decision, Signature, ToolClass
 
 if TYPE_CHECKING:
     from otelguard.core.classify import ToolFacts
-    from otelguard.core.detectors.turn import TurnDetectors
     from otelguard.core.tree_identity import DelegationTree
 
 __all__ = [
@@ -30,6 +28,7 @@ __all__ = [
     "CapRefusal",
     "Charge",
     "ChargeAnswer",
+    "Detectors",
     "Gate",
     "LocalSessionCaps",
     "SessionCapStore",
@@ -310,22 +309,30 @@ DELEGATES: Final = 64
 """A call naming the agent it delegates to, by a guard in a tree."""
 
 
+class Detectors(Protocol):
+    """The turn's detectors as their gate asks them (``TurnDetectors`` is it: declared here, the
+    gates never import the turn, which imports them)."""
+
+    hard_stop: bool
+
+    def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None: ...
+
+    def would_refuse(self, sig: Signature, tool_class: ToolClass) -> bool: ...
+
+    def let_through(self, sig: Signature) -> None: ...
+
+
 class Asked(NamedTuple):
     """A call as the gates read it."""
 
     ledger: CapLedger
-    detectors: TurnDetectors
+    detectors: Detectors
     sig: Signature
     facts: ToolFacts
     units: int
     delegate_to: str | None
     spawning: bool
     tree_caps: tuple[tuple[str, int], ...]
-
-
-new_asked: Final[Callable[[tuple[Any, ...]], Asked]] = partial(tuple.__new__, Asked)
-"""``new_asked((ledger, detectors, sig, facts, units, delegate_to, spawning, tree_caps))``: an
-``Asked`` built without the named tuple's Python-level ``__new__`` (it runs on most calls)."""
 
 
 class Gate(Protocol):

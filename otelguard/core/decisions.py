@@ -5,7 +5,6 @@ from __future__ import annotations
 import json
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from functools import partial
 from types import MappingProxyType
 from typing import Any, Final, Literal, NamedTuple
 
@@ -28,7 +27,6 @@ __all__ = [
     "ToolClass",
     "TurnOutcome",
     "TurnSummary",
-    "new_signature",
     "slotted_twin",
 ]
 
@@ -164,11 +162,6 @@ class Signature(NamedTuple):
 
     tool_name: str
     args_hash: str
-
-
-new_signature: Final[Callable[[tuple[str, str]], Signature]] = partial(tuple.__new__, Signature)
-"""``new_signature((tool_name, args_hash))``: a ``Signature`` built without the named tuple's
-Python-level ``__new__`` (one per call)."""
 
 
 @dataclass(frozen=True, slots=True)

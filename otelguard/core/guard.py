@@ -32,10 +32,9 @@ from otelguard.core.caps import (
     LocalSessionCaps,
     SessionCapStore,
     TreeCaps,
-    new_asked,
 )
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
-from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary, new_signature
+from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary
 from otelguard.core.detectors.precedence import WALKS
 from otelguard.core.detectors.searches import query, searched
 from otelguard.core.detectors.state import SessionMemory
@@ -48,7 +47,6 @@ from otelguard.core.pending_calls import (
     PendingCalls,
     TurnState,
     call_key,
-    new_pending,
     unrecorded,
 )
 from otelguard.core.results import DEFAULT_HELD_BYTES, ResultMemory
@@ -233,7 +231,7 @@ class Guard(ModelCalls):
                 args_hash, parsed = self._hasher.args_hash(args, facts.ignored_args), args
             else:  # JSON-string arguments: read once, for the hash and the spawn count
                 args_hash, parsed = self._hasher.text_hash(args, facts.ignored_args)
-            sig = new_signature((name, args_hash))
+            sig = Signature(name, args_hash)
             requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
@@ -249,16 +247,8 @@ class Guard(ModelCalls):
                         charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     at = time.time_ns() if self._observed else 0
-                    pending = new_pending(
-                        sig=sig,
-                        turn=turn,
-                        charges=charges,
-                        spawn_count=requested,
-                        before=decision,
-                        start_time_ns=at,
-                        tokens=tokens,
-                        state_fallback=fallback,
-                        delegation=delegation,
+                    pending = PendingCall(
+                        sig, turn, charges, requested, decision, at, tokens, fallback, delegation
                     )
                     self._pending.add(  # found by call id, or by (tool, id(args)): args never kept alive
                         call_id if type(call_id) is str else call_key(name, args, call_id), pending
@@ -473,8 +463,11 @@ def _decide(
         ]
         if not gates:
             return None
-        asked = new_asked((caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps))
-        decision = _refusal(gates, asked)
+        asked = Asked(caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps)
+        if len(gates) == 1:  # the common walk (the hard stops, or one cap): what ``_refusal`` comes to
+            decision = gates[0].before(asked, gates[0].charges or gates[0].counts)
+        else:
+            decision = _refusal(gates, asked)
         if decision is not None and decision.allows_execution:
             turn.record(decision)
     else:
@@ -538,17 +531,7 @@ def _refused(
     delegation: DelegationTree | None,
 ) -> PendingCall:
     """The record of a refused call, for its observers: it holds no charge and ends as it starts."""
-    return new_pending(
-        sig=sig,
-        turn=turn,
-        charges=(),
-        spawn_count=requested,
-        before=decision,
-        start_time_ns=time.time_ns(),
-        tokens=[],
-        state_fallback=fallback,
-        delegation=delegation,
-    )
+    return PendingCall(sig, turn, (), requested, decision, time.time_ns(), [], fallback, delegation)
 
 
 def _turn_halted(sig: Signature, halt: Decision) -> Decision:

@@ -142,19 +142,11 @@ class ObserverGroup:
     telemetry observer whose call counting failed can still count that it failed). It never raises.
     """
 
-    __slots__ = ("_observers", "_one_starter", "_only", "_reported", "_starters", "any", "wants_call_start")
+    __slots__ = ("_observers", "_reported", "_starters", "any", "wants_call_start")
 
     def __init__(self, observers: Iterable[GuardObserver]) -> None:
         self._observers = tuple(observers)
-        # the common guard has one observer (its telemetry): called without the loop
-        self._only = self._observers[0] if len(self._observers) == 1 else None
         self._starters = tuple(_wants_call_start(o) for o in self._observers)
-        starters = [i for i, wants in enumerate(self._starters) if wants]
-        # the one observer that wants call starts, and the tokens of those before it (telemetry's
-        # spans are often the only one): asked without the loop
-        self._one_starter = (
-            ((None,) * starters[0], self._observers[starters[0]]) if len(starters) == 1 else None
-        )
         self._reported: set[tuple[str, str]] = set()
         self.any = bool(self._observers)
         """Whether there is anyone to tell: the guard builds no events otherwise."""
@@ -170,21 +162,6 @@ class ObserverGroup:
 
     def call_started(self, event: CallEvent) -> tuple[object, ...]:
         """Each observer's token for this call, in observer order (``None`` for those not asked)."""
-        only = self._only
-        if only is not None and self.wants_call_start:
-            try:
-                return (only.on_call_start(event),)
-            except Exception as exc:
-                self._observer_failed(only, "on_call_start", exc)
-                return (None,)
-        one = self._one_starter
-        if one is not None:
-            before, starter = one
-            try:
-                return (*before, starter.on_call_start(event))  # call_ended reads None past the end
-            except Exception as exc:
-                self._observer_failed(starter, "on_call_start", exc)
-                return ()
         tokens: list[object] = []
         for observer, wants in zip(self._observers, self._starters, strict=True):
             token = None
@@ -198,13 +175,6 @@ class ObserverGroup:
 
     def call_ended(self, event: CallEvent, tokens: Sequence[object] | None) -> None:
         """``tokens``: ``call_started``'s (``None`` or short: ``None`` for the observers past them)."""
-        only = self._only
-        if only is not None:
-            try:
-                only.on_call_end(event, tokens[0] if tokens else None)
-            except Exception as exc:
-                self._observer_failed(only, "on_call_end", exc)
-            return
         if tokens is None:
             tokens = ()
         for i, observer in enumerate(self._observers):

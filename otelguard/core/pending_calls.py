@@ -10,9 +10,7 @@ methods run under the guard's lock.
 from __future__ import annotations
 
 from collections import Counter, OrderedDict
-from collections.abc import Callable
-from functools import partial
-from typing import TYPE_CHECKING, Any, Final, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from otelguard.core.decisions import Decision, Signature
 from otelguard.core.signatures import MAX_NAME_CHARS, ArgsHasher, bounded_name
@@ -23,7 +21,7 @@ if TYPE_CHECKING:
     from otelguard.core.detectors.turn import TurnDetectors
     from otelguard.core.tree_identity import DelegationTree
 
-__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "new_pending", "unrecorded"]
+__all__ = ["PendingCall", "PendingCalls", "TurnState", "call_key", "unrecorded"]
 
 
 class TurnState:
@@ -66,28 +64,6 @@ class PendingCall(NamedTuple):
     """Its session caps were decided without the shared store (see ``CallEvent.state_fallback``)."""
     delegation: DelegationTree | None = None
     """The place of the agent this call delegates to (see ``CallEvent.delegation``)."""
-
-
-_new_pending: Final[Callable[[tuple[Any, ...]], PendingCall]] = partial(tuple.__new__, PendingCall)
-
-
-def new_pending(
-    *,
-    sig: Signature,
-    turn: TurnState,
-    charges: tuple[Charge, ...],
-    spawn_count: int,
-    before: Decision,
-    start_time_ns: int,
-    tokens: list[object],
-    state_fallback: bool,
-    delegation: DelegationTree | None,
-) -> PendingCall:
-    """A ``PendingCall``, every field named, built without the named tuple's Python-level
-    ``__new__`` (it runs on every call)."""
-    return _new_pending(
-        (sig, turn, charges, spawn_count, before, start_time_ns, tokens, state_fallback, delegation)
-    )
 
 
 def unrecorded(sig: Signature, turn: TurnState, before: Decision) -> PendingCall:

@@ -10,10 +10,9 @@ from otelguard.core import decisions as codes
 
 if TYPE_CHECKING:
     from otelguard.core.decisions import Decision, Signature, ToolClass
-    from otelguard.core.detectors.rule import Ran
+    from otelguard.core.detectors.rule import Ran, TurnCounts
     from otelguard.core.detectors.stagnation import ShellCheck
     from otelguard.core.detectors.state import SignatureState
-    from otelguard.core.detectors.turn import TurnDetectors
 
 __all__ = ["STAGNATION", "STAGNATION_HALT", "UNCHANGED_AFTER_EDITS_FACTOR", "UNCHANGED_CHECK", "record_shell"]
 
@@ -24,7 +23,7 @@ __all__ = ["STAGNATION", "STAGNATION_HALT", "UNCHANGED_AFTER_EDITS_FACTOR", "UNC
 UNCHANGED_AFTER_EDITS_FACTOR: Final = 4
 
 
-def _check(turn: TurnDetectors, sig: Signature, tool_class: ToolClass) -> ShellCheck | None:
+def _check(turn: TurnCounts, sig: Signature, tool_class: ToolClass) -> ShellCheck | None:
     """The command's counts when ``before_call`` may refuse it: a shell check not sent directly
     after an edit (the edit may be the fix, and only the result can say: ``record_after`` judges it
     once it ran, see ``TurnDetectors.judged_after_edit``)."""
@@ -47,7 +46,7 @@ class Stagnation:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -64,7 +63,7 @@ class Stagnation:
             return turn.decide("reject", codes.STAGNATION_REJECT, sig, check.stale, limit)
         return turn.decide("block", codes.STAGNATION_BLOCK, sig, check.stale, limit)
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         """With hard_stop, the count reaching its stop is warned that the next result like this one
         stops the turn: a send right after an edit runs and halts then (``judged_after_edit``),
         another is refused first; past the stop, the reject (or the halt) says it. Then
@@ -95,7 +94,7 @@ class UnchangedCheck:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -121,13 +120,13 @@ class StagnationHalt:
     code = codes.STAGNATION_HALT
     warns = False
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         judged = call.judged
         return judged if judged is not None and judged.action == "halt" else None
 
 
 def record_shell(
-    turn: TurnDetectors, sig: Signature, state: SignatureState, ok: bool, error: int | None, progress: Any
+    turn: TurnCounts, sig: Signature, state: SignatureState, ok: bool, error: int | None, progress: Any
 ) -> tuple[int, int, bool, Decision | None]:
     """stagnation: count a shell's result; its (stale, unchanged) counts, whether one is at its
     warning, and the judgement of a send that followed an edit (``_judged_after_edit``)."""
@@ -152,7 +151,7 @@ def record_shell(
 
 
 def _judged_after_edit(
-    turn: TurnDetectors, sig: Signature, before: tuple[int, int], stale: int, unchanged: int
+    turn: TurnCounts, sig: Signature, before: tuple[int, int], stale: int, unchanged: int
 ) -> Decision | None:
     """stagnation, a send that ran only because it directly followed an edit (``before_call``
     would have refused it: its count was at its stop), judged by its result: counted again, it

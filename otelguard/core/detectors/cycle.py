@@ -9,9 +9,8 @@ from otelguard.core import decisions as codes
 
 if TYPE_CHECKING:
     from otelguard.core.decisions import Decision, Signature, ToolClass
-    from otelguard.core.detectors.rule import Ran
+    from otelguard.core.detectors.rule import Ran, TurnCounts
     from otelguard.core.detectors.state import SignatureState
-    from otelguard.core.detectors.turn import TurnDetectors
 
 __all__ = ["CYCLE"]
 
@@ -30,7 +29,7 @@ class Cycle:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -54,7 +53,7 @@ class Cycle:
         turn.cycle.push(sig)
         return turn.decide("reject", codes.CYCLE_REJECT, sig, count, limit, period=period)
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         if call.tool_class == "poll" or not turn.cycle.runs_any():
             return None
         count, period = turn.cycle.best()

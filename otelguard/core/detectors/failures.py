@@ -10,9 +10,8 @@ from otelguard.core import decisions as codes
 
 if TYPE_CHECKING:
     from otelguard.core.decisions import Decision, Outcome, Signature, ToolClass
-    from otelguard.core.detectors.rule import Ran
+    from otelguard.core.detectors.rule import Ran, TurnCounts
     from otelguard.core.detectors.state import SignatureState
-    from otelguard.core.detectors.turn import TurnDetectors
 
 __all__ = [
     "CROSS_TURN_FAILURE",
@@ -40,7 +39,7 @@ class ExactFailure:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -56,7 +55,7 @@ class ExactFailure:
             return turn.WOULD_REFUSE
         return turn.refuse(state, codes.EXACT_FAILURE_REJECT, codes.EXACT_FAILURE_BLOCK, sig, failures, limit)
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         exact = turn.exact_failures(call.state)
         warn = turn.warn_after["exact_failure"]
         if exact and exact >= warn:
@@ -76,7 +75,7 @@ class CrossTurnFailure:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -95,7 +94,7 @@ class CrossTurnFailure:
             state, codes.CROSS_TURN_FAILURE_REJECT, codes.CROSS_TURN_FAILURE_BLOCK, sig, turns, limit
         )
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         turns_failed = call.failures.turns_failed
         warn = turn.warn_after["cross_turn_failure"]
         if turns_failed and turns_failed >= warn:
@@ -117,7 +116,7 @@ class SameToolFailure:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -136,7 +135,7 @@ class SameToolFailure:
         count = turn.tool_failures.get(tool, limit)
         return turn.decide("reject", codes.SAME_TOOL_FAILURE_REJECT, sig, count, limit)
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         tool_failures = call.failures.tool_failures
         tool_warn = turn.warn_after["same_tool_failure"] + (
             turn.SHELL_LATER_FAILURE_WARN if call.tool_class == "shell" else 0
@@ -152,7 +151,7 @@ class SameToolFailureHalt:
     code = codes.SAME_TOOL_FAILURE_HALT
     warns = False
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         tool_failures = call.failures.tool_failures
         stop = turn.stop_after["same_tool_failure"]
         if (
@@ -179,7 +178,7 @@ class CountRule:
         self.code = code
         self.warns = action == "warn"
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         count: int = getattr(call.failures, self.count)
         limit = (turn.warn_after if self.warns else turn.stop_after)[self.detector]
         if count and count >= limit:
@@ -188,7 +187,7 @@ class CountRule:
 
 
 def count_failure(
-    turn: TurnDetectors,
+    turn: TurnCounts,
     sig: Signature,
     state: SignatureState,
     tool_class: ToolClass,
@@ -204,7 +203,7 @@ def count_failure(
     return tool_failures, refusals, same_errors, across
 
 
-def clear_after_success(turn: TurnDetectors, tool: str, tool_class: ToolClass) -> None:
+def clear_after_success(turn: TurnCounts, tool: str, tool_class: ToolClass) -> None:
     """After a success (whose signature's exact_failure streak ``record_after`` ended): any
     successful write or shell call is progress (an edit made with ``sed -i``); same_tool_failure
     and refusal: only a success of the same tool clears them."""
@@ -223,7 +222,7 @@ def clear_after_success(turn: TurnDetectors, tool: str, tool_class: ToolClass) -
 
 
 def _count_failure(
-    turn: TurnDetectors,
+    turn: TurnCounts,
     tool: str,
     state: SignatureState,
     outcome: Outcome,
@@ -263,7 +262,7 @@ def _count_failure(
     return tool_failures, refusals
 
 
-def count_error(turn: TurnDetectors, error: int, tool: str) -> int:
+def count_error(turn: TurnCounts, error: int, tool: str) -> int:
     """Count a failure with this error fingerprint. Returns the count once the error has come from
     two different tools (the failures before the second tool included), else 0: one tool repeating
     one error is exact_failure's and same_tool_failure's to judge."""

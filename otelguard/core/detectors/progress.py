@@ -10,9 +10,8 @@ from otelguard.core import decisions as codes
 
 if TYPE_CHECKING:
     from otelguard.core.decisions import Decision, Signature, ToolClass
-    from otelguard.core.detectors.rule import Ran
+    from otelguard.core.detectors.rule import Ran, TurnCounts
     from otelguard.core.detectors.state import SignatureState
-    from otelguard.core.detectors.turn import TurnDetectors
 
 __all__ = [
     "IDENTICAL_CALL",
@@ -36,7 +35,7 @@ class NoProgress:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -51,7 +50,7 @@ class NoProgress:
             state, codes.NO_PROGRESS_REJECT, codes.NO_PROGRESS_BLOCK, sig, state.no_progress, limit
         )
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         warn = turn.warn_after["no_progress"]
         if call.tool_class == "read" and call.state.no_progress >= warn:
             return turn.decide("warn", codes.NO_PROGRESS_WARN, call.sig, call.state.no_progress, warn)
@@ -71,7 +70,7 @@ class IdenticalCall:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -93,7 +92,7 @@ class IdenticalCall:
         message = turn.SHELL_IDENTICAL_REJECT if shell else None
         return turn.decide("reject", codes.IDENTICAL_CALL_REJECT, sig, count, limit, message=message)
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         identical = call.identical
         warn = turn.warn_after["identical_call"]
         if identical and identical >= warn and not _refusal_pending(turn, identical):
@@ -101,7 +100,7 @@ class IdenticalCall:
         return None
 
 
-def _refusal_pending(turn: TurnDetectors, identical: int) -> bool:
+def _refusal_pending(turn: TurnCounts, identical: int) -> bool:
     """identical_call, with ``hard_stop``: the streak was warned at ``warn_after`` and its next
     repeat is the one refused (``identical_call_reject`` says why), so the counts in between are
     not warned again. Once the call has been refused and sent again, its repeats warn as before."""
@@ -115,7 +114,7 @@ class IdenticalCallHalt:
     code = codes.IDENTICAL_CALL_HALT
     warns = False
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         stop = turn.stop_after["identical_call"]
         if call.identical >= stop and call.tool_class != "shell":
             return turn.decide("halt", codes.IDENTICAL_CALL_HALT, call.sig, call.identical, stop)
@@ -128,7 +127,7 @@ class ReadOnlyStreak:
     code = codes.READ_ONLY_STREAK_WARN
     warns = True
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         warn = turn.warn_after["read_only_streak"]
         if call.tool_class == "read" and turn.read_streak >= warn:
             return turn.decide("warn", codes.READ_ONLY_STREAK_WARN, call.sig, turn.read_streak, warn)
@@ -141,7 +140,7 @@ class WriteStreak:
     code = codes.WRITE_STREAK_WARN
     warns = True
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         warn = turn.warn_after["write_streak"]
         if call.tool_class == "write" and turn.write_streak >= warn:
             return turn.decide("warn", codes.WRITE_STREAK_WARN, call.sig, turn.write_streak, warn)
@@ -149,7 +148,7 @@ class WriteStreak:
 
 
 def track_progress(
-    turn: TurnDetectors,
+    turn: TurnCounts,
     sig: Signature,
     state: SignatureState,
     tool_class: ToolClass,

@@ -41,9 +41,8 @@ from otelguard.core import decisions as codes
 
 if TYPE_CHECKING:
     from otelguard.core.decisions import Decision, Signature, ToolClass
-    from otelguard.core.detectors.rule import Ran
+    from otelguard.core.detectors.rule import Ran, TurnCounts
     from otelguard.core.detectors.state import SignatureState
-    from otelguard.core.detectors.turn import TurnDetectors
 
 __all__ = ["REWORDED_QUERY", "WIDER_AFTER_FACTOR", "RewordedQuery"]
 
@@ -83,7 +82,7 @@ class RewordedQuery:
 
     def before(
         self,
-        turn: TurnDetectors,
+        turn: TurnCounts,
         sig: Signature,
         state: SignatureState | None,
         tool_class: ToolClass,
@@ -105,7 +104,7 @@ class RewordedQuery:
             return turn.decide("reject", codes.REWORDED_QUERY_REJECT, sig, tool.streak, stop, message=REJECT)
         return turn.decide("block", codes.REWORDED_QUERY_BLOCK, sig, tool.streak, stop, message=BLOCK)
 
-    def after(self, turn: TurnDetectors, call: Ran) -> Decision | None:
+    def after(self, turn: TurnCounts, call: Ran) -> Decision | None:
         """The streak of the search just recorded, when it reworded the streak's queries, from
         ``warn_after`` on; at the stop, with ``hard_stop``, the warning says a rewording will not run."""
         sig, streak = turn.searches.last

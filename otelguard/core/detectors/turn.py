@@ -8,8 +8,6 @@ signature, per tool, per (tool, refusal category) and per error fingerprint live
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from functools import partial
 from typing import TYPE_CHECKING, Any, Final
 
 from otelguard.core.bounded_map import BoundedMap
@@ -33,11 +31,6 @@ if TYPE_CHECKING:
 __all__ = ["TurnDetectors"]
 
 _NO_FAILURES: Final = (0, 0, 0, 0)
-# the named tuples of the walk after a call, built without their Python-level ``__new__``
-_new_counts: Final[Callable[[tuple[int, int, int, int]], FailureCounts]] = partial(
-    tuple.__new__, FailureCounts
-)
-_new_ran: Final[Callable[[tuple[Any, ...]], Ran]] = partial(tuple.__new__, Ran)
 
 
 class TurnDetectors:
@@ -258,10 +251,8 @@ class TurnDetectors:
             and searching < self._quiet_reworded
         ):
             return None  # the common case: nothing can fire, skip the ordered checks
-        counts = _new_counts(failures)
-        ran = _new_ran(
-            (sig, state, tool_class, failure_tolerant, counts, identical, stale, unchanged, judged)
-        )
+        counts = FailureCounts(*failures)
+        ran = Ran(sig, state, tool_class, failure_tolerant, counts, identical, stale, unchanged, judged)
         walk = self._after.get((tool_class, ok))
         for rule in walk if walk is not None else self._after[None, ok]:
             verdict = rule.after(self, ran)
