@@ -17,7 +17,7 @@ from hypothesis import strategies as st
 
 from otelguard import GuardConfig
 from otelguard.core import decisions as codes_
-from otelguard.core.decisions import new_signature
+from otelguard.core.decisions import Signature
 from otelguard.core.detectors import searches
 from otelguard.core.detectors.searches import SearchMemory, nothing_found, query_of, searched, words
 from otelguard.testing import codes, run_script
@@ -347,7 +347,7 @@ def test_a_refused_rewording_is_charged_to_no_cap() -> None:
 def _memory_after(calls: int, query: Any = None, tools: int = 1) -> SearchMemory:
     memory = SearchMemory()
     for n in range(calls):
-        sig = new_signature((f"Search{n % tools}", f"{n:016x}"))
+        sig = Signature(f"Search{n % tools}", f"{n:016x}")
         found = searched({"query": query(n) if query else f"q{n} w{n}x w{n}y"}, f"No results for {n}")
         assert found is not None
         memory.record(sig, found)
@@ -373,7 +373,7 @@ def test_the_results_kept_are_bounded_and_only_digests_are_kept() -> None:
     for n in range(100):
         found = searched({"query": f"query {n}"}, _page(n) + " 'a suggested title'")
         assert found is not None
-        memory.record(new_signature(("Search", f"{n:016x}")), found)
+        memory.record(Signature("Search", f"{n:016x}"), found)
     tool = memory.tools["Search"]
     assert len(tool.results) == searches._RESULTS
     kept = [*tool.words, *tool.sent, *tool.titles, *tool.empty]
