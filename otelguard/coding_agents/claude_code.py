@@ -58,13 +58,10 @@ from otelguard.coding_agents.mapping import (
     stop_reason,
 )
 from otelguard.coding_agents.settings import hook_command, hooks_block
-from otelguard.coding_agents.transcript_tail import Reply, ReplyLedger, tail_objects
-from otelguard.config import GuardConfig
+from otelguard.coding_agents.transcript_tail import Reply, tail_objects
 from otelguard.config.environment import OTELGUARD_TOKEN
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
-from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, SessionHost
-from otelguard.hosting import TelemetryOption
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -130,18 +127,6 @@ class ClaudeCodeHooks(AgentHooks):
     model_events = MODEL_EVENTS
     transcript_events = ("PostToolBatch", "Stop", "SubagentStop")
 
-    def __init__(
-        self,
-        config: GuardConfig | None = None,
-        *,
-        telemetry: TelemetryOption = None,
-        agent: str | None = None,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
-        host: SessionHost | None = None,
-    ) -> None:
-        super().__init__(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions, host=host)
-        self._reported = ReplyLedger()  # streams: (session id, agent id or None)
-
     def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         agent_id = optional_text(payload, "agent_id") or None
         session = self.session(session_id)
@@ -161,7 +146,7 @@ class ClaudeCodeHooks(AgentHooks):
                 guard = session.guard(agent_id, agent_type)
                 self._report_replies(guard, session_id, agent_id, payload.get("agent_transcript_path"))
                 session.end_subagent(agent_id)
-                self._reported.forget((session_id, agent_id))
+                self.reported.forget((session_id, agent_id))
             return None
         guard = session.guard(agent_id, agent_type)
         if event == "PostToolBatch":
@@ -188,7 +173,7 @@ class ClaudeCodeHooks(AgentHooks):
         replies = transcript_replies(tail_objects(path), sidechain=agent_id is not None)
         own_file = agent_id is not None  # a subagent's transcript is its run alone: no history
         return report_replies(
-            guard, self._reported.unreported((session_id, agent_id), replies, own_file=own_file)
+            guard, self.reported.unreported((session_id, agent_id), replies, own_file=own_file)
         )
 
     def may_wait_on_state(self, body: Mapping[str, Any], charges: Callable[[Any], bool]) -> bool:

@@ -49,11 +49,8 @@ from otelguard.coding_agents.mapping import (
     stop_reason,
 )
 from otelguard.coding_agents.settings import hook_command, hooks_block
-from otelguard.coding_agents.transcript_tail import Reply, ReplyLedger, tail_objects
-from otelguard.config import GuardConfig
+from otelguard.coding_agents.transcript_tail import Reply, tail_objects
 from otelguard.core.decisions import Decision
-from otelguard.core.sessions import DEFAULT_MAX_SESSIONS, SessionHost
-from otelguard.hosting import TelemetryOption
 
 __all__ = [
     "DEFAULT_AGENT",
@@ -95,18 +92,6 @@ class GeminiCliHooks(AgentHooks):
     model_events = MODEL_EVENTS
     transcript_events = MODEL_EVENTS
 
-    def __init__(
-        self,
-        config: GuardConfig | None = None,
-        *,
-        telemetry: TelemetryOption = None,
-        agent: str | None = None,
-        max_sessions: int = DEFAULT_MAX_SESSIONS,
-        host: SessionHost | None = None,
-    ) -> None:
-        super().__init__(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions, host=host)
-        self._reported = ReplyLedger()
-
     def answer(self, event: str, session_id: str, payload: Mapping[str, Any]) -> dict[str, Any] | None:
         session = self.session(session_id)
         guard = session.main
@@ -114,9 +99,9 @@ class GeminiCliHooks(AgentHooks):
             replies = chat_replies(tail_objects(payload.get("transcript_path")))
             if event == "BeforeAgent":
                 session.start_turn(agent=self.agent)
-                self._reported.skip(session_id, replies)
+                self.reported.skip(session_id, replies)
                 return None
-            report_replies(guard, self._reported.unreported(session_id, replies))
+            report_replies(guard, self.reported.unreported(session_id, replies))
             if event == "AfterAgent":
                 session.end_turn()
                 return None

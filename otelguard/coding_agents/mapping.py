@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Callable, Collection, Iterable, Mapping
 from typing import Any, ClassVar, Final
 
-from otelguard.coding_agents.transcript_tail import Reply
+from otelguard.coding_agents.transcript_tail import Reply, ReplyLedger
 from otelguard.config import GuardConfig
 from otelguard.core.decisions import Decision
 from otelguard.core.guard import Guard
@@ -86,6 +86,9 @@ class AgentHooks(SessionHosted):
         super().__init__(config, telemetry=telemetry, agent=agent, max_sessions=max_sessions, host=host)
         own = host is not None and self.label_own_sessions
         self.agent: str | None = self.default_agent if own else None
+        self.reported = ReplyLedger()
+        """The replies already reported, per turn stream, for the CLIs whose hooks read a transcript
+        (``transcript_events``): a reply read again on a later event is never counted twice."""
 
     def session(self, session_id: str) -> Session:
         """The session ``session_id``, made on first use with this CLI's label."""
