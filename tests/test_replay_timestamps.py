@@ -126,7 +126,7 @@ def test_the_timed_replay_stamps_calls_and_turn_ends_and_names_untimed_sessions(
     assert calls == [(DAY + timedelta(seconds=10 * i + 1)).timestamp() for i in range(3)]
     assert turns == [(DAY + timedelta(seconds=21)).timestamp(), (DAY + timedelta(minutes=5)).timestamp()]
     assert run.sink.untimed_sessions == [SessionKey(paths[1], "kkkk-untimed")]
-    assert run.events.untimed_events == 2  # its call and its turn
+    assert run.events.untimed_events == 4  # its call, the model request and reply that asked for it, its turn
 
 
 def test_a_spill_that_cannot_be_written_is_kept_as_the_failure_not_lost_quietly(tmp_path: Path) -> None:
