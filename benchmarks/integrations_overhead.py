@@ -7,6 +7,13 @@ read tool with distinct arguments, then answers. Runs with and without the adapt
 (plain, guarded, plain, …) so drift hits both alike, and timed in process CPU time; the figure is the median over ``--rounds`` of
 ``(guarded - plain) / calls`` and the ratio of the medians. Two guarded variants: the guard alone
 (``telemetry=None``) and the guard with metrics and spans (a fresh registry, the global no-op tracer).
+
+hermes-agent runs in its own virtualenv (``tests/side_venvs.py``; ``python -m tests.side_venvs``
+builds it): ``benchmarks/hermes_loop.py`` runs there, a real ``AIAgent`` loop whose model is a
+scripted OpenAI-compatible server on 127.0.0.1 (a process of its own, outside the timed CPU), with
+the plugin's hooks switched on and off in hermes' hook table between conversations; the guard with
+metrics and spans is the plugin as hermes loads it by its entry point. Without that venv hermes is
+reported as skipped, with the reason.
 """
 
 from __future__ import annotations
@@ -14,9 +21,13 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
 import statistics
+import subprocess
+import tempfile
 import time
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
 
 from prometheus_client import CollectorRegistry
@@ -141,6 +152,69 @@ FRAMEWORKS: dict[str, Callable[[int], Build]] = {
 }
 
 
+HERMES = "hermes"
+HERMES_LOOP = Path(__file__).resolve().parent / "hermes_loop.py"
+ARMS = ("plain", "guard", "guard_metrics_spans")
+
+
+def hermes_python() -> Path | str:
+    """The hermes-agent side venv's interpreter, or why there is none."""
+    from tests.side_venvs import hermes_venv
+
+    venv = hermes_venv()
+    python = venv / "bin" / "python"
+    if not (venv / ".complete").exists() or not python.exists():
+        return f"no hermes-agent side venv at {venv} (python -m tests.side_venvs builds it)"
+    return python
+
+
+def measure_hermes(calls: int, rounds: int) -> dict[str, Any]:
+    """The figure of a hermes ``AIAgent`` loop with and without the plugin, run in the side venv;
+    ``{"framework": "hermes", "skipped": reason}`` when that venv is missing. ``runs`` holds what each
+    arm's conversations did: the tool results hermes handed the model, their final answers, and the
+    calls and model requests the plugin's guards saw (none in ``plain``)."""
+    python = hermes_python()
+    if isinstance(python, str):
+        return {"framework": HERMES, "skipped": python}
+    checkout = str(HERMES_LOOP.parent.parent)
+    # The checkout under test, whatever the venv last installed; the plugin's own settings left at
+    # their defaults (an inherited metrics port would open a server in the timed process).
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTELGUARD_")}
+    env["PYTHONPATH"] = checkout
+    with tempfile.TemporaryDirectory(prefix="otelguard-hermes-") as work:
+        done = subprocess.run(
+            [str(python), str(HERMES_LOOP), work, "--calls", str(calls), "--rounds", str(rounds)],
+            env=env,
+            cwd=work,
+            capture_output=True,
+            text=True,
+            timeout=600 + 120 * rounds,
+        )
+    if done.returncode != 0:
+        raise RuntimeError(f"the hermes loop failed ({done.returncode}): {done.stderr[-3000:]}")
+    document: dict[str, Any] = json.loads(done.stdout.strip().splitlines()[-1])
+    if "skipped" in document:
+        return {"framework": HERMES, "skipped": document["skipped"]}
+    arms = document["arms"]
+    figure = _figure(HERMES, calls, {arm: arms[arm]["seconds"] for arm in ARMS})
+    figure["runs"] = {arm: {k: v for k, v in arms[arm].items() if k != "seconds"} for arm in ARMS}
+    return figure
+
+
+def _figure(framework: str, calls: int, times: dict[str, list[float]]) -> dict[str, Any]:
+    plain = statistics.median(times["plain"])
+    figure: dict[str, Any] = {
+        "framework": framework,
+        "calls": calls,
+        "plain_per_call_us": round(plain / calls * 1e6, 1),
+    }
+    for name in ARMS[1:]:
+        guarded = statistics.median(times[name])
+        figure[f"{name}_added_per_call_us"] = round((guarded - plain) / calls * 1e6, 1)
+        figure[f"{name}_ratio"] = round(guarded / plain, 3)
+    return figure
+
+
 def _seconds(run: Callable[[], None]) -> float:
     """CPU seconds of this process (worker threads included): other processes on a shared machine
     slow a run's wall clock, not its CPU time."""
@@ -150,6 +224,8 @@ def _seconds(run: Callable[[], None]) -> float:
 
 
 def measure(framework: str, calls: int, rounds: int) -> dict[str, Any]:
+    if framework == HERMES:
+        return measure_hermes(calls, rounds)
     build = FRAMEWORKS[framework](calls)
     variants: dict[str, Callable[[], None]] = {
         "plain": build(False),
@@ -163,33 +239,23 @@ def measure(framework: str, calls: int, rounds: int) -> dict[str, Any]:
         order = list(variants) if i % 2 == 0 else list(reversed(variants))
         for name in order:
             times[name].append(_seconds(variants[name]))
-    plain = statistics.median(times["plain"])
-    figure: dict[str, Any] = {
-        "framework": framework,
-        "calls": calls,
-        "plain_per_call_us": round(plain / calls * 1e6, 1),
-    }
-    for name in ("guard", "guard_metrics_spans"):
-        guarded = statistics.median(times[name])
-        figure[f"{name}_added_per_call_us"] = round((guarded - plain) / calls * 1e6, 1)
-        figure[f"{name}_ratio"] = round(guarded / plain, 3)
-    return figure
+    return _figure(framework, calls, times)
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     parser.add_argument("--calls", type=int, default=50)
     parser.add_argument("--rounds", type=int, default=7)
-    parser.add_argument("--framework", choices=sorted(FRAMEWORKS), action="append")
+    parser.add_argument("--framework", choices=sorted([*FRAMEWORKS, HERMES]), action="append")
     parser.add_argument("--json", action="store_true")
     options = parser.parse_args(argv)
-    names = options.framework or sorted(FRAMEWORKS)
+    names = options.framework or sorted([*FRAMEWORKS, HERMES])
     figures = [measure(name, options.calls, options.rounds) for name in names]
     if options.json:
         print(json.dumps(figures))
     else:
         for figure in figures:
-            print(figure)
+            print({k: v for k, v in figure.items() if k != "runs"})
     return 0
 
 

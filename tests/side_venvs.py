@@ -33,10 +33,15 @@ def _python(venv: Path) -> Path:
     return venv / "bin" / "python"
 
 
+def hermes_venv() -> Path:
+    """Where the hermes-agent venv for this Python is cached (complete once ``.complete`` is there)."""
+    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
+    return venvs_home() / f"hermes-agent-{HERMES_AGENT_VERSION}-{tag}"
+
+
 def build_hermes_venv() -> Path:
     """The cached venv with hermes-agent; builds it when missing. Raises CalledProcessError on failure."""
-    tag = f"py{sys.version_info.major}{sys.version_info.minor}"
-    venv = venvs_home() / f"hermes-agent-{HERMES_AGENT_VERSION}-{tag}"
+    venv = hermes_venv()
     marker = venv / ".complete"
     if not marker.exists():
         subprocess.run([sys.executable, "-m", "venv", "--clear", str(venv)], check=True)
