@@ -237,7 +237,9 @@ class Guard(ModelCalls):
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
-                turn.detectors.query = query(sig, parsed) if facts.search else None  # reworded_query's
+                turn.detectors.query = (
+                    query(sig, parsed) if facts.search and turn.detectors.reads_query(name) else None
+                )
                 decision = _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)

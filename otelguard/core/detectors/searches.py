@@ -278,14 +278,33 @@ def _titles(result: Any) -> frozenset[int]:
     return frozenset(_digest(title) for title, _ in zip(found, range(_TITLES), strict=False))
 
 
-class Searched(NamedTuple):
-    """A search call that ran, as ``SearchMemory.record`` counts it (digests only)."""
+class Searched:
+    """A search call that ran, as ``SearchMemory.record`` counts it (digests only): whether it found
+    nothing, its result's sketch, its query's digest as sent; and, read only when the tool's streak
+    needs them (``ToolSearches.reworded`` and ``extend``), the digests of its query's words and of
+    the titles its result quoted. Most searches have no streak to join and end none: their words and
+    titles are never read. It holds the query and the result until then: for the guard's
+    ``after_call``, not longer."""
 
-    words: frozenset[int]
-    sent: int
-    nothing: bool
-    sketch: ResultSketch | None
-    titles: frozenset[int]
+    __slots__ = ("_result", "_text", "_titles", "_words", "nothing", "sent", "sketch")
+
+    def __init__(self, text: str, result: Any, sent: int, nothing: bool, sketch: ResultSketch | None) -> None:
+        self._text, self._result = text, result
+        self.sent, self.nothing, self.sketch = sent, nothing, sketch
+        self._words: frozenset[int] | None = None
+        self._titles: frozenset[int] | None = None
+
+    @property
+    def words(self) -> frozenset[int]:
+        if self._words is None:
+            self._words = frozenset(map(_digest, words(self._text)))
+        return self._words
+
+    @property
+    def titles(self) -> frozenset[int]:
+        if self._titles is None:
+            self._titles = _titles(self._result)
+        return self._titles
 
 
 def searched(args: Any, result: Any) -> Searched | None:
@@ -294,9 +313,9 @@ def searched(args: Any, result: Any) -> Searched | None:
     text = query_of(args)
     if text is None or result is None or (isinstance(result, (str, bytes)) and not result.strip()):
         return None  # no query; or no result to judge (a transcript that did not record it)
-    found_words, sent_digest, sent = _digests(text)
+    sent = sent_query(text)
     nothing = nothing_found(result, sent)
-    return Searched(found_words, sent_digest, nothing, None if nothing else sketch(result), _titles(result))
+    return Searched(text, result, _digest(sent), nothing, None if nothing else sketch(result))
 
 
 def sketch(result: Any) -> ResultSketch:

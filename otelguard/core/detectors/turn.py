@@ -119,6 +119,16 @@ class TurnDetectors:
 
     # before_call -----------------------------------------------------------------------------
 
+    def reads_query(self, tool: str) -> bool:
+        """Whether reworded_query's ``before`` reads the query of a call of ``tool`` now (the guard
+        puts it in ``query`` only then): with ``hard_stop``, once the tool's streak is at the stop.
+        Before it, the rule answers without the query, and reading one costs as much as the rest
+        of the call."""
+        if not self.hard_stop:
+            return False
+        searches = self.searches.tools.get(tool)
+        return searches is not None and searches.streak >= self.stop_after["reworded_query"]
+
     def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
         """The hard-stop refusals, the first of ``BEFORE_CALL`` (``precedence.py``) that refuses. A
         repeated call is first rejected (it does not run, the turn goes on) ``rejects_before_stop``
