@@ -240,7 +240,11 @@ class Guard(ModelCalls):
                 turn.detectors.query = (
                     query(sig, parsed) if facts.search and turn.detectors.reads_query(name) else None
                 )
-                decision = _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
+                decision = (  # ``None`` at once when nothing could refuse the call: what ``_decide`` answers
+                    _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
+                    if turn.halt is not None or self._asks or facts.caps_turn or facts.caps_session
+                    else None
+                )
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
                     decision = decision or codes.allow_decision(name, sig)
