@@ -16,7 +16,7 @@ from otelguard.core.detectors import messages
 from otelguard.core.detectors.checks import record_shell
 from otelguard.core.detectors.failures import clear_after_success, count_failure
 from otelguard.core.detectors.messages import decision
-from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, after_rules
+from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, UNQUERIED_WALKS, after_rules
 from otelguard.core.detectors.progress import track_progress
 from otelguard.core.detectors.repetition import Cycle
 from otelguard.core.detectors.rule import WOULD_REFUSE, Ran
@@ -142,7 +142,9 @@ class TurnDetectors:
         if not self.hard_stop:
             return None
         state = self.signatures.get(sig)
-        for rule in BEFORE_WALKS.get(tool_class, BEFORE_CALL):
+        for rule in (BEFORE_WALKS if self.query is not None else UNQUERIED_WALKS).get(
+            tool_class, BEFORE_CALL
+        ):
             refused = rule.before(self, sig, state, tool_class, True)
             if refused is not None:
                 return refused
@@ -163,7 +165,7 @@ class TurnDetectors:
         if not self.hard_stop:
             return False
         state = self.signatures.get(sig)
-        walk = BEFORE_WALKS.get(tool_class, BEFORE_CALL)
+        walk = (BEFORE_WALKS if self.query is not None else UNQUERIED_WALKS).get(tool_class, BEFORE_CALL)
         return any(rule.before(self, sig, state, tool_class, False) is not None for rule in walk)
 
     def refuse(
