@@ -414,3 +414,48 @@ def test_the_answer_asked_without_commit_is_the_refusal_given(steps: list[tuple[
         if decision.allows_execution:
             guard.after_call(tool, {"query": _QUERIES[query]}, _RESULTS[result])
     assert mismatches == []
+
+
+# -- what a call pays for it ---------------------------------------------------------------------
+
+
+def test_a_query_is_read_only_when_the_streak_could_refuse_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Reading a query costs as much as the rest of a call: before a call runs, only a search of a
+    tool whose streak is at the stop (with hard_stop) has it read; other calls never do, and the
+    decisions are the ones the rules give."""
+    from otelguard.core import guard as guard_module
+
+    read: list[str] = []
+    reader = guard_module.query
+
+    def counted(sig: Signature, args: Any) -> Any:
+        read.append(sig.tool_name)
+        return reader(sig, args)
+
+    monkeypatch.setattr(guard_module, "query", counted)
+    guard = make_guard()
+    script = [
+        ("read_file", {"path": "a.py"}, "x = 1", False),
+        _search("CBS station", _page(1)),  # found something: no streak
+        _search("CBS affiliate"),
+        _search("CBS affiliated station"),  # the streak reaches the stop as this one ends
+        ("read_file", {"path": "b.py"}, "y = 2", False),
+        _search("cbs stations"),  # a rewording at the stop: read, and refused
+    ]
+    got = codes(run_script(guard, script))
+    assert got == ["allow", "allow", "allow", "allow", "allow", "reworded_query_reject"]
+    assert read == ["Search"]
+
+
+def test_a_successful_search_that_joins_no_streak_reads_neither_words_nor_titles() -> None:
+    """A search whose result is new and whose tool has no streak ends none and joins none: the
+    digests of its query's words and of the titles its result quoted are never made."""
+    memory = SearchMemory()
+    sig = Signature("Search", "h1")
+    found = searched({"query": "CBS station"}, _page(1) + " 'a suggested title'")
+    assert found is not None and memory.record(sig, found) == 0
+    assert found._words is None and found._titles is None
+    again = searched({"query": "CBS stations"}, _page(1))  # the same page: the streak begins
+    assert again is not None
+    memory.record(Signature("Search", "h2"), again)
+    assert again._words is not None and again._titles is not None

@@ -237,8 +237,14 @@ class Guard(ModelCalls):
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
             with self._lock:
                 turn.tool_calls += 1
-                turn.detectors.query = query(sig, parsed) if facts.search else None  # reworded_query's
-                decision = _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
+                turn.detectors.query = (
+                    query(sig, parsed) if facts.search and turn.detectors.reads_query(name) else None
+                )
+                decision = (  # ``None`` at once when nothing could refuse the call: what ``_decide`` answers
+                    _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
+                    if turn.halt is not None or self._asks or facts.caps_turn or facts.caps_session
+                    else None
+                )
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
                     decision = decision or codes.allow_decision(name, sig)

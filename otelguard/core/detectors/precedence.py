@@ -15,7 +15,16 @@ from otelguard.core.detectors import checks, cycle, failures, progress, replies,
 if TYPE_CHECKING:
     from otelguard.core.detectors.rule import AfterRule, BeforeRule
 
-__all__ = ["AFTER_CALL", "AFTER_MODEL", "BEFORE_CALL", "BEFORE_WALKS", "GATES", "TOKEN_CAPS", "WALKS"]
+__all__ = [
+    "AFTER_CALL",
+    "AFTER_MODEL",
+    "BEFORE_CALL",
+    "BEFORE_WALKS",
+    "GATES",
+    "TOKEN_CAPS",
+    "UNQUERIED_WALKS",
+    "WALKS",
+]
 
 # before_call, after an already halted turn: the first gate that refuses is the call's decision (a
 # refused call is charged nothing: the caps that charge are charged once no gate refuses)
@@ -93,6 +102,14 @@ BEFORE_WALKS: Final[dict[str, tuple[BeforeRule, ...]]] = {
     for tool_class in TOOL_CLASSES
 }
 """``BEFORE_CALL`` as a call of each tool class walks it: less the detectors that never judge one."""
+
+UNQUERIED_WALKS: Final[dict[str, tuple[BeforeRule, ...]]] = {
+    tool_class: tuple(rule for rule in walk if not getattr(rule, "reads_query", False))
+    for tool_class, walk in BEFORE_WALKS.items()
+}
+"""``BEFORE_WALKS`` for a call whose query the guard did not read (``TurnDetectors.query`` is
+``None``: no search, or none a streak makes worth reading): less the detectors that judge only a
+query (``reads_query``), which would answer ``None`` at once."""
 
 
 def after_rules(warnings: bool, hard_stop: bool) -> dict[tuple[str | None, bool], tuple[AfterRule, ...]]:

@@ -79,6 +79,7 @@ class RewordedQuery:
     name = "reworded_query"
     code = codes.REWORDED_QUERY_WARN
     warns = True
+    reads_query = True  # ``before`` judges only the call's query: a call without one skips it
 
     def before(
         self,

@@ -67,6 +67,8 @@ _STOP: Final = frozenset((
     "was", "were", "what", "when", "where", "which", "who", "whom", "whose", "why", "with", "about",
 ))  # fmt: skip
 _WORD: Final = re.compile(r"[^\W_]+")
+# ``_WORD`` on ASCII text: its letters and digits kept, every other byte a space (``_ascii_words``)
+_ASCII_WORD_BYTES: Final = bytes(c if chr(c).isalnum() and c < 128 else 32 for c in range(256))
 # "nothing found" in the wordings search tools use: at the start of a result, or anywhere in a short one
 _NOTHING: Final = re.compile(
     r"no (?:search )?results?\b"
@@ -86,6 +88,15 @@ _hash64: Final = xxhash.xxh3_64_intdigest
 
 def _digest(text: str) -> int:
     return _hash64(text.encode("utf-8", "surrogatepass"))
+
+
+def _ascii_spaced(text: str) -> bytes | None:
+    """ASCII ``text`` encoded with every byte ``_WORD`` does not match made a space, so that its
+    ``split`` is ``_WORD.findall(text)`` (``None`` for any other text): a translation and a split,
+    each one pass in C, where the pattern tests each character's Unicode category (on a search
+    result's 4,096 characters, about ten times the instructions). ASCII letters and digits are the
+    only ASCII characters it matches."""
+    return text.encode("ascii").translate(_ASCII_WORD_BYTES) if text.isascii() else None
 
 
 # -- reading a query -----------------------------------------------------------------------------
@@ -122,7 +133,10 @@ def _fold(text: str) -> str:
 def words(query: str) -> tuple[str, ...]:
     """The query's words as compared: case folded, punctuation and stop words out, each word stemmed,
     sorted, each once. Two queries with the same words ask the same thing."""
-    found = (_stem(word) for word in _WORD.findall(_fold(query[:_READ])) if word not in _STOP)
+    folded = _fold(query[:_READ])
+    spaced = _ascii_spaced(folded)
+    read = _WORD.findall(folded) if spaced is None else spaced.decode("ascii").split()
+    found = (_stem(word) for word in read if word not in _STOP)
     return tuple(sorted({word for word in found if word not in _STOP}))
 
 
@@ -264,14 +278,33 @@ def _titles(result: Any) -> frozenset[int]:
     return frozenset(_digest(title) for title, _ in zip(found, range(_TITLES), strict=False))
 
 
-class Searched(NamedTuple):
-    """A search call that ran, as ``SearchMemory.record`` counts it (digests only)."""
+class Searched:
+    """A search call that ran, as ``SearchMemory.record`` counts it (digests only): whether it found
+    nothing, its result's sketch, its query's digest as sent; and, read only when the tool's streak
+    needs them (``ToolSearches.reworded`` and ``extend``), the digests of its query's words and of
+    the titles its result quoted. Most searches have no streak to join and end none: their words and
+    titles are never read. It holds the query and the result until then: for the guard's
+    ``after_call``, not longer."""
 
-    words: frozenset[int]
-    sent: int
-    nothing: bool
-    sketch: ResultSketch | None
-    titles: frozenset[int]
+    __slots__ = ("_result", "_text", "_titles", "_words", "nothing", "sent", "sketch")
+
+    def __init__(self, text: str, result: Any, sent: int, nothing: bool, sketch: ResultSketch | None) -> None:
+        self._text, self._result = text, result
+        self.sent, self.nothing, self.sketch = sent, nothing, sketch
+        self._words: frozenset[int] | None = None
+        self._titles: frozenset[int] | None = None
+
+    @property
+    def words(self) -> frozenset[int]:
+        if self._words is None:
+            self._words = frozenset(map(_digest, words(self._text)))
+        return self._words
+
+    @property
+    def titles(self) -> frozenset[int]:
+        if self._titles is None:
+            self._titles = _titles(self._result)
+        return self._titles
 
 
 def searched(args: Any, result: Any) -> Searched | None:
@@ -280,20 +313,24 @@ def searched(args: Any, result: Any) -> Searched | None:
     text = query_of(args)
     if text is None or result is None or (isinstance(result, (str, bytes)) and not result.strip()):
         return None  # no query; or no result to judge (a transcript that did not record it)
-    found_words, sent_digest, sent = _digests(text)
+    sent = sent_query(text)
     nothing = nothing_found(result, sent)
-    return Searched(found_words, sent_digest, nothing, None if nothing else sketch(result), _titles(result))
+    return Searched(text, result, _digest(sent), nothing, None if nothing else sketch(result))
 
 
 def sketch(result: Any) -> ResultSketch:
     """The digest of the result's words (case folded, numbers kept: two pages differ by their
     addresses and ids) and the ``_SKETCH`` smallest digests of its three-word shingles."""
-    found = _WORD.findall(_flat_text(result).casefold())
-    digest = _digest(" ".join(found))
+    text = _flat_text(result).casefold()
+    # a search result has hundreds of shingles: each digested by C iterators, not a Python loop (a
+    # word holds no surrogate, so its plain UTF-8 encoding is the one ``_digest`` hashes)
+    spaced = _ascii_spaced(text)
+    found = [word.encode() for word in _WORD.findall(text)] if spaced is None else spaced.split()
+    digest = _hash64(b" ".join(found))
     if len(found) <= 3:
         return digest, (digest,)
-    shingles = {_digest(" ".join(found[i : i + 3])) for i in range(len(found) - 2)}
-    return digest, tuple(sorted(nsmallest(_SKETCH, shingles)))
+    shingles = set(map(_hash64, map(b" ".join, zip(found, found[1:], found[2:], strict=False))))
+    return digest, tuple(sorted(nsmallest(_SKETCH, shingles)))  # no full sort of the digests
 
 
 def _flat_text(result: Any) -> str:
@@ -324,9 +361,9 @@ def _flat_text(result: Any) -> str:
 def _alike(a: ResultSketch, b: ResultSketch) -> bool:
     if a[0] == b[0]:
         return True
-    union = nsmallest(_SKETCH, set(a[1]) | set(b[1]))
-    shared = set(a[1]) & set(b[1])
-    return sum(1 for h in union if h in shared) >= _NEAR * len(union)
+    first = set(a[1])
+    union = sorted(first.union(b[1]))[:_SKETCH]
+    return len(first.intersection(b[1]).intersection(union)) >= _NEAR * len(union)
 
 
 # -- the memory of a turn ------------------------------------------------------------------------

@@ -16,7 +16,7 @@ from otelguard.core.detectors import messages
 from otelguard.core.detectors.checks import record_shell
 from otelguard.core.detectors.failures import clear_after_success, count_failure
 from otelguard.core.detectors.messages import decision
-from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, after_rules
+from otelguard.core.detectors.precedence import BEFORE_CALL, BEFORE_WALKS, UNQUERIED_WALKS, after_rules
 from otelguard.core.detectors.progress import track_progress
 from otelguard.core.detectors.repetition import Cycle
 from otelguard.core.detectors.rule import WOULD_REFUSE, Ran
@@ -119,6 +119,16 @@ class TurnDetectors:
 
     # before_call -----------------------------------------------------------------------------
 
+    def reads_query(self, tool: str) -> bool:
+        """Whether reworded_query's ``before`` reads the query of a call of ``tool`` now (the guard
+        puts it in ``query`` only then): with ``hard_stop``, once the tool's streak is at the stop.
+        Before it, the rule answers without the query, and reading one costs as much as the rest
+        of the call."""
+        if not self.hard_stop:
+            return False
+        searches = self.searches.tools.get(tool)
+        return searches is not None and searches.streak >= self.stop_after["reworded_query"]
+
     def refuse_before(self, sig: Signature, tool_class: ToolClass) -> Decision | None:
         """The hard-stop refusals, the first of ``BEFORE_CALL`` (``precedence.py``) that refuses. A
         repeated call is first rejected (it does not run, the turn goes on) ``rejects_before_stop``
@@ -132,7 +142,9 @@ class TurnDetectors:
         if not self.hard_stop:
             return None
         state = self.signatures.get(sig)
-        for rule in BEFORE_WALKS.get(tool_class, BEFORE_CALL):
+        for rule in (BEFORE_WALKS if self.query is not None else UNQUERIED_WALKS).get(
+            tool_class, BEFORE_CALL
+        ):
             refused = rule.before(self, sig, state, tool_class, True)
             if refused is not None:
                 return refused
@@ -153,7 +165,7 @@ class TurnDetectors:
         if not self.hard_stop:
             return False
         state = self.signatures.get(sig)
-        walk = BEFORE_WALKS.get(tool_class, BEFORE_CALL)
+        walk = (BEFORE_WALKS if self.query is not None else UNQUERIED_WALKS).get(tool_class, BEFORE_CALL)
         return any(rule.before(self, sig, state, tool_class, False) is not None for rule in walk)
 
     def refuse(
