@@ -381,6 +381,20 @@ def test_the_results_kept_are_bounded_and_only_digests_are_kept() -> None:
     assert all(type(value) is int for value in kept)  # no text of a query or a result
 
 
+def test_a_result_is_judged_by_its_first_kibibyte_only() -> None:
+    """A result's sketch and its "nothing found" are read from its first 1,024 characters (what a
+    search's result is about stands at its start; reading all of a long page made every search call
+    several times dearer than any other call): two pages alike there are one result, and a page that
+    says it found nothing only further down found something."""
+    head = " ".join(f"word{n}" for n in range(300))[: searches._SKETCHED]
+    first = searches.sketch(head + " tail one " * 200)
+    second = searches.sketch(head + " quite another ending " * 200)
+    assert first == second
+    assert searches.sketch("x" + head[1:]) != first
+    assert not nothing_found(head + " No results found.")
+    assert nothing_found("No results found. " + head)
+
+
 _QUERIES = ["CBS station", "station of CBS", "CBS", "WKRC TV", "CBS affiliate Cincinnati"]
 _RESULTS = [NOTHING, NOTHING, _page(1), _page(2), "Similar: ['WKRC TV']"]
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import re
 from collections import deque
 from collections.abc import Mapping
-from heapq import nsmallest
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -47,6 +46,7 @@ _READ: Final = 4096  # characters of a query or a result read
 _SHORT: Final = 240  # a result this short saying nothing was found says only that
 _NEAR: Final = 0.8  # estimated Jaccard similarity from which two results are the same
 _SKETCH: Final = 16  # shingle digests per result
+_SKETCHED: Final = 1024  # characters of a result read for its sketch and for "nothing found"
 _NODES: Final = 512  # keys, values and items read of a structured result
 
 ResultSketch = tuple[int, tuple[int, ...]]
@@ -240,7 +240,7 @@ def _empty_value(value: Any, depth: int) -> bool | None:
 
 
 def _said_nothing(text: str, query: str = "") -> bool:
-    folded = " ".join(text[:_READ].casefold().split())
+    folded = " ".join(text[:_SKETCHED].casefold().split())
     if query:
         folded = folded.replace(query, " ").strip()
     if not folded or folded in ("[]", "{}", "null"):
@@ -321,7 +321,7 @@ def searched(args: Any, result: Any) -> Searched | None:
 def sketch(result: Any) -> ResultSketch:
     """The digest of the result's words (case folded, numbers kept: two pages differ by their
     addresses and ids) and the ``_SKETCH`` smallest digests of its three-word shingles."""
-    text = _flat_text(result).casefold()
+    text = _flat_text(result)[:_SKETCHED].casefold()
     # a search result has hundreds of shingles: each digested by C iterators, not a Python loop (a
     # word holds no surrogate, so its plain UTF-8 encoding is the one ``_digest`` hashes)
     spaced = _ascii_spaced(text)
@@ -330,7 +330,7 @@ def sketch(result: Any) -> ResultSketch:
     if len(found) <= 3:
         return digest, (digest,)
     shingles = set(map(_hash64, map(b" ".join, zip(found, found[1:], found[2:], strict=False))))
-    return digest, tuple(sorted(nsmallest(_SKETCH, shingles)))  # no full sort of the digests
+    return digest, tuple(sorted(shingles)[:_SKETCH])  # a 1 KiB result's hundred or so: sorted in C
 
 
 def _flat_text(result: Any) -> str:
