@@ -362,8 +362,11 @@ def _alike(a: ResultSketch, b: ResultSketch) -> bool:
     if a[0] == b[0]:
         return True
     first = set(a[1])
+    common = first.intersection(b[1])
+    if len(common) < _NEAR * min(_SKETCH, len(first.union(b[1]))):
+        return False  # too few in common wherever the union's smallest lie: no sort needed
     union = sorted(first.union(b[1]))[:_SKETCH]
-    return len(first.intersection(b[1]).intersection(union)) >= _NEAR * len(union)
+    return len(common.intersection(union)) >= _NEAR * len(union)
 
 
 # -- the memory of a turn ------------------------------------------------------------------------
