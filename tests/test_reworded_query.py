@@ -395,6 +395,29 @@ def test_a_result_is_judged_by_its_first_kibibyte_only() -> None:
     assert nothing_found("No results found. " + head)
 
 
+def _sketch_sorting_every_shingle(text: str) -> tuple[int, tuple[int, ...]]:
+    """``searches.sketch`` as first written: every shingle's digest sorted."""
+    found = text[: searches._SKETCHED].casefold().encode().split()
+    digest = searches._hash64(b" ".join(found))
+    if len(found) <= 3:
+        return digest, (digest,)
+    shingles = {searches._hash64(b" ".join(found[i : i + 3])) for i in range(len(found) - 2)}
+    return digest, tuple(sorted(shingles)[: searches._SKETCH])
+
+
+@settings(max_examples=300, deadline=None)
+@given(st.integers(1, 400), st.integers(0, 500), st.randoms(use_true_random=False))
+@example(1, 300, random.Random(0))  # one word: a single distinct shingle, fewer than a sketch holds
+@example(12, 300, random.Random(0))  # few distinct shingles under the bound: all of them sorted
+def test_a_sketch_keeps_the_smallest_shingle_digests_of_all(
+    vocabulary: int, size: int, rng: random.Random
+) -> None:
+    """Only the digests under a bound are sorted; the sketch is the same as sorting them all, in
+    texts of many distinct shingles and in texts repeating a few."""
+    text = " ".join(f"w{rng.randrange(vocabulary)}" for _ in range(size))
+    assert searches.sketch(text) == _sketch_sorting_every_shingle(text)
+
+
 _QUERIES = ["CBS station", "station of CBS", "CBS", "WKRC TV", "CBS affiliate Cincinnati"]
 _RESULTS = [NOTHING, NOTHING, _page(1), _page(2), "Similar: ['WKRC TV']"]
 

@@ -84,6 +84,7 @@ _RESULT_LISTS: Final = (
 _QUOTED: Final = re.compile(r"'([^'\n]{1,200})'|\"([^\"\n]{1,200})\"")
 _EDGES: Final = "\"'[]() \t\n"
 _hash64: Final = xxhash.xxh3_64_intdigest
+_DIGESTS: Final = 1 << 64  # how many values ``_hash64`` gives
 
 
 def _digest(text: str) -> int:
@@ -329,8 +330,18 @@ def sketch(result: Any) -> ResultSketch:
     digest = _hash64(b" ".join(found))
     if len(found) <= 3:
         return digest, (digest,)
-    shingles = set(map(_hash64, map(b" ".join, zip(found, found[1:], found[2:], strict=False))))
-    return digest, tuple(sorted(shingles)[:_SKETCH])  # a 1 KiB result's hundred or so: sorted in C
+    shingles = map(b" ".join, zip(found, found[1:], found[2:], strict=False))
+    count = len(found) - 2
+    if count > 4 * _SKETCH:
+        # The smallest digests lie under a bound that about ``2 * _SKETCH`` of ``count`` uniform
+        # digests fall under: only those are kept and sorted (sorting all of them, large integers,
+        # cost as much as digesting them). Fewer under it, as in a text repeating itself: all sorted.
+        bound = 2 * _SKETCH * _DIGESTS // count
+        smallest = set(filter(bound.__gt__, map(_hash64, shingles)))
+        if len(smallest) >= _SKETCH:
+            return digest, tuple(sorted(smallest)[:_SKETCH])
+        shingles = map(b" ".join, zip(found, found[1:], found[2:], strict=False))
+    return digest, tuple(sorted(set(map(_hash64, shingles)))[:_SKETCH])
 
 
 def _flat_text(result: Any) -> str:
