@@ -429,6 +429,22 @@ def test_turn_summary_reports_usage_and_peak_ratio() -> None:
     assert summary.cap_usage_ratio["subagents"] == 0.0
 
 
+def test_a_call_a_later_gate_refuses_gives_its_turn_charge_back_and_leaves_no_peak() -> None:
+    """The turn cap charges in its place in the walk, before the session cap: when the session cap
+    then refuses, the turn's charge is given back and the refused call never counts towards the turn's
+    peak. Charges the host refuses later are given back by the same gates."""
+    guard = make_guard(on_hit="reject", turn={"web_search": 4}, session={"web_search": 2})
+    call(guard, "web_search")
+    call(guard, "web_search", refusal="permission_denied")  # charged in both scopes, given back in both
+    call(guard, "web_search")
+    refused = call(guard, "web_search")  # the turn cap has room: charged, then given back
+    assert (refused.code, refused.cap) == ("cap_session", "web_search")
+    summary = guard.end_turn()
+    assert summary.cap_usage["web_search"] == 2
+    assert summary.cap_usage_ratio["web_search"] == pytest.approx(0.5)
+    assert summary.session_cap_usage["web_search"] == 2
+
+
 def test_cap_hits_are_counted_in_the_turn_summary() -> None:
     """Refused calls count as tool calls of the turn; the summary counts decisions by code."""
     guard = make_guard(on_hit="reject", turn={"web_search": 1})

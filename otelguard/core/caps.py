@@ -177,9 +177,6 @@ class CapLedger:
         self.turn_peak_ratio: dict[str, float] = {}
         self.tree: TreeCaps | None = None
         """The delegation tree's caps and depth limit, for a guard in a tree (``otelguard.core.tree``)."""
-        self.tree_charged: Sequence[tuple[str, int]] = ()
-        """The tree caps the ``cap_tree`` gate last charged: ``charge`` records them (both run under
-        the guard's lock, one after the other)."""
 
     def start_turn(self) -> None:
         self.turn = {}
@@ -222,45 +219,22 @@ class CapLedger:
                 return self._hit(sig, "session", key, used, limit, requested)
         return None
 
-    def charge(
-        self, turn_caps: Sequence[tuple[str, int]], session_caps: Sequence[tuple[str, int]], amount: int
-    ) -> tuple[Charge, ...]:
-        """Charge the turn caps of an allowed call; the charges of both scopes, for a later refund."""
-        charges: list[Charge] = []
+    def charge_turn(self, turn_caps: Sequence[tuple[str, int]], amount: int) -> None:
+        turn = self.turn
+        for key, _limit in turn_caps:
+            turn[key] = turn.get(key, 0) + amount
+
+    def note_turn_peak(self, turn_caps: Sequence[tuple[str, int]]) -> None:
+        """Record how full the turn caps are, now that a call charged to them runs."""
+        peaks = self.turn_peak_ratio
         for key, limit in turn_caps:
-            used = self.turn.get(key, 0) + amount
-            self.turn[key] = used
-            if used / limit > self.turn_peak_ratio.get(key, 0.0):
-                self.turn_peak_ratio[key] = used / limit
-            charges.append(("turn", key, amount))
-        for key, _limit in session_caps:
-            charges.append(("session", key, amount))
-        if self.tree_charged:
-            charges.extend(("tree", key, amount) for key, _limit in self.tree_charged)
-            self.tree_charged = ()
-        return tuple(charges)
+            ratio = self.turn.get(key, 0) / limit
+            if ratio > peaks.get(key, 0.0):
+                peaks[key] = ratio
 
     def take_fell_back(self) -> bool:
         fell_back, self.fell_back = self.fell_back, False
         return fell_back
-
-    def refund(self, charges: Sequence[Charge], same_turn: bool) -> None:
-        session_keys: list[str] = []
-        tree_keys: list[str] = []
-        session_amount = 0
-        for scope, key, amount in charges:
-            if scope == "session":
-                session_keys.append(key)
-                session_amount = amount  # one call charges every key the same amount
-            elif scope == "tree":
-                tree_keys.append(key)
-                session_amount = amount
-            elif same_turn:
-                self.turn[key] = max(0, self.turn.get(key, 0) - amount)
-        if session_keys:
-            self.session.refund(session_keys, session_amount)
-        if tree_keys and self.tree is not None:
-            self.tree.refund(tree_keys, session_amount)
 
     def usage_ratios(self, turn_limits: Sequence[tuple[str, int]]) -> MappingProxyType[str, float]:
         return MappingProxyType({key: self.turn_peak_ratio.get(key, 0.0) for key, _ in turn_limits})
@@ -289,12 +263,14 @@ class CapLedger:
 #
 # Each cap, the depth limit, the delegation cycle and the hard-stop detectors are a gate behind one
 # verb: ``before(asked, commit)``, the refusal of the call or ``None``. A gate that ``charges`` (a
-# session or tree cap: counters another guard may charge at the same moment) checks and charges in
-# one step with ``commit``, and only reads its counts without; ``refund`` gives its charge back. Any
-# other gate changes nothing without ``commit``; one that ``counts`` its refusals (the detectors:
-# a reject counted towards the stop) counts with it, and is told with ``passed`` that the call goes
-# ahead. The guard walks them in the order ``detectors/precedence.py`` declares (``GATES``), less
-# those that do not ``ask`` about the call: what it is is a mask of the bits below.
+# cap) checks and charges in one step with ``commit``, and only reads its counts without: what it
+# charged it adds to ``asked.charged``, the call's charges, and ``give_back`` returns its part of a
+# call's charges (a later gate refused the call; or the host refused or cancelled it). Any other gate
+# changes nothing without ``commit``; one that ``counts`` its refusals (the detectors: a reject
+# counted towards the stop) counts with it. Every gate is told with ``passed`` that the call goes
+# ahead, once all of them let it. The guard walks them in the order ``detectors/precedence.py``
+# declares (``GATES``), less those that do not ``ask`` about the call: what it is is a mask of the
+# bits below.
 
 HAS_TREE: Final = 1
 """The guard is in a delegation tree."""
@@ -333,6 +309,8 @@ class Asked(NamedTuple):
     delegate_to: str | None
     spawning: bool
     tree_caps: tuple[tuple[str, int], ...]
+    charged: list[Charge]
+    """What the gates that charge charged for the call, in their order: the call's charges."""
 
 
 class Gate(Protocol):
@@ -348,7 +326,9 @@ class Gate(Protocol):
 
     def before(self, asked: Asked, commit: bool) -> Decision | None: ...
 
-    def refund(self, asked: Asked) -> None: ...
+    def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
+        """Return this gate's part of ``charges`` (``same_turn``: charged in the turn still going)."""
+        ...
 
     def passed(self, asked: Asked) -> None: ...
 
@@ -359,25 +339,49 @@ class _Gate:
     __slots__ = ()
     charges = counts = False
 
-    def refund(self, asked: Asked) -> None:
+    def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
         return None
 
     def passed(self, asked: Asked) -> None:
         return None
 
 
+def _keys(charges: Sequence[Charge], scope: Scope) -> tuple[list[str], int]:
+    """The keys ``charges`` holds in ``scope``, and the amount (a call charges each key the same)."""
+    keys = [key for charged_in, key, _amount in charges if charged_in == scope]
+    amount = next((amount for charged_in, _key, amount in charges if charged_in == scope), 0)
+    return keys, amount
+
+
 class TurnCap(_Gate):
-    """``cap_turn``: the turn's counters are the guard's alone, so it only reads them here (the
-    guard charges an allowed call's turn caps as it lets it run)."""
+    """``cap_turn``: the turn's counters, the guard's alone; how full they got is recorded once the
+    call passes every gate (a call refused after its charge never counts towards the peak)."""
 
     __slots__ = ()
     name = "cap_turn"
+    charges = True
 
     def asks(self, call: int) -> bool:
         return bool(call & TURN_CAPS)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
-        return asked.ledger.check_turn(asked.sig, asked.facts.caps_turn, asked.units)
+        ledger, caps, units = asked.ledger, asked.facts.caps_turn, asked.units
+        refusal = ledger.check_turn(asked.sig, caps, units)
+        if refusal is None and commit:
+            ledger.charge_turn(caps, units)
+            asked.charged.extend(("turn", key, units) for key, _limit in caps)
+        return refusal
+
+    def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
+        if not same_turn:
+            return  # that turn's counters are gone
+        turn = ledger.turn
+        for scope, key, amount in charges:
+            if scope == "turn":
+                turn[key] = max(0, turn.get(key, 0) - amount)
+
+    def passed(self, asked: Asked) -> None:
+        asked.ledger.note_turn_peak(asked.facts.caps_turn)
 
 
 class SessionCap(_Gate):
@@ -391,12 +395,18 @@ class SessionCap(_Gate):
         return bool(call & SESSION_CAPS)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
-        if commit:
-            return asked.ledger.charge_session(asked.sig, asked.facts.caps_session, asked.units)
-        return asked.ledger.session_hit(asked.sig, asked.facts.caps_session, asked.units)
+        ledger, caps, units = asked.ledger, asked.facts.caps_session, asked.units
+        if not commit:
+            return ledger.session_hit(asked.sig, caps, units)
+        refusal = ledger.charge_session(asked.sig, caps, units)
+        if refusal is None:
+            asked.charged.extend(("session", key, units) for key, _limit in caps)
+        return refusal
 
-    def refund(self, asked: Asked) -> None:
-        asked.ledger.session.refund([key for key, _limit in asked.facts.caps_session], asked.units)
+    def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
+        keys, amount = _keys(charges, "session")
+        if keys:
+            ledger.session.refund(keys, amount)
 
 
 class DelegationDepth(_Gate):
@@ -416,8 +426,7 @@ class DelegationDepth(_Gate):
 
 
 class TreeCap(_Gate):
-    """``cap_tree``: the tree's counters, charged as the session's are; a charge is recorded for the
-    allowed call's charges (``CapLedger.charge``)."""
+    """``cap_tree``: the tree's counters, charged as the session's are."""
 
     __slots__ = ()
     name = "cap_tree"
@@ -436,14 +445,13 @@ class TreeCap(_Gate):
         decision, fell_back = tree.charge(asked.sig, caps, asked.units)
         ledger.fell_back = ledger.fell_back or fell_back
         if decision is None:
-            ledger.tree_charged = caps
+            asked.charged.extend(("tree", key, asked.units) for key, _limit in caps)
         return decision
 
-    def refund(self, asked: Asked) -> None:
-        ledger = asked.ledger
-        ledger.tree_charged = ()
-        if ledger.tree is not None:
-            ledger.tree.refund([key for key, _limit in asked.tree_caps], asked.units)
+    def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
+        keys, amount = _keys(charges, "tree")
+        if keys and ledger.tree is not None:
+            ledger.tree.refund(keys, amount)
 
 
 class DelegationCycle(_Gate):

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 from types import MappingProxyType
 from typing import Any, Final, TypeVar
 
@@ -35,7 +35,7 @@ from otelguard.core.caps import (
 )
 from otelguard.core.classify import ToolFacts, catalog_for, looks_failed
 from otelguard.core.decisions import Decision, Outcome, Signature, TurnSummary
-from otelguard.core.detectors.precedence import WALKS
+from otelguard.core.detectors.precedence import GATES, WALKS
 from otelguard.core.detectors.searches import query, searched
 from otelguard.core.detectors.state import SessionMemory
 from otelguard.core.detectors.turn import TurnDetectors
@@ -235,22 +235,21 @@ class Guard(ModelCalls):
             requested = self._catalog.spawn_count(facts, parsed) if facts.spawn_arg is not False else 0
             pending = None
             delegation = None if self._caps.tree is None else _delegation(self._caps.tree, facts, delegate_to)
+            charged: list[Charge] = []
             with self._lock:
                 turn.tool_calls += 1
                 turn.detectors.query = (
                     query(sig, parsed) if facts.search and turn.detectors.reads_query(name) else None
                 )
                 decision = (  # ``None`` at once when nothing could refuse the call: what ``_decide`` answers
-                    _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to)
+                    _decide(self._caps, self._asks, turn, sig, facts, requested or 1, delegate_to, charged)
                     if turn.halt is not None or self._asks or facts.caps_turn or facts.caps_session
                     else None
                 )
                 fallback = self._caps.fell_back and self._caps.take_fell_back()  # with state.url only
                 if decision is None or decision.allows_execution:  # allowed (a cycle's warning counted)
                     decision = decision or codes.allow_decision(name, sig)
-                    charges: tuple[Charge, ...] = ()
-                    if facts.caps_turn or facts.caps_session or facts.caps_tree:
-                        charges = self._caps.charge(facts.caps_turn, facts.caps_session, requested or 1)
+                    charges = tuple(charged) if charged else ()
                     tokens = [] if self._observe_starts else _NO_TOKENS
                     at = time.time_ns() if self._observed else 0
                     pending = PendingCall(
@@ -321,7 +320,7 @@ class Guard(ModelCalls):
                 else:  # no call id, and args equal to (not the very object of) the before_call's
                     sig, pending = self._pending.find(name, args, call_id, self._hasher, facts.ignored_args)
                 if (outcome == "refused" or cancelled) and pending is not None:
-                    self._caps.refund(pending.charges, same_turn=pending.turn is turn)
+                    _give_back(GATES, self._caps, pending.charges, same_turn=pending.turn is turn)
                 if not cancelled:
                     state = turn.detectors.state(sig)
                     same = (
@@ -448,11 +447,13 @@ def _decide(
     facts: ToolFacts,
     units: int,
     delegate_to: str | None,
+    charged: list[Charge],
 ) -> Decision | None:
     """The ``before_call`` decision of a call, or ``None`` (allowed): a turn already halted blocks it;
     else a refusal, only looked for when something could refuse: the gates that ask about the call
     (``asks``: the guard's part of its mask). A delegation cycle's warning (the call runs) is counted
-    in the turn here; a delegation's decision is told to the tree."""
+    in the turn here; a delegation's decision is told to the tree. What the caps charge for an allowed
+    call is added to ``charged``."""
     tree = caps.tree
     if turn.halt is not None:
         decision: Decision | None = _turn_halted(sig, turn.halt)
@@ -469,9 +470,12 @@ def _decide(
         ]
         if not gates:
             return None
-        asked = Asked(caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps)
+        asked = Asked(caps, turn.detectors, sig, facts, units, delegate_to, spawning, tree_caps, charged)
         if len(gates) == 1:  # the common walk (the hard stops, or one cap): what ``_refusal`` comes to
-            decision = gates[0].before(asked, gates[0].charges or gates[0].counts)
+            gate = gates[0]
+            decision = gate.before(asked, gate.charges or gate.counts)
+            if decision is None and gate.charges:
+                gate.passed(asked)
         else:
             decision = _refusal(gates, asked)
         if decision is not None and decision.allows_execution:
@@ -492,8 +496,9 @@ def _refusal(gates: tuple[Gate, ...], asked: Asked) -> Decision | None:
     instead); when one refuses, a gate that charges before it only reads its counts, to report its
     cap instead, and else the refusing gate is asked for real (a detector's reject counted). When
     none refuses, the gates that charge are charged in order (a refusal gives back what those
-    before it charged), and the gates that count are told the call passed (its rejects spent). A
-    delegation cycle's warning is returned when nothing refuses (the call runs)."""
+    before it charged), and then every gate is told the call passed (a detector's rejects spent, a
+    turn cap's peak recorded). A delegation cycle's warning is returned when nothing refuses (the
+    call runs)."""
     warning = None
     charging = False  # a gate before this one charges
     for index, gate in enumerate(gates):
@@ -514,18 +519,26 @@ def _refusal(gates: tuple[Gate, ...], asked: Asked) -> Decision | None:
         return gate.before(asked, True) if gate.counts else decision
     if not charging:  # every gate that counts was asked for real: the call passed them
         return warning
-    charged: list[Gate] = []
-    for gate in gates:
+    for index, gate in enumerate(gates):
         if gate.charges:
             decision = gate.before(asked, True)
             if decision is not None:
-                for done in charged:
-                    done.refund(asked)
+                _give_back(gates[:index], asked.ledger, asked.charged, same_turn=True)
+                asked.charged.clear()
                 return decision
-            charged.append(gate)
-        elif gate.counts:
-            gate.passed(asked)
+    for gate in gates:
+        gate.passed(asked)
     return warning
+
+
+def _give_back(
+    gates: tuple[Gate, ...], ledger: CapLedger, charges: Sequence[Charge], same_turn: bool
+) -> None:
+    """Return a call's ``charges``: each gate that charges gives back its own, in ``gates``' order."""
+    if charges:
+        for gate in gates:
+            if gate.charges:
+                gate.give_back(ledger, charges, same_turn)
 
 
 def _refused(
