@@ -375,10 +375,10 @@ class TurnCap(_Gate):
     def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
         if not same_turn:
             return  # that turn's counters are gone
+        keys, amount = _keys(charges, "turn")
         turn = ledger.turn
-        for scope, key, amount in charges:
-            if scope == "turn":
-                turn[key] = max(0, turn.get(key, 0) - amount)
+        for key in keys:
+            turn[key] = max(0, turn.get(key, 0) - amount)
 
     def passed(self, asked: Asked) -> None:
         asked.ledger.note_turn_peak(asked.facts.caps_turn)

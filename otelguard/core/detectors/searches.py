@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import re
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from itertools import islice
 from typing import TYPE_CHECKING, Any, Final, NamedTuple
 
@@ -330,18 +330,21 @@ def sketch(result: Any) -> ResultSketch:
     digest = _hash64(b" ".join(found))
     if len(found) <= 3:
         return digest, (digest,)
-    shingles = map(b" ".join, zip(found, found[1:], found[2:], strict=False))
     count = len(found) - 2
     if count > 4 * _SKETCH:
         # The smallest digests lie under a bound that about ``2 * _SKETCH`` of ``count`` uniform
         # digests fall under: only those are kept and sorted (sorting all of them, large integers,
         # cost as much as digesting them). Fewer under it, as in a text repeating itself: all sorted.
         bound = 2 * _SKETCH * _DIGESTS // count
-        smallest = set(filter(bound.__gt__, map(_hash64, shingles)))
+        smallest = set(filter(bound.__gt__, _shingle_digests(found)))
         if len(smallest) >= _SKETCH:
             return digest, tuple(sorted(smallest)[:_SKETCH])
-        shingles = map(b" ".join, zip(found, found[1:], found[2:], strict=False))
-    return digest, tuple(sorted(set(map(_hash64, shingles)))[:_SKETCH])
+    return digest, tuple(sorted(set(_shingle_digests(found)))[:_SKETCH])
+
+
+def _shingle_digests(found: list[bytes]) -> Iterator[int]:
+    """The digest of each three-word shingle of ``found``, digested by C iterators."""
+    return map(_hash64, map(b" ".join, zip(found, found[1:], found[2:], strict=False)))
 
 
 def _flat_text(result: Any) -> str:
