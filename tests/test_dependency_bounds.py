@@ -60,3 +60,18 @@ def test_the_redis_bound_admits_exactly_the_tested_series() -> None:
     assert all(redis.specifier.contains(version) for version in REDIS_PY_TESTED)
     newest = max(Version(version) for version in REDIS_PY_TESTED)
     assert _upper_bound(redis) == Version(f"{newest.major}.{newest.minor + 1}")
+
+
+def _runtime_and_dev() -> list[Requirement]:
+    project: dict[str, Any] = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]
+    return [Requirement(line) for line in project["dependencies"]] + _optional_dependencies()["dev"]
+
+
+def test_every_runtime_and_dev_requirement_stops_at_a_tested_version() -> None:
+    """A fresh virtualenv takes the newest version each range allows: every range ends (an upper bound
+    or a pin), and the version installed here, the one the tests ran, is inside it."""
+    for requirement in _runtime_and_dev():
+        pinned = any(spec.operator == "==" for spec in requirement.specifier)
+        assert pinned or _upper_bound(requirement) is not None, f"{requirement} admits any future release"
+        installed = importlib.metadata.version(requirement.name)
+        assert requirement.specifier.contains(installed, prereleases=True), (requirement, installed)
