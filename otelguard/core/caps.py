@@ -36,7 +36,8 @@ __all__ = [
 ]
 
 Scope = Literal["turn", "session", "tree"]
-Charge = tuple[Scope, str, int]
+Charge = tuple[Scope, Sequence[tuple[str, int]], int]
+"""What one gate charged a call: its scope, the caps (key, limit) charged, and the amount charged to each."""
 
 _NOUNS: Final = {
     "web_search": ("made", "web search", "web searches"),
@@ -195,15 +196,19 @@ class CapLedger:
             return self._hit(sig, "session", refusal.key, refusal.used, refusal.limit, requested)
         return None
 
-    def check_turn(
-        self, sig: Signature, turn_caps: Sequence[tuple[str, int]], requested: int
+    def charge_turn(
+        self, sig: Signature, turn_caps: Sequence[tuple[str, int]], requested: int, commit: bool
     ) -> Decision | None:
-        """The first turn cap this call would exceed; charges nothing (the turn is the guard's alone)."""
+        """The first turn cap this call would exceed; else, with ``commit``, charge every one (the
+        turn is the guard's alone: checking and charging need no lock of their own)."""
         turn = self.turn
         for key, limit in turn_caps:
             used = turn.get(key, 0)
             if used + requested > limit:
                 return self._hit(sig, "turn", key, used, limit, requested)
+        if commit:
+            for key, _limit in turn_caps:
+                turn[key] = turn.get(key, 0) + requested
         return None
 
     def session_hit(
@@ -218,11 +223,6 @@ class CapLedger:
             if used + requested > limit:
                 return self._hit(sig, "session", key, used, limit, requested)
         return None
-
-    def charge_turn(self, turn_caps: Sequence[tuple[str, int]], amount: int) -> None:
-        turn = self.turn
-        for key, _limit in turn_caps:
-            turn[key] = turn.get(key, 0) + amount
 
     def note_turn_peak(self, turn_caps: Sequence[tuple[str, int]]) -> None:
         """Record how full the turn caps are, now that a call charged to them runs."""
@@ -348,9 +348,10 @@ class _Gate:
 
 def _keys(charges: Sequence[Charge], scope: Scope) -> tuple[list[str], int]:
     """The keys ``charges`` holds in ``scope``, and the amount (a call charges each key the same)."""
-    keys = [key for charged_in, key, _amount in charges if charged_in == scope]
-    amount = next((amount for charged_in, _key, amount in charges if charged_in == scope), 0)
-    return keys, amount
+    for charged_in, caps, amount in charges:
+        if charged_in == scope:
+            return [key for key, _limit in caps], amount
+    return [], 0
 
 
 class TurnCap(_Gate):
@@ -365,11 +366,10 @@ class TurnCap(_Gate):
         return bool(call & TURN_CAPS)
 
     def before(self, asked: Asked, commit: bool) -> Decision | None:
-        ledger, caps, units = asked.ledger, asked.facts.caps_turn, asked.units
-        refusal = ledger.check_turn(asked.sig, caps, units)
+        caps, units = asked.facts.caps_turn, asked.units
+        refusal = asked.ledger.charge_turn(asked.sig, caps, units, commit)
         if refusal is None and commit:
-            ledger.charge_turn(caps, units)
-            asked.charged.extend(("turn", key, units) for key, _limit in caps)
+            asked.charged.append(("turn", caps, units))
         return refusal
 
     def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
@@ -400,7 +400,7 @@ class SessionCap(_Gate):
             return ledger.session_hit(asked.sig, caps, units)
         refusal = ledger.charge_session(asked.sig, caps, units)
         if refusal is None:
-            asked.charged.extend(("session", key, units) for key, _limit in caps)
+            asked.charged.append(("session", caps, units))
         return refusal
 
     def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
@@ -445,7 +445,7 @@ class TreeCap(_Gate):
         decision, fell_back = tree.charge(asked.sig, caps, asked.units)
         ledger.fell_back = ledger.fell_back or fell_back
         if decision is None:
-            asked.charged.extend(("tree", key, asked.units) for key, _limit in caps)
+            asked.charged.append(("tree", caps, asked.units))
         return decision
 
     def give_back(self, ledger: CapLedger, charges: Sequence[Charge], same_turn: bool) -> None:
