@@ -224,6 +224,12 @@ class CapLedger:
                 return self._hit(sig, "session", key, used, limit, requested)
         return None
 
+    def refund_turn(self, keys: Sequence[str], amount: int) -> None:
+        """Give ``amount`` back to each of the turn's ``keys``, floored at 0, as the stores refund."""
+        turn = self.turn
+        for key in keys:
+            turn[key] = max(0, turn.get(key, 0) - amount)
+
     def note_turn_peak(self, turn_caps: Sequence[tuple[str, int]]) -> None:
         """Record how full the turn caps are, now that a call charged to them runs."""
         peaks = self.turn_peak_ratio
@@ -376,9 +382,7 @@ class TurnCap(_Gate):
         if not same_turn:
             return  # that turn's counters are gone
         keys, amount = _keys(charges, "turn")
-        turn = ledger.turn
-        for key in keys:
-            turn[key] = max(0, turn.get(key, 0) - amount)
+        ledger.refund_turn(keys, amount)
 
     def passed(self, asked: Asked) -> None:
         asked.ledger.note_turn_peak(asked.facts.caps_turn)
